@@ -1,0 +1,1 @@
+fn main() { eprintln!("toolsift CLI: coming in issue 3"); std::process::exit(2); }

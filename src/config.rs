@@ -1,0 +1,243 @@
+//! Plugin configuration: the JSON in Envoy's `configuration` StringValue (or Istio's
+//! `pluginConfig`). Parsed strictly (unknown keys are errors, so a typo never silently turns a
+//! setting off), then checked; every error names the field.
+
+use crate::dialect::Dialect;
+use serde::Deserialize;
+use std::fmt;
+
+/// What to do with a request toolsift cannot read (malformed, oversized, compressed, …).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Send it upstream unchanged.
+    #[default]
+    Pass,
+    /// Answer 400 with a JSON error naming toolsift and the reason.
+    Reject,
+}
+
+/// Which dialect to read bodies as: from the request path (`auto`), or always one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DialectChoice {
+    #[default]
+    Auto,
+    OpenaiChat,
+    OpenaiResponses,
+    Anthropic,
+    Gemini,
+    Bedrock,
+}
+
+impl DialectChoice {
+    /// The dialect of a request to `path`.
+    pub fn resolve(self, path: &str) -> Option<Dialect> {
+        match self {
+            DialectChoice::Auto => Dialect::from_path(path),
+            DialectChoice::OpenaiChat => Some(Dialect::OpenaiChat),
+            DialectChoice::OpenaiResponses => Some(Dialect::OpenaiResponses),
+            DialectChoice::Anthropic => Some(Dialect::Anthropic),
+            DialectChoice::Gemini => Some(Dialect::Gemini),
+            DialectChoice::Bedrock => Some(Dialect::Bedrock),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// How many ranked tools to keep.
+    pub top_k: usize,
+    /// Ranked tools scoring below this are dropped (never the last kept tool).
+    pub min_score: Option<f32>,
+    /// Budget for the kept tools' estimated tokens (characters / 4).
+    pub max_tool_tokens: Option<usize>,
+    /// Requests with this many function tools or fewer pass untouched.
+    pub min_tools: usize,
+    /// Tool names or glob patterns (`*`, `?`) that are always kept.
+    pub always_include: Vec<String>,
+    pub on_error: OnError,
+    /// Bodies larger than this pass through unread.
+    pub max_body_bytes: usize,
+    /// Add the `x-toolsift` response header.
+    pub response_header: bool,
+    /// Add `x-toolsift-tools` (kept tools in rank order) and log decisions at debug level.
+    pub debug: bool,
+    pub dialect: DialectChoice,
+    /// Distinct tool catalogs whose index each worker keeps.
+    pub catalog_cache_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            top_k: 5,
+            min_score: None,
+            max_tool_tokens: None,
+            min_tools: 20,
+            always_include: Vec::new(),
+            on_error: OnError::Pass,
+            max_body_bytes: 16 * 1024 * 1024,
+            response_header: true,
+            debug: false,
+            dialect: DialectChoice::Auto,
+            catalog_cache_size: 16,
+        }
+    }
+}
+
+/// A configuration error, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(field: &str, why: impl fmt::Display) -> ConfigError {
+    ConfigError(format!("invalid toolsift configuration: field `{field}`: {why}"))
+}
+
+impl Config {
+    /// Parses and checks the plugin configuration. Empty input means all defaults.
+    pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Config::default());
+        }
+        // serde would also accept a JSON array as a struct, positionally: only objects are clear.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ConfigError(
+                "invalid toolsift configuration: expected a JSON object".to_owned(),
+            ));
+        }
+        let mut json = serde_json::Deserializer::from_slice(bytes);
+        let config: Config = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            // The path names a mistyped field; serde's own message names an unknown one
+            // ("unknown field `topk`, expected one of …").
+            match e.path().to_string().as_str() {
+                "." => ConfigError(format!("invalid toolsift configuration: {}", e.inner())),
+                path => invalid(path, e.inner()),
+            }
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.top_k == 0 {
+            return Err(invalid("top_k", "must be at least 1"));
+        }
+        if let Some(s) = self.min_score {
+            if !s.is_finite() || s < 0.0 {
+                return Err(invalid("min_score", "must be a finite number >= 0"));
+            }
+        }
+        if self.max_tool_tokens == Some(0) {
+            return Err(invalid("max_tool_tokens", "must be at least 1"));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(invalid("max_body_bytes", "must be at least 1"));
+        }
+        for (i, pattern) in self.always_include.iter().enumerate() {
+            if pattern.is_empty() {
+                return Err(invalid(&format!("always_include[{i}]"), "empty pattern"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `name` matches one of the `always_include` patterns.
+    pub fn always_includes(&self, name: &str) -> bool {
+        self.always_include.iter().any(|p| glob_match(p, name))
+    }
+}
+
+/// `*` matches any run of characters, `?` one character; everything else matches itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Iterative matching with backtracking to the last `*`: linear in practice, no recursion.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match (p.get(pi), t.get(ti)) {
+            (Some('*'), _) => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            (Some(&pc), Some(&tc)) if pc == '?' || pc == tc => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p.get(pi..).is_some_and(|rest| rest.iter().all(|&c| c == '*'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_means_defaults() {
+        assert_eq!(Config::from_json(b"").unwrap(), Config::default());
+        assert_eq!(Config::from_json(b"{}").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn parses_every_key() {
+        let c = Config::from_json(
+            br#"{"top_k":3,"min_score":0.5,"max_tool_tokens":900,"min_tools":10,
+                "always_include":["search_*"],"on_error":"reject","max_body_bytes":1000,
+                "response_header":false,"debug":true,"dialect":"anthropic","catalog_cache_size":2}"#,
+        )
+        .unwrap();
+        assert_eq!(c.top_k, 3);
+        assert_eq!(c.on_error, OnError::Reject);
+        assert_eq!(c.dialect, DialectChoice::Anthropic);
+        assert_eq!(c.dialect.resolve("/anything"), Some(Dialect::Anthropic));
+        assert_eq!(
+            Config::from_json(br#"{"dialect":"auto"}"#).unwrap().dialect,
+            DialectChoice::Auto
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(err(r#"{"topk":5}"#).contains("unknown field `topk`"));
+        assert!(err(r#"{"top_k":0}"#).contains("`top_k`"));
+        assert!(err(r#"{"top_k":"5"}"#).contains("field `top_k`: invalid type"));
+        assert!(err(r#"{"min_score":-1}"#).contains("`min_score`"));
+        assert!(err(r#"{"on_error":"explode"}"#).contains("field `on_error`: unknown variant"));
+        assert!(err(r#"{"always_include":[""]}"#).contains("`always_include[0]`"));
+        assert!(err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown variant `cohere`"));
+        assert!(err("[1]").contains("expected a JSON object"));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("search_*", "search_web"));
+        assert!(glob_match("*_issue", "create_issue"));
+        assert!(glob_match("get_?", "get_x"));
+        assert!(!glob_match("get_?", "get_xy"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+    }
+}

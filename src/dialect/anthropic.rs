@@ -1,0 +1,137 @@
+//! Anthropic Messages: `tools[]` with `input_schema`, content blocks, `tool_choice`
+//! `{type:"tool",name}`.
+
+use super::schema::tool_text;
+use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::json::{Str, is_true};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_choice: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+}
+
+pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+    let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
+    let messages = parsed.messages.ok_or(Problem::BadShape)?;
+    let mut called = Vec::new();
+    for m in messages.iter().filter(|m| m.role.as_deref() == Some("assistant")) {
+        let Some(blocks) = m.content.and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok())
+        else {
+            continue;
+        };
+        for block in blocks {
+            if let (Some("tool_use"), Some(name)) = (block.kind.as_deref(), &block.name) {
+                note_call(&mut called, name);
+            }
+        }
+    }
+    // Tool results travel in user messages as `tool_result` blocks, which carry no query text:
+    // the latest user message with text is the question the agent loop is answering.
+    let query = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role.as_deref() == Some("user"))
+        .filter_map(|m| m.content.map(|c| content_text(c, &["text"])))
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default();
+    Ok(Request {
+        dialect: Dialect::Anthropic,
+        query,
+        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
+        choice: parsed.tool_choice.map(choice).unwrap_or_default(),
+        called,
+        stream: is_true(parsed.stream),
+    })
+}
+
+/// `{"type":"any"}` or `{"type":"tool","name"}`.
+fn choice(raw: &RawValue) -> Choice {
+    let mut out = Choice::default();
+    if let Ok(block) = serde_json::from_str::<Block>(raw.get()) {
+        match (block.kind.as_deref(), block.name) {
+            (Some("any"), _) => out.requires_tool = true,
+            (Some("tool"), Some(name)) => {
+                out.name(name);
+                out.requires_tool = true;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+    #[derive(Deserialize)]
+    struct Tool<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Str<'a>>,
+        name: Option<String>,
+        description: Option<Value>,
+        input_schema: Option<Value>,
+    }
+    super::flat_catalog(container, |raw| match serde_json::from_str::<Tool>(raw.get()) {
+        // A user-defined tool has no `type`, or `"type": "custom"`.
+        Ok(Tool { kind, name: Some(name), description, input_schema })
+            if matches!(kind.as_deref(), None | Some("custom")) =>
+        {
+            Entry::Function(tool_text(&name, description.as_ref(), input_schema.as_ref()))
+        }
+        // Server and client built-ins: web_search_20250305, bash_20250124, computer_*,
+        // text_editor_*, tool_search_tool_*, mcp_toolset, …
+        _ => Entry::Builtin,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_loop_keeps_the_question() {
+        let body = r#"{"model":"claude","max_tokens":10,"messages":[
+            {"role":"user","content":"create a github issue"},
+            {"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t1","name":"create_issue","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"done"}]}
+        ],"tool_choice":{"type":"tool","name":"create_issue"}}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.query, "create a github issue");
+        assert_eq!(r.called, ["create_issue"]);
+        assert_eq!(r.choice, Choice { named: vec!["create_issue".into()], requires_tool: true });
+    }
+
+    #[test]
+    fn server_tools_are_builtin() {
+        let c = catalog(r#"[{"name":"a","input_schema":{"type":"object"}},
+            {"type":"web_search_20250305","name":"web_search"},
+            {"type":"custom","name":"b","input_schema":{}}]"#).unwrap();
+        assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "a"));
+        assert_eq!(c.entries[1], Entry::Builtin);
+        assert!(matches!(&c.entries[2], Entry::Function(t) if t.name == "b"));
+    }
+}

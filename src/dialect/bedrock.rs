@@ -1,0 +1,141 @@
+//! Amazon Bedrock Converse (`/model/{id}/converse`, `/converse-stream`):
+//! `toolConfig.tools[].toolSpec` with `inputSchema.json`, `toolConfig.toolChoice`.
+
+use super::schema::tool_text;
+use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::json::Str;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+    #[serde(borrow, default, rename = "toolConfig")]
+    tool_config: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "toolUse")]
+    tool_use: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolConfig<'a> {
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "toolChoice")]
+    tool_choice: Option<ToolChoice<'a>>,
+}
+
+/// `{"auto":{}}`, `{"any":{}}` or `{"tool":{"name"}}`.
+#[derive(Deserialize)]
+struct ToolChoice<'a> {
+    #[serde(default)]
+    any: Option<serde::de::IgnoredAny>,
+    #[serde(borrow, default)]
+    tool: Option<Named<'a>>,
+}
+
+pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+    let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
+    let messages = parsed.messages.ok_or(Problem::BadShape)?;
+    let mut called = Vec::new();
+    for m in messages.iter().filter(|m| m.role.as_deref() == Some("assistant")) {
+        let blocks = m.content.and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
+        for name in blocks.into_iter().flatten().filter_map(|b| b.tool_use?.name) {
+            note_call(&mut called, &name);
+        }
+    }
+    let query = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role.as_deref() == Some("user"))
+        .filter_map(|m| m.content.map(|c| content_text(c, &[])))
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default();
+    let mut choice = Choice::default();
+    let mut tools = None;
+    if let Some(raw) = parsed.tool_config {
+        let config: ToolConfig = serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?;
+        tools = config.tools.map(|t| Container::locate(body, t)).transpose()?;
+        if let Some(tc) = config.tool_choice {
+            choice.requires_tool = tc.any.is_some() || tc.tool.is_some();
+            if let Some(name) = tc.tool.and_then(|t| t.name) {
+                choice.name(name);
+            }
+        }
+    }
+    Ok(Request {
+        dialect: Dialect::Bedrock,
+        query,
+        tools,
+        choice,
+        called,
+        // Bedrock streams by path (`/converse-stream`).
+        stream: false,
+    })
+}
+
+pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+    #[derive(Deserialize)]
+    struct Tool {
+        #[serde(rename = "toolSpec")]
+        tool_spec: Option<Spec>,
+    }
+    #[derive(Deserialize)]
+    struct Spec {
+        name: Option<String>,
+        description: Option<Value>,
+        #[serde(rename = "inputSchema")]
+        input_schema: Option<Value>,
+    }
+    super::flat_catalog(container, |raw| match serde_json::from_str::<Tool>(raw.get()) {
+        Ok(Tool { tool_spec: Some(Spec { name: Some(name), description, input_schema }) }) => {
+            let schema = input_schema.as_ref().and_then(|s| s.get("json"));
+            Entry::Function(tool_text(&name, description.as_ref(), schema))
+        }
+        // cachePoint markers and system tools stay where they are.
+        _ => Entry::Builtin,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_tool_config_inside_body() {
+        let body = r#"{"messages":[
+            {"role":"user","content":[{"text":"list my s3 buckets"}]},
+            {"role":"assistant","content":[{"toolUse":{"toolUseId":"1","name":"list_buckets","input":{}}}]},
+            {"role":"user","content":[{"toolResult":{"toolUseId":"1","content":[{"text":"[]"}]}}]}
+        ],"toolConfig":{"tools":[{"toolSpec":{"name":"list_buckets","inputSchema":{"json":{"properties":{"region":{}}}}}},{"cachePoint":{"type":"default"}}],
+        "toolChoice":{"tool":{"name":"list_buckets"}}}}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.query, "list my s3 buckets");
+        assert_eq!(r.called, ["list_buckets"]);
+        assert_eq!(r.choice, Choice { named: vec!["list_buckets".into()], requires_tool: true });
+        let tools = r.tools.unwrap();
+        assert!(body[tools.offset..].starts_with("[{\"toolSpec\""));
+        let c = catalog(tools.raw).unwrap();
+        assert!(matches!(&c.entries[0], Entry::Function(t) if t.params == ["region"]));
+        assert_eq!(c.entries[1], Entry::Builtin);
+    }
+}

@@ -1,0 +1,180 @@
+//! Google Gemini (`…:generateContent`, `…:streamGenerateContent`): `tools[].functionDeclarations`
+//! (or `function_declarations`), `contents[].parts`,
+//! `toolConfig.functionCallingConfig.allowedFunctionNames`. The REST API accepts both camelCase
+//! and snake_case field names, so both are read.
+
+use super::schema::tool_text;
+use super::{
+    CatalogDraft, Choice, Container, Dialect, Entry, Group, Layout, Problem, Request, note_call,
+};
+use crate::json::Str;
+use crate::rewrite::ArrayLayout;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    contents: Option<Vec<Content<'a>>>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default, alias = "tool_config")]
+    #[serde(rename = "toolConfig")]
+    tool_config: Option<ToolConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Content<'a> {
+    #[serde(borrow, default)]
+    role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    parts: Vec<Part<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, default)]
+    text: Option<Str<'a>>,
+    #[serde(borrow, default, rename = "functionCall", alias = "function_call")]
+    function_call: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolConfig<'a> {
+    #[serde(borrow, default, rename = "functionCallingConfig", alias = "function_calling_config")]
+    function_calling_config: Option<CallingConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+struct CallingConfig<'a> {
+    #[serde(borrow, default)]
+    mode: Option<Str<'a>>,
+    #[serde(borrow, default, rename = "allowedFunctionNames", alias = "allowed_function_names")]
+    allowed_function_names: Vec<Str<'a>>,
+}
+
+pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+    let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
+    let contents = parsed.contents.ok_or(Problem::BadShape)?;
+    let mut called = Vec::new();
+    for part in contents.iter().flat_map(|c| &c.parts) {
+        if let Some(name) = part.function_call.as_ref().and_then(|f| f.name.as_ref()) {
+            note_call(&mut called, name);
+        }
+    }
+    // Single-turn requests may omit the role; function responses come back as parts without
+    // text, so the latest content with text is the user's question.
+    let query = contents
+        .iter()
+        .rev()
+        .filter(|c| matches!(c.role.as_deref(), None | Some("user")))
+        .map(|c| {
+            let texts: Vec<&str> = c.parts.iter().filter_map(|p| p.text.as_deref()).collect();
+            texts.join("\n")
+        })
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default();
+    let mut choice = Choice::default();
+    if let Some(cfg) = parsed.tool_config.and_then(|t| t.function_calling_config) {
+        choice.requires_tool = matches!(cfg.mode.as_deref(), Some("ANY" | "any"));
+        for name in cfg.allowed_function_names {
+            choice.name(name);
+        }
+    }
+    Ok(Request {
+        dialect: Dialect::Gemini,
+        query,
+        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
+        choice,
+        called,
+        // Gemini streams by path (`:streamGenerateContent`), not by a body field.
+        stream: false,
+    })
+}
+
+pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
+    #[derive(Deserialize)]
+    struct Declaration {
+        name: Option<String>,
+        description: Option<Value>,
+        parameters: Option<Value>,
+        #[serde(rename = "parametersJsonSchema", alias = "parameters_json_schema")]
+        parameters_json_schema: Option<Value>,
+    }
+    let tools: Vec<&RawValue> = serde_json::from_str(container).map_err(|_| Problem::BadShape)?;
+    let outer = ArrayLayout::of(container, container, &tools).ok_or(Problem::BadShape)?;
+    let mut entries = Vec::new();
+    let mut sizes = Vec::new();
+    let mut groups = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let fields: BTreeMap<Str, &RawValue> =
+            serde_json::from_str(tool.get()).map_err(|_| Problem::BadShape)?;
+        let declarations = fields
+            .get("functionDeclarations")
+            .or_else(|| fields.get("function_declarations"));
+        let Some(declarations) = declarations else {
+            // googleSearch, codeExecution, urlContext, retrieval, …
+            entries.push(Entry::Builtin);
+            sizes.push(tool.get().len());
+            groups.push(None);
+            continue;
+        };
+        let items = crate::json::array_items(declarations).ok_or(Problem::BadShape)?;
+        let inner = ArrayLayout::of(tool.get(), declarations.get(), &items).ok_or(Problem::BadShape)?;
+        groups.push(Some(Group {
+            inner,
+            first_entry: entries.len(),
+            only_declarations: fields.len() == 1,
+        }));
+        for item in items {
+            sizes.push(item.get().len());
+            entries.push(match serde_json::from_str::<Declaration>(item.get()) {
+                Ok(Declaration { name: Some(name), description, parameters, parameters_json_schema }) => {
+                    let schema = parameters.as_ref().or(parameters_json_schema.as_ref());
+                    Entry::Function(tool_text(&name, description.as_ref(), schema))
+                }
+                _ => Entry::Builtin,
+            });
+        }
+    }
+    Ok(CatalogDraft { entries, sizes, layout: Layout::Grouped { outer, groups } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_contents_calls_and_config() {
+        let body = r#"{"contents":[
+            {"role":"user","parts":[{"text":"what is the weather"},{"inlineData":{"mimeType":"image/png","data":""}}]},
+            {"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{}}}]},
+            {"role":"user","parts":[{"functionResponse":{"name":"get_weather","response":{}}}]}
+        ],"tools":[{"functionDeclarations":[{"name":"get_weather"}]}],
+        "tool_config":{"function_calling_config":{"mode":"ANY","allowed_function_names":["get_weather"]}}}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.query, "what is the weather");
+        assert_eq!(r.called, ["get_weather"]);
+        assert_eq!(r.choice, Choice { named: vec!["get_weather".into()], requires_tool: true });
+    }
+
+    #[test]
+    fn catalog_groups_declarations_and_keeps_builtins() {
+        let c = catalog(r#"[{"googleSearch":{}},{"function_declarations":[{"name":"a","parametersJsonSchema":{"properties":{"q":{}}}},{"name":"b"}]}]"#).unwrap();
+        assert_eq!(c.entries.len(), 3);
+        assert_eq!(c.entries[0], Entry::Builtin);
+        assert!(matches!(&c.entries[1], Entry::Function(t) if t.name == "a" && t.params == ["q"]));
+        let Layout::Grouped { groups, .. } = &c.layout else { panic!("grouped") };
+        assert!(groups[0].is_none());
+        let g = groups[1].as_ref().unwrap();
+        assert_eq!((g.first_entry, g.only_declarations), (1, true));
+    }
+}

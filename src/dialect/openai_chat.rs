@@ -1,0 +1,196 @@
+//! OpenAI Chat Completions and every server that copies it (Azure OpenAI, vLLM, Ollama,
+//! Mistral, LiteLLM, OpenRouter): `tools[].function`, `messages`, `tool_choice`.
+
+use super::schema::tool_text;
+use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::json::{Str, is_true};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_choice: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+    /// The deprecated single-call form.
+    #[serde(borrow, default)]
+    function_call: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct Named<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<Str<'a>>,
+}
+
+pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+    let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
+    let messages = parsed.messages.ok_or(Problem::BadShape)?;
+    let mut called = Vec::new();
+    for m in &messages {
+        let calls = m.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref());
+        for named in calls.chain(m.function_call.as_ref()) {
+            if let Some(name) = &named.name {
+                note_call(&mut called, name);
+            }
+        }
+    }
+    // The latest user message that has text: tool results are role "tool", so an agent loop
+    // keeps ranking against the question that started it.
+    let query = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role.as_deref() == Some("user"))
+        .filter_map(|m| m.content.map(|c| content_text(c, &["text"])))
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default();
+    Ok(Request {
+        dialect: Dialect::OpenaiChat,
+        query,
+        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
+        choice: parsed.tool_choice.map(choice).unwrap_or_default(),
+        called,
+        stream: is_true(parsed.stream),
+    })
+}
+
+/// `"required"`, `{"type":"function","function":{"name"}}`, or
+/// `{"type":"allowed_tools","allowed_tools":{"mode","tools":[{"type":"function","function":{"name"}}]}}`.
+fn choice(raw: &RawValue) -> Choice {
+    #[derive(Deserialize)]
+    struct Object<'a> {
+        #[serde(borrow, default)]
+        function: Option<Named<'a>>,
+        #[serde(borrow, default)]
+        allowed_tools: Option<Allowed<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Allowed<'a> {
+        #[serde(borrow, default)]
+        mode: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        tools: Vec<AllowedTool<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct AllowedTool<'a> {
+        #[serde(borrow, default)]
+        function: Option<Named<'a>>,
+    }
+    let mut out = Choice::default();
+    if let Ok(mode) = serde_json::from_str::<Str>(raw.get()) {
+        out.requires_tool = mode == "required";
+        return out;
+    }
+    let Ok(obj) = serde_json::from_str::<Object>(raw.get()) else {
+        return out;
+    };
+    if let Some(name) = obj.function.and_then(|f| f.name) {
+        out.name(name);
+        out.requires_tool = true;
+    }
+    if let Some(allowed) = obj.allowed_tools {
+        out.requires_tool |= allowed.mode.as_deref() == Some("required");
+        for name in allowed.tools.into_iter().filter_map(|t| t.function?.name) {
+            out.name(name);
+        }
+    }
+    out
+}
+
+pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+    #[derive(Deserialize)]
+    struct Tool<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Str<'a>>,
+        #[serde(default)]
+        function: Option<Function>,
+    }
+    #[derive(Deserialize)]
+    struct Function {
+        name: Option<String>,
+        description: Option<Value>,
+        parameters: Option<Value>,
+    }
+    super::flat_catalog(container, |raw| {
+        let Ok(tool) = serde_json::from_str::<Tool>(raw.get()) else {
+            return Entry::Builtin;
+        };
+        match (tool.kind.as_deref(), tool.function) {
+            (None | Some("function"), Some(Function { name: Some(name), description, parameters })) => {
+                Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()))
+            }
+            // `custom` tools, and anything newer we do not know: never removed.
+            _ => Entry::Builtin,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_query_calls_and_choice() {
+        let body = r#"{"model":"m","stream":true,"messages":[
+            {"role":"system","content":"be nice"},
+            {"role":"user","content":[{"type":"text","text":"weather in Paris?"},{"type":"image_url","image_url":{"url":"x"}}]},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"1","content":"sunny"}
+        ],"tools":[{"type":"function","function":{"name":"get_weather"}}],
+        "tool_choice":{"type":"function","function":{"name":"get_weather"}}}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.query, "weather in Paris?");
+        assert_eq!(r.called, ["get_weather"]);
+        assert_eq!(r.choice, Choice { named: vec!["get_weather".into()], requires_tool: true });
+        assert!(r.stream);
+        let tools = r.tools.unwrap();
+        assert_eq!(&body[tools.offset..tools.offset + tools.raw.len()], tools.raw);
+    }
+
+    #[test]
+    fn choice_forms() {
+        let c = |s: &str| choice(&RawValue::from_string(s.into()).unwrap());
+        assert!(c(r#""required""#).requires_tool);
+        assert_eq!(c(r#""auto""#), Choice::default());
+        let allowed = c(r#"{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[
+            {"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}}"#);
+        assert_eq!(allowed, Choice { named: vec!["a".into(), "b".into()], requires_tool: true });
+    }
+
+    #[test]
+    fn missing_messages_is_bad_shape() {
+        assert_eq!(parse(r#"{"contents":[]}"#).unwrap_err(), Problem::BadShape);
+        assert_eq!(parse("{not json").unwrap_err(), Problem::MalformedJson);
+    }
+
+    #[test]
+    fn catalog_keeps_non_function_tools_as_builtin() {
+        let c = catalog(r#"[{"type":"function","function":{"name":"a","description":"A"}},
+            {"type":"custom","custom":{"name":"grammar"}},{"type":"function"}]"#).unwrap();
+        assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "a"));
+        assert_eq!(c.entries[1], Entry::Builtin);
+        assert_eq!(c.entries[2], Entry::Builtin);
+    }
+}

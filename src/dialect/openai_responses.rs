@@ -1,0 +1,162 @@
+//! OpenAI Responses: flat `{"type":"function","name",…}` tools, `input` as a string or a list
+//! of items, `tool_choice`.
+
+use super::schema::tool_text;
+use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::json::{Str, is_true};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_choice: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+}
+
+/// One input item: a message (`type` "message" or absent), a `function_call`, a
+/// `function_call_output`, or something we skip.
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+}
+
+pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+    let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
+    let input = parsed.input.ok_or(Problem::BadShape)?;
+    let mut called = Vec::new();
+    let query = if let Ok(text) = serde_json::from_str::<Str>(input.get()) {
+        text.into_owned()
+    } else {
+        let items: Vec<Item> = serde_json::from_str(input.get()).map_err(|e| Problem::of(&e))?;
+        for item in &items {
+            if let (Some("function_call"), Some(name)) = (item.kind.as_deref(), &item.name) {
+                note_call(&mut called, name);
+            }
+        }
+        items
+            .iter()
+            .rev()
+            .filter(|i| matches!(i.kind.as_deref(), None | Some("message")))
+            .filter(|i| i.role.as_deref() == Some("user"))
+            .filter_map(|i| i.content.map(|c| content_text(c, &["input_text"])))
+            .find(|t| !t.trim().is_empty())
+            .unwrap_or_default()
+    };
+    Ok(Request {
+        dialect: Dialect::OpenaiResponses,
+        query,
+        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
+        choice: parsed.tool_choice.map(choice).unwrap_or_default(),
+        called,
+        stream: is_true(parsed.stream),
+    })
+}
+
+/// `"required"`, `{"type":"function","name"}`, or
+/// `{"type":"allowed_tools","mode","tools":[{"type":"function","name"}]}`.
+fn choice(raw: &RawValue) -> Choice {
+    #[derive(Deserialize)]
+    struct Object<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        name: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        mode: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        tools: Vec<Object<'a>>,
+    }
+    let mut out = Choice::default();
+    if let Ok(mode) = serde_json::from_str::<Str>(raw.get()) {
+        out.requires_tool = mode == "required";
+        return out;
+    }
+    let Ok(obj) = serde_json::from_str::<Object>(raw.get()) else {
+        return out;
+    };
+    match obj.kind.as_deref() {
+        Some("function") => {
+            if let Some(name) = obj.name {
+                out.name(name);
+                out.requires_tool = true;
+            }
+        }
+        Some("allowed_tools") => {
+            out.requires_tool = obj.mode.as_deref() == Some("required");
+            for tool in obj.tools {
+                if let (Some("function"), Some(name)) = (tool.kind.as_deref(), tool.name) {
+                    out.name(name);
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+    #[derive(Deserialize)]
+    struct Tool<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Str<'a>>,
+        name: Option<String>,
+        description: Option<Value>,
+        parameters: Option<Value>,
+    }
+    super::flat_catalog(container, |raw| match serde_json::from_str::<Tool>(raw.get()) {
+        Ok(Tool { kind: Some(kind), name: Some(name), description, parameters })
+            if kind == "function" =>
+        {
+            Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()))
+        }
+        // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
+        _ => Entry::Builtin,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_input_is_the_query() {
+        let r = parse(r#"{"model":"m","input":"find flights","tools":[]}"#).unwrap();
+        assert_eq!(r.query, "find flights");
+        assert!(r.called.is_empty());
+    }
+
+    #[test]
+    fn item_input_reads_latest_user_text_and_calls() {
+        let body = r#"{"input":[
+            {"role":"user","content":"first question"},
+            {"type":"message","role":"user","content":[{"type":"input_text","text":"book a hotel"},{"type":"input_image","image_url":"x"}]},
+            {"type":"function_call","call_id":"c1","name":"search_hotels","arguments":"{}"},
+            {"type":"function_call_output","call_id":"c1","output":"[]"}
+        ],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"a"}]}}"#;
+        let r = parse(body).unwrap();
+        assert_eq!(r.query, "book a hotel");
+        assert_eq!(r.called, ["search_hotels"]);
+        assert_eq!(r.choice, Choice { named: vec!["a".into()], requires_tool: false });
+    }
+
+    #[test]
+    fn catalog_reads_flat_functions() {
+        let c = catalog(r#"[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}]"#).unwrap();
+        assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "f"));
+        assert_eq!(c.entries[1], Entry::Builtin);
+    }
+}

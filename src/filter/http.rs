@@ -1,0 +1,230 @@
+//! One HTTP request through the filter.
+//!
+//! Headers phase: decide whether the request is ours (POST to an LLM path, JSON, not
+//! compressed, not too large) and, if so, drop `content-length` (the body may shrink and Envoy
+//! does not fix the header; the upstream would wait for bytes that never come) and buffer.
+//! Body phase: at the end of the stream, run the pipeline and replace the body. Response
+//! headers: report what was done.
+
+use super::Shared;
+use crate::config::OnError;
+use crate::dialect::Dialect;
+use crate::pipeline::{RequestHeaders, Skip, Skipped, body_text, error_body, header_value};
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, BufferType, MapType};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
+
+pub struct Filter {
+    shared: Option<Rc<Shared>>,
+    /// Set while the request body is being buffered for us.
+    buffering: Option<Dialect>,
+    /// What happened, for the response headers.
+    outcome: Option<Outcome>,
+}
+
+enum Outcome {
+    Filtered {
+        kept: usize,
+        total: usize,
+        /// Kept tools in rank order, for the debug header.
+        kept_names: String,
+    },
+    Skipped(Skipped),
+}
+
+impl Filter {
+    pub fn new(shared: Option<Rc<Shared>>) -> Filter {
+        Filter { shared, buffering: None, outcome: None }
+    }
+
+    /// Reads the request headers the screening needs and screens them.
+    fn screen_headers(&self, shared: &Shared, end_of_stream: bool) -> Result<Dialect, Skip> {
+        let header = |name: &str| {
+            hostcalls::get_map_value(MapType::HttpRequestHeaders, name).map_err(|_| Skip::Internal)
+        };
+        let headers = RequestHeaders {
+            method: header(":method")?,
+            path: header(":path")?,
+            content_encoding: header("content-encoding")?,
+            content_type: header("content-type")?,
+            content_length: header("content-length")?,
+            end_of_stream,
+        };
+        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+        headers.screen(&engine.config)
+    }
+
+    /// Runs the pipeline over the buffered body and replaces it. Returns the action for the
+    /// body or trailers callback.
+    fn finish(&mut self, shared: &Shared, dialect: Dialect, body_size: usize) -> Action {
+        self.buffering = None;
+        let started = now();
+        let result = self.filter_body(shared, dialect, body_size);
+        if let (Some(start), Some(end)) = (started, now()) {
+            let micros = end.duration_since(start).unwrap_or(Duration::ZERO).as_micros();
+            shared.metrics.record(shared.metrics.filter_time_us, u64::try_from(micros).unwrap_or(u64::MAX));
+        }
+        match result {
+            Ok(()) => Action::Continue,
+            Err(skipped) => self.skip(shared, skipped),
+        }
+    }
+
+    fn filter_body(&mut self, shared: &Shared, dialect: Dialect, body_size: usize) -> Result<(), Skipped> {
+        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size)
+            .map_err(|_| Skip::Internal)?
+            .unwrap_or_default();
+        let text = body_text(&body)?;
+        let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
+        let analysis = engine.analyse(dialect, text)?;
+        let metrics = &shared.metrics;
+        metrics.add(
+            if analysis.cache_hit { metrics.catalog_cache_hits } else { metrics.catalog_cache_misses },
+            1,
+        );
+        let (kept, total) = (analysis.kept(), analysis.total());
+        if let Some(rewritten) = analysis.rewrite(text) {
+            hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body.len(), rewritten.as_bytes())
+                .map_err(|_| Skip::Internal)?;
+            metrics.add(metrics.rewritten, 1);
+        } else {
+            metrics.add(metrics.unchanged, 1);
+        }
+        let (tokens_before, tokens_after) = analysis.tokens_before_after();
+        metrics.add(metrics.tools_in, total);
+        metrics.add(metrics.tools_out, kept);
+        metrics.add(metrics.tokens_saved, tokens_before.saturating_sub(tokens_after));
+        // Prompts stay out of logs above debug level.
+        log::debug!(
+            "toolsift: {dialect} query={:?} kept {kept}/{total} catalog_cache_hit={}",
+            analysis.query,
+            analysis.cache_hit
+        );
+        let kept_names = if engine.config.debug { analysis.kept_names().join(",") } else { String::new() };
+        self.outcome = Some(Outcome::Filtered { kept, total, kept_names });
+        Ok(())
+    }
+
+    /// Lets a request through untouched, or answers it with a 400 under `on_error: reject`.
+    fn skip(&mut self, shared: &Shared, skipped: Skipped) -> Action {
+        self.buffering = None;
+        let metrics = &shared.metrics;
+        metrics.skipped(skipped.reason);
+        if let Some(n) = skipped.tools {
+            metrics.add(metrics.tools_in, n);
+            metrics.add(metrics.tools_out, n);
+        }
+        if skipped.reason != Skip::NotLlm {
+            self.outcome = Some(Outcome::Skipped(skipped));
+        }
+        let reject = skipped.reason.is_error()
+            && shared.engine.try_borrow().is_ok_and(|e| e.config.on_error == OnError::Reject);
+        if !reject {
+            return Action::Continue;
+        }
+        let body = error_body(skipped.reason);
+        let header = self.header_value();
+        let headers = vec![("content-type", "application/json"), ("x-toolsift", header.as_str())];
+        match hostcalls::send_http_response(400, headers, Some(body.as_bytes())) {
+            // The local reply ends the stream; nothing more goes upstream.
+            Ok(()) => Action::Pause,
+            Err(status) => {
+                log::warn!("cannot send the rejection: {status:?}");
+                Action::Continue
+            }
+        }
+    }
+}
+
+impl Filter {
+    fn header_value(&self) -> String {
+        match &self.outcome {
+            Some(Outcome::Filtered { kept, total, .. }) => header_value(*kept, *total, None),
+            Some(Outcome::Skipped(skipped)) => {
+                let n = skipped.tools;
+                header_value(n.unwrap_or(0), n.unwrap_or(0), Some(skipped))
+            }
+            None => String::new(),
+        }
+    }
+}
+
+impl Context for Filter {}
+
+impl HttpContext for Filter {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let Some(shared) = self.shared.clone() else {
+            return Action::Continue;
+        };
+        shared.metrics.add(shared.metrics.requests, 1);
+        match self.screen_headers(&shared, end_of_stream) {
+            Ok(dialect) => {
+                if let Err(status) =
+                    hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", None)
+                {
+                    log::warn!("cannot remove content-length: {status:?}");
+                    return self.skip(&shared, Skip::Internal.into());
+                }
+                self.buffering = Some(dialect);
+                // Continue, never Pause, from the headers phase: pausing here stalls the
+                // request until the idle timeout. The body callbacks do the buffering.
+                Action::Continue
+            }
+            Err(reason) => self.skip(&shared, reason.into()),
+        }
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
+            return Action::Continue;
+        };
+        // `body_size` is the size of everything buffered so far, not of this chunk.
+        let too_large = shared.engine.try_borrow().map_or(true, |e| body_size > e.config.max_body_bytes);
+        if too_large {
+            // Continue releases what was buffered and streams the rest through.
+            return self.skip(&shared, Skip::TooLarge.into());
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.finish(&shared, dialect, body_size)
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        // With trailers (HTTP/2, gRPC-web), the body callback never sees end_of_stream.
+        let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
+            return Action::Continue;
+        };
+        self.finish(&shared, dialect, usize::MAX)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(shared) = self.shared.as_ref() else {
+            return Action::Continue;
+        };
+        let Ok(engine) = shared.engine.try_borrow() else {
+            return Action::Continue;
+        };
+        if !engine.config.response_header || self.outcome.is_none() {
+            return Action::Continue;
+        }
+        let value = self.header_value();
+        add_response_header("x-toolsift", &value);
+        if let (true, Some(Outcome::Filtered { kept_names, .. })) = (engine.config.debug, &self.outcome) {
+            add_response_header("x-toolsift-tools", kept_names);
+        }
+        Action::Continue
+    }
+}
+
+fn add_response_header(name: &str, value: &str) {
+    if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
+        log::debug!("cannot add {name}: {status:?}");
+    }
+}
+
+fn now() -> Option<SystemTime> {
+    hostcalls::get_current_time().ok()
+}

@@ -1,0 +1,72 @@
+//! The filter's Envoy stats. Names are fixed and documented in README.md; Envoy shows them as
+//! `wasmcustom.<name>` in `/stats` and as `<name>` with `_` for `.` in `/stats/prometheus`.
+
+use crate::pipeline::Skip;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{MetricType, Status};
+
+pub struct Metrics {
+    pub requests: u32,
+    pub rewritten: u32,
+    pub unchanged: u32,
+    pub errors: u32,
+    pub tools_in: u32,
+    pub tools_out: u32,
+    pub tokens_saved: u32,
+    pub catalog_cache_hits: u32,
+    pub catalog_cache_misses: u32,
+    pub filter_time_us: u32,
+    /// One counter per [`Skip`], in [`Skip::ALL`] order.
+    skipped: Vec<u32>,
+}
+
+impl Metrics {
+    pub fn define() -> Result<Metrics, Status> {
+        let counter = |name: &str| hostcalls::define_metric(MetricType::Counter, name);
+        let skipped = Skip::ALL
+            .iter()
+            .map(|s| counter(&format!("toolsift.skipped.{}", s.name())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Metrics {
+            requests: counter("toolsift.requests")?,
+            rewritten: counter("toolsift.rewritten")?,
+            unchanged: counter("toolsift.unchanged")?,
+            errors: counter("toolsift.errors")?,
+            tools_in: counter("toolsift.tools_in")?,
+            tools_out: counter("toolsift.tools_out")?,
+            tokens_saved: counter("toolsift.tokens_saved")?,
+            catalog_cache_hits: counter("toolsift.catalog_cache.hits")?,
+            catalog_cache_misses: counter("toolsift.catalog_cache.misses")?,
+            filter_time_us: hostcalls::define_metric(MetricType::Histogram, "toolsift.filter_time_us")?,
+            skipped,
+        })
+    }
+
+    /// Adds to a counter. A failed stats call must never fail a request, so errors are only
+    /// logged.
+    pub fn add(&self, metric: u32, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        if let Err(status) = hostcalls::increment_metric(metric, n) {
+            log::debug!("increment_metric({metric}) failed: {status:?}");
+        }
+    }
+
+    pub fn record(&self, metric: u32, value: u64) {
+        if let Err(status) = hostcalls::record_metric(metric, value) {
+            log::debug!("record_metric({metric}) failed: {status:?}");
+        }
+    }
+
+    pub fn skipped(&self, reason: Skip) {
+        let position = Skip::ALL.iter().position(|s| *s == reason);
+        if let Some(&metric) = position.and_then(|p| self.skipped.get(p)) {
+            self.add(metric, 1);
+        }
+        if reason.is_error() {
+            self.add(self.errors, 1);
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! toolsift: cut the `tools` array of LLM requests to the tools the user's question needs.
+//!
+//! Data flow (each step is a module):
+//! request bytes → [`dialect`] (find the query, the tools, the pinned tools)
+//! → [`rank`] (BM25 channel over a cached per-catalog index)
+//! → [`select`] (top_k, min_score, token budget, pins)
+//! → [`rewrite`] (splice the kept tools back into the original bytes) → bytes.
+//!
+//! [`pipeline`] runs those steps for one body; it is pure Rust and shared by the
+//! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI.
+
+pub mod config;
+pub mod dialect;
+pub mod json;
+pub mod pipeline;
+pub mod rank;
+pub mod rewrite;
+pub mod select;
+pub mod text;
+
+#[cfg(target_arch = "wasm32")]
+mod filter;

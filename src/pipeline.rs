@@ -1,0 +1,378 @@
+//! One request body, end to end: dialect → catalog (cached) → ranking → selection → rewrite.
+//! Pure Rust, no proxy-wasm: the filter and the CLI run exactly this.
+
+use crate::config::Config;
+use crate::dialect::{Dialect, Problem};
+use crate::rank::{Catalog, CatalogCache, FieldWeights};
+use crate::rewrite::{rebuild_container, splice};
+use crate::select::{Selection, select};
+use std::ops::Range;
+use std::rc::Rc;
+
+/// Why a request went upstream unchanged. The names are part of the stats (`toolsift.skipped.*`)
+/// and of the `x-toolsift` header, so they never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// Not a POST to a known LLM API path.
+    NotLlm,
+    /// No body.
+    NoBody,
+    /// The request has no function tools.
+    NoTools,
+    /// The request has `min_tools` function tools or fewer.
+    FewTools,
+    MalformedJson,
+    /// JSON, but not the shape of its dialect.
+    BadShape,
+    /// Larger than `max_body_bytes`.
+    TooLarge,
+    /// `content-encoding` other than identity.
+    Compressed,
+    /// A `content-type` that is not JSON.
+    ContentType,
+    /// A host call failed; never expected.
+    Internal,
+}
+
+impl Skip {
+    pub const ALL: [Skip; 10] = [
+        Skip::NotLlm,
+        Skip::NoBody,
+        Skip::NoTools,
+        Skip::FewTools,
+        Skip::MalformedJson,
+        Skip::BadShape,
+        Skip::TooLarge,
+        Skip::Compressed,
+        Skip::ContentType,
+        Skip::Internal,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Skip::NotLlm => "not_llm",
+            Skip::NoBody => "no_body",
+            Skip::NoTools => "no_tools",
+            Skip::FewTools => "few_tools",
+            Skip::MalformedJson => "malformed_json",
+            Skip::BadShape => "bad_shape",
+            Skip::TooLarge => "too_large",
+            Skip::Compressed => "compressed",
+            Skip::ContentType => "content_type",
+            Skip::Internal => "internal",
+        }
+    }
+
+    /// Errors are requests toolsift should have been able to read; `on_error` applies to them.
+    /// The others are requests with nothing to do.
+    pub fn is_error(self) -> bool {
+        !matches!(self, Skip::NotLlm | Skip::NoBody | Skip::NoTools | Skip::FewTools)
+    }
+}
+
+impl From<Problem> for Skip {
+    fn from(p: Problem) -> Skip {
+        match p {
+            Problem::MalformedJson => Skip::MalformedJson,
+            Problem::BadShape => Skip::BadShape,
+        }
+    }
+}
+
+/// A request that passed through, and how many function tools it had if that is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub reason: Skip,
+    pub tools: Option<usize>,
+}
+
+impl From<Skip> for Skipped {
+    fn from(reason: Skip) -> Skipped {
+        Skipped { reason, tools: None }
+    }
+}
+
+impl From<Problem> for Skipped {
+    fn from(p: Problem) -> Skipped {
+        Skip::from(p).into()
+    }
+}
+
+/// Everything decided about one body.
+pub struct Analysis {
+    pub dialect: Dialect,
+    pub query: String,
+    pub catalog: Rc<Catalog>,
+    /// The catalog index came from the cache.
+    pub cache_hit: bool,
+    pub selection: Selection,
+    /// Where the tools container sits in the body.
+    pub container: Range<usize>,
+    pub stream: bool,
+}
+
+impl Analysis {
+    pub fn total(&self) -> usize {
+        self.selection.decisions.len()
+    }
+
+    pub fn kept(&self) -> usize {
+        self.selection.kept_count()
+    }
+
+    /// Names of the kept function tools, best ranked first.
+    pub fn kept_names(&self) -> Vec<&str> {
+        self.selection
+            .decisions
+            .iter()
+            .filter(|d| d.verdict.kept())
+            .filter_map(|d| self.catalog.name(d.entry))
+            .collect()
+    }
+
+    /// Estimated tokens of the function tools before and after selection.
+    pub fn tokens_before_after(&self) -> (usize, usize) {
+        let (kept, total) = self.selection.tokens(&self.catalog);
+        (total, kept)
+    }
+
+    /// The body with the dropped tools spliced out, or `None` when every tool is kept (the
+    /// original body then goes upstream as it is).
+    pub fn rewrite(&self, body: &str) -> Option<String> {
+        if self.kept() == self.total() {
+            return None;
+        }
+        let container = body.get(self.container.clone())?;
+        let rebuilt = rebuild_container(container, &self.catalog.draft, &self.selection.keep);
+        splice(body, self.container.clone(), &rebuilt)
+    }
+}
+
+/// The request headers that decide whether toolsift reads a request at all.
+#[derive(Debug, Default, Clone)]
+pub struct RequestHeaders {
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_type: Option<String>,
+    pub content_length: Option<String>,
+    /// The request has no body.
+    pub end_of_stream: bool,
+}
+
+impl RequestHeaders {
+    /// The dialect to read the body as, or why the request goes through unread.
+    pub fn screen(&self, config: &Config) -> Result<Dialect, Skip> {
+        if self.method.as_deref() != Some("POST") {
+            return Err(Skip::NotLlm);
+        }
+        let path = self.path.as_deref().unwrap_or_default();
+        let dialect = config.dialect.resolve(path).ok_or(Skip::NotLlm)?;
+        if self.end_of_stream {
+            return Err(Skip::NoBody);
+        }
+        if let Some(encoding) = &self.content_encoding {
+            if !encoding.trim().eq_ignore_ascii_case("identity") {
+                return Err(Skip::Compressed);
+            }
+        }
+        if let Some(content_type) = &self.content_type {
+            if !is_json(content_type) {
+                return Err(Skip::ContentType);
+            }
+        }
+        if let Some(length) = &self.content_length {
+            if length.trim().parse::<usize>().is_ok_and(|n| n > config.max_body_bytes) {
+                return Err(Skip::TooLarge);
+            }
+        }
+        Ok(dialect)
+    }
+}
+
+/// `application/json`, `application/json; charset=utf-8`, `application/vnd.foo+json`.
+fn is_json(content_type: &str) -> bool {
+    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    media == "application/json" || media.ends_with("+json")
+}
+
+/// The `x-toolsift` header: `kept=5 total=60`, `kept=12 total=12 skipped=few_tools`, or
+/// `skipped=compressed` when the tools were never counted.
+pub fn header_value(kept: usize, total: usize, skipped: Option<&Skipped>) -> String {
+    match skipped {
+        None => format!("kept={kept} total={total}"),
+        Some(Skipped { reason, tools: Some(n) }) => format!("kept={n} total={n} skipped={}", reason.name()),
+        Some(Skipped { reason, tools: None }) => format!("skipped={}", reason.name()),
+    }
+}
+
+/// The JSON error body of `on_error: reject`, in the OpenAI error shape most clients parse.
+pub fn error_body(reason: Skip) -> String {
+    let message = match reason {
+        Skip::MalformedJson => "the request body is not valid JSON",
+        Skip::BadShape => "the request body is not a request of this API",
+        Skip::TooLarge => "the request body is larger than max_body_bytes",
+        Skip::Compressed => "compressed request bodies cannot be filtered",
+        Skip::ContentType => "the request body is not JSON",
+        _ => "the request could not be filtered",
+    };
+    serde_json::json!({
+        "error": {
+            "type": "toolsift_error",
+            "code": reason.name(),
+            "message": format!("toolsift: {message}"),
+        }
+    })
+    .to_string()
+}
+
+/// A request body as text; JSON is UTF-8, so anything else is malformed.
+pub fn body_text(body: &[u8]) -> Result<&str, Skipped> {
+    std::str::from_utf8(body).map_err(|_| Skip::MalformedJson.into())
+}
+
+/// The configuration and the per-worker catalog cache.
+pub struct Engine {
+    pub config: Config,
+    pub weights: FieldWeights,
+    cache: CatalogCache,
+}
+
+impl Engine {
+    pub fn new(config: Config) -> Engine {
+        let cache = CatalogCache::new(config.catalog_cache_size);
+        Engine { config, weights: FieldWeights::default(), cache }
+    }
+
+    /// Reads, ranks and selects the tools of one body.
+    /// `body` is the request body as text: bytes that are not UTF-8 are [`Skip::MalformedJson`]
+    /// (see [`body_text`]).
+    pub fn analyse(&mut self, dialect: Dialect, body: &str) -> Result<Analysis, Skipped> {
+        let request = dialect.parse(body)?;
+        let container = request.tools.ok_or(Skip::NoTools)?;
+        let (catalog, cache_hit) =
+            self.cache.get_or_build(dialect, container.raw, self.weights)?;
+        let total = catalog.function_count();
+        if total == 0 {
+            return Err(Skipped { reason: Skip::NoTools, tools: Some(0) });
+        }
+        if total <= self.config.min_tools {
+            return Err(Skipped { reason: Skip::FewTools, tools: Some(total) });
+        }
+        let ranking = catalog.index.rank(&request.query);
+        let selection = select(&self.config, &catalog, &ranking, &request.choice, &request.called);
+        Ok(Analysis {
+            dialect,
+            query: request.query,
+            catalog,
+            cache_hit,
+            selection,
+            container: container.offset..container.offset + container.raw.len(),
+            stream: request.stream,
+        })
+    }
+
+    pub fn cached_catalogs(&self) -> usize {
+        self.cache.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_body(n: usize, query: &str) -> String {
+        let tools: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"type":"function","function":{{"name":"tool_{i}","description":"Does thing number {i}","parameters":{{"type":"object","properties":{{"x":{{"type":"integer"}}}}}}}}}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"model":"gpt","messages":[{{"role":"user","content":"{query}"}}],"temperature":0.10,"tools":[{}],"tool_choice":"auto"}}"#,
+            tools.join(", ")
+        )
+    }
+
+    #[test]
+    fn rewrites_only_the_tools_array() {
+        let mut engine = Engine::new(Config::from_json(br#"{"top_k":2,"min_tools":3}"#).unwrap());
+        let body = chat_body(10, "run thing number 7");
+        let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        assert_eq!((analysis.kept(), analysis.total()), (2, 10));
+        assert_eq!(analysis.kept_names()[0], "tool_7");
+        let out = analysis.rewrite(&body).unwrap();
+        let prefix = &body[..analysis.container.start];
+        let suffix = &body[analysis.container.end..];
+        assert!(out.starts_with(prefix) && out.ends_with(suffix));
+        assert!(out.contains(r#""temperature":0.10"#), "numbers are not reformatted");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["tools"].as_array().unwrap().len(), 2);
+        // Same input, same output; the second time the catalog comes from the cache.
+        let again = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        assert!(again.cache_hit && !analysis.cache_hit);
+        assert_eq!(again.rewrite(&body).unwrap(), out);
+    }
+
+    #[test]
+    fn skips_with_reasons() {
+        let mut engine = Engine::new(Config::default());
+        let few = chat_body(20, "x");
+        let err = engine.analyse(Dialect::OpenaiChat, &few).err().unwrap();
+        assert_eq!(err, Skipped { reason: Skip::FewTools, tools: Some(20) });
+        let none = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        assert_eq!(engine.analyse(Dialect::OpenaiChat, none).err().unwrap().reason, Skip::NoTools);
+        assert_eq!(engine.analyse(Dialect::OpenaiChat, "{\"messages\":").err().unwrap().reason, Skip::MalformedJson);
+        assert_eq!(engine.analyse(Dialect::OpenaiChat, "[1,2]").err().unwrap().reason, Skip::BadShape);
+        assert_eq!(body_text(&[0xff, 0xfe]).err().unwrap().reason, Skip::MalformedJson);
+        let bad_tools = r#"{"messages":[],"tools":{"a":1}}"#;
+        assert_eq!(engine.analyse(Dialect::OpenaiChat, bad_tools).err().unwrap().reason, Skip::BadShape);
+    }
+
+    #[test]
+    fn screens_headers() {
+        let config = Config::default();
+        let post = |path: &str| RequestHeaders {
+            method: Some("POST".into()),
+            path: Some(path.into()),
+            content_type: Some("application/json; charset=utf-8".into()),
+            ..Default::default()
+        };
+        assert_eq!(post("/v1/messages").screen(&config), Ok(Dialect::Anthropic));
+        assert_eq!(post("/healthz").screen(&config), Err(Skip::NotLlm));
+        let get = RequestHeaders { method: Some("GET".into()), ..post("/v1/chat/completions") };
+        assert_eq!(get.screen(&config), Err(Skip::NotLlm));
+        let gzip = RequestHeaders { content_encoding: Some("gzip".into()), ..post("/v1/responses") };
+        assert_eq!(gzip.screen(&config), Err(Skip::Compressed));
+        let identity = RequestHeaders { content_encoding: Some("Identity".into()), ..post("/v1/responses") };
+        assert_eq!(identity.screen(&config), Ok(Dialect::OpenaiResponses));
+        let form = RequestHeaders { content_type: Some("multipart/form-data".into()), ..post("/v1/responses") };
+        assert_eq!(form.screen(&config), Err(Skip::ContentType));
+        let vendor = RequestHeaders { content_type: Some("application/vnd.api+json".into()), ..post("/v1/responses") };
+        assert_eq!(vendor.screen(&config), Ok(Dialect::OpenaiResponses));
+        let big = RequestHeaders { content_length: Some("99999999999".into()), ..post("/v1/responses") };
+        assert_eq!(big.screen(&config), Err(Skip::TooLarge));
+        let empty = RequestHeaders { end_of_stream: true, ..post("/v1/responses") };
+        assert_eq!(empty.screen(&config), Err(Skip::NoBody));
+    }
+
+    #[test]
+    fn reports() {
+        assert_eq!(header_value(5, 60, None), "kept=5 total=60");
+        let few = Skipped { reason: Skip::FewTools, tools: Some(12) };
+        assert_eq!(header_value(0, 0, Some(&few)), "kept=12 total=12 skipped=few_tools");
+        assert_eq!(header_value(0, 0, Some(&Skip::Compressed.into())), "skipped=compressed");
+        let err: serde_json::Value = serde_json::from_str(&error_body(Skip::MalformedJson)).unwrap();
+        assert_eq!(err["error"]["code"], "malformed_json");
+        assert!(err["error"]["message"].as_str().unwrap().starts_with("toolsift:"));
+    }
+
+    #[test]
+    fn skip_names_are_unique() {
+        let mut names: Vec<&str> = Skip::ALL.iter().map(|s| s.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Skip::ALL.len());
+    }
+}

@@ -1,0 +1,262 @@
+//! Ranking: BM25 over each function tool's name, description and parameters, with an index
+//! built once per distinct tools array and kept in a small LRU cache, so the agent that sends
+//! the same catalog every turn pays for indexing once.
+
+use crate::dialect::{CatalogDraft, Dialect, Entry, Problem, ToolText};
+use bm25::{Embedder, EmbedderBuilder, Scorer, Tokenizer};
+use std::rc::Rc;
+
+/// How many times each field's text counts. Repeating a field raises its term frequency the way
+/// BM25F field weights do: a word in the name says more than the same word in a parameter's
+/// description.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldWeights {
+    pub name: usize,
+    pub description: usize,
+    pub params: usize,
+}
+
+impl Default for FieldWeights {
+    fn default() -> Self {
+        FieldWeights { name: 3, description: 2, params: 1 }
+    }
+}
+
+/// BM25 parameters: term-frequency saturation and length normalisation.
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+/// Our tokenizer ([`crate::text`]) behind the `bm25` crate's trait.
+#[derive(Default, Clone, Copy)]
+pub struct Terms;
+
+impl Tokenizer for Terms {
+    fn tokenize(&self, input_text: &str) -> Vec<String> {
+        crate::text::terms(input_text)
+    }
+}
+
+/// A BM25 index over the function tools of one catalog.
+pub struct Index {
+    embedder: Embedder<u32, Terms>,
+    scorer: Scorer<u32>,
+    /// Entry index (in the catalog) of each document, in catalog order.
+    documents: Vec<usize>,
+}
+
+/// One function tool's place in a ranking.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scored {
+    /// Index in the catalog's entries.
+    pub entry: usize,
+    pub score: f32,
+}
+
+impl Index {
+    pub fn build(entries: &[Entry], weights: FieldWeights) -> Index {
+        let mut docs = Vec::new();
+        let mut documents = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            if let Entry::Function(text) = entry {
+                docs.push(document_terms(text, weights));
+                documents.push(i);
+            }
+        }
+        let total: usize = docs.iter().map(Vec::len).sum();
+        let avgdl = if docs.is_empty() { 1.0 } else { total as f32 / docs.len() as f32 };
+        let embedder = EmbedderBuilder::<u32, Terms>::with_avgdl(avgdl.max(1.0))
+            .k1(K1)
+            .b(B)
+            .build();
+        let mut scorer = Scorer::new();
+        for (doc, terms) in (0u32..).zip(&docs) {
+            // The terms are already normalised; joining them and letting the tokenizer split
+            // them again gives the same terms (normalisation is idempotent).
+            scorer.upsert(&doc, embedder.embed(&terms.join(" ")));
+        }
+        Index { embedder, scorer, documents }
+    }
+
+    /// Every function tool, best first; equal scores keep catalog order.
+    pub fn rank(&self, query: &str) -> Vec<Scored> {
+        let mut scores = vec![0f32; self.documents.len()];
+        for hit in self.scorer.matches(&self.embedder.embed(query)) {
+            if let Some(s) = scores.get_mut(hit.id as usize) {
+                *s = hit.score;
+            }
+        }
+        let mut ranked: Vec<Scored> = self
+            .documents
+            .iter()
+            .zip(scores)
+            .map(|(&entry, score)| Scored { entry, score })
+            .collect();
+        // Stable sort: ties stay in catalog order.
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
+        ranked
+    }
+}
+
+fn document_terms(text: &ToolText, weights: FieldWeights) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut add = |field: &str, times: usize| {
+        if times == 0 {
+            return;
+        }
+        let terms = crate::text::terms(field);
+        for _ in 0..times {
+            out.extend(terms.iter().cloned());
+        }
+    };
+    add(&text.name, weights.name);
+    add(&text.description, weights.description);
+    for p in &text.params {
+        add(p, weights.params);
+    }
+    out
+}
+
+/// A tools container, read and indexed: everything selection and rewriting need that depends
+/// only on the container's bytes.
+pub struct Catalog {
+    pub draft: CatalogDraft,
+    pub index: Index,
+    /// Estimated tokens of each entry: bytes / 4, rounded up.
+    pub tokens: Vec<usize>,
+}
+
+impl Catalog {
+    pub fn build(dialect: Dialect, container: &str, weights: FieldWeights) -> Result<Catalog, Problem> {
+        let draft = dialect.catalog(container)?;
+        let index = Index::build(&draft.entries, weights);
+        let tokens = draft.sizes.iter().map(|&bytes| estimate_tokens(bytes)).collect();
+        Ok(Catalog { draft, index, tokens })
+    }
+
+    pub fn function_count(&self) -> usize {
+        self.index.documents.len()
+    }
+
+    pub fn name(&self, entry: usize) -> Option<&str> {
+        match self.draft.entries.get(entry) {
+            Some(Entry::Function(t)) => Some(&t.name),
+            _ => None,
+        }
+    }
+}
+
+/// The cheap token estimate used in the filter's stats: characters / 4.
+pub fn estimate_tokens(bytes: usize) -> usize {
+    bytes.div_ceil(4)
+}
+
+/// A least-recently-used cache of catalogs keyed by dialect and a 128-bit hash of the container
+/// bytes. Per worker: proxy-wasm VMs are single-threaded, so no locking.
+pub struct CatalogCache {
+    capacity: usize,
+    /// Most recently used last.
+    entries: Vec<(CacheKey, Rc<Catalog>)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct CacheKey {
+    dialect: Dialect,
+    hash: u128,
+    len: usize,
+}
+
+impl CatalogCache {
+    pub fn new(capacity: usize) -> Self {
+        CatalogCache { capacity, entries: Vec::new() }
+    }
+
+    /// The catalog of `container`, from the cache or built (and cached) now. The flag says
+    /// whether it was a cache hit.
+    pub fn get_or_build(
+        &mut self,
+        dialect: Dialect,
+        container: &str,
+        weights: FieldWeights,
+    ) -> Result<(Rc<Catalog>, bool), Problem> {
+        let key = CacheKey {
+            dialect,
+            hash: xxhash_rust::xxh3::xxh3_128(container.as_bytes()),
+            len: container.len(),
+        };
+        if let Some(pos) = self.entries.iter().position(|(k, _)| *k == key) {
+            let hit = self.entries.remove(pos);
+            let catalog = Rc::clone(&hit.1);
+            self.entries.push(hit);
+            return Ok((catalog, true));
+        }
+        let catalog = Rc::new(Catalog::build(dialect, container, weights)?);
+        if self.capacity > 0 {
+            if self.entries.len() >= self.capacity {
+                self.entries.remove(0);
+            }
+            self.entries.push((key, Rc::clone(&catalog)));
+        }
+        Ok((catalog, false))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(name: &str, description: &str, params: &[&str]) -> Entry {
+        Entry::Function(ToolText {
+            name: name.into(),
+            description: description.into(),
+            params: params.iter().map(|p| p.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn name_matches_outrank_parameter_matches() {
+        let entries = vec![
+            function("create_calendar_event", "Adds an event", &["title", "attendees"]),
+            function("send_email", "Sends an email", &["to", "subject", "calendar"]),
+            Entry::Builtin,
+            function("get_weather", "Current weather for a city", &["city"]),
+        ];
+        let index = Index::build(&entries, FieldWeights::default());
+        let ranked = index.rank("put a meeting on my calendar");
+        assert_eq!(ranked[0].entry, 0);
+        assert_eq!(ranked[1].entry, 1);
+        assert_eq!(ranked[2], Scored { entry: 3, score: 0.0 });
+        assert_eq!(ranked.len(), 3, "built-ins are not ranked");
+    }
+
+    #[test]
+    fn ties_keep_catalog_order() {
+        let entries = vec![function("a_tool", "", &[]), function("b_tool", "", &[])];
+        let index = Index::build(&entries, FieldWeights::default());
+        let ranked: Vec<usize> = index.rank("nothing matches").iter().map(|s| s.entry).collect();
+        assert_eq!(ranked, [0, 1]);
+    }
+
+    #[test]
+    fn cache_hits_and_evicts_least_recent() {
+        let mut cache = CatalogCache::new(2);
+        let w = FieldWeights::default();
+        let a = r#"[{"name":"a"}]"#;
+        let b = r#"[{"name":"b"}]"#;
+        let c = r#"[{"name":"c"}]"#;
+        assert!(!cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1);
+        assert!(cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1);
+        assert!(!cache.get_or_build(Dialect::OpenaiResponses, a, w).unwrap().1, "dialect is part of the key");
+        assert!(!cache.get_or_build(Dialect::Anthropic, b, w).unwrap().1);
+        assert!(!cache.get_or_build(Dialect::Anthropic, c, w).unwrap().1);
+        assert_eq!(cache.len(), 2);
+        assert!(!cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1, "a was evicted");
+    }
+}

@@ -1,0 +1,263 @@
+//! Selection: which function tools survive, and why each one did or did not.
+//!
+//! Pinned tools (named by `tool_choice`, already called in the conversation, or matching
+//! `always_include`) are always kept and do not count against `top_k`. The rest are taken in
+//! rank order up to `top_k`, skipping those under `min_score` and stopping at the token budget,
+//! but never leaving the request with no tool at all: some APIs reject an empty tools array, and
+//! `tool_choice: required` needs something to call.
+
+use crate::config::Config;
+use crate::dialect::{Choice, Entry};
+use crate::rank::{Catalog, Scored};
+use std::fmt;
+
+/// Why a tool was kept or dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Kept: within `top_k` by rank.
+    Ranked,
+    /// Kept: named by `tool_choice` or its dialect's equivalent.
+    ToolChoice,
+    /// Kept: the conversation already called it.
+    Called,
+    /// Kept: matches `always_include`.
+    AlwaysInclude,
+    /// Dropped: ranked below `top_k`.
+    BelowTopK,
+    /// Dropped: scored under `min_score`.
+    BelowMinScore,
+    /// Dropped: would exceed `max_tool_tokens`.
+    OverBudget,
+}
+
+impl Verdict {
+    pub fn kept(self) -> bool {
+        matches!(
+            self,
+            Verdict::Ranked | Verdict::ToolChoice | Verdict::Called | Verdict::AlwaysInclude
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ranked => "ranked",
+            Verdict::ToolChoice => "pinned by tool_choice",
+            Verdict::Called => "called in history",
+            Verdict::AlwaysInclude => "always_include",
+            Verdict::BelowTopK => "below top_k",
+            Verdict::BelowMinScore => "below min_score",
+            Verdict::OverBudget => "over budget",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One function tool's outcome.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    pub entry: usize,
+    /// 1-based place in the ranking.
+    pub rank: usize,
+    pub score: f32,
+    pub verdict: Verdict,
+}
+
+/// The outcome for a whole catalog.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// Per function tool, in rank order.
+    pub decisions: Vec<Decision>,
+    /// Per catalog entry: whether it goes upstream (built-ins always do).
+    pub keep: Vec<bool>,
+}
+
+impl Selection {
+    pub fn kept_count(&self) -> usize {
+        self.decisions.iter().filter(|d| d.verdict.kept()).count()
+    }
+
+    /// Estimated tokens of the kept function tools, and of all function tools.
+    pub fn tokens(&self, catalog: &Catalog) -> (usize, usize) {
+        let mut kept = 0;
+        let mut total = 0;
+        for d in &self.decisions {
+            let t = catalog.tokens.get(d.entry).copied().unwrap_or(0);
+            total += t;
+            if d.verdict.kept() {
+                kept += t;
+            }
+        }
+        (kept, total)
+    }
+}
+
+/// Decides, for a ranking of `catalog`, which tools go upstream.
+pub fn select(
+    config: &Config,
+    catalog: &Catalog,
+    ranking: &[Scored],
+    choice: &Choice,
+    called: &[String],
+) -> Selection {
+    let pin = |entry: usize| -> Option<Verdict> {
+        let name = catalog.name(entry)?;
+        if choice.named.iter().any(|n| n == name) {
+            Some(Verdict::ToolChoice)
+        } else if called.iter().any(|n| n == name) {
+            Some(Verdict::Called)
+        } else if config.always_includes(name) {
+            Some(Verdict::AlwaysInclude)
+        } else {
+            None
+        }
+    };
+    let tokens = |entry: usize| catalog.tokens.get(entry).copied().unwrap_or(0);
+
+    let pins: Vec<Option<Verdict>> = ranking.iter().map(|s| pin(s.entry)).collect();
+    let mut kept = pins.iter().filter(|p| p.is_some()).count();
+    let mut budget_used: usize = ranking
+        .iter()
+        .zip(&pins)
+        .filter(|(_, p)| p.is_some())
+        .map(|(s, _)| tokens(s.entry))
+        .sum();
+    let mut ranked_kept = 0;
+    let mut budget_exhausted = false;
+
+    let mut decisions = Vec::with_capacity(ranking.len());
+    for (i, (scored, pinned)) in ranking.iter().zip(&pins).enumerate() {
+        let verdict = match *pinned {
+            Some(v) => v,
+            None if ranked_kept >= config.top_k => Verdict::BelowTopK,
+            // The first kept tool is exempt from min_score and the budget: never zero tools.
+            None if kept > 0 && config.min_score.is_some_and(|m| scored.score < m) => {
+                Verdict::BelowMinScore
+            }
+            None if kept > 0
+                && (budget_exhausted
+                    || config
+                        .max_tool_tokens
+                        .is_some_and(|max| budget_used + tokens(scored.entry) > max)) =>
+            {
+                // Stop at the first tool that does not fit, so rank order is respected.
+                budget_exhausted = true;
+                Verdict::OverBudget
+            }
+            None => {
+                ranked_kept += 1;
+                kept += 1;
+                budget_used += tokens(scored.entry);
+                Verdict::Ranked
+            }
+        };
+        decisions.push(Decision {
+            entry: scored.entry,
+            rank: i + 1,
+            score: scored.score,
+            verdict,
+        });
+    }
+
+    let mut keep: Vec<bool> = catalog
+        .draft
+        .entries
+        .iter()
+        .map(|e| matches!(e, Entry::Builtin))
+        .collect();
+    for d in decisions.iter().filter(|d| d.verdict.kept()) {
+        if let Some(k) = keep.get_mut(d.entry) {
+            *k = true;
+        }
+    }
+    Selection { decisions, keep }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::Dialect;
+    use crate::rank::FieldWeights;
+
+    /// A catalog of `n` Anthropic tools `t0…`, each `size` bytes of JSON or so.
+    fn catalog(names: &[&str]) -> Catalog {
+        let tools: Vec<String> = names
+            .iter()
+            .map(|n| format!(r#"{{"name":"{n}","description":"tool {n}"}}"#))
+            .collect();
+        Catalog::build(Dialect::Anthropic, &format!("[{}]", tools.join(",")), FieldWeights::default())
+            .unwrap()
+    }
+
+    fn kept_names(c: &Catalog, s: &Selection) -> Vec<String> {
+        let mut names: Vec<String> = s
+            .decisions
+            .iter()
+            .filter(|d| d.verdict.kept())
+            .map(|d| c.name(d.entry).unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn config(json: &str) -> Config {
+        Config::from_json(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn top_k_plus_pins() {
+        let c = catalog(&["alpha", "beta", "gamma", "delta", "search_web", "search_docs"]);
+        let ranking = c.index.rank("gamma delta beta");
+        let choice = Choice { named: vec!["alpha".into()], requires_tool: true };
+        let s = select(
+            &config(r#"{"top_k":2,"always_include":["search_*"]}"#),
+            &c,
+            &ranking,
+            &choice,
+            &["beta".into()],
+        );
+        // beta is pinned (called), so top_k=2 takes gamma and delta by rank.
+        assert_eq!(
+            kept_names(&c, &s),
+            ["alpha", "beta", "delta", "gamma", "search_docs", "search_web"]
+        );
+        let verdict = |name: &str| {
+            s.decisions.iter().find(|d| c.name(d.entry) == Some(name)).unwrap().verdict
+        };
+        assert_eq!(verdict("alpha"), Verdict::ToolChoice);
+        assert_eq!(verdict("beta"), Verdict::Called);
+        assert_eq!(verdict("search_web"), Verdict::AlwaysInclude);
+        assert_eq!(verdict("gamma"), Verdict::Ranked);
+    }
+
+    #[test]
+    fn min_score_never_leaves_zero_tools() {
+        let c = catalog(&["alpha", "beta", "gamma"]);
+        let ranking = c.index.rank("nothing relevant");
+        let s = select(&config(r#"{"min_score":5}"#), &c, &ranking, &Choice::default(), &[]);
+        assert_eq!(s.kept_count(), 1);
+        assert_eq!(s.decisions[0].verdict, Verdict::Ranked);
+        assert_eq!(s.decisions[1].verdict, Verdict::BelowMinScore);
+    }
+
+    #[test]
+    fn budget_stops_at_first_tool_that_does_not_fit() {
+        let c = catalog(&["alpha", "bravo", "gamma", "delta"]);
+        let each = c.tokens[0];
+        let ranking = c.index.rank("delta gamma");
+        let cfg = config(&format!(r#"{{"max_tool_tokens":{}}}"#, each * 2));
+        let s = select(&cfg, &c, &ranking, &Choice::default(), &[]);
+        let verdicts: Vec<Verdict> = s.decisions.iter().map(|d| d.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::Ranked, Verdict::Ranked, Verdict::OverBudget, Verdict::OverBudget]
+        );
+        assert_eq!(s.keep, [false, false, true, true]);
+        let (kept, total) = s.tokens(&c);
+        assert_eq!((kept, total), (each * 2, each * 4));
+    }
+}

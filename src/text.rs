@@ -1,0 +1,173 @@
+//! Text → terms, the same way for tool text and for the user's query.
+//!
+//! Tool names are identifiers (`send_slack_message`, `getStockQuote`, `HTTPRequest`), so words are
+//! split at `_`, `-`, digits and case changes as well as at spaces and punctuation. Terms are
+//! lowercased, a few function words are dropped, and plurals are folded lightly so "messages"
+//! meets "message" without a stemmer's surprises.
+
+/// Words that say nothing about which tool is meant. Kept short on purpose: words such as "get",
+/// "list" or "create" carry intent in tool names and stay.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from", "i",
+    "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "please", "so",
+    "that", "the", "their", "them", "then", "there", "these", "this", "those", "to", "us", "was",
+    "we", "were", "what", "which", "will", "with", "would", "you", "your",
+];
+
+/// Splits `text` into normalised terms and calls `emit` for each, in order.
+pub fn for_each_term(text: &str, mut emit: impl FnMut(String)) {
+    let mut word = String::new();
+    let mut prev: Option<char> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if !c.is_alphanumeric() {
+            flush(&mut word, &mut emit);
+            prev = None;
+            continue;
+        }
+        if is_cjk(c) {
+            // CJK text has no spaces: each ideograph is a term of its own.
+            flush(&mut word, &mut emit);
+            emit(c.to_string());
+            prev = None;
+            continue;
+        }
+        if let Some(p) = prev {
+            let next_is_lower = chars.peek().is_some_and(|n| n.is_lowercase());
+            let boundary = (p.is_lowercase() && c.is_uppercase())
+                // "HTTPServer": the last capital of a run starts the next word.
+                || (p.is_uppercase() && c.is_uppercase() && next_is_lower)
+                || (p.is_alphabetic() && c.is_numeric())
+                || (p.is_numeric() && c.is_alphabetic());
+            if boundary {
+                flush(&mut word, &mut emit);
+            }
+        }
+        word.extend(c.to_lowercase());
+        prev = Some(c);
+    }
+    flush(&mut word, &mut emit);
+}
+
+/// Splits `text` into normalised terms.
+pub fn terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for_each_term(text, |t| out.push(t));
+    out
+}
+
+fn flush(word: &mut String, emit: &mut impl FnMut(String)) {
+    if word.is_empty() {
+        return;
+    }
+    let w = std::mem::take(word);
+    if STOP_WORDS.binary_search(&w.as_str()).is_ok() {
+        return;
+    }
+    emit(fold_plural(w));
+}
+
+/// "queries" → "query", "messages" → "message", "addresses" → "address"; leaves "status",
+/// "analysis", "class" and short words alone.
+fn fold_plural(mut w: String) -> String {
+    if w.len() <= 3 || !w.is_ascii() {
+        return w;
+    }
+    if let Some(stem) = w.strip_suffix("ies") {
+        if stem.len() >= 2 {
+            return format!("{stem}y");
+        }
+    }
+    if w.ends_with("sses") || w.ends_with("xes") || w.ends_with("ches") || w.ends_with("shes") {
+        w.truncate(w.len() - 2);
+        return w;
+    }
+    if w.ends_with('s') && !(w.ends_with("ss") || w.ends_with("us") || w.ends_with("is")) {
+        w.pop();
+    }
+    w
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3400..=0x4DBF    // CJK Extension A
+        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF)   // CJK Compatibility Ideographs
+}
+
+/// Cuts `text` to at most `max` bytes, keeping its head and its tail (the ask is usually at one
+/// end of a long message), each cut on a character boundary.
+pub fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
+/// Like [`bounded`] but keeps the first and the last `max / 2` bytes.
+pub fn head_and_tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let half = max / 2;
+    let head = bounded(text, half);
+    let mut start = text.len().saturating_sub(half);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let tail = text.get(start..).unwrap_or_default();
+    format!("{head} {tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_words_are_sorted_for_binary_search() {
+        let mut sorted = STOP_WORDS.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, STOP_WORDS);
+    }
+
+    #[test]
+    fn splits_identifiers_and_sentences() {
+        assert_eq!(terms("send_slack_message"), ["send", "slack", "message"]);
+        assert_eq!(terms("getStockQuote"), ["get", "stock", "quote"]);
+        assert_eq!(terms("HTTPServerError"), ["http", "server", "error"]);
+        assert_eq!(terms("s3-bucket v2"), ["s", "3", "bucket", "v", "2"]);
+        assert_eq!(
+            terms("Please tell me the weather in Paris!"),
+            ["tell", "weather", "paris"]
+        );
+    }
+
+    #[test]
+    fn folds_plurals_lightly() {
+        assert_eq!(terms("messages queries issues"), ["message", "query", "issue"]);
+        assert_eq!(terms("status analysis class boxes"), ["status", "analysis", "class", "box"]);
+        assert_eq!(terms("addresses branches"), ["address", "branch"]);
+    }
+
+    #[test]
+    fn cjk_characters_are_terms() {
+        assert_eq!(terms("查询天气 weather"), ["查", "询", "天", "气", "weather"]);
+    }
+
+    #[test]
+    fn bounds_on_char_boundaries() {
+        let s = "héllo wörld";
+        assert_eq!(bounded(s, 2), "h");
+        assert_eq!(bounded(s, 100), s);
+        let long = "ab".repeat(100) + "ü" + &"cd".repeat(100);
+        let cut = head_and_tail(&long, 50);
+        assert!(cut.starts_with("abab") && cut.ends_with("cdcd"));
+        assert!(cut.len() <= 51);
+    }
+}
