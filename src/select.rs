@@ -1,7 +1,10 @@
 //! Selection: which function tools survive, and why each one did or did not.
 //!
-//! Pinned tools (named by `tool_choice`, already called in the conversation, or matching
-//! `always_include`) are always kept and do not count against `top_k`. The rest are taken in
+//! The kept set is the union of the `top_k` best-ranked tools and the pinned tools (named by
+//! `tool_choice`, already called in the conversation, or matching `always_include`): a pinned
+//! tool never displaces a ranked one. A pinned tool that ranks within `top_k` fills its own slot,
+//! so when the model calls one of the tools it was shown, the next turn of the agent loop gets
+//! the same tools array and the provider's prompt cache still hits. Ranked tools are taken in
 //! rank order up to `top_k`, skipping those under `min_score` and stopping at the token budget,
 //! but never leaving the request with no tool at all: some APIs reject an empty tools array, and
 //! `tool_choice: required` needs something to call.
@@ -132,7 +135,12 @@ pub fn select(
     let mut decisions = Vec::with_capacity(ranking.len());
     for (i, (scored, pinned)) in ranking.iter().zip(&pins).enumerate() {
         let verdict = match *pinned {
-            Some(v) => v,
+            Some(v) => {
+                if ranked_kept < config.top_k {
+                    ranked_kept += 1;
+                }
+                v
+            }
             None if ranked_kept >= config.top_k => Verdict::BelowTopK,
             // The first kept tool is exempt from min_score and the budget: never zero tools.
             None if kept > 0 && config.min_score.is_some_and(|m| scored.score < m) => {
@@ -211,7 +219,7 @@ mod tests {
     #[test]
     fn top_k_plus_pins() {
         let c = catalog(&["alpha", "beta", "gamma", "delta", "search_web", "search_docs"]);
-        let ranking = c.index.rank("gamma delta beta");
+        let ranking = c.index.rank("gamma delta");
         let choice = Choice { named: vec!["alpha".into()], requires_tool: true };
         let s = select(
             &config(r#"{"top_k":2,"always_include":["search_*"]}"#),
@@ -220,7 +228,7 @@ mod tests {
             &choice,
             &["beta".into()],
         );
-        // beta is pinned (called), so top_k=2 takes gamma and delta by rank.
+        // Pins ranked outside the top 2 come on top of gamma and delta.
         assert_eq!(
             kept_names(&c, &s),
             ["alpha", "beta", "delta", "gamma", "search_docs", "search_web"]
@@ -232,6 +240,19 @@ mod tests {
         assert_eq!(verdict("beta"), Verdict::Called);
         assert_eq!(verdict("search_web"), Verdict::AlwaysInclude);
         assert_eq!(verdict("gamma"), Verdict::Ranked);
+    }
+
+    #[test]
+    fn a_pin_within_top_k_fills_its_own_slot() {
+        let c = catalog(&["alpha", "beta", "gamma", "delta"]);
+        let ranking = c.index.rank("gamma delta");
+        let cfg = config(r#"{"top_k":2}"#);
+        let before = select(&cfg, &c, &ranking, &Choice::default(), &[]);
+        // The model calls one of the tools it was shown: the next turn keeps the same tools.
+        let after = select(&cfg, &c, &ranking, &Choice::default(), &["gamma".into()]);
+        assert_eq!(kept_names(&c, &before), ["delta", "gamma"]);
+        assert_eq!(kept_names(&c, &after), ["delta", "gamma"]);
+        assert_eq!(after.decisions[0].verdict, Verdict::Called);
     }
 
     #[test]

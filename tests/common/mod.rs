@@ -1,0 +1,373 @@
+//! Integration-test harness: the real Envoy (from `.venv`, installed by `make`), the real
+//! `toolsift.wasm` (built by `make build`), and the demo upstream binary, each started by the
+//! test and killed when it drops. A missing Envoy or `.wasm` fails the test, never skips it.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn envoy_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("TOOLSIFT_ENVOY") {
+        return PathBuf::from(path);
+    }
+    let path = repo().join(".venv/lib/python3.11/site-packages/envoy/_bin/envoy");
+    assert!(
+        path.exists(),
+        "Envoy not found at {}: run `make envoy` (make test does it) or set TOOLSIFT_ENVOY",
+        path.display()
+    );
+    path
+}
+
+pub fn wasm_path() -> PathBuf {
+    let path = repo().join("target/wasm32-wasip1/release/toolsift.wasm");
+    assert!(path.exists(), "{} not found: run `make build` (make test does it)", path.display());
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = repo()
+        .join("target/test-scratch")
+        .join(format!("{name}-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A child process killed on drop.
+struct Owned(Child);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The demo upstream (`toolsift-demo-upstream`) on a free port.
+pub struct Upstream {
+    _child: Owned,
+    pub port: u16,
+}
+
+impl Upstream {
+    pub fn start() -> Upstream {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolsift-demo-upstream"))
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the demo upstream");
+        let stderr = child.stderr.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stderr).read_line(&mut line).unwrap();
+        let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+        let port = addr.rsplit(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"));
+        Upstream { _child: Owned(child), port }
+    }
+
+    pub fn stats(&self) -> Value {
+        let r = http(self.port, "GET", "/stats", &[], b"");
+        serde_json::from_slice(&r.body).unwrap()
+    }
+}
+
+/// Envoy running the repository's `envoy.yaml`, with its ports, the wasm path, the upstream
+/// and the plugin configuration substituted.
+pub struct Gateway {
+    child: Owned,
+    pub port: u16,
+    pub admin: u16,
+    pub log: PathBuf,
+    pub upstream: Upstream,
+}
+
+impl Gateway {
+    pub fn start(config: &str) -> Gateway {
+        let upstream = Upstream::start();
+        let dir = scratch_dir("envoy");
+        let (port, admin) = (free_port(), free_port());
+        let yaml = render_envoy_yaml(config, port, admin, upstream.port);
+        let config_path = dir.join("envoy.yaml");
+        std::fs::write(&config_path, yaml).unwrap();
+        let log = dir.join("envoy.log");
+        let child = spawn_envoy(&config_path, &log);
+        let gateway = Gateway { child: Owned(child), port, admin, log, upstream };
+        gateway.wait_ready();
+        gateway
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(r) = try_http(self.admin, "GET", "/ready", &[], b"") {
+                if r.status == 200 {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("Envoy did not become ready; log:\n{}", self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        http(self.port, "POST", path, &all, body)
+    }
+
+    /// A counter or gauge from `/stats`, by the name toolsift defines (without `wasmcustom.`).
+    pub fn stat(&self, name: &str) -> u64 {
+        let r = http(self.admin, "GET", &format!("/stats?filter=^wasmcustom\\.{}$", name.replace('.', "\\.")), &[], b"");
+        let text = String::from_utf8_lossy(&r.body);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("wasmcustom.{name}: ")))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0)
+    }
+
+    pub fn admin_get(&self, path: &str) -> String {
+        String::from_utf8_lossy(&http(self.admin, "GET", path, &[], b"").body).into_owned()
+    }
+}
+
+fn spawn_envoy(config: &Path, log: &Path) -> Child {
+    Command::new(envoy_binary())
+        .arg("-c")
+        .arg(config)
+        .args(["--concurrency", "1", "--disable-hot-restart", "--log-level", "info"])
+        .arg("--log-path")
+        .arg(log)
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start envoy")
+}
+
+/// Runs Envoy on a configuration that should not load; returns its exit status and log.
+pub fn envoy_refuses(config: &str) -> (bool, String) {
+    let dir = scratch_dir("envoy-bad");
+    let yaml = render_envoy_yaml(config, free_port(), free_port(), free_port());
+    let config_path = dir.join("envoy.yaml");
+    std::fs::write(&config_path, yaml).unwrap();
+    let log = dir.join("envoy.log");
+    let mut child = spawn_envoy(&config_path, &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (!status.success(), std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (false, std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The shipped envoy.yaml with test ports, an absolute wasm path and `config` as the plugin
+/// configuration (the indented block under `value: |`).
+pub fn render_envoy_yaml(config: &str, port: u16, admin: u16, upstream: u16) -> String {
+    let original = std::fs::read_to_string(repo().join("envoy.yaml")).unwrap();
+    let wasm = wasm_path();
+    let mut out = Vec::new();
+    let mut lines = original.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim_start() == "value: |" {
+            let indent = line.len() - line.trim_start().len();
+            out.push(line.to_owned());
+            while lines.peek().is_some_and(|l| l.len() - l.trim_start().len() > indent || l.trim().is_empty()) {
+                lines.next();
+            }
+            for config_line in config.lines() {
+                out.push(format!("{}  {config_line}", " ".repeat(indent)));
+            }
+            continue;
+        }
+        out.push(
+            line.replace("port_value: 10000", &format!("port_value: {port}"))
+                .replace("port_value: 9901", &format!("port_value: {admin}"))
+                .replace("port_value: 18000", &format!("port_value: {upstream}"))
+                .replace("target/wasm32-wasip1/release/toolsift.wasm", wasm.to_str().unwrap()),
+        );
+    }
+    out.join("\n") + "\n"
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The tools the demo upstream says it received.
+    pub fn upstream_tools(&self) -> Vec<String> {
+        self.json()["toolsift_demo"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no toolsift_demo in {}", self.text()))
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    try_http(port, method, path, headers, body).unwrap()
+}
+
+/// HTTP/1.1 over a fresh connection: the request goes with `content-length` unless the
+/// caller sets `transfer-encoding: chunked`, in which case the body is sent in chunks.
+pub fn try_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.set_nodelay(true)?;
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !chunked && (method != "GET" || !body.is_empty()) {
+        head.push_str(&format!("content-length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    if chunked {
+        for piece in body.chunks(7_000) {
+            stream.write_all(format!("{:x}\r\n", piece.len()).as_bytes())?;
+            stream.write_all(piece)?;
+            stream.write_all(b"\r\n")?;
+            stream.flush()?;
+        }
+        stream.write_all(b"0\r\n\r\n")?;
+    } else {
+        stream.write_all(body)?;
+    }
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    Ok(parse_response(&raw))
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    Response { status, headers, body }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else { break };
+        let size_text = String::from_utf8_lossy(&data[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[eol + 2..eol + 2 + size]);
+        data = &data[eol + 2 + size + 2..];
+    }
+    out
+}
+
+/// The 80-tool fixture catalog in OpenAI Chat Completions form.
+pub fn catalog() -> Vec<Value> {
+    let text = std::fs::read_to_string(repo().join("tests/fixtures/catalog.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The fixture tools in the shape of `dialect`'s tools array (Bedrock: `toolConfig.tools`;
+/// Gemini: one Tool object with all declarations).
+pub fn tools_for(dialect: &str) -> Value {
+    let catalog = catalog();
+    let f = |t: &Value| t["function"].clone();
+    let with = |t: &Value, schema_key: &str| {
+        let func = f(t);
+        let mut out = serde_json::Map::new();
+        out.insert("name".into(), func["name"].clone());
+        if let Some(d) = func.get("description") {
+            out.insert("description".into(), d.clone());
+        }
+        out.insert(schema_key.into(), func.get("parameters").cloned().unwrap_or(serde_json::json!({"type":"object"})));
+        Value::Object(out)
+    };
+    match dialect {
+        "openai_chat" => Value::Array(catalog),
+        "openai_responses" => Value::Array(
+            catalog
+                .iter()
+                .map(|t| {
+                    let mut o = with(t, "parameters");
+                    o.as_object_mut().unwrap().insert("type".into(), "function".into());
+                    o
+                })
+                .collect(),
+        ),
+        "anthropic" => Value::Array(catalog.iter().map(|t| with(t, "input_schema")).collect()),
+        "gemini" => serde_json::json!([{"functionDeclarations": catalog.iter().map(|t| with(t, "parameters")).collect::<Vec<_>>()}]),
+        "bedrock" => Value::Array(
+            catalog
+                .iter()
+                .map(|t| {
+                    let func = f(t);
+                    serde_json::json!({"toolSpec": {
+                        "name": func["name"],
+                        "description": func.get("description").cloned().unwrap_or("".into()),
+                        "inputSchema": {"json": func.get("parameters").cloned().unwrap_or(serde_json::json!({"type":"object"}))}
+                    }})
+                })
+                .collect(),
+        ),
+        other => panic!("unknown dialect {other}"),
+    }
+}
