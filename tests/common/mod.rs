@@ -95,14 +95,20 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn start(config: &str) -> Gateway {
+        Gateway::start_with(config, &[], |yaml| yaml)
+    }
+
+    /// Like [`Gateway::start`], with `extra_args` for Envoy and the rendered YAML passed
+    /// through `edit` first (benchmarks add a second listener without the filter).
+    pub fn start_with(config: &str, extra_args: &[&str], edit: impl FnOnce(String) -> String) -> Gateway {
         let upstream = Upstream::start();
         let dir = scratch_dir("envoy");
         let (port, admin) = (free_port(), free_port());
-        let yaml = render_envoy_yaml(config, port, admin, upstream.port);
+        let yaml = edit(render_envoy_yaml(config, port, admin, upstream.port));
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, yaml).unwrap();
         let log = dir.join("envoy.log");
-        let child = spawn_envoy(&config_path, &log);
+        let child = spawn_envoy(&config_path, &log, extra_args);
         let gateway = Gateway { child: Owned(child), port, admin, log, upstream };
         gateway.wait_ready();
         gateway
@@ -119,6 +125,14 @@ impl Gateway {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("Envoy did not become ready; log:\n{}", self.log_text());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    pub fn free_port() -> u16 {
+        free_port()
     }
 
     pub fn log_text(&self) -> String {
@@ -146,11 +160,14 @@ impl Gateway {
     }
 }
 
-fn spawn_envoy(config: &Path, log: &Path) -> Child {
+fn spawn_envoy(config: &Path, log: &Path, extra_args: &[&str]) -> Child {
+    let concurrency = if extra_args.contains(&"--concurrency") { &[][..] } else { &["--concurrency", "1"][..] };
     Command::new(envoy_binary())
         .arg("-c")
         .arg(config)
-        .args(["--concurrency", "1", "--disable-hot-restart", "--log-level", "info"])
+        .args(concurrency)
+        .args(["--disable-hot-restart", "--log-level", "info"])
+        .args(extra_args)
         .arg("--log-path")
         .arg(log)
         .current_dir(repo())
@@ -167,7 +184,7 @@ pub fn envoy_refuses(config: &str) -> (bool, String) {
     let config_path = dir.join("envoy.yaml");
     std::fs::write(&config_path, yaml).unwrap();
     let log = dir.join("envoy.log");
-    let mut child = spawn_envoy(&config_path, &log);
+    let mut child = spawn_envoy(&config_path, &log, &[]);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
