@@ -100,7 +100,9 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 fn invalid(field: &str, why: impl fmt::Display) -> ConfigError {
-    ConfigError(format!("invalid toolsift configuration: field `{field}`: {why}"))
+    ConfigError(format!(
+        "invalid toolsift configuration: field `{field}`: {why}"
+    ))
 }
 
 impl Config {
@@ -184,7 +186,8 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    p.get(pi..).is_some_and(|rest| rest.iter().all(|&c| c == '*'))
+    p.get(pi..)
+        .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
 }
 
 #[cfg(test)]
@@ -224,7 +227,9 @@ mod tests {
         assert!(err(r#"{"min_score":-1}"#).contains("`min_score`"));
         assert!(err(r#"{"on_error":"explode"}"#).contains("field `on_error`: unknown variant"));
         assert!(err(r#"{"always_include":[""]}"#).contains("`always_include[0]`"));
-        assert!(err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown variant `cohere`"));
+        assert!(
+            err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown variant `cohere`")
+        );
         assert!(err("[1]").contains("expected a JSON object"));
     }
 

@@ -15,6 +15,143 @@ pub fn span_in(outer: &str, inner: &str) -> Option<Range<usize>> {
     (end <= outer.len()).then_some(start..end)
 }
 
+/// The byte range of the value at `path` (a chain of object keys from the top level) in the
+/// JSON text `text`, found by a structural scan that skips strings with `memchr` and does not
+/// validate them. This is how the filter finds the tools array without running a JSON parser
+/// over it: on a catalog-cache hit the tools bytes are identical to ones already parsed and
+/// checked, and every other byte of the body still goes through serde. `None` when a key is
+/// absent or the text is not shaped as expected.
+pub fn find_path(text: &str, path: &[&str]) -> Option<Range<usize>> {
+    find_path_with(text, path, |_| None)
+}
+
+/// Like [`find_path`], but first asks `known` about the text from the start of the target
+/// value to the end: if it recognises a value it has seen before there, it returns that value's
+/// length and the value is not scanned. (The catalog cache recognises a tools array by its
+/// hash this way, so a cache hit never scans the tools bytes either.)
+pub fn find_path_with(
+    text: &str,
+    path: &[&str],
+    mut known: impl FnMut(&str) -> Option<usize>,
+) -> Option<Range<usize>> {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    let mut span = None;
+    for (depth, key) in path.iter().enumerate() {
+        let last = depth + 1 == path.len();
+        let value = find_key(bytes, at, key, &mut |start| {
+            if !last {
+                return None;
+            }
+            let len = known(text.get(start..)?)?;
+            Some(start + len)
+        })?;
+        at = value.start;
+        span = Some(value);
+    }
+    span
+}
+
+/// Finds `key` among the members of the object that starts (after white space) at `from`.
+/// `known` may supply the end of the key's value without a scan.
+fn find_key(
+    b: &[u8],
+    from: usize,
+    key: &str,
+    known: &mut dyn FnMut(usize) -> Option<usize>,
+) -> Option<Range<usize>> {
+    let mut i = skip_ws(b, from);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        let key_start = i;
+        let key_end = skip_string(b, i)?;
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_ws(b, i + 1);
+        // Keys are compared as written: escaped spellings of "tools" are not recognised, and
+        // such a body is then read as having no tools (passed through, never broken).
+        if b.get(key_start + 1..key_end - 1) == Some(key.as_bytes()) {
+            let value_end = match known(value_start) {
+                Some(end) => end,
+                None => skip_value(b, value_start)?,
+            };
+            return Some(value_start..value_end);
+        }
+        let value_end = skip_value(b, value_start)?;
+        i = skip_ws(b, value_end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            _ => return None,
+        }
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        i += 1;
+    }
+    i
+}
+
+/// `i` is at an opening quote; returns the index just past the closing one.
+fn skip_string(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+        if b.get(j) == Some(&b'"') {
+            return Some(j + 1);
+        }
+        j += 2; // a backslash and the character it escapes
+    }
+}
+
+/// `i` is at the start of a value; returns the index just past it.
+fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match b.get(j)? {
+                    b'"' => {
+                        j = skip_string(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            // A number, true, false or null: up to the next delimiter.
+            let len = b
+                .get(i..)?
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))?;
+            Some(i + len)
+        }
+    }
+}
+
 /// The elements of a JSON array, borrowed.
 pub fn array_items(raw: &RawValue) -> Option<Vec<&RawValue>> {
     serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok()
@@ -52,5 +189,27 @@ mod tests {
         let second = span_in(body, items[1].get()).unwrap();
         assert_eq!(&body[second], r#"{"b": 2}"#);
         assert_eq!(span_in(body, "elsewhere"), None);
+    }
+
+    #[test]
+    fn finds_values_by_path_without_parsing() {
+        let body = r#"{ "a\"tools": "x\\", "n": -1.5e3, "t": true,
+            "toolConfig" : {"x": [1, {"tools": 0}], "tools" :[{"s":"]}\""}] },
+            "tools": [ ] }"#;
+        let at = |path: &[&str]| find_path(body, path).map(|r| &body[r]);
+        assert_eq!(at(&["tools"]), Some("[ ]"));
+        assert_eq!(at(&["toolConfig", "tools"]), Some(r#"[{"s":"]}\""}]"#));
+        assert_eq!(at(&["n"]), Some("-1.5e3"));
+        assert_eq!(at(&["missing"]), None);
+        assert_eq!(at(&["n", "tools"]), None);
+        assert_eq!(find_path("[1]", &["tools"]), None);
+        assert_eq!(find_path(r#"{"tools": [1, 2"#, &["tools"]), None);
+        assert_eq!(find_path(r#"{"a": "unterminated"#, &["tools"]), None);
+        assert_eq!(find_path("{}", &["tools"]), None);
+        // A recognised value is not scanned: its length is taken as given.
+        let known = find_path_with(body, &["toolConfig", "tools"], |rest| {
+            rest.starts_with("[{").then_some(4)
+        });
+        assert_eq!(known.map(|r| &body[r]), Some("[{\"s"));
     }
 }

@@ -66,7 +66,10 @@ impl Skip {
     /// Errors are requests toolsift should have been able to read; `on_error` applies to them.
     /// The others are requests with nothing to do.
     pub fn is_error(self) -> bool {
-        !matches!(self, Skip::NotLlm | Skip::NoBody | Skip::NoTools | Skip::FewTools)
+        !matches!(
+            self,
+            Skip::NotLlm | Skip::NoBody | Skip::NoTools | Skip::FewTools
+        )
     }
 }
 
@@ -88,7 +91,10 @@ pub struct Skipped {
 
 impl From<Skip> for Skipped {
     fn from(reason: Skip) -> Skipped {
-        Skipped { reason, tools: None }
+        Skipped {
+            reason,
+            tools: None,
+        }
     }
 }
 
@@ -182,7 +188,11 @@ impl RequestHeaders {
             }
         }
         if let Some(length) = &self.content_length {
-            if length.trim().parse::<usize>().is_ok_and(|n| n > config.max_body_bytes) {
+            if length
+                .trim()
+                .parse::<usize>()
+                .is_ok_and(|n| n > config.max_body_bytes)
+            {
                 return Err(Skip::TooLarge);
             }
         }
@@ -192,7 +202,12 @@ impl RequestHeaders {
 
 /// `application/json`, `application/json; charset=utf-8`, `application/vnd.foo+json`.
 fn is_json(content_type: &str) -> bool {
-    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
     media == "application/json" || media.ends_with("+json")
 }
 
@@ -201,8 +216,14 @@ fn is_json(content_type: &str) -> bool {
 pub fn header_value(kept: usize, total: usize, skipped: Option<&Skipped>) -> String {
     match skipped {
         None => format!("kept={kept} total={total}"),
-        Some(Skipped { reason, tools: Some(n) }) => format!("kept={n} total={n} skipped={}", reason.name()),
-        Some(Skipped { reason, tools: None }) => format!("skipped={}", reason.name()),
+        Some(Skipped {
+            reason,
+            tools: Some(n),
+        }) => format!("kept={n} total={n} skipped={}", reason.name()),
+        Some(Skipped {
+            reason,
+            tools: None,
+        }) => format!("skipped={}", reason.name()),
     }
 }
 
@@ -241,33 +262,68 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: Config) -> Engine {
         let cache = CatalogCache::new(config.catalog_cache_size);
-        Engine { config, weights: FieldWeights::default(), cache }
+        Engine {
+            config,
+            weights: FieldWeights::default(),
+            cache,
+        }
     }
 
     /// Reads, ranks and selects the tools of one body.
     /// `body` is the request body as text: bytes that are not UTF-8 are [`Skip::MalformedJson`]
     /// (see [`body_text`]).
     pub fn analyse(&mut self, dialect: Dialect, body: &str) -> Result<Analysis, Skipped> {
-        let request = dialect.parse(body)?;
-        let container = request.tools.ok_or(Skip::NoTools)?;
-        let (catalog, cache_hit) =
-            self.cache.get_or_build(dialect, container.raw, self.weights)?;
+        // The tools array is located by a structural scan, and the rest of the body is parsed
+        // with it blanked out: on a catalog-cache hit no parser ever reads the tools bytes,
+        // which are most of the body.
+        let mut recognised = None;
+        let span = crate::json::find_path_with(body, dialect.tools_path(), |rest| {
+            let (catalog, len) = self.cache.find_prefix(dialect, rest)?;
+            recognised = Some(catalog);
+            Some(len)
+        })
+        .ok_or_else(|| {
+            // No tools, or not JSON at all: the parser tells which.
+            dialect.parse(body).err().map_or(Skip::NoTools, Skip::from)
+        })?;
+        let without_tools = splice(body, span.clone(), "null").ok_or(Skip::Internal)?;
+        let request = dialect.parse(&without_tools)?;
+        let container = body.get(span.clone()).ok_or(Skip::Internal)?;
+        if container == "null" {
+            return Err(Skip::NoTools.into());
+        }
+        let (catalog, cache_hit) = match recognised {
+            Some(catalog) => (catalog, true),
+            None => self.cache.get_or_build(dialect, container, self.weights)?,
+        };
         let total = catalog.function_count();
         if total == 0 {
-            return Err(Skipped { reason: Skip::NoTools, tools: Some(0) });
+            return Err(Skipped {
+                reason: Skip::NoTools,
+                tools: Some(0),
+            });
         }
         if total <= self.config.min_tools {
-            return Err(Skipped { reason: Skip::FewTools, tools: Some(total) });
+            return Err(Skipped {
+                reason: Skip::FewTools,
+                tools: Some(total),
+            });
         }
-        let ranking = catalog.index.rank(&request.query);
-        let selection = select(&self.config, &catalog, &ranking, &request.choice, &request.called);
+        let ranking = catalog.rank(&request.query);
+        let selection = select(
+            &self.config,
+            &catalog,
+            &ranking,
+            &request.choice,
+            &request.called,
+        );
         Ok(Analysis {
             dialect,
             query: request.query,
             catalog,
             cache_hit,
             selection,
-            container: container.offset..container.offset + container.raw.len(),
+            container: span,
             stream: request.stream,
         })
     }
@@ -306,7 +362,10 @@ mod tests {
         let prefix = &body[..analysis.container.start];
         let suffix = &body[analysis.container.end..];
         assert!(out.starts_with(prefix) && out.ends_with(suffix));
-        assert!(out.contains(r#""temperature":0.10"#), "numbers are not reformatted");
+        assert!(
+            out.contains(r#""temperature":0.10"#),
+            "numbers are not reformatted"
+        );
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["tools"].as_array().unwrap().len(), 2);
         // Same input, same output; the second time the catalog comes from the cache.
@@ -320,14 +379,51 @@ mod tests {
         let mut engine = Engine::new(Config::default());
         let few = chat_body(20, "x");
         let err = engine.analyse(Dialect::OpenaiChat, &few).err().unwrap();
-        assert_eq!(err, Skipped { reason: Skip::FewTools, tools: Some(20) });
+        assert_eq!(
+            err,
+            Skipped {
+                reason: Skip::FewTools,
+                tools: Some(20)
+            }
+        );
         let none = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
-        assert_eq!(engine.analyse(Dialect::OpenaiChat, none).err().unwrap().reason, Skip::NoTools);
-        assert_eq!(engine.analyse(Dialect::OpenaiChat, "{\"messages\":").err().unwrap().reason, Skip::MalformedJson);
-        assert_eq!(engine.analyse(Dialect::OpenaiChat, "[1,2]").err().unwrap().reason, Skip::BadShape);
-        assert_eq!(body_text(&[0xff, 0xfe]).err().unwrap().reason, Skip::MalformedJson);
+        assert_eq!(
+            engine
+                .analyse(Dialect::OpenaiChat, none)
+                .err()
+                .unwrap()
+                .reason,
+            Skip::NoTools
+        );
+        assert_eq!(
+            engine
+                .analyse(Dialect::OpenaiChat, "{\"messages\":")
+                .err()
+                .unwrap()
+                .reason,
+            Skip::MalformedJson
+        );
+        assert_eq!(
+            engine
+                .analyse(Dialect::OpenaiChat, "[1,2]")
+                .err()
+                .unwrap()
+                .reason,
+            Skip::BadShape
+        );
+        assert_eq!(
+            body_text(&[0xff, 0xfe]).err().unwrap().reason,
+            Skip::MalformedJson
+        );
         let bad_tools = r#"{"messages":[],"tools":{"a":1}}"#;
-        assert_eq!(engine.analyse(Dialect::OpenaiChat, bad_tools).err().unwrap().reason, Skip::BadShape);
+        assert_eq!(
+            engine
+                .analyse(Dialect::OpenaiChat, bad_tools)
+                .err()
+                .unwrap()
+                .reason,
+            Skip::BadShape
+        );
     }
 
     #[test]
@@ -341,31 +437,67 @@ mod tests {
         };
         assert_eq!(post("/v1/messages").screen(&config), Ok(Dialect::Anthropic));
         assert_eq!(post("/healthz").screen(&config), Err(Skip::NotLlm));
-        let get = RequestHeaders { method: Some("GET".into()), ..post("/v1/chat/completions") };
+        let get = RequestHeaders {
+            method: Some("GET".into()),
+            ..post("/v1/chat/completions")
+        };
         assert_eq!(get.screen(&config), Err(Skip::NotLlm));
-        let gzip = RequestHeaders { content_encoding: Some("gzip".into()), ..post("/v1/responses") };
+        let gzip = RequestHeaders {
+            content_encoding: Some("gzip".into()),
+            ..post("/v1/responses")
+        };
         assert_eq!(gzip.screen(&config), Err(Skip::Compressed));
-        let identity = RequestHeaders { content_encoding: Some("Identity".into()), ..post("/v1/responses") };
+        let identity = RequestHeaders {
+            content_encoding: Some("Identity".into()),
+            ..post("/v1/responses")
+        };
         assert_eq!(identity.screen(&config), Ok(Dialect::OpenaiResponses));
-        let form = RequestHeaders { content_type: Some("multipart/form-data".into()), ..post("/v1/responses") };
+        let form = RequestHeaders {
+            content_type: Some("multipart/form-data".into()),
+            ..post("/v1/responses")
+        };
         assert_eq!(form.screen(&config), Err(Skip::ContentType));
-        let vendor = RequestHeaders { content_type: Some("application/vnd.api+json".into()), ..post("/v1/responses") };
+        let vendor = RequestHeaders {
+            content_type: Some("application/vnd.api+json".into()),
+            ..post("/v1/responses")
+        };
         assert_eq!(vendor.screen(&config), Ok(Dialect::OpenaiResponses));
-        let big = RequestHeaders { content_length: Some("99999999999".into()), ..post("/v1/responses") };
+        let big = RequestHeaders {
+            content_length: Some("99999999999".into()),
+            ..post("/v1/responses")
+        };
         assert_eq!(big.screen(&config), Err(Skip::TooLarge));
-        let empty = RequestHeaders { end_of_stream: true, ..post("/v1/responses") };
+        let empty = RequestHeaders {
+            end_of_stream: true,
+            ..post("/v1/responses")
+        };
         assert_eq!(empty.screen(&config), Err(Skip::NoBody));
     }
 
     #[test]
     fn reports() {
         assert_eq!(header_value(5, 60, None), "kept=5 total=60");
-        let few = Skipped { reason: Skip::FewTools, tools: Some(12) };
-        assert_eq!(header_value(0, 0, Some(&few)), "kept=12 total=12 skipped=few_tools");
-        assert_eq!(header_value(0, 0, Some(&Skip::Compressed.into())), "skipped=compressed");
-        let err: serde_json::Value = serde_json::from_str(&error_body(Skip::MalformedJson)).unwrap();
+        let few = Skipped {
+            reason: Skip::FewTools,
+            tools: Some(12),
+        };
+        assert_eq!(
+            header_value(0, 0, Some(&few)),
+            "kept=12 total=12 skipped=few_tools"
+        );
+        assert_eq!(
+            header_value(0, 0, Some(&Skip::Compressed.into())),
+            "skipped=compressed"
+        );
+        let err: serde_json::Value =
+            serde_json::from_str(&error_body(Skip::MalformedJson)).unwrap();
         assert_eq!(err["error"]["code"], "malformed_json");
-        assert!(err["error"]["message"].as_str().unwrap().starts_with("toolsift:"));
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("toolsift:")
+        );
     }
 
     #[test]

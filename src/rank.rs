@@ -4,6 +4,8 @@
 
 use crate::dialect::{CatalogDraft, Dialect, Entry, Problem, ToolText};
 use bm25::{Embedder, EmbedderBuilder, Scorer, Tokenizer};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::rc::Rc;
 
 /// How many times each field's text counts. Repeating a field raises its term frequency the way
@@ -18,7 +20,11 @@ pub struct FieldWeights {
 
 impl Default for FieldWeights {
     fn default() -> Self {
-        FieldWeights { name: 3, description: 2, params: 1 }
+        FieldWeights {
+            name: 3,
+            description: 2,
+            params: 1,
+        }
     }
 }
 
@@ -63,7 +69,11 @@ impl Index {
             }
         }
         let total: usize = docs.iter().map(Vec::len).sum();
-        let avgdl = if docs.is_empty() { 1.0 } else { total as f32 / docs.len() as f32 };
+        let avgdl = if docs.is_empty() {
+            1.0
+        } else {
+            total as f32 / docs.len() as f32
+        };
         let embedder = EmbedderBuilder::<u32, Terms>::with_avgdl(avgdl.max(1.0))
             .k1(K1)
             .b(B)
@@ -72,9 +82,19 @@ impl Index {
         for (doc, terms) in (0u32..).zip(&docs) {
             // The terms are already normalised; joining them and letting the tokenizer split
             // them again gives the same terms (normalisation is idempotent).
-            scorer.upsert(&doc, embedder.embed(&terms.join(" ")));
+            let mut embedding = embedder.embed(&terms.join(" "));
+            // The crate keeps one entry per occurrence, all with the same value, and scores by
+            // finding the first: one entry per distinct term scores the same, several times
+            // faster.
+            let mut seen = HashSet::new();
+            embedding.0.retain(|t| seen.insert(t.index));
+            scorer.upsert(&doc, embedding);
         }
-        Index { embedder, scorer, documents }
+        Index {
+            embedder,
+            scorer,
+            documents,
+        }
     }
 
     /// Every function tool, best first; equal scores keep catalog order.
@@ -123,14 +143,53 @@ pub struct Catalog {
     pub index: Index,
     /// Estimated tokens of each entry: bytes / 4, rounded up.
     pub tokens: Vec<usize>,
+    /// The last query and its ranking: every turn of an agent loop asks the same question of
+    /// the same catalog.
+    last: RefCell<Option<(String, Rc<[Scored]>)>>,
+    /// The container's first and last bytes, to rule out cache candidates before hashing.
+    edges: (Vec<u8>, Vec<u8>),
 }
 
 impl Catalog {
-    pub fn build(dialect: Dialect, container: &str, weights: FieldWeights) -> Result<Catalog, Problem> {
+    pub fn build(
+        dialect: Dialect,
+        container: &str,
+        weights: FieldWeights,
+    ) -> Result<Catalog, Problem> {
         let draft = dialect.catalog(container)?;
         let index = Index::build(&draft.entries, weights);
-        let tokens = draft.sizes.iter().map(|&bytes| estimate_tokens(bytes)).collect();
-        Ok(Catalog { draft, index, tokens })
+        let tokens = draft
+            .sizes
+            .iter()
+            .map(|&bytes| estimate_tokens(bytes))
+            .collect();
+        let bytes = container.as_bytes();
+        let edge = |range: std::ops::Range<usize>| bytes.get(range).unwrap_or_default().to_vec();
+        let edges = (
+            edge(0..bytes.len().min(32)),
+            edge(bytes.len().saturating_sub(32)..bytes.len()),
+        );
+        Ok(Catalog {
+            draft,
+            index,
+            tokens,
+            last: RefCell::new(None),
+            edges,
+        })
+    }
+
+    /// The ranking of every function tool for `query`, remembered for the next call.
+    pub fn rank(&self, query: &str) -> Rc<[Scored]> {
+        if let Ok(last) = self.last.try_borrow() {
+            if let Some((_, ranking)) = last.as_ref().filter(|(q, _)| q == query) {
+                return Rc::clone(ranking);
+            }
+        }
+        let ranking: Rc<[Scored]> = self.index.rank(query).into();
+        if let Ok(mut last) = self.last.try_borrow_mut() {
+            *last = Some((query.to_owned(), Rc::clone(&ranking)));
+        }
+        ranking
     }
 
     pub fn function_count(&self) -> usize {
@@ -167,7 +226,28 @@ struct CacheKey {
 
 impl CatalogCache {
     pub fn new(capacity: usize) -> Self {
-        CatalogCache { capacity, entries: Vec::new() }
+        CatalogCache {
+            capacity,
+            entries: Vec::new(),
+        }
+    }
+
+    /// The cached catalog whose container bytes begin `text`, if any, with their length. The
+    /// candidates' first and last bytes are compared before any hashing.
+    pub fn find_prefix(&mut self, dialect: Dialect, text: &str) -> Option<(Rc<Catalog>, usize)> {
+        let bytes = text.as_bytes();
+        let pos = self.entries.iter().rposition(|(key, catalog)| {
+            key.dialect == dialect
+                && bytes.get(..key.len).is_some_and(|candidate| {
+                    candidate.starts_with(&catalog.edges.0)
+                        && candidate.ends_with(&catalog.edges.1)
+                        && xxhash_rust::xxh3::xxh3_128(candidate) == key.hash
+                })
+        })?;
+        let hit = self.entries.remove(pos);
+        let found = (Rc::clone(&hit.1), hit.0.len);
+        self.entries.push(hit);
+        Some(found)
     }
 
     /// The catalog of `container`, from the cache or built (and cached) now. The flag says
@@ -223,8 +303,16 @@ mod tests {
     #[test]
     fn name_matches_outrank_parameter_matches() {
         let entries = vec![
-            function("create_calendar_event", "Adds an event", &["title", "attendees"]),
-            function("send_email", "Sends an email", &["to", "subject", "calendar"]),
+            function(
+                "create_calendar_event",
+                "Adds an event",
+                &["title", "attendees"],
+            ),
+            function(
+                "send_email",
+                "Sends an email",
+                &["to", "subject", "calendar"],
+            ),
             Entry::Builtin,
             function("get_weather", "Current weather for a city", &["city"]),
         ];
@@ -232,7 +320,13 @@ mod tests {
         let ranked = index.rank("put a meeting on my calendar");
         assert_eq!(ranked[0].entry, 0);
         assert_eq!(ranked[1].entry, 1);
-        assert_eq!(ranked[2], Scored { entry: 3, score: 0.0 });
+        assert_eq!(
+            ranked[2],
+            Scored {
+                entry: 3,
+                score: 0.0
+            }
+        );
         assert_eq!(ranked.len(), 3, "built-ins are not ranked");
     }
 
@@ -240,7 +334,11 @@ mod tests {
     fn ties_keep_catalog_order() {
         let entries = vec![function("a_tool", "", &[]), function("b_tool", "", &[])];
         let index = Index::build(&entries, FieldWeights::default());
-        let ranked: Vec<usize> = index.rank("nothing matches").iter().map(|s| s.entry).collect();
+        let ranked: Vec<usize> = index
+            .rank("nothing matches")
+            .iter()
+            .map(|s| s.entry)
+            .collect();
         assert_eq!(ranked, [0, 1]);
     }
 
@@ -253,10 +351,32 @@ mod tests {
         let c = r#"[{"name":"c"}]"#;
         assert!(!cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1);
         assert!(cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1);
-        assert!(!cache.get_or_build(Dialect::OpenaiResponses, a, w).unwrap().1, "dialect is part of the key");
+        assert!(
+            !cache
+                .get_or_build(Dialect::OpenaiResponses, a, w)
+                .unwrap()
+                .1,
+            "dialect is part of the key"
+        );
         assert!(!cache.get_or_build(Dialect::Anthropic, b, w).unwrap().1);
         assert!(!cache.get_or_build(Dialect::Anthropic, c, w).unwrap().1);
         assert_eq!(cache.len(), 2);
-        assert!(!cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1, "a was evicted");
+        assert!(
+            !cache.get_or_build(Dialect::Anthropic, a, w).unwrap().1,
+            "a was evicted"
+        );
+        let body_tail = format!("{a}, \"max_tokens\": 5}}");
+        assert_eq!(
+            cache
+                .find_prefix(Dialect::Anthropic, &body_tail)
+                .map(|(_, len)| len),
+            Some(a.len())
+        );
+        assert!(cache.find_prefix(Dialect::Gemini, &body_tail).is_none());
+        assert!(
+            cache
+                .find_prefix(Dialect::Anthropic, r#"[{"name":"d"}]"#)
+                .is_none()
+        );
     }
 }

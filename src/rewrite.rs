@@ -69,7 +69,9 @@ pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool])
     let mut out = String::with_capacity(container.len());
     match &catalog.layout {
         Layout::Flat(array) => {
-            array.write(container, &mut out, |i, text| kept(i).then_some(Cow::Borrowed(text)));
+            array.write(container, &mut out, |i, text| {
+                kept(i).then_some(Cow::Borrowed(text))
+            });
         }
         Layout::Grouped { outer, groups } => {
             outer.write(container, &mut out, |i, tool| {
@@ -127,7 +129,10 @@ mod tests {
             "[\n  {\"name\":\"a\"},\n  {\"name\":\"c\"}\n]"
         );
         assert_eq!(rebuild(Dialect::Anthropic, "[]", &[]), "[]");
-        assert_eq!(rebuild(Dialect::Anthropic, pretty, &[false, false, false]), "[\n]");
+        assert_eq!(
+            rebuild(Dialect::Anthropic, pretty, &[false, false, false]),
+            "[\n]"
+        );
     }
 
     #[test]

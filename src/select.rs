@@ -197,8 +197,12 @@ mod tests {
             .iter()
             .map(|n| format!(r#"{{"name":"{n}","description":"tool {n}"}}"#))
             .collect();
-        Catalog::build(Dialect::Anthropic, &format!("[{}]", tools.join(",")), FieldWeights::default())
-            .unwrap()
+        Catalog::build(
+            Dialect::Anthropic,
+            &format!("[{}]", tools.join(",")),
+            FieldWeights::default(),
+        )
+        .unwrap()
     }
 
     fn kept_names(c: &Catalog, s: &Selection) -> Vec<String> {
@@ -218,9 +222,19 @@ mod tests {
 
     #[test]
     fn top_k_plus_pins() {
-        let c = catalog(&["alpha", "beta", "gamma", "delta", "search_web", "search_docs"]);
+        let c = catalog(&[
+            "alpha",
+            "beta",
+            "gamma",
+            "delta",
+            "search_web",
+            "search_docs",
+        ]);
         let ranking = c.index.rank("gamma delta");
-        let choice = Choice { named: vec!["alpha".into()], requires_tool: true };
+        let choice = Choice {
+            named: vec!["alpha".into()],
+            requires_tool: true,
+        };
         let s = select(
             &config(r#"{"top_k":2,"always_include":["search_*"]}"#),
             &c,
@@ -231,10 +245,21 @@ mod tests {
         // Pins ranked outside the top 2 come on top of gamma and delta.
         assert_eq!(
             kept_names(&c, &s),
-            ["alpha", "beta", "delta", "gamma", "search_docs", "search_web"]
+            [
+                "alpha",
+                "beta",
+                "delta",
+                "gamma",
+                "search_docs",
+                "search_web"
+            ]
         );
         let verdict = |name: &str| {
-            s.decisions.iter().find(|d| c.name(d.entry) == Some(name)).unwrap().verdict
+            s.decisions
+                .iter()
+                .find(|d| c.name(d.entry) == Some(name))
+                .unwrap()
+                .verdict
         };
         assert_eq!(verdict("alpha"), Verdict::ToolChoice);
         assert_eq!(verdict("beta"), Verdict::Called);
@@ -259,7 +284,13 @@ mod tests {
     fn min_score_never_leaves_zero_tools() {
         let c = catalog(&["alpha", "beta", "gamma"]);
         let ranking = c.index.rank("nothing relevant");
-        let s = select(&config(r#"{"min_score":5}"#), &c, &ranking, &Choice::default(), &[]);
+        let s = select(
+            &config(r#"{"min_score":5}"#),
+            &c,
+            &ranking,
+            &Choice::default(),
+            &[],
+        );
         assert_eq!(s.kept_count(), 1);
         assert_eq!(s.decisions[0].verdict, Verdict::Ranked);
         assert_eq!(s.decisions[1].verdict, Verdict::BelowMinScore);
@@ -275,7 +306,12 @@ mod tests {
         let verdicts: Vec<Verdict> = s.decisions.iter().map(|d| d.verdict).collect();
         assert_eq!(
             verdicts,
-            [Verdict::Ranked, Verdict::Ranked, Verdict::OverBudget, Verdict::OverBudget]
+            [
+                Verdict::Ranked,
+                Verdict::Ranked,
+                Verdict::OverBudget,
+                Verdict::OverBudget
+            ]
         );
         assert_eq!(s.keep, [false, false, true, true]);
         let (kept, total) = s.tokens(&c);

@@ -94,7 +94,7 @@ fn is_cjk(c: char) -> bool {
         | 0x3400..=0x4DBF    // CJK Extension A
         | 0x4E00..=0x9FFF    // CJK Unified Ideographs
         | 0xAC00..=0xD7AF    // Hangul syllables
-        | 0xF900..=0xFAFF)   // CJK Compatibility Ideographs
+        | 0xF900..=0xFAFF) // CJK Compatibility Ideographs
 }
 
 /// Cuts `text` to at most `max` bytes, keeping its head and its tail (the ask is usually at one
@@ -150,14 +150,23 @@ mod tests {
 
     #[test]
     fn folds_plurals_lightly() {
-        assert_eq!(terms("messages queries issues"), ["message", "query", "issue"]);
-        assert_eq!(terms("status analysis class boxes"), ["status", "analysis", "class", "box"]);
+        assert_eq!(
+            terms("messages queries issues"),
+            ["message", "query", "issue"]
+        );
+        assert_eq!(
+            terms("status analysis class boxes"),
+            ["status", "analysis", "class", "box"]
+        );
         assert_eq!(terms("addresses branches"), ["address", "branch"]);
     }
 
     #[test]
     fn cjk_characters_are_terms() {
-        assert_eq!(terms("查询天气 weather"), ["查", "询", "天", "气", "weather"]);
+        assert_eq!(
+            terms("查询天气 weather"),
+            ["查", "询", "天", "气", "weather"]
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `{type:"tool",name}`.
 
 use super::schema::tool_text;
-use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,8 +12,6 @@ use serde_json::value::RawValue;
 struct Body<'a> {
     #[serde(borrow, default)]
     messages: Option<Vec<Message<'a>>>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tool_choice: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -36,12 +34,17 @@ struct Block<'a> {
     name: Option<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
-    for m in messages.iter().filter(|m| m.role.as_deref() == Some("assistant")) {
-        let Some(blocks) = m.content.and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok())
+    for m in messages
+        .iter()
+        .filter(|m| m.role.as_deref() == Some("assistant"))
+    {
+        let Some(blocks) = m
+            .content
+            .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok())
         else {
             continue;
         };
@@ -63,7 +66,6 @@ pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
     Ok(Request {
         dialect: Dialect::Anthropic,
         query,
-        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called,
         stream: is_true(parsed.stream),
@@ -95,16 +97,23 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
         description: Option<Value>,
         input_schema: Option<Value>,
     }
-    super::flat_catalog(container, |raw| match serde_json::from_str::<Tool>(raw.get()) {
-        // A user-defined tool has no `type`, or `"type": "custom"`.
-        Ok(Tool { kind, name: Some(name), description, input_schema })
-            if matches!(kind.as_deref(), None | Some("custom")) =>
-        {
-            Entry::Function(tool_text(&name, description.as_ref(), input_schema.as_ref()))
+    super::flat_catalog(container, |raw| {
+        match serde_json::from_str::<Tool>(raw.get()) {
+            // A user-defined tool has no `type`, or `"type": "custom"`.
+            Ok(Tool {
+                kind,
+                name: Some(name),
+                description,
+                input_schema,
+            }) if matches!(kind.as_deref(), None | Some("custom")) => Entry::Function(tool_text(
+                &name,
+                description.as_ref(),
+                input_schema.as_ref(),
+            )),
+            // Server and client built-ins: web_search_20250305, bash_20250124, computer_*,
+            // text_editor_*, tool_search_tool_*, mcp_toolset, …
+            _ => Entry::Builtin,
         }
-        // Server and client built-ins: web_search_20250305, bash_20250124, computer_*,
-        // text_editor_*, tool_search_tool_*, mcp_toolset, …
-        _ => Entry::Builtin,
     })
 }
 
@@ -122,14 +131,23 @@ mod tests {
         let r = parse(body).unwrap();
         assert_eq!(r.query, "create a github issue");
         assert_eq!(r.called, ["create_issue"]);
-        assert_eq!(r.choice, Choice { named: vec!["create_issue".into()], requires_tool: true });
+        assert_eq!(
+            r.choice,
+            Choice {
+                named: vec!["create_issue".into()],
+                requires_tool: true
+            }
+        );
     }
 
     #[test]
     fn server_tools_are_builtin() {
-        let c = catalog(r#"[{"name":"a","input_schema":{"type":"object"}},
+        let c = catalog(
+            r#"[{"name":"a","input_schema":{"type":"object"}},
             {"type":"web_search_20250305","name":"web_search"},
-            {"type":"custom","name":"b","input_schema":{}}]"#).unwrap();
+            {"type":"custom","name":"b","input_schema":{}}]"#,
+        )
+        .unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "a"));
         assert_eq!(c.entries[1], Entry::Builtin);
         assert!(matches!(&c.entries[2], Entry::Function(t) if t.name == "b"));

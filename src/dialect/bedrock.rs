@@ -2,7 +2,7 @@
 //! `toolConfig.tools[].toolSpec` with `inputSchema.json`, `toolConfig.toolChoice`.
 
 use super::schema::tool_text;
-use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::Str;
 use serde::Deserialize;
 use serde_json::Value;
@@ -38,8 +38,6 @@ struct Named<'a> {
 
 #[derive(Deserialize)]
 struct ToolConfig<'a> {
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "toolChoice")]
     tool_choice: Option<ToolChoice<'a>>,
 }
@@ -53,13 +51,22 @@ struct ToolChoice<'a> {
     tool: Option<Named<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
-    for m in messages.iter().filter(|m| m.role.as_deref() == Some("assistant")) {
-        let blocks = m.content.and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
-        for name in blocks.into_iter().flatten().filter_map(|b| b.tool_use?.name) {
+    for m in messages
+        .iter()
+        .filter(|m| m.role.as_deref() == Some("assistant"))
+    {
+        let blocks = m
+            .content
+            .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
+        for name in blocks
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b.tool_use?.name)
+        {
             note_call(&mut called, &name);
         }
     }
@@ -71,10 +78,8 @@ pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
         .find(|t| !t.trim().is_empty())
         .unwrap_or_default();
     let mut choice = Choice::default();
-    let mut tools = None;
     if let Some(raw) = parsed.tool_config {
         let config: ToolConfig = serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?;
-        tools = config.tools.map(|t| Container::locate(body, t)).transpose()?;
         if let Some(tc) = config.tool_choice {
             choice.requires_tool = tc.any.is_some() || tc.tool.is_some();
             if let Some(name) = tc.tool.and_then(|t| t.name) {
@@ -85,7 +90,6 @@ pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
     Ok(Request {
         dialect: Dialect::Bedrock,
         query,
-        tools,
         choice,
         called,
         // Bedrock streams by path (`/converse-stream`).
@@ -106,13 +110,22 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
         #[serde(rename = "inputSchema")]
         input_schema: Option<Value>,
     }
-    super::flat_catalog(container, |raw| match serde_json::from_str::<Tool>(raw.get()) {
-        Ok(Tool { tool_spec: Some(Spec { name: Some(name), description, input_schema }) }) => {
-            let schema = input_schema.as_ref().and_then(|s| s.get("json"));
-            Entry::Function(tool_text(&name, description.as_ref(), schema))
+    super::flat_catalog(container, |raw| {
+        match serde_json::from_str::<Tool>(raw.get()) {
+            Ok(Tool {
+                tool_spec:
+                    Some(Spec {
+                        name: Some(name),
+                        description,
+                        input_schema,
+                    }),
+            }) => {
+                let schema = input_schema.as_ref().and_then(|s| s.get("json"));
+                Entry::Function(tool_text(&name, description.as_ref(), schema))
+            }
+            // cachePoint markers and system tools stay where they are.
+            _ => Entry::Builtin,
         }
-        // cachePoint markers and system tools stay where they are.
-        _ => Entry::Builtin,
     })
 }
 
@@ -131,10 +144,16 @@ mod tests {
         let r = parse(body).unwrap();
         assert_eq!(r.query, "list my s3 buckets");
         assert_eq!(r.called, ["list_buckets"]);
-        assert_eq!(r.choice, Choice { named: vec!["list_buckets".into()], requires_tool: true });
-        let tools = r.tools.unwrap();
-        assert!(body[tools.offset..].starts_with("[{\"toolSpec\""));
-        let c = catalog(tools.raw).unwrap();
+        assert_eq!(
+            r.choice,
+            Choice {
+                named: vec!["list_buckets".into()],
+                requires_tool: true
+            }
+        );
+        let tools = crate::json::find_path(body, Dialect::Bedrock.tools_path()).unwrap();
+        assert!(body[tools.clone()].starts_with("[{\"toolSpec\""));
+        let c = catalog(&body[tools]).unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.params == ["region"]));
         assert_eq!(c.entries[1], Entry::Builtin);
     }

@@ -4,9 +4,7 @@
 //! and snake_case field names, so both are read.
 
 use super::schema::tool_text;
-use super::{
-    CatalogDraft, Choice, Container, Dialect, Entry, Group, Layout, Problem, Request, note_call,
-};
+use super::{CatalogDraft, Choice, Dialect, Entry, Group, Layout, Problem, Request, note_call};
 use crate::json::Str;
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
@@ -18,8 +16,6 @@ use std::collections::BTreeMap;
 struct Body<'a> {
     #[serde(borrow, default)]
     contents: Option<Vec<Content<'a>>>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
     #[serde(borrow, default, alias = "tool_config")]
     #[serde(rename = "toolConfig")]
     tool_config: Option<ToolConfig<'a>>,
@@ -49,7 +45,12 @@ struct Named<'a> {
 
 #[derive(Deserialize)]
 struct ToolConfig<'a> {
-    #[serde(borrow, default, rename = "functionCallingConfig", alias = "function_calling_config")]
+    #[serde(
+        borrow,
+        default,
+        rename = "functionCallingConfig",
+        alias = "function_calling_config"
+    )]
     function_calling_config: Option<CallingConfig<'a>>,
 }
 
@@ -57,11 +58,16 @@ struct ToolConfig<'a> {
 struct CallingConfig<'a> {
     #[serde(borrow, default)]
     mode: Option<Str<'a>>,
-    #[serde(borrow, default, rename = "allowedFunctionNames", alias = "allowed_function_names")]
+    #[serde(
+        borrow,
+        default,
+        rename = "allowedFunctionNames",
+        alias = "allowed_function_names"
+    )]
     allowed_function_names: Vec<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let contents = parsed.contents.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -92,7 +98,6 @@ pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
     Ok(Request {
         dialect: Dialect::Gemini,
         query,
-        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
         choice,
         called,
         // Gemini streams by path (`:streamGenerateContent`), not by a body field.
@@ -128,7 +133,8 @@ pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
             continue;
         };
         let items = crate::json::array_items(declarations).ok_or(Problem::BadShape)?;
-        let inner = ArrayLayout::of(tool.get(), declarations.get(), &items).ok_or(Problem::BadShape)?;
+        let inner =
+            ArrayLayout::of(tool.get(), declarations.get(), &items).ok_or(Problem::BadShape)?;
         groups.push(Some(Group {
             inner,
             first_entry: entries.len(),
@@ -137,7 +143,12 @@ pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
         for item in items {
             sizes.push(item.get().len());
             entries.push(match serde_json::from_str::<Declaration>(item.get()) {
-                Ok(Declaration { name: Some(name), description, parameters, parameters_json_schema }) => {
+                Ok(Declaration {
+                    name: Some(name),
+                    description,
+                    parameters,
+                    parameters_json_schema,
+                }) => {
                     let schema = parameters.as_ref().or(parameters_json_schema.as_ref());
                     Entry::Function(tool_text(&name, description.as_ref(), schema))
                 }
@@ -145,7 +156,11 @@ pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
             });
         }
     }
-    Ok(CatalogDraft { entries, sizes, layout: Layout::Grouped { outer, groups } })
+    Ok(CatalogDraft {
+        entries,
+        sizes,
+        layout: Layout::Grouped { outer, groups },
+    })
 }
 
 #[cfg(test)]
@@ -163,7 +178,13 @@ mod tests {
         let r = parse(body).unwrap();
         assert_eq!(r.query, "what is the weather");
         assert_eq!(r.called, ["get_weather"]);
-        assert_eq!(r.choice, Choice { named: vec!["get_weather".into()], requires_tool: true });
+        assert_eq!(
+            r.choice,
+            Choice {
+                named: vec!["get_weather".into()],
+                requires_tool: true
+            }
+        );
     }
 
     #[test]
@@ -172,7 +193,9 @@ mod tests {
         assert_eq!(c.entries.len(), 3);
         assert_eq!(c.entries[0], Entry::Builtin);
         assert!(matches!(&c.entries[1], Entry::Function(t) if t.name == "a" && t.params == ["q"]));
-        let Layout::Grouped { groups, .. } = &c.layout else { panic!("grouped") };
+        let Layout::Grouped { groups, .. } = &c.layout else {
+            panic!("grouped")
+        };
         assert!(groups[0].is_none());
         let g = groups[1].as_ref().unwrap();
         assert_eq!((g.first_entry, g.only_declarations), (1, true));

@@ -11,7 +11,6 @@ mod openai_chat;
 mod openai_responses;
 pub mod schema;
 
-use crate::json::span_in;
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -68,8 +67,17 @@ impl Dialect {
         }
     }
 
-    /// Reads what ranking and selection need from a body of this dialect.
-    pub fn parse(self, body: &str) -> Result<Request<'_>, Problem> {
+    /// The chain of keys under which this dialect keeps its tools array.
+    pub fn tools_path(self) -> &'static [&'static str] {
+        match self {
+            Dialect::Bedrock => &["toolConfig", "tools"],
+            _ => &["tools"],
+        }
+    }
+
+    /// Reads what ranking and selection need from a body of this dialect: everything but the
+    /// tools array, which [`crate::json::find_path`] locates and [`Dialect::catalog`] reads.
+    pub fn parse(self, body: &str) -> Result<Request, Problem> {
         let mut request = match self {
             Dialect::OpenaiChat => openai_chat::parse(body),
             Dialect::OpenaiResponses => openai_responses::parse(body),
@@ -136,33 +144,17 @@ impl Problem {
     }
 }
 
-/// What one request body says, borrowed from it.
+/// What one request body says, besides its tools.
 #[derive(Debug)]
-pub struct Request<'a> {
+pub struct Request {
     pub dialect: Dialect,
     /// The latest user text, bounded to [`MAX_QUERY_BYTES`].
     pub query: String,
-    /// The JSON value that holds the tools; `None` when the request carries no tools.
-    pub tools: Option<Container<'a>>,
     /// What `tool_choice` (or the dialect's equivalent) asks for.
     pub choice: Choice,
     /// Tools the conversation already called, in the order of their first call.
     pub called: Vec<String>,
     pub stream: bool,
-}
-
-/// The tools value (`tools`, or `toolConfig.tools` in Bedrock) and where it sits in the body.
-#[derive(Debug, Clone, Copy)]
-pub struct Container<'a> {
-    pub raw: &'a str,
-    pub offset: usize,
-}
-
-impl<'a> Container<'a> {
-    pub(crate) fn locate(body: &'a str, raw: &'a RawValue) -> Result<Self, Problem> {
-        let span = span_in(body, raw.get()).ok_or(Problem::BadShape)?;
-        Ok(Container { raw: raw.get(), offset: span.start })
-    }
 }
 
 /// Tools that selection must keep because the request says so.
@@ -318,7 +310,10 @@ mod tests {
                 "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse",
                 Some(Dialect::Bedrock),
             ),
-            ("/model/amazon.nova-pro-v1:0/converse-stream", Some(Dialect::Bedrock)),
+            (
+                "/model/amazon.nova-pro-v1:0/converse-stream",
+                Some(Dialect::Bedrock),
+            ),
             ("/v1/models", None),
             ("/v1/embeddings", None),
             ("/converse", None),
@@ -332,7 +327,10 @@ mod tests {
     #[test]
     fn content_text_reads_strings_and_text_parts() {
         let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
-        assert_eq!(content_text(&raw(r#""hi \"there\"""#), &["text"]), "hi \"there\"");
+        assert_eq!(
+            content_text(&raw(r#""hi \"there\"""#), &["text"]),
+            "hi \"there\""
+        );
         let parts = raw(
             r#"[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]"#,
         );

@@ -2,7 +2,7 @@
 //! Mistral, LiteLLM, OpenRouter): `tools[].function`, `messages`, `tool_choice`.
 
 use super::schema::tool_text;
-use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,8 +12,6 @@ use serde_json::value::RawValue;
 struct Body<'a> {
     #[serde(borrow, default)]
     messages: Option<Vec<Message<'a>>>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tool_choice: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -45,12 +43,16 @@ pub(super) struct Named<'a> {
     pub name: Option<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
     for m in &messages {
-        let calls = m.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref());
+        let calls = m
+            .tool_calls
+            .iter()
+            .flatten()
+            .filter_map(|c| c.function.as_ref());
         for named in calls.chain(m.function_call.as_ref()) {
             if let Some(name) = &named.name {
                 note_call(&mut called, name);
@@ -69,7 +71,6 @@ pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
     Ok(Request {
         dialect: Dialect::OpenaiChat,
         query,
-        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called,
         stream: is_true(parsed.stream),
@@ -138,9 +139,14 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
             return Entry::Builtin;
         };
         match (tool.kind.as_deref(), tool.function) {
-            (None | Some("function"), Some(Function { name: Some(name), description, parameters })) => {
-                Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()))
-            }
+            (
+                None | Some("function"),
+                Some(Function {
+                    name: Some(name),
+                    description,
+                    parameters,
+                }),
+            ) => Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref())),
             // `custom` tools, and anything newer we do not know: never removed.
             _ => Entry::Builtin,
         }
@@ -163,10 +169,14 @@ mod tests {
         let r = parse(body).unwrap();
         assert_eq!(r.query, "weather in Paris?");
         assert_eq!(r.called, ["get_weather"]);
-        assert_eq!(r.choice, Choice { named: vec!["get_weather".into()], requires_tool: true });
+        assert_eq!(
+            r.choice,
+            Choice {
+                named: vec!["get_weather".into()],
+                requires_tool: true
+            }
+        );
         assert!(r.stream);
-        let tools = r.tools.unwrap();
-        assert_eq!(&body[tools.offset..tools.offset + tools.raw.len()], tools.raw);
     }
 
     #[test]
@@ -174,9 +184,17 @@ mod tests {
         let c = |s: &str| choice(&RawValue::from_string(s.into()).unwrap());
         assert!(c(r#""required""#).requires_tool);
         assert_eq!(c(r#""auto""#), Choice::default());
-        let allowed = c(r#"{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[
-            {"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}}"#);
-        assert_eq!(allowed, Choice { named: vec!["a".into(), "b".into()], requires_tool: true });
+        let allowed = c(
+            r#"{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[
+            {"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}}"#,
+        );
+        assert_eq!(
+            allowed,
+            Choice {
+                named: vec!["a".into(), "b".into()],
+                requires_tool: true
+            }
+        );
     }
 
     #[test]
@@ -187,8 +205,11 @@ mod tests {
 
     #[test]
     fn catalog_keeps_non_function_tools_as_builtin() {
-        let c = catalog(r#"[{"type":"function","function":{"name":"a","description":"A"}},
-            {"type":"custom","custom":{"name":"grammar"}},{"type":"function"}]"#).unwrap();
+        let c = catalog(
+            r#"[{"type":"function","function":{"name":"a","description":"A"}},
+            {"type":"custom","custom":{"name":"grammar"}},{"type":"function"}]"#,
+        )
+        .unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "a"));
         assert_eq!(c.entries[1], Entry::Builtin);
         assert_eq!(c.entries[2], Entry::Builtin);

@@ -2,7 +2,7 @@
 //! of items, `tool_choice`.
 
 use super::schema::tool_text;
-use super::{Choice, Container, Dialect, Entry, Problem, Request, content_text, note_call};
+use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::Value;
@@ -12,8 +12,6 @@ use serde_json::value::RawValue;
 struct Body<'a> {
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tool_choice: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -34,7 +32,7 @@ struct Item<'a> {
     name: Option<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
+pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let input = parsed.input.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -59,7 +57,6 @@ pub(super) fn parse(body: &str) -> Result<Request<'_>, Problem> {
     Ok(Request {
         dialect: Dialect::OpenaiResponses,
         query,
-        tools: parsed.tools.map(|t| Container::locate(body, t)).transpose()?,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called,
         stream: is_true(parsed.stream),
@@ -117,14 +114,19 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
         description: Option<Value>,
         parameters: Option<Value>,
     }
-    super::flat_catalog(container, |raw| match serde_json::from_str::<Tool>(raw.get()) {
-        Ok(Tool { kind: Some(kind), name: Some(name), description, parameters })
-            if kind == "function" =>
-        {
-            Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()))
+    super::flat_catalog(container, |raw| {
+        match serde_json::from_str::<Tool>(raw.get()) {
+            Ok(Tool {
+                kind: Some(kind),
+                name: Some(name),
+                description,
+                parameters,
+            }) if kind == "function" => {
+                Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()))
+            }
+            // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
+            _ => Entry::Builtin,
         }
-        // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
-        _ => Entry::Builtin,
     })
 }
 
@@ -150,7 +152,13 @@ mod tests {
         let r = parse(body).unwrap();
         assert_eq!(r.query, "book a hotel");
         assert_eq!(r.called, ["search_hotels"]);
-        assert_eq!(r.choice, Choice { named: vec!["a".into()], requires_tool: false });
+        assert_eq!(
+            r.choice,
+            Choice {
+                named: vec!["a".into()],
+                requires_tool: false
+            }
+        );
     }
 
     #[test]

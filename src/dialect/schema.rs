@@ -73,13 +73,27 @@ mod tests {
         assert_eq!(t.description, "Sends");
         assert_eq!(
             t.params,
-            ["blocks", "text", "Block text", "channel", "Channel id", "when", "at"]
+            [
+                "blocks",
+                "text",
+                "Block text",
+                "channel",
+                "Channel id",
+                "when",
+                "at"
+            ]
         );
     }
 
     #[test]
     fn tolerates_missing_and_odd_fields() {
         let t = tool_text("x", None, Some(&json!("not a schema")));
-        assert_eq!(t, ToolText { name: "x".into(), ..Default::default() });
+        assert_eq!(
+            t,
+            ToolText {
+                name: "x".into(),
+                ..Default::default()
+            }
+        );
     }
 }

@@ -36,7 +36,11 @@ enum Outcome {
 
 impl Filter {
     pub fn new(shared: Option<Rc<Shared>>) -> Filter {
-        Filter { shared, buffering: None, outcome: None }
+        Filter {
+            shared,
+            buffering: None,
+            outcome: None,
+        }
     }
 
     /// Reads the request headers the screening needs and screens them.
@@ -63,8 +67,14 @@ impl Filter {
         let started = now();
         let result = self.filter_body(shared, dialect, body_size);
         if let (Some(start), Some(end)) = (started, now()) {
-            let micros = end.duration_since(start).unwrap_or(Duration::ZERO).as_micros();
-            shared.metrics.record(shared.metrics.filter_time_us, u64::try_from(micros).unwrap_or(u64::MAX));
+            let micros = end
+                .duration_since(start)
+                .unwrap_or(Duration::ZERO)
+                .as_micros();
+            shared.metrics.record(
+                shared.metrics.filter_time_us,
+                u64::try_from(micros).unwrap_or(u64::MAX),
+            );
         }
         match result {
             Ok(()) => Action::Continue,
@@ -72,7 +82,12 @@ impl Filter {
         }
     }
 
-    fn filter_body(&mut self, shared: &Shared, dialect: Dialect, body_size: usize) -> Result<(), Skipped> {
+    fn filter_body(
+        &mut self,
+        shared: &Shared,
+        dialect: Dialect,
+        body_size: usize,
+    ) -> Result<(), Skipped> {
         let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size)
             .map_err(|_| Skip::Internal)?
             .unwrap_or_default();
@@ -81,13 +96,22 @@ impl Filter {
         let analysis = engine.analyse(dialect, text)?;
         let metrics = &shared.metrics;
         metrics.add(
-            if analysis.cache_hit { metrics.catalog_cache_hits } else { metrics.catalog_cache_misses },
+            if analysis.cache_hit {
+                metrics.catalog_cache_hits
+            } else {
+                metrics.catalog_cache_misses
+            },
             1,
         );
         let (kept, total) = (analysis.kept(), analysis.total());
         if let Some(rewritten) = analysis.rewrite(text) {
-            hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body.len(), rewritten.as_bytes())
-                .map_err(|_| Skip::Internal)?;
+            hostcalls::set_buffer(
+                BufferType::HttpRequestBody,
+                0,
+                body.len(),
+                rewritten.as_bytes(),
+            )
+            .map_err(|_| Skip::Internal)?;
             metrics.add(metrics.rewritten, 1);
         } else {
             metrics.add(metrics.unchanged, 1);
@@ -95,15 +119,26 @@ impl Filter {
         let (tokens_before, tokens_after) = analysis.tokens_before_after();
         metrics.add(metrics.tools_in, total);
         metrics.add(metrics.tools_out, kept);
-        metrics.add(metrics.tokens_saved, tokens_before.saturating_sub(tokens_after));
+        metrics.add(
+            metrics.tokens_saved,
+            tokens_before.saturating_sub(tokens_after),
+        );
         // Prompts stay out of logs above debug level.
         log::debug!(
             "toolsift: {dialect} query={:?} kept {kept}/{total} catalog_cache_hit={}",
             analysis.query,
             analysis.cache_hit
         );
-        let kept_names = if engine.config.debug { analysis.kept_names().join(",") } else { String::new() };
-        self.outcome = Some(Outcome::Filtered { kept, total, kept_names });
+        let kept_names = if engine.config.debug {
+            analysis.kept_names().join(",")
+        } else {
+            String::new()
+        };
+        self.outcome = Some(Outcome::Filtered {
+            kept,
+            total,
+            kept_names,
+        });
         Ok(())
     }
 
@@ -120,13 +155,19 @@ impl Filter {
             self.outcome = Some(Outcome::Skipped(skipped));
         }
         let reject = skipped.reason.is_error()
-            && shared.engine.try_borrow().is_ok_and(|e| e.config.on_error == OnError::Reject);
+            && shared
+                .engine
+                .try_borrow()
+                .is_ok_and(|e| e.config.on_error == OnError::Reject);
         if !reject {
             return Action::Continue;
         }
         let body = error_body(skipped.reason);
         let header = self.header_value();
-        let headers = vec![("content-type", "application/json"), ("x-toolsift", header.as_str())];
+        let headers = vec![
+            ("content-type", "application/json"),
+            ("x-toolsift", header.as_str()),
+        ];
         match hostcalls::send_http_response(400, headers, Some(body.as_bytes())) {
             // The local reply ends the stream; nothing more goes upstream.
             Ok(()) => Action::Pause,
@@ -181,7 +222,10 @@ impl HttpContext for Filter {
             return Action::Continue;
         };
         // `body_size` is the size of everything buffered so far, not of this chunk.
-        let too_large = shared.engine.try_borrow().map_or(true, |e| body_size > e.config.max_body_bytes);
+        let too_large = shared
+            .engine
+            .try_borrow()
+            .map_or(true, |e| body_size > e.config.max_body_bytes);
         if too_large {
             // Continue releases what was buffered and streams the rest through.
             return self.skip(&shared, Skip::TooLarge.into());
@@ -212,7 +256,9 @@ impl HttpContext for Filter {
         }
         let value = self.header_value();
         add_response_header("x-toolsift", &value);
-        if let (true, Some(Outcome::Filtered { kept_names, .. })) = (engine.config.debug, &self.outcome) {
+        if let (true, Some(Outcome::Filtered { kept_names, .. })) =
+            (engine.config.debug, &self.outcome)
+        {
             add_response_header("x-toolsift-tools", kept_names);
         }
         Action::Continue

@@ -37,7 +37,10 @@ impl Metrics {
             tokens_saved: counter("toolsift.tokens_saved")?,
             catalog_cache_hits: counter("toolsift.catalog_cache.hits")?,
             catalog_cache_misses: counter("toolsift.catalog_cache.misses")?,
-            filter_time_us: hostcalls::define_metric(MetricType::Histogram, "toolsift.filter_time_us")?,
+            filter_time_us: hostcalls::define_metric(
+                MetricType::Histogram,
+                "toolsift.filter_time_us",
+            )?,
             skipped,
         })
     }
