@@ -6,7 +6,12 @@
 //! then alternating rounds of sequential requests on one keep-alive connection per listener
 //! (latency), then a short closed-loop run on two connections per listener (throughput), then
 //! the filter's own time from its histogram and the Envoy process's resident memory.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -29,11 +34,13 @@ fn main() {
         None => SIZES.to_vec(),
     };
     let pool = dataset_tools();
-    println!("| tools | body KB | median filter / plain (ms) | added median (ms) | p99 filter / plain (ms) | added p99 (ms) | req/s ratio | filter time P50 / P99 (µs) | Envoy RSS before → after (MB) |");
+    println!(
+        "| tools | body KB | median filter / plain (ms) | added median (ms) | p99 filter / plain (ms) | added p99 (ms) | req/s ratio | filter time P50 / P99 (µs) | Envoy RSS before → after (MB) |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in sizes {
-        let body = request_body(&pool, n);
-        let row = measure(n, &body);
+        let bodies = request_bodies(&pool, n);
+        let row = measure(n, &bodies);
         println!("{row}");
     }
 }
@@ -42,8 +49,12 @@ fn main() {
 fn dataset_tools() -> Vec<String> {
     let mut all = Vec::new();
     for name in ["livemcpbench", "toolbench", "seal_tools"] {
-        let path = repo().join("../shared/datasets").join(name).join("tools.jsonl");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let path = repo()
+            .join("../shared/datasets")
+            .join(name)
+            .join("tools.jsonl");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         all.push(text.lines().map(str::to_owned).collect::<Vec<_>>());
     }
     // Interleave so every size mixes the three sources.
@@ -59,12 +70,34 @@ fn dataset_tools() -> Vec<String> {
     out
 }
 
-fn request_body(pool: &[String], n: usize) -> String {
+/// Request bodies with the same `n` tools and a different question each, so that every request
+/// is ranked afresh (the filter remembers the last question per catalog, as an agent loop
+/// repeats it; this benchmark measures the costlier case of a new question every time).
+fn request_bodies(pool: &[String], n: usize) -> Vec<String> {
     let tools = pool[..n].join(",\n");
-    format!(
-        r#"{{"model":"gpt-4.1","messages":[{{"role":"system","content":"You are a helpful agent."}},{{"role":"user","content":"Find the latest news about the football transfer market and send a short summary to my team by email"}}],"tools":[{tools}],"tool_choice":"auto","temperature":0.2}}"#
-    )
+    QUESTIONS
+        .iter()
+        .cycle()
+        .take(64)
+        .enumerate()
+        .map(|(i, q)| {
+            format!(
+                r#"{{"model":"gpt-4.1","messages":[{{"role":"system","content":"You are a helpful agent."}},{{"role":"user","content":"{q} (ticket {i})"}}],"tools":[{tools}],"tool_choice":"auto","temperature":0.2}}"#
+            )
+        })
+        .collect()
 }
+
+const QUESTIONS: [&str; 8] = [
+    "Find the latest news about the football transfer market and send a short summary to my team by email",
+    "What is the weather forecast for Lisbon this weekend",
+    "Look up the stock price of Apple and convert it to euros",
+    "Search for recent papers about protein folding and list their authors",
+    "Translate this customer review from German into English",
+    "Book a table for four at an Italian restaurant near the office tonight",
+    "Create a calendar event for the quarterly planning meeting next Tuesday",
+    "Get the lyrics of the song that is number one in the charts",
+];
 
 fn two_listeners(yaml: String, plain_port: u16) -> String {
     let start = yaml.find("  - name: llm_ingress").unwrap();
@@ -93,9 +126,12 @@ fn two_listeners(yaml: String, plain_port: u16) -> String {
     format!("{}{}{}", &yaml[..end], plain, &yaml[end..])
 }
 
-fn measure(n: usize, body: &str) -> String {
+fn measure(n: usize, bodies: &[String]) -> String {
+    let body = bodies[0].as_str();
     let plain_port = Gateway::free_port();
-    let gw = Gateway::start_with("{}", &["--concurrency", "2"], |y| two_listeners(y, plain_port));
+    let gw = Gateway::start_with("{}", &["--concurrency", "2"], |y| {
+        two_listeners(y, plain_port)
+    });
     let rss_before = rss_mb(gw.pid());
 
     let mut filtered = Client::connect(gw.port);
@@ -107,23 +143,24 @@ fn measure(n: usize, body: &str) -> String {
     let (_, headers) = plain.post(body);
     assert!(!headers.contains("x-toolsift"), "{headers}");
 
-    for _ in 0..100 {
+    for body in bodies.iter().cycle().take(100) {
         filtered.post(body);
         plain.post(body);
     }
     let (mut with, mut without) = (Vec::new(), Vec::new());
+    let mut next = bodies.iter().cycle();
     for _ in 0..ROUNDS {
-        for _ in 0..PER_ROUND {
+        for body in next.by_ref().take(PER_ROUND) {
             with.push(filtered.post(body).0);
         }
-        for _ in 0..PER_ROUND {
+        for body in next.by_ref().take(PER_ROUND) {
             without.push(plain.post(body).0);
         }
     }
-    let rps_with = throughput(gw.port, body);
-    let rps_without = throughput(plain_port, body);
-    let rps_with_again = throughput(gw.port, body);
-    let rps_without_again = throughput(plain_port, body);
+    let rps_with = throughput(gw.port, bodies);
+    let rps_without = throughput(plain_port, bodies);
+    let rps_with_again = throughput(gw.port, bodies);
+    let rps_without_again = throughput(plain_port, bodies);
     let ratio = (rps_with + rps_with_again) / (rps_without + rps_without_again);
 
     let (p50, p99) = filter_histogram(&gw);
@@ -144,16 +181,19 @@ fn percentile(samples: &mut [f64], q: f64) -> f64 {
 }
 
 /// Requests per second over two keep-alive connections for a few seconds.
-fn throughput(port: u16, body: &str) -> f64 {
+fn throughput(port: u16, bodies: &[String]) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(THROUGHPUT_SECS);
     let threads: Vec<_> = (0..2)
         .map(|_| {
-            let body = body.to_owned();
+            let bodies = bodies.to_vec();
             std::thread::spawn(move || {
                 let mut c = Client::connect(port);
                 let mut n = 0u64;
-                while Instant::now() < deadline {
-                    c.post(&body);
+                for body in bodies.iter().cycle() {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    c.post(body);
                     n += 1;
                 }
                 n
@@ -224,7 +264,10 @@ impl Client {
     fn connect(port: u16) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { reader: BufReader::new(stream.try_clone().unwrap()), writer: stream }
+        Client {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
     }
 
     /// Milliseconds from the first byte sent to the last byte received, and the headers.

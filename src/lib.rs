@@ -11,6 +11,8 @@
 
 pub mod config;
 pub mod dialect;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod eval;
 pub mod json;
 pub mod pipeline;
 pub mod rank;

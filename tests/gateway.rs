@@ -1,5 +1,10 @@
 //! toolsift in the real Envoy, with the real `.wasm`, in front of the demo upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -10,7 +15,13 @@ use std::io::Write;
 
 const DEFAULT: &str = r#"{"debug": true}"#;
 
-const DIALECTS: [&str; 5] = ["openai_chat", "openai_responses", "anthropic", "gemini", "bedrock"];
+const DIALECTS: [&str; 5] = [
+    "openai_chat",
+    "openai_responses",
+    "anthropic",
+    "gemini",
+    "bedrock",
+];
 
 fn path(dialect: &str) -> &'static str {
     match dialect {
@@ -58,8 +69,10 @@ fn raw_items(dialect: &str, tools: &str) -> Vec<String> {
     }
     let mut out = Vec::new();
     for item in items {
-        let fields: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(item.get()).unwrap();
-        let decls: Vec<&RawValue> = serde_json::from_str(fields["functionDeclarations"].get()).unwrap();
+        let fields: std::collections::BTreeMap<String, &RawValue> =
+            serde_json::from_str(item.get()).unwrap();
+        let decls: Vec<&RawValue> =
+            serde_json::from_str(fields["functionDeclarations"].get()).unwrap();
         out.extend(decls.iter().map(|d| d.get().to_owned()));
     }
     out
@@ -70,13 +83,21 @@ fn raw_items(dialect: &str, tools: &str) -> Vec<String> {
 fn assert_spliced(dialect: &str, original: &str, tools: &str, received: &str) -> Vec<String> {
     let start = original.find(tools).expect("tools text in body");
     let end = start + tools.len();
-    assert!(received.starts_with(&original[..start]), "bytes before the tools array changed");
-    assert!(received.ends_with(&original[end..]), "bytes after the tools array changed");
+    assert!(
+        received.starts_with(&original[..start]),
+        "bytes before the tools array changed"
+    );
+    assert!(
+        received.ends_with(&original[end..]),
+        "bytes after the tools array changed"
+    );
     let new_tools = &received[start..received.len() - (original.len() - end)];
     let items = raw_items(dialect, new_tools);
     let mut last = 0;
     for item in &items {
-        let at = tools.find(item.as_str()).unwrap_or_else(|| panic!("kept tool altered: {item}"));
+        let at = tools
+            .find(item.as_str())
+            .unwrap_or_else(|| panic!("kept tool altered: {item}"));
         assert!(at >= last, "kept tools reordered");
         last = at;
     }
@@ -84,18 +105,37 @@ fn assert_spliced(dialect: &str, original: &str, tools: &str, received: &str) ->
 }
 
 fn tool_header(r: &Response) -> Vec<String> {
-    r.header("x-toolsift-tools").unwrap_or_default().split(',').map(str::to_owned).collect()
+    r.header("x-toolsift-tools")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
 fn every_dialect_is_cut_to_top_k_with_bytes_preserved() {
     let gw = Gateway::start(DEFAULT);
     let asks = [
-        ("Post a message to the #deploys Slack channel saying the build is green", "send_slack_message"),
-        ("What will the weather be like in Lisbon over the next five days?", "get_weather_forecast"),
-        ("Scale the checkout deployment in Kubernetes to 6 replicas", "scale_deployment"),
-        ("Refund the charge ch_123 for the customer, they were billed twice", "refund_charge"),
-        ("Merge pull request 42 in the acme/api repository", "merge_pull_request"),
+        (
+            "Post a message to the #deploys Slack channel saying the build is green",
+            "send_slack_message",
+        ),
+        (
+            "What will the weather be like in Lisbon over the next five days?",
+            "get_weather_forecast",
+        ),
+        (
+            "Scale the checkout deployment in Kubernetes to 6 replicas",
+            "scale_deployment",
+        ),
+        (
+            "Refund the charge ch_123 for the customer, they were billed twice",
+            "refund_charge",
+        ),
+        (
+            "Merge pull request 42 in the acme/api repository",
+            "merge_pull_request",
+        ),
     ];
     for dialect in DIALECTS {
         for (query, expected) in asks {
@@ -104,7 +144,10 @@ fn every_dialect_is_cut_to_top_k_with_bytes_preserved() {
             assert_eq!(r.status, 200, "{dialect}: {}", r.text());
             assert_eq!(r.header("x-toolsift"), Some("kept=5 total=80"), "{dialect}");
             let ranked = tool_header(&r);
-            assert!(ranked.contains(&expected.to_owned()), "{dialect} {query}: {ranked:?}");
+            assert!(
+                ranked.contains(&expected.to_owned()),
+                "{dialect} {query}: {ranked:?}"
+            );
             let received = r.text();
             let items = assert_spliced(dialect, &body, &tools, &received);
             assert_eq!(items.len(), 5, "{dialect}");
@@ -147,7 +190,12 @@ impl EchoTools for Response {
     /// The tool names in an echoed Anthropic body.
     fn json_tools_sorted(&self) -> Vec<String> {
         let v = self.json();
-        v["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
     }
 }
 
@@ -165,17 +213,32 @@ fn pinned_tools_survive() {
     let r = gw.post("/v1/chat/completions", &[], body.as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
     let got = r.upstream_tools();
-    for pinned in ["create_trello_card", "translate_text", "get_current_weather", "get_current_time"] {
-        assert!(got.contains(&pinned.to_owned()), "{pinned} missing from {got:?}");
+    for pinned in [
+        "create_trello_card",
+        "translate_text",
+        "get_current_weather",
+        "get_current_time",
+    ] {
+        assert!(
+            got.contains(&pinned.to_owned()),
+            "{pinned} missing from {got:?}"
+        );
     }
-    assert!(got.contains(&"get_pod_logs".to_owned()) || got.contains(&"get_pods".to_owned()), "{got:?}");
+    assert!(
+        got.contains(&"get_pod_logs".to_owned()) || got.contains(&"get_pods".to_owned()),
+        "{got:?}"
+    );
     // Four pinned tools on top of the five ranked ones.
     assert_eq!(r.header("x-toolsift"), Some("kept=9 total=80"));
 
     // Anthropic `tool_choice: any` with a min_score that nothing reaches: still one tool.
     let gw = Gateway::start(r#"{"min_score": 1000}"#);
     let (body, _) = request("anthropic", "hello there");
-    let body = body.replacen("\"max_tokens\": 1024,", "\"max_tokens\": 1024, \"tool_choice\": {\"type\": \"any\"},", 1);
+    let body = body.replacen(
+        "\"max_tokens\": 1024,",
+        "\"max_tokens\": 1024, \"tool_choice\": {\"type\": \"any\"},",
+        1,
+    );
     let r = gw.post("/v1/messages", &[], body.as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.upstream_tools().len(), 1);
@@ -189,12 +252,23 @@ fn small_and_toolless_requests_pass_untouched() {
     let body = format!(
         r#"{{"model":"m","messages":[{{"role":"user","content":"send an email"}}],"tools":{twenty}}}"#
     );
-    let r = gw.post("/v1/chat/completions", &[("x-demo-echo", "body")], body.as_bytes());
+    let r = gw.post(
+        "/v1/chat/completions",
+        &[("x-demo-echo", "body")],
+        body.as_bytes(),
+    );
     assert_eq!(r.body, body.as_bytes());
-    assert_eq!(r.header("x-toolsift"), Some("kept=20 total=20 skipped=few_tools"));
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=20 total=20 skipped=few_tools")
+    );
 
     let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-    let r = gw.post("/v1/chat/completions", &[("x-demo-echo", "body")], body.as_bytes());
+    let r = gw.post(
+        "/v1/chat/completions",
+        &[("x-demo-echo", "body")],
+        body.as_bytes(),
+    );
     assert_eq!(r.body, body.as_bytes());
     assert_eq!(r.header("x-toolsift"), Some("skipped=no_tools"));
 
@@ -219,7 +293,10 @@ fn malformed_oversized_and_compressed_bodies_pass_through_and_are_counted() {
     // Oversized, with and without content-length: passes through whole, unfiltered.
     let (body, _) = request("openai_chat", "send a slack message");
     assert!(body.len() > 50_000);
-    for headers in [vec![("x-demo-echo", "body")], vec![("x-demo-echo", "body"), ("transfer-encoding", "chunked")]] {
+    for headers in [
+        vec![("x-demo-echo", "body")],
+        vec![("x-demo-echo", "body"), ("transfer-encoding", "chunked")],
+    ] {
         let r = gw.post("/v1/chat/completions", &headers, body.as_bytes());
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.body, body.as_bytes());
@@ -230,10 +307,20 @@ fn malformed_oversized_and_compressed_bodies_pass_through_and_are_counted() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(body.as_bytes()).unwrap();
     let compressed = gz.finish().unwrap();
-    let r = gw.post("/v1/chat/completions", &[("content-encoding", "gzip")], &compressed);
+    let r = gw.post(
+        "/v1/chat/completions",
+        &[("content-encoding", "gzip")],
+        &compressed,
+    );
     assert_eq!(r.header("x-toolsift"), Some("skipped=compressed"));
 
-    let r = common::http(gw.port, "POST", "/v1/chat/completions", &[("content-type", "text/plain")], body.as_bytes());
+    let r = common::http(
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "text/plain")],
+        body.as_bytes(),
+    );
     assert_eq!(r.header("x-toolsift"), Some("skipped=content_type"));
 
     assert_eq!(gw.stat("toolsift.skipped.malformed_json"), 1);
@@ -241,7 +328,11 @@ fn malformed_oversized_and_compressed_bodies_pass_through_and_are_counted() {
     assert_eq!(gw.stat("toolsift.skipped.compressed"), 1);
     assert_eq!(gw.stat("toolsift.skipped.content_type"), 1);
     assert_eq!(gw.stat("toolsift.errors"), 5);
-    assert_eq!(gw.upstream.stats()["requests"], 5, "every request reached the upstream");
+    assert_eq!(
+        gw.upstream.stats()["requests"],
+        5,
+        "every request reached the upstream"
+    );
 }
 
 #[test]
@@ -256,9 +347,17 @@ fn reject_mode_answers_a_json_400() {
     let r = gw.post("/v1/messages", &[("content-encoding", "br")], b"xx");
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["code"], "compressed");
-    assert_eq!(gw.upstream.stats()["requests"], 0, "rejected requests never reach the upstream");
+    assert_eq!(
+        gw.upstream.stats()["requests"],
+        0,
+        "rejected requests never reach the upstream"
+    );
     // Requests with nothing to do are not errors, even under reject.
-    let r = gw.post("/v1/messages", &[], br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#);
+    let r = gw.post(
+        "/v1/messages",
+        &[],
+        br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#,
+    );
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
@@ -266,10 +365,22 @@ fn reject_mode_answers_a_json_400() {
 fn streaming_and_chunked_requests_are_filtered() {
     let gw = Gateway::start(DEFAULT);
     let (body, _) = request("openai_chat", "Create a Jira issue for the login bug");
-    let body = body.replacen("\"temperature\": 0.20", "\"temperature\": 0.20,\n  \"stream\": true", 1);
-    let r = gw.post("/v1/chat/completions", &[("transfer-encoding", "chunked")], body.as_bytes());
+    let body = body.replacen(
+        "\"temperature\": 0.20",
+        "\"temperature\": 0.20,\n  \"stream\": true",
+        1,
+    );
+    let r = gw.post(
+        "/v1/chat/completions",
+        &[("transfer-encoding", "chunked")],
+        body.as_bytes(),
+    );
     assert_eq!(r.status, 200);
-    assert!(r.header("content-type").unwrap().starts_with("text/event-stream"));
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
     assert_eq!(r.header("x-toolsift"), Some("kept=5 total=80"));
     assert!(r.text().contains("data: [DONE]"));
     assert!(tool_header(&r).contains(&"create_jira_issue".to_owned()));
@@ -283,13 +394,21 @@ fn stats_and_headers_report_what_was_done() {
         let (body, _) = request(dialect, "translate this paragraph into German");
         let r = gw.post(path(dialect), &[], body.as_bytes());
         assert_eq!(r.header("x-toolsift"), Some("kept=5 total=80"));
-        assert_eq!(r.header("x-toolsift-tools"), None, "debug header only with debug: true");
+        assert_eq!(
+            r.header("x-toolsift-tools"),
+            None,
+            "debug header only with debug: true"
+        );
     }
     assert_eq!(gw.stat("toolsift.requests"), 5);
     assert_eq!(gw.stat("toolsift.rewritten"), 5);
     assert_eq!(gw.stat("toolsift.tools_in"), 400);
     assert_eq!(gw.stat("toolsift.tools_out"), 25);
-    assert!(gw.stat("toolsift.tokens_saved") > 5 * 5000, "{}", gw.stat("toolsift.tokens_saved"));
+    assert!(
+        gw.stat("toolsift.tokens_saved") > 5 * 5000,
+        "{}",
+        gw.stat("toolsift.tokens_saved")
+    );
     // Histograms reach /stats at the next stats flush (5 s).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     loop {
@@ -297,11 +416,17 @@ fn stats_and_headers_report_what_was_done() {
         if hist.contains("P50") && !hist.contains("No recorded values") {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "no filter_time_us histogram: {hist}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no filter_time_us histogram: {hist}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     let prometheus = gw.admin_get("/stats/prometheus");
-    assert!(prometheus.contains("toolsift_rewritten"), "prometheus names");
+    assert!(
+        prometheus.contains("toolsift_rewritten"),
+        "prometheus names"
+    );
     // Prompts never reach the logs at info level.
     assert!(!gw.log_text().contains("German"));
 

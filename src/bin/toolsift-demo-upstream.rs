@@ -375,7 +375,11 @@ async fn serve_llm_request(
         .get(ECHO_HEADER)
         .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(ECHO_NONE))
     {
-        return plain_response(StatusCode::OK, "application/json", Bytes::from_static(b"{}"));
+        return plain_response(
+            StatusCode::OK,
+            "application/json",
+            Bytes::from_static(b"{}"),
+        );
     }
     let inspection = match inspect_request(endpoint, &body) {
         Ok(inspection) => inspection,

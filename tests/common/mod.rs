@@ -1,7 +1,13 @@
 //! Integration-test harness: the real Envoy (from `.venv`, installed by `make`), the real
 //! `toolsift.wasm` (built by `make build`), and the demo upstream binary, each started by the
 //! test and killed when it drops. A missing Envoy or `.wasm` fails the test, never skips it.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -29,18 +35,28 @@ pub fn envoy_binary() -> PathBuf {
 
 pub fn wasm_path() -> PathBuf {
     let path = repo().join("target/wasm32-wasip1/release/toolsift.wasm");
-    assert!(path.exists(), "{} not found: run `make build` (make test does it)", path.display());
+    assert!(
+        path.exists(),
+        "{} not found: run `make build` (make test does it)",
+        path.display()
+    );
     path
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
-    let dir = repo()
-        .join("target/test-scratch")
-        .join(format!("{name}-{}-{}", std::process::id(), free_port()));
+    let dir = repo().join("target/test-scratch").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -63,7 +79,11 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn start() -> Upstream {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolsift-demo-upstream"))
+        // Tests get the binary's path from cargo; the benchmark (an example) uses the release build.
+        let binary = option_env!("CARGO_BIN_EXE_toolsift-demo-upstream")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo().join("target/release/toolsift-demo-upstream"));
+        let mut child = Command::new(binary)
             .args(["--listen", "127.0.0.1:0"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -73,8 +93,16 @@ impl Upstream {
         let mut line = String::new();
         BufReader::new(stderr).read_line(&mut line).unwrap();
         let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
-        let port = addr.rsplit(':').next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"));
-        Upstream { _child: Owned(child), port }
+        let port = addr
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("{line}"));
+        Upstream {
+            _child: Owned(child),
+            port,
+        }
     }
 
     pub fn stats(&self) -> Value {
@@ -100,7 +128,11 @@ impl Gateway {
 
     /// Like [`Gateway::start`], with `extra_args` for Envoy and the rendered YAML passed
     /// through `edit` first (benchmarks add a second listener without the filter).
-    pub fn start_with(config: &str, extra_args: &[&str], edit: impl FnOnce(String) -> String) -> Gateway {
+    pub fn start_with(
+        config: &str,
+        extra_args: &[&str],
+        edit: impl FnOnce(String) -> String,
+    ) -> Gateway {
         let upstream = Upstream::start();
         let dir = scratch_dir("envoy");
         let (port, admin) = (free_port(), free_port());
@@ -109,7 +141,13 @@ impl Gateway {
         std::fs::write(&config_path, yaml).unwrap();
         let log = dir.join("envoy.log");
         let child = spawn_envoy(&config_path, &log, extra_args);
-        let gateway = Gateway { child: Owned(child), port, admin, log, upstream };
+        let gateway = Gateway {
+            child: Owned(child),
+            port,
+            admin,
+            log,
+            upstream,
+        };
         gateway.wait_ready();
         gateway
     }
@@ -147,7 +185,13 @@ impl Gateway {
 
     /// A counter or gauge from `/stats`, by the name toolsift defines (without `wasmcustom.`).
     pub fn stat(&self, name: &str) -> u64 {
-        let r = http(self.admin, "GET", &format!("/stats?filter=^wasmcustom\\.{}$", name.replace('.', "\\.")), &[], b"");
+        let r = http(
+            self.admin,
+            "GET",
+            &format!("/stats?filter=^wasmcustom\\.{}$", name.replace('.', "\\.")),
+            &[],
+            b"",
+        );
         let text = String::from_utf8_lossy(&r.body);
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("wasmcustom.{name}: ")))
@@ -161,7 +205,11 @@ impl Gateway {
 }
 
 fn spawn_envoy(config: &Path, log: &Path, extra_args: &[&str]) -> Child {
-    let concurrency = if extra_args.contains(&"--concurrency") { &[][..] } else { &["--concurrency", "1"][..] };
+    let concurrency = if extra_args.contains(&"--concurrency") {
+        &[][..]
+    } else {
+        &["--concurrency", "1"][..]
+    };
     Command::new(envoy_binary())
         .arg("-c")
         .arg(config)
@@ -188,7 +236,10 @@ pub fn envoy_refuses(config: &str) -> (bool, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return (!status.success(), std::fs::read_to_string(&log).unwrap_or_default());
+            return (
+                !status.success(),
+                std::fs::read_to_string(&log).unwrap_or_default(),
+            );
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -210,7 +261,10 @@ pub fn render_envoy_yaml(config: &str, port: u16, admin: u16, upstream: u16) -> 
         if line.trim_start() == "value: |" {
             let indent = line.len() - line.trim_start().len();
             out.push(line.to_owned());
-            while lines.peek().is_some_and(|l| l.len() - l.trim_start().len() > indent || l.trim().is_empty()) {
+            while lines
+                .peek()
+                .is_some_and(|l| l.len() - l.trim_start().len() > indent || l.trim().is_empty())
+            {
                 lines.next();
             }
             for config_line in config.lines() {
@@ -222,7 +276,10 @@ pub fn render_envoy_yaml(config: &str, port: u16, admin: u16, upstream: u16) -> 
             line.replace("port_value: 10000", &format!("port_value: {port}"))
                 .replace("port_value: 9901", &format!("port_value: {admin}"))
                 .replace("port_value: 18000", &format!("port_value: {upstream}"))
-                .replace("target/wasm32-wasip1/release/toolsift.wasm", wasm.to_str().unwrap()),
+                .replace(
+                    "target/wasm32-wasip1/release/toolsift.wasm",
+                    wasm.to_str().unwrap(),
+                ),
         );
     }
     out.join("\n") + "\n"
@@ -264,7 +321,13 @@ impl Response {
     }
 }
 
-pub fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
     try_http(port, method, path, headers, body).unwrap()
 }
 
@@ -280,7 +343,9 @@ pub fn try_http(
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     stream.set_nodelay(true)?;
-    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -307,27 +372,44 @@ pub fn try_http(
 }
 
 fn parse_response(raw: &[u8]) -> Response {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("response head");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
         body = dechunk(&body);
     }
-    Response { status, headers, body }
+    Response {
+        status,
+        headers,
+        body,
+    }
 }
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else { break };
+    while let Some(eol) = data.windows(2).position(|w| w == b"\r\n") {
         let size_text = String::from_utf8_lossy(&data[..eol]);
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
         if size == 0 {
             break;
         }
@@ -355,7 +437,12 @@ pub fn tools_for(dialect: &str) -> Value {
         if let Some(d) = func.get("description") {
             out.insert("description".into(), d.clone());
         }
-        out.insert(schema_key.into(), func.get("parameters").cloned().unwrap_or(serde_json::json!({"type":"object"})));
+        out.insert(
+            schema_key.into(),
+            func.get("parameters")
+                .cloned()
+                .unwrap_or(serde_json::json!({"type":"object"})),
+        );
         Value::Object(out)
     };
     match dialect {

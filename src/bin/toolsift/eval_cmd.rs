@@ -1,0 +1,191 @@
+//! `toolsift eval`: retrieval quality, kept tokens and ranking time on a dataset, with the
+//! filter's ranking (`toolsift::eval`).
+
+use crate::Failure;
+use crate::output::{print, read_config, thousands};
+use crate::plot;
+use crate::tokens::{Tokenizer, TokenizerName};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use toolsift::eval::{Dataset, Report, evaluate};
+use toolsift::pipeline::Engine;
+
+/// The k values the plot draws.
+pub const PLOT_KS: std::ops::RangeInclusive<usize> = 1..=20;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The catalog: one OpenAI function tool per line.
+    #[arg(long, value_name = "TOOLS.jsonl")]
+    tools: PathBuf,
+    /// The queries: {"id","query","relevant":[tool names]} per line.
+    #[arg(long, value_name = "QUERIES.jsonl")]
+    queries: PathBuf,
+    /// The filter's configuration (its ranking settings, and `top_k` etc. for the "as
+    /// configured" line); defaults when absent.
+    #[arg(long, value_name = "CONFIG.json")]
+    config: Option<PathBuf>,
+    /// The cut-offs to report, comma-separated.
+    #[arg(
+        long,
+        value_name = "K,…",
+        value_delimiter = ',',
+        default_value = "1,3,5,10"
+    )]
+    k: Vec<usize>,
+    /// Print one JSON object (keys such as `recall@5`, `ndcg@10`, `mrr`, `tokens@5`).
+    #[arg(long)]
+    json: bool,
+    /// With --json: add each query's relevant tools and their ranks.
+    #[arg(long)]
+    per_query: bool,
+    /// Draw Recall@k, Complete@k and kept tokens for k = 1..20 into this SVG file.
+    #[arg(long, value_name = "OUT.svg")]
+    plot: Option<PathBuf>,
+    /// The tokenizer for real token counts.
+    #[arg(long, value_enum, default_value_t = TokenizerName::O200k)]
+    tokenizer: TokenizerName,
+    /// The dataset's name in the output; by default the folder holding the tools file.
+    #[arg(long)]
+    name: Option<String>,
+}
+
+fn progress_bar(len: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr());
+    let style =
+        ProgressStyle::with_template("ranking {bar:30.cyan/blue} {pos}/{len} queries, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    bar
+}
+
+pub fn run(args: &Args) -> Result<(), Failure> {
+    let mut ks: Vec<usize> = args.k.clone();
+    if ks.is_empty() || ks.contains(&0) {
+        return Err(Failure("--k: every k must be at least 1".to_owned()));
+    }
+    ks.sort_unstable();
+    ks.dedup();
+    let config = read_config(args.config.as_deref())?;
+    let mut dataset = Dataset::load(&args.tools, &args.queries)?;
+    if let Some(name) = &args.name {
+        dataset.name.clone_from(name);
+    }
+    let tokenizer = Tokenizer::load(args.tokenizer)?;
+    let mut eval_ks = ks.clone();
+    if args.plot.is_some() {
+        eval_ks.extend(PLOT_KS);
+        eval_ks.sort_unstable();
+        eval_ks.dedup();
+    }
+    // The weights the filter indexes with for this configuration.
+    let weights = Engine::new(config.clone()).weights;
+    let bar = progress_bar(dataset.queries.len());
+    let count = |text: &str| tokenizer.count(text);
+    let report = evaluate(&dataset, &config, weights, &eval_ks, &count, &mut |done| {
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    let mut report = report?;
+    if report.unknown_relevant > 0 {
+        eprintln!(
+            "toolsift: warning: {} relevant tool names are not in the catalog (counted as misses)",
+            report.unknown_relevant
+        );
+    }
+    if let Some(out) = &args.plot {
+        let svg = plot::svg(&report, tokenizer.name.name(), config.top_k);
+        std::fs::write(out, svg)
+            .map_err(|e| Failure(format!("cannot write the plot {}: {e}", out.display())))?;
+        eprintln!("toolsift: wrote {}", out.display());
+    }
+    report.at_k.retain(|a| ks.contains(&a.k));
+    if !args.per_query {
+        report.per_query.clear();
+    }
+    let text = if args.json {
+        let mut s = serde_json::to_string(&report)?;
+        s.push('\n');
+        s
+    } else {
+        table(&report, tokenizer.name.name())
+    };
+    print(&text)
+}
+
+fn table(r: &Report, tokenizer: &str) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: {} tools, {} queries (BM25 field weights: name {}, description {}, params {})",
+        r.dataset,
+        thousands(r.tools),
+        thousands(r.queries),
+        r.weights.name,
+        r.weights.description,
+        r.weights.params
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:>5}  {:>8}  {:>10}  {:>14}  {:>10}",
+        "k",
+        "Recall@k",
+        "Complete@k",
+        format!("tokens@k {tokenizer}"),
+        "of catalog"
+    );
+    for a in &r.at_k {
+        let share = if r.tokens_catalog == 0 {
+            0.0
+        } else {
+            a.tokens / r.tokens_catalog as f64 * 100.0
+        };
+        let _ = writeln!(
+            s,
+            "{:>5}  {:>8.3}  {:>10.3}  {:>14}  {:>9.2}%",
+            a.k,
+            a.recall,
+            a.complete,
+            thousands(a.tokens.round() as usize),
+            share
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "NDCG@10 {:.3}   MRR {:.3}", r.ndcg10, r.mrr);
+    let _ = writeln!(
+        s,
+        "catalog tokens: {} {}, estimate (chars/4) {}",
+        tokenizer,
+        thousands(r.tokens_catalog),
+        thousands(r.tokens_estimate_catalog)
+    );
+    let sel = &r.selected;
+    let _ = writeln!(
+        s,
+        "as configured (top_k {}): recall {:.3}, complete {:.3}, {:.1} tools and {} tokens kept per request",
+        sel.top_k,
+        sel.recall,
+        sel.complete,
+        sel.tools,
+        thousands(sel.tokens.round() as usize)
+    );
+    let _ = writeln!(
+        s,
+        "rank time per query: median {:.0} µs, p99 {:.0} µs, mean {:.0} µs; index built once in {:.0} ms",
+        r.rank_us_median, r.rank_us_p99, r.rank_us_mean, r.build_ms
+    );
+    if r.queries_without_relevant > 0 {
+        let _ = writeln!(
+            s,
+            "({} queries without relevant tools left out)",
+            r.queries_without_relevant
+        );
+    }
+    s
+}

@@ -1,0 +1,676 @@
+//! `toolsift explain`: what the filter does with one request body, tool by tool.
+//!
+//! The body goes through `Engine::analyse`, the call the filter makes, so the ranking, the
+//! verdicts and the token estimate are the filter's own. The dialect comes from `--dialect`,
+//! else from `--path` (through the configuration's `dialect`, as in the filter), else from the
+//! configuration's `dialect` when it is not `auto`, else it is guessed from the body's shape:
+//!
+//! | the body has                                               | dialect            |
+//! |------------------------------------------------------------|--------------------|
+//! | `contents`                                                 | `gemini`           |
+//! | `toolConfig`                                               | `bedrock`          |
+//! | `input`                                                    | `openai_responses` |
+//! | `messages`, and tools with `input_schema` or a top-level `system` | `anthropic` |
+//! | anything else                                              | `openai_chat`      |
+
+use crate::Failure;
+use crate::output::{change, one_line, print, read_config, read_text, thousands};
+use crate::tokens::{Tokenizer, TokenizerName};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+use toolsift::config::{Config, DialectChoice};
+use toolsift::dialect::{CatalogDraft, Dialect, Entry, Layout};
+use toolsift::pipeline::{Engine, Skip, Skipped, header_value};
+use toolsift::rank::Catalog;
+use toolsift::select::Verdict;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The filter's configuration (the JSON of its `configuration`); defaults when absent.
+    #[arg(long, value_name = "CONFIG.json")]
+    config: Option<PathBuf>,
+    /// The request body.
+    #[arg(value_name = "REQUEST.json")]
+    request: PathBuf,
+    /// The request path (e.g. /v1/chat/completions), to pick the dialect as the filter does.
+    #[arg(long, value_name = "PATH")]
+    path: Option<String>,
+    /// Read the body as this dialect: openai_chat, openai_responses, anthropic, gemini, bedrock.
+    #[arg(long, value_name = "NAME", value_parser = parse_dialect)]
+    dialect: Option<Dialect>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The tokenizer for real token counts.
+    #[arg(long, value_enum, default_value_t = TokenizerName::O200k)]
+    tokenizer: TokenizerName,
+}
+
+fn parse_dialect(name: &str) -> Result<Dialect, String> {
+    Dialect::ALL
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
+            format!(
+                "unknown dialect `{name}`; expected one of: {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// The body's shape → the dialect it most likely is, and why.
+pub fn guess_dialect(body: &Map<String, Value>) -> (Dialect, &'static str) {
+    let anthropic_tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| tools.iter().any(|t| t.get("input_schema").is_some()));
+    let system = body
+        .get("system")
+        .is_some_and(|s| s.is_string() || s.is_array());
+    if body.contains_key("contents") {
+        (Dialect::Gemini, "the body has `contents`")
+    } else if body.contains_key("toolConfig") {
+        (Dialect::Bedrock, "the body has `toolConfig`")
+    } else if body.contains_key("input") {
+        (Dialect::OpenaiResponses, "the body has `input`")
+    } else if body.contains_key("messages") && anthropic_tools {
+        (
+            Dialect::Anthropic,
+            "the body has `messages` and tools with `input_schema`",
+        )
+    } else if body.contains_key("messages") && system {
+        (
+            Dialect::Anthropic,
+            "the body has `messages` and a top-level `system`",
+        )
+    } else {
+        (
+            Dialect::OpenaiChat,
+            "no `contents`, `toolConfig`, `input`, `input_schema` or top-level `system`",
+        )
+    }
+}
+
+/// The function tools of a request, in rank order.
+struct Row {
+    rank: usize,
+    name: String,
+    score: f32,
+    kept: bool,
+    /// `None` when the request is skipped (every tool goes upstream).
+    verdict: Option<Verdict>,
+    tokens_estimate: usize,
+    tokens: usize,
+}
+
+enum Outcome {
+    Rewritten {
+        body_bytes: usize,
+    },
+    /// Every function tool is kept: the body goes upstream as it is.
+    Unchanged,
+    Skipped(Skipped),
+}
+
+struct Explanation {
+    request: PathBuf,
+    dialect: Dialect,
+    dialect_source: String,
+    query: String,
+    outcome: Outcome,
+    rows: Vec<Row>,
+    builtins: usize,
+    body_bytes: usize,
+    tokenizer: TokenizerName,
+}
+
+impl Explanation {
+    fn total(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn kept(&self) -> usize {
+        self.rows.iter().filter(|r| r.kept).count()
+    }
+
+    fn tokens(&self, estimate: bool) -> (usize, usize) {
+        let count = |r: &Row| {
+            if estimate {
+                r.tokens_estimate
+            } else {
+                r.tokens
+            }
+        };
+        let before = self.rows.iter().map(count).sum();
+        let after = self.rows.iter().filter(|r| r.kept).map(count).sum();
+        (before, after)
+    }
+
+    fn header(&self) -> String {
+        match &self.outcome {
+            Outcome::Skipped(s) => header_value(0, 0, Some(s)),
+            _ => header_value(self.kept(), self.total(), None),
+        }
+    }
+}
+
+/// Stable names for `--json`.
+fn verdict_key(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Ranked => "ranked",
+        Verdict::ToolChoice => "tool_choice",
+        Verdict::Called => "called",
+        Verdict::AlwaysInclude => "always_include",
+        Verdict::BelowTopK => "below_top_k",
+        Verdict::BelowMinScore => "below_min_score",
+        Verdict::OverBudget => "over_budget",
+    }
+}
+
+/// The JSON text of each catalog entry, from the splice layout (the bytes the filter keeps or
+/// drops, whose length is the token estimate's input).
+fn entry_texts<'a>(container: &'a str, draft: &CatalogDraft) -> Vec<&'a str> {
+    let mut out = Vec::with_capacity(draft.entries.len());
+    match &draft.layout {
+        Layout::Flat(array) => {
+            for range in &array.items {
+                out.push(container.get(range.clone()).unwrap_or_default());
+            }
+        }
+        Layout::Grouped { outer, groups } => {
+            for (tool, group) in outer.items.iter().zip(groups) {
+                match group {
+                    None => out.push(container.get(tool.clone()).unwrap_or_default()),
+                    Some(g) => {
+                        for inner in &g.inner.items {
+                            let range = tool.start + inner.start..tool.start + inner.end;
+                            out.push(container.get(range).unwrap_or_default());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn rows(
+    catalog: &Catalog,
+    container: &str,
+    tokenizer: &Tokenizer,
+    decisions: impl Iterator<Item = (usize, f32, Option<Verdict>)>,
+) -> Vec<Row> {
+    let texts = entry_texts(container, &catalog.draft);
+    decisions
+        .enumerate()
+        .map(|(i, (entry, score, verdict))| Row {
+            rank: i + 1,
+            name: catalog.name(entry).unwrap_or_default().to_owned(),
+            score,
+            kept: verdict.is_none_or(Verdict::kept),
+            verdict,
+            tokens_estimate: catalog.tokens.get(entry).copied().unwrap_or(0),
+            tokens: texts.get(entry).map_or(0, |t| tokenizer.count(t)),
+        })
+        .collect()
+}
+
+fn builtins(catalog: &Catalog) -> usize {
+    catalog
+        .draft
+        .entries
+        .iter()
+        .filter(|e| matches!(e, Entry::Builtin))
+        .count()
+}
+
+fn choose_dialect(
+    args: &Args,
+    config: &Config,
+    body: &Map<String, Value>,
+) -> Result<(Dialect, String), Failure> {
+    if let Some(d) = args.dialect {
+        return Ok((d, "set by --dialect".to_owned()));
+    }
+    if let Some(path) = &args.path {
+        return match config.dialect.resolve(path) {
+            Some(d) if config.dialect == DialectChoice::Auto => {
+                Ok((d, format!("from the path {path}")))
+            }
+            Some(d) => Ok((d, "set by the configuration's `dialect`".to_owned())),
+            None => Err(Failure(format!(
+                "the path {path} is not an LLM API path toolsift reads (the filter would skip the \
+                 request: not_llm); pass --dialect to read the body anyway"
+            ))),
+        };
+    }
+    if config.dialect != DialectChoice::Auto {
+        if let Some(d) = config.dialect.resolve("") {
+            return Ok((d, "set by the configuration's `dialect`".to_owned()));
+        }
+    }
+    let (d, why) = guess_dialect(body);
+    Ok((d, format!("guessed from the body: {why}")))
+}
+
+fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
+    let body = read_text(&args.request, "request")?;
+    let shown = args.request.display();
+    let value: Value = serde_json::from_str(&body)
+        .map_err(|e| Failure(format!("request {shown} is not valid JSON: {e}")))?;
+    let Value::Object(object) = &value else {
+        return Err(Failure(format!(
+            "request {shown}: expected a JSON object (a request body)"
+        )));
+    };
+    let (dialect, dialect_source) = choose_dialect(args, config, object)?;
+    let tokenizer = Tokenizer::load(args.tokenizer)?;
+    let mut engine = Engine::new(config.clone());
+    let explanation = |query: String, outcome, rows, builtins| Explanation {
+        request: args.request.clone(),
+        dialect,
+        dialect_source: dialect_source.clone(),
+        query,
+        outcome,
+        rows,
+        builtins,
+        body_bytes: body.len(),
+        tokenizer: args.tokenizer,
+    };
+    match engine.analyse(dialect, &body) {
+        Ok(analysis) => {
+            let container = body.get(analysis.container.clone()).unwrap_or_default();
+            let decisions = analysis
+                .selection
+                .decisions
+                .iter()
+                .map(|d| (d.entry, d.score, Some(d.verdict)));
+            let rows = rows(&analysis.catalog, container, &tokenizer, decisions);
+            let outcome = match analysis.rewrite(&body) {
+                Some(rewritten) => Outcome::Rewritten {
+                    body_bytes: rewritten.len(),
+                },
+                None => Outcome::Unchanged,
+            };
+            Ok(explanation(
+                analysis.query.clone(),
+                outcome,
+                rows,
+                builtins(&analysis.catalog),
+            ))
+        }
+        Err(skipped) if matches!(skipped.reason, Skip::MalformedJson | Skip::BadShape) => {
+            Err(Failure(format!(
+                "request {shown} is not a {dialect} request body ({}; dialect {dialect_source}): \
+                 the filter would pass it upstream unchanged. Pass --dialect or --path if the \
+                 dialect is wrong",
+                skipped.reason.name()
+            )))
+        }
+        Err(skipped) => {
+            // Nothing to select, but show what the filter saw: the query and the ranking.
+            let request = dialect
+                .parse(&body)
+                .map_err(|p| Failure(format!("request {shown}: {}", p.reason())))?;
+            // The tools array, found the way the filter finds it.
+            let container = toolsift::json::find_path(&body, dialect.tools_path())
+                .and_then(|span| body.get(span))
+                .filter(|raw| *raw != "null");
+            let catalog = container.and_then(|raw| {
+                let catalog = Catalog::build(dialect, raw, engine.weights).ok()?;
+                Some((raw, catalog))
+            });
+            let (rows, builtins) = match catalog {
+                Some((raw, catalog)) => {
+                    let ranking = catalog.index.rank(&request.query);
+                    let decisions = ranking.iter().map(|s| (s.entry, s.score, None));
+                    (
+                        rows(&catalog, raw, &tokenizer, decisions),
+                        builtins(&catalog),
+                    )
+                }
+                None => (Vec::new(), 0),
+            };
+            Ok(explanation(
+                request.query,
+                Outcome::Skipped(skipped),
+                rows,
+                builtins,
+            ))
+        }
+    }
+}
+
+pub fn run(args: &Args) -> Result<(), Failure> {
+    let config = read_config(args.config.as_deref())?;
+    let e = explain(args, &config)?;
+    let text = if args.json {
+        let mut s = serde_json::to_string_pretty(&to_json(&e, &config))?;
+        s.push('\n');
+        s
+    } else {
+        to_text(&e, &config)
+    };
+    print(&text)
+}
+
+/// The `--json` output; fields serialise in this order.
+#[derive(Serialize)]
+struct JsonOut<'a> {
+    request: String,
+    dialect: &'static str,
+    dialect_source: &'a str,
+    query: &'a str,
+    config: JsonConfig<'a>,
+    /// `rewritten`, `unchanged` (every function tool kept) or `skipped`.
+    outcome: &'static str,
+    skip_reason: Option<&'static str>,
+    /// The `x-toolsift` response header the filter adds.
+    x_toolsift: String,
+    total: usize,
+    kept: usize,
+    builtins: usize,
+    kept_tools: Vec<&'a str>,
+    tools: Vec<JsonTool<'a>>,
+    tokens_estimate_before: usize,
+    tokens_estimate_after: usize,
+    tokenizer: &'static str,
+    tokens_before: usize,
+    tokens_after: usize,
+    body_bytes_before: usize,
+    body_bytes_after: usize,
+}
+
+#[derive(Serialize)]
+struct JsonConfig<'a> {
+    top_k: usize,
+    min_tools: usize,
+    min_score: Option<f32>,
+    max_tool_tokens: Option<usize>,
+    always_include: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonTool<'a> {
+    rank: usize,
+    name: &'a str,
+    score: f32,
+    kept: bool,
+    verdict: &'static str,
+    reason: &'static str,
+    tokens: usize,
+    tokens_estimate: usize,
+}
+
+fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
+    let (tokens_estimate_before, tokens_estimate_after) = e.tokens(true);
+    let (tokens_before, tokens_after) = e.tokens(false);
+    let (outcome, skip_reason, body_bytes_after) = match &e.outcome {
+        Outcome::Rewritten { body_bytes } => ("rewritten", None, *body_bytes),
+        Outcome::Unchanged => ("unchanged", None, e.body_bytes),
+        Outcome::Skipped(s) => ("skipped", Some(s.reason.name()), e.body_bytes),
+    };
+    let tools = e
+        .rows
+        .iter()
+        .map(|r| JsonTool {
+            rank: r.rank,
+            name: &r.name,
+            score: r.score,
+            kept: r.kept,
+            verdict: r.verdict.map_or("request_skipped", verdict_key),
+            reason: r.verdict.map_or("request skipped", Verdict::as_str),
+            tokens: r.tokens,
+            tokens_estimate: r.tokens_estimate,
+        })
+        .collect();
+    JsonOut {
+        request: e.request.display().to_string(),
+        dialect: e.dialect.name(),
+        dialect_source: &e.dialect_source,
+        query: &e.query,
+        config: JsonConfig {
+            top_k: config.top_k,
+            min_tools: config.min_tools,
+            min_score: config.min_score,
+            max_tool_tokens: config.max_tool_tokens,
+            always_include: &config.always_include,
+        },
+        outcome,
+        skip_reason,
+        x_toolsift: e.header(),
+        total: e.total(),
+        kept: e.kept(),
+        builtins: e.builtins,
+        kept_tools: e
+            .rows
+            .iter()
+            .filter(|r| r.kept)
+            .map(|r| r.name.as_str())
+            .collect(),
+        tools,
+        tokens_estimate_before,
+        tokens_estimate_after,
+        tokenizer: e.tokenizer.name(),
+        tokens_before,
+        tokens_after,
+        body_bytes_before: e.body_bytes,
+        body_bytes_after,
+    }
+}
+
+/// `1 function tool`, `3 function tools`.
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+fn to_text(e: &Explanation, config: &Config) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let field = |s: &mut String, label: &str, value: &str| {
+        let _ = writeln!(s, "{label:<10} {value}");
+    };
+    field(
+        &mut s,
+        "request",
+        &format!(
+            "{} ({} bytes)",
+            e.request.display(),
+            thousands(e.body_bytes)
+        ),
+    );
+    field(
+        &mut s,
+        "dialect",
+        &format!("{} ({})", e.dialect.name(), e.dialect_source),
+    );
+    let query = if e.query.is_empty() {
+        "(none: no user text found)".to_owned()
+    } else {
+        one_line(&e.query, 300)
+    };
+    field(&mut s, "query", &query);
+    let limits = format!(
+        "top_k {}, min_tools {}, min_score {}, max_tool_tokens {}{}",
+        config.top_k,
+        config.min_tools,
+        config
+            .min_score
+            .map_or("none".to_owned(), |m| m.to_string()),
+        config
+            .max_tool_tokens
+            .map_or("none".to_owned(), |m| m.to_string()),
+        if config.always_include.is_empty() {
+            String::new()
+        } else {
+            format!(", always_include {}", config.always_include.join(" "))
+        }
+    );
+    field(&mut s, "config", &limits);
+    let outcome = match &e.outcome {
+        Outcome::Rewritten { body_bytes } => format!(
+            "rewritten: {} of {} function tools kept; body {} → {} bytes",
+            e.kept(),
+            e.total(),
+            thousands(e.body_bytes),
+            thousands(*body_bytes)
+        ),
+        Outcome::Unchanged => format!(
+            "unchanged: all {} kept, the body goes upstream as sent",
+            plural(e.total(), "function tool")
+        ),
+        Outcome::Skipped(skipped) => {
+            let why = match skipped.reason {
+                Skip::FewTools => format!(
+                    " ({}, not more than min_tools {})",
+                    plural(e.total(), "function tool"),
+                    config.min_tools
+                ),
+                Skip::NoTools => " (the request has no function tools)".to_owned(),
+                _ => String::new(),
+            };
+            format!(
+                "skipped: {}{why}; the request goes upstream unchanged",
+                skipped.reason.name()
+            )
+        }
+    };
+    field(&mut s, "outcome", &outcome);
+    field(&mut s, "header", &format!("x-toolsift: {}", e.header()));
+    if e.builtins > 0 {
+        field(
+            &mut s,
+            "built-ins",
+            &format!("{}, always kept", plural(e.builtins, "provider tool")),
+        );
+    }
+    if !e.rows.is_empty() {
+        let width = e
+            .rows
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 48);
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:>5}  {:>8}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}",
+            "rank", "score", "kept", "reason", "tool", "tokens", "estimate"
+        );
+        for r in &e.rows {
+            let _ = writeln!(
+                s,
+                "{:>5}  {:>8.3}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}",
+                r.rank,
+                r.score,
+                if r.kept { "yes" } else { "no" },
+                r.verdict.map_or("request skipped", Verdict::as_str),
+                r.name,
+                r.tokens,
+                r.tokens_estimate
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let (est_before, est_after) = e.tokens(true);
+    let (before, after) = e.tokens(false);
+    field(
+        &mut s,
+        "tokens",
+        &format!(
+            "{}: {} → {} ({})   estimate (chars/4): {} → {} ({})",
+            e.tokenizer.name(),
+            thousands(before),
+            thousands(after),
+            change(before, after),
+            thousands(est_before),
+            thousands(est_after),
+            change(est_before, est_after)
+        ),
+    );
+    s
+}
+
+#[cfg(test)]
+fn object(json: &str) -> Map<String, Value> {
+    match serde_json::from_str(json) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guesses_the_dialect_from_the_shape() {
+        let guess = |json: &str| guess_dialect(&object(json)).0;
+        assert_eq!(guess(r#"{"contents":[],"tools":[]}"#), Dialect::Gemini);
+        assert_eq!(
+            guess(r#"{"messages":[],"toolConfig":{}}"#),
+            Dialect::Bedrock
+        );
+        assert_eq!(
+            guess(r#"{"input":"hi","tools":[]}"#),
+            Dialect::OpenaiResponses
+        );
+        assert_eq!(
+            guess(r#"{"messages":[],"tools":[{"name":"a","input_schema":{}}]}"#),
+            Dialect::Anthropic
+        );
+        assert_eq!(
+            guess(r#"{"messages":[],"system":"be brief"}"#),
+            Dialect::Anthropic
+        );
+        assert_eq!(
+            guess(r#"{"messages":[],"tools":[{"type":"function","function":{}}]}"#),
+            Dialect::OpenaiChat
+        );
+        assert_eq!(guess("{}"), Dialect::OpenaiChat);
+    }
+
+    #[test]
+    fn parses_dialect_names() {
+        assert_eq!(parse_dialect("bedrock"), Ok(Dialect::Bedrock));
+        let err = parse_dialect("cohere").unwrap_err();
+        assert!(err.contains("unknown dialect `cohere`") && err.contains("openai_chat"));
+    }
+
+    #[test]
+    fn entry_texts_follow_the_layout() {
+        let container =
+            r#"[{"googleSearch":{}}, {"functionDeclarations":[{"name":"a"}, {"name":"bb"}]}]"#;
+        let draft = Dialect::Gemini.catalog(container).unwrap();
+        let texts = entry_texts(container, &draft);
+        assert_eq!(
+            texts,
+            [
+                r#"{"googleSearch":{}}"#,
+                r#"{"name":"a"}"#,
+                r#"{"name":"bb"}"#
+            ]
+        );
+        let sizes: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+        assert_eq!(sizes, draft.sizes);
+        let flat = r#"[ {"name":"x"} ,{"name":"y"}]"#;
+        let draft = Dialect::Anthropic.catalog(flat).unwrap();
+        assert_eq!(
+            entry_texts(flat, &draft),
+            [r#"{"name":"x"}"#, r#"{"name":"y"}"#]
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! `toolsift`: explain what the filter would do with one request, and measure its ranking on a
+//! tool-retrieval dataset. Both run the filter's own code (`toolsift::pipeline`, `toolsift::rank`,
+//! `toolsift::select`), natively.
+//!
+//! Exit codes: 0 on success (a request the filter would skip is a success: the report says why),
+//! 2 on bad input (missing file, invalid JSON, invalid configuration, unknown dialect, bad flags).
+
+mod eval_cmd;
+mod explain;
+mod output;
+mod plot;
+mod tokens;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "toolsift",
+    version,
+    about = "Explain and measure toolsift's tool selection, with the filter's own code",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show, for one request body, which tools the filter keeps and why.
+    Explain(explain::Args),
+    /// Measure retrieval quality, kept tokens and ranking time on a dataset.
+    Eval(eval_cmd::Args),
+}
+
+/// A failure to report: the message names the problem; the exit code is 2.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl<T: std::fmt::Display> From<T> for Failure {
+    fn from(e: T) -> Failure {
+        Failure(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    // clap prints usage errors itself and exits with 2.
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Explain(args) => explain::run(&args),
+        Command::Eval(args) => eval_cmd::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(message)) => {
+            eprintln!("toolsift: error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! The `toolsift` CLI, run as a user runs it: `explain` on the shipped example request,
+//! configuration errors, and `eval` on a small dataset written here whose numbers are worked
+//! out by hand.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/chat-60-tools.json");
+
+fn toolsift(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toolsift"))
+        .args(args)
+        .output()
+        .expect("run toolsift")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(out));
+    stdout(out)
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_str(&ok(out)).expect("one JSON object")
+}
+
+/// A scratch folder of this test process, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("toolsift-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The question is about pod logs and Slack: those tools rank on top (in some order).
+const EXPECTED_KEPT: [&str; 5] = [
+    "get_pod_logs",
+    "send_slack_message",
+    "get_pods",
+    "list_slack_channels",
+    "search_slack_messages",
+];
+
+#[test]
+fn explain_text_lists_every_tool_with_its_reason() {
+    let text = ok(&toolsift(&["explain", EXAMPLE]));
+    assert!(
+        text.contains("dialect    openai_chat (guessed from the body"),
+        "{text}"
+    );
+    assert!(
+        text.contains("query      The checkout pods keep crashing."),
+        "{text}"
+    );
+    assert!(
+        text.contains("outcome    rewritten: 5 of 60 function tools kept"),
+        "{text}"
+    );
+    assert!(text.contains("x-toolsift: kept=5 total=60"), "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+        .collect();
+    assert_eq!(rows.len(), 60, "{text}");
+    for row in &rows[..5] {
+        assert!(row.contains(" yes ") && row.contains("ranked"), "{row}");
+        assert!(
+            EXPECTED_KEPT
+                .iter()
+                .any(|name| row.contains(&format!(" {name} "))),
+            "{row}"
+        );
+    }
+    assert!(
+        rows[5..]
+            .iter()
+            .all(|r| r.contains(" no ") && r.contains("below top_k"))
+    );
+    let tokens = text.lines().find(|l| l.starts_with("tokens")).unwrap();
+    assert!(
+        tokens.contains("o200k:") && tokens.contains("estimate (chars/4):"),
+        "{tokens}"
+    );
+}
+
+#[test]
+fn explain_json_has_the_same_content() {
+    let v = json(&toolsift(&[
+        "explain",
+        "--json",
+        "--path",
+        "/v1/chat/completions",
+        EXAMPLE,
+    ]));
+    assert_eq!(v["dialect"], "openai_chat");
+    assert_eq!(v["dialect_source"], "from the path /v1/chat/completions");
+    assert_eq!(v["outcome"], "rewritten");
+    assert!(v["skip_reason"].is_null());
+    assert_eq!(
+        (v["total"].as_u64(), v["kept"].as_u64()),
+        (Some(60), Some(5))
+    );
+    let mut kept: Vec<&str> = v["kept_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    kept.sort_unstable();
+    let mut expected = EXPECTED_KEPT;
+    expected.sort_unstable();
+    assert_eq!(kept, expected);
+    let tools = v["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 60);
+    for (i, t) in tools.iter().enumerate() {
+        assert_eq!(t["rank"].as_u64(), Some(i as u64 + 1));
+        let want = if i < 5 { "ranked" } else { "below_top_k" };
+        assert_eq!(t["verdict"], want, "{t}");
+        assert_eq!(t["kept"], i < 5);
+    }
+    let scores: Vec<f64> = tools.iter().map(|t| t["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "rank order");
+    let n = |k: &str| v[k].as_u64().unwrap();
+    assert!(n("tokens_after") < n("tokens_before") && n("tokens_after") > 0);
+    assert!(n("tokens_estimate_after") < n("tokens_estimate_before"));
+    let kept_tokens: u64 = tools[..5]
+        .iter()
+        .map(|t| t["tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(kept_tokens, n("tokens_after"));
+    assert!(n("body_bytes_after") < n("body_bytes_before"));
+    assert_eq!(v["tokenizer"], "o200k");
+}
+
+#[test]
+fn explain_shows_pins_min_score_budget_and_skips() {
+    let dir = Scratch::new("pins");
+    let verdicts = |v: &Value| -> Vec<String> {
+        let tools = v["tools"].as_array().unwrap();
+        tools
+            .iter()
+            .map(|t| t["verdict"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let config = dir.write(
+        "pins.json",
+        r#"{"top_k":2,"always_include":["web_search"]}"#,
+    );
+    let v = json(&toolsift(&[
+        "explain", "--json", "--config", &config, EXAMPLE,
+    ]));
+    let verdict = |name: &str| {
+        let tools = v["tools"].as_array().unwrap();
+        tools.iter().find(|t| t["name"] == name).unwrap()["verdict"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(verdict("web_search"), "always_include");
+    assert_eq!(v["kept"], 3);
+    assert_eq!(verdicts(&v)[..2], ["ranked", "ranked"]);
+
+    // Thresholds set between the scores and sizes of the default ranking.
+    let base = json(&toolsift(&["explain", "--json", EXAMPLE]));
+    let tools = base["tools"].as_array().unwrap();
+    let score = |i: usize| tools[i]["score"].as_f64().unwrap();
+    let estimate = |i: usize| tools[i]["tokens_estimate"].as_u64().unwrap();
+    assert!(score(1) > score(2), "distinct scores at ranks 2 and 3");
+    let min_score = dir.write(
+        "min_score.json",
+        &format!(
+            r#"{{"top_k":5,"min_score":{}}}"#,
+            (score(1) + score(2)) / 2.0
+        ),
+    );
+    let v = json(&toolsift(&[
+        "explain", "--json", "--config", &min_score, EXAMPLE,
+    ]));
+    assert_eq!(
+        verdicts(&v)[..4],
+        ["ranked", "ranked", "below_min_score", "below_min_score"]
+    );
+    assert_eq!(v["tools"][2]["reason"], "below min_score");
+    let budget = dir.write(
+        "budget.json",
+        &format!(
+            r#"{{"top_k":5,"max_tool_tokens":{}}}"#,
+            estimate(0) + estimate(1)
+        ),
+    );
+    let v = json(&toolsift(&[
+        "explain", "--json", "--config", &budget, EXAMPLE,
+    ]));
+    assert_eq!(
+        verdicts(&v)[..4],
+        ["ranked", "ranked", "over_budget", "over_budget"]
+    );
+    assert_eq!(
+        v["tokens_estimate_after"].as_u64(),
+        Some(estimate(0) + estimate(1))
+    );
+    let text = ok(&toolsift(&["explain", "--config", &budget, EXAMPLE]));
+    assert!(text.contains("over budget"), "{text}");
+
+    // Few tools: the request passes unchanged, and the ranking is still shown.
+    let few = dir.write("few.json", r#"{"top_k":5,"min_tools":100}"#);
+    let v = json(&toolsift(&["explain", "--json", "--config", &few, EXAMPLE]));
+    assert_eq!(v["outcome"], "skipped");
+    assert_eq!(v["skip_reason"], "few_tools");
+    assert_eq!(v["x_toolsift"], "kept=60 total=60 skipped=few_tools");
+    assert_eq!(
+        v["tools"][0]["name"], base["tools"][0]["name"],
+        "the same ranking"
+    );
+    assert_eq!(v["tools"][0]["verdict"], "request_skipped");
+    assert_eq!(v["tokens_before"], v["tokens_after"]);
+    let text = ok(&toolsift(&["explain", "--config", &few, EXAMPLE]));
+    assert!(
+        text.contains("skipped: few_tools (60 function tools, not more than min_tools 100)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn explain_guesses_other_dialects() {
+    let dir = Scratch::new("dialects");
+    let tools: Vec<String> = (0..30)
+        .map(|i| format!(r#"{{"name":"tool_{i}","description":"does thing {i}","input_schema":{{"type":"object"}}}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"model":"m","max_tokens":10,"messages":[{{"role":"user","content":"run thing 7"}}],"tools":[{}]}}"#,
+        tools.join(",")
+    );
+    let request = dir.write("anthropic.json", &body);
+    let v = json(&toolsift(&["explain", "--json", &request]));
+    assert_eq!(v["dialect"], "anthropic");
+    assert_eq!(v["tools"][0]["name"], "tool_7");
+    let v = json(&toolsift(&[
+        "explain",
+        "--json",
+        "--path",
+        "/v1/messages",
+        &request,
+    ]));
+    assert_eq!(v["dialect"], "anthropic");
+    // The wrong dialect is a clear error, not a silent empty answer.
+    let out = toolsift(&["explain", "--dialect", "gemini", &request]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a gemini request body"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn errors_name_the_problem_and_exit_2() {
+    let dir = Scratch::new("errors");
+    let cases = [
+        (r#"{"top_k":"5"}"#, "field `top_k`: invalid type"),
+        (r#"{"topk":5}"#, "unknown field `topk`"),
+        (r#"{"top_k":0}"#, "field `top_k`: must be at least 1"),
+        (r#"{"min_score":-1}"#, "field `min_score`"),
+    ];
+    for (i, (config, want)) in cases.iter().enumerate() {
+        let path = dir.write(&format!("bad{i}.json"), config);
+        let out = toolsift(&["explain", "--config", &path, EXAMPLE]);
+        assert_eq!(out.status.code(), Some(2), "{config}");
+        let err = stderr(&out);
+        assert!(err.contains(want) && err.contains(&path), "{config}: {err}");
+        assert!(stdout(&out).is_empty());
+    }
+    let missing = dir.path("nope.json");
+    let out = toolsift(&["explain", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cannot read request") && stderr(&out).contains("nope.json"));
+
+    let broken = dir.write("broken.json", "{\"messages\": [");
+    let out = toolsift(&["explain", &broken]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is not valid JSON"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = toolsift(&["explain", "--dialect", "cohere", EXAMPLE]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown dialect `cohere`"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = toolsift(&["explain", "--path", "/v1/embeddings", EXAMPLE]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not_llm"), "{}", stderr(&out));
+}
+
+/// Five tools with words of their own, so each ranking is worked out by hand.
+const TOOLS: &str = r#"{"type":"function","function":{"name":"get_weather","description":"Current weather forecast for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}
+{"type":"function","function":{"name":"send_email","description":"Send an email message","parameters":{"type":"object","properties":{"to":{"type":"string"}}}}}
+{"type":"function","function":{"name":"create_invoice","description":"Create a billing invoice","parameters":{"type":"object","properties":{"amount":{"type":"number"}}}}}
+{"type":"function","function":{"name":"list_files","description":"List files in a folder","parameters":{"type":"object","properties":{"folder":{"type":"string"}}}}}
+{"type":"function","function":{"name":"translate_text","description":"Translate text between languages","parameters":{"type":"object","properties":{"text":{"type":"string"}}}}}
+"#;
+
+/// q1: its one tool ranks 1st. q2: both tools match, ranks 1 and 2 in some order.
+/// q3: translate_text (two words) 1st, get_weather (one word) 2nd, list_files unmatched.
+/// q4: list_files 1st; `no_such_tool` is not in the catalog, a miss at every k.
+const QUERIES: &str = r#"{"id":"q1","query":"weather forecast for Paris","relevant":["get_weather"]}
+{"id":"q2","query":"send an email with the invoice","relevant":["send_email","create_invoice"]}
+{"id":"q3","query":"translate the text of the weather report","relevant":["translate_text","list_files"]}
+{"id":"q4","query":"list the files in my folder","relevant":["list_files","no_such_tool"]}
+"#;
+
+fn close(v: &Value, key: &str, want: f64) {
+    let got = v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"));
+    assert!((got - want).abs() < 1e-9, "{key}: {got} != {want}");
+}
+
+#[test]
+fn eval_json_matches_hand_computed_recall() {
+    let dir = Scratch::new("eval");
+    std::fs::create_dir_all(dir.path("tiny")).unwrap();
+    let tools = dir.write("tiny/tools.jsonl", TOOLS);
+    let queries = dir.write("tiny/queries.jsonl", QUERIES);
+    let out = toolsift(&[
+        "eval",
+        "--tools",
+        &tools,
+        "--queries",
+        &queries,
+        "--k",
+        "1,2,5",
+        "--json",
+    ]);
+    let v = json(&out);
+    assert!(
+        stderr(&out).contains("1 relevant tool names are not in the catalog"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(v["dataset"], "tiny");
+    assert_eq!(
+        (v["queries"].as_u64(), v["tools"].as_u64()),
+        (Some(4), Some(5))
+    );
+    assert_eq!(v["unknown_relevant"], 1);
+    // Recall per query at k = 1, 2, 5: q1 1 1 1; q2 .5 1 1; q3 .5 .5 1; q4 .5 .5 .5.
+    close(&v, "recall@1", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
+    close(&v, "recall@2", (1.0 + 1.0 + 0.5 + 0.5) / 4.0);
+    close(&v, "recall@5", (1.0 + 1.0 + 1.0 + 0.5) / 4.0);
+    close(&v, "complete@1", 0.25);
+    close(&v, "complete@2", 0.5);
+    close(&v, "complete@5", 0.75);
+    // A relevant tool ranks first in every query.
+    close(&v, "mrr", 1.0);
+    // The top 5 is the whole catalog.
+    let catalog = v["tokens_catalog"].as_f64().unwrap();
+    assert!(catalog > 0.0);
+    close(&v, "tokens@5", catalog);
+    assert!(v["tokens@1"].as_f64().unwrap() < catalog);
+    for key in [
+        "ndcg@10",
+        "rank_us_median",
+        "rank_us_p99",
+        "tokens_estimate_catalog",
+    ] {
+        assert!(v[key].is_number(), "{key}");
+    }
+    assert!(v.get("recall@3").is_none(), "only the asked k values");
+    assert!(v.get("per_query").is_none());
+
+    // The default configuration keeps top_k = 5: all of this catalog.
+    close(&v, "selected_recall", 0.875);
+    let v = json(&toolsift(&[
+        "eval",
+        "--tools",
+        &tools,
+        "--queries",
+        &queries,
+        "--k",
+        "2",
+        "--json",
+        "--per-query",
+    ]));
+    let q3 = &v["per_query"][2];
+    assert_eq!(q3["id"], "q3");
+    assert_eq!(q3["relevant_ranks"]["translate_text"], 1);
+    assert!(q3["relevant_ranks"]["list_files"].as_u64().unwrap() >= 3);
+    assert!(v["per_query"][3]["relevant_ranks"]["no_such_tool"].is_null());
+}
+
+#[test]
+fn eval_text_and_plot() {
+    let dir = Scratch::new("plot");
+    let tools = dir.write("tools.jsonl", TOOLS);
+    let queries = dir.write("queries.jsonl", QUERIES);
+    let svg = dir.path("out.svg");
+    let text = ok(&toolsift(&[
+        "eval",
+        "--tools",
+        &tools,
+        "--queries",
+        &queries,
+        "--name",
+        "tiny set",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--tokenizer",
+        "cl100k",
+    ]));
+    assert!(text.starts_with("tiny set: 5 tools, 4 queries"), "{text}");
+    for want in [
+        "Recall@k",
+        "Complete@k",
+        "tokens@k cl100k",
+        "NDCG@10",
+        "MRR",
+        "median",
+        "p99",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("5 "))
+        .unwrap();
+    assert!(row.contains("0.875") && row.contains("0.750"), "{row}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("toolsift on tiny set"));
+    assert!(svg.contains("Recall@k") && svg.contains("kept tokens"));
+}
+
+#[test]
+fn eval_errors_name_the_file_and_line() {
+    let dir = Scratch::new("eval-errors");
+    let tools = dir.write("tools.jsonl", &format!("{TOOLS}{{\"name\":\"flat\"}}\n"));
+    let queries = dir.write("queries.jsonl", QUERIES);
+    let out = toolsift(&["eval", "--tools", &tools, "--queries", &queries]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("tools.jsonl line 6") && err.contains("OpenAI function tool"),
+        "{err}"
+    );
+    let good = dir.write("good.jsonl", TOOLS);
+    let out = toolsift(&["eval", "--tools", &good, "--queries", &queries, "--k", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let missing = Path::new(&queries).with_file_name("missing.jsonl");
+    let out = toolsift(&[
+        "eval",
+        "--tools",
+        &good,
+        "--queries",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("missing.jsonl"), "{}", stderr(&out));
+}
