@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run test unit integration validate lint fmt cli bench clean
+.PHONY: all build wasm native run test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-latency clean
 
 all: build
 
@@ -48,7 +48,7 @@ run: build $(ENVOY)
 ## Test -------------------------------------------------------------------------------------
 
 test: build $(ENVOY) validate
-	$(CARGO) test --all-targets
+	$(CARGO) test --lib --bins --tests
 
 unit:
 	$(CARGO) test --lib --bins
@@ -71,6 +71,28 @@ lint: .wasm-target.stamp
 
 fmt:
 	$(CARGO) fmt
+
+## Benchmarks (numbers go to docs/BENCHMARKS.md) ----------------------------------------------
+
+DATASETS := ../shared/datasets
+
+bench: bench-quality bench-tokens bench-latency
+
+# Retrieval quality of the default keyword ranking on the shared datasets.
+bench-quality: native
+	@for d in seal_tools toolbench livemcpbench; do \
+		echo "== $$d"; \
+		./target/release/toolsift eval --tools $(DATASETS)/$$d/tools.jsonl \
+			--queries $(DATASETS)/$$d/queries.jsonl --k 1,3,5,10 || exit 1; \
+	done
+
+# Tokens of the tools array, static against toolsift, for catalogs of 10 to 1,000 tools.
+bench-tokens:
+	$(CARGO) run --release --example token_savings
+
+# Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools.
+bench-latency: build $(ENVOY)
+	$(CARGO) run --release --example envoy_latency
 
 clean:
 	$(CARGO) clean
