@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-latency clean
+.PHONY: all build wasm native run test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency clean
 
 all: build
 
@@ -76,7 +76,7 @@ fmt:
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-tokens bench-latency
+bench: bench-quality bench-tokens bench-micro bench-latency
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -89,6 +89,10 @@ bench-quality: native
 # Tokens of the tools array, static against toolsift, for catalogs of 10 to 1,000 tools.
 bench-tokens:
 	$(CARGO) run --release --example token_savings
+
+# Native micro-benchmarks (criterion) of catalog building, ranking and the cache-hit path.
+bench-micro:
+	$(CARGO) run --release --example micro -- --bench
 
 # Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools.
 bench-latency: build $(ENVOY)

@@ -1,0 +1,56 @@
+//! Native micro-benchmarks of the filter's hot functions (criterion), on tools sampled from the
+//! shared datasets. An example target run by `make bench-micro` (see Cargo.toml for why not a
+//! `[[bench]]`): `cargo run --release --example micro -- --bench`.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::path::PathBuf;
+use toolsift::config::Config;
+use toolsift::dialect::Dialect;
+use toolsift::pipeline::Engine;
+use toolsift::rank::{Catalog, FieldWeights};
+
+fn tools(n: usize) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");
+    let mut pool = Vec::new();
+    for name in ["toolbench", "seal_tools"] {
+        let text = std::fs::read_to_string(root.join(name).join("tools.jsonl")).expect("dataset");
+        pool.extend(text.lines().map(str::to_owned));
+    }
+    format!("[{}]", pool[..n].join(","))
+}
+
+fn body(tools: &str, question: &str) -> String {
+    format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{question}"}}],"tools":{tools}}}"#
+    )
+}
+
+const QUESTION: &str = "Find the latest football transfer news and email a summary to my team";
+
+fn benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("filter");
+    group.sample_size(30);
+    for n in [200, 1000, 4000] {
+        let tools = tools(n);
+        let body = body(&tools, QUESTION);
+        group.bench_with_input(BenchmarkId::new("catalog_build (cache miss)", n), &tools, |b, t| {
+            b.iter(|| Catalog::build(Dialect::OpenaiChat, black_box(t), FieldWeights::default()))
+        });
+        let catalog = Catalog::build(Dialect::OpenaiChat, &tools, FieldWeights::default()).expect("catalog");
+        group.bench_with_input(BenchmarkId::new("rank (new question)", n), &catalog, |b, c| {
+            b.iter(|| c.index.rank(black_box(QUESTION)))
+        });
+        let mut engine = Engine::new(Config::default());
+        group.bench_with_input(BenchmarkId::new("analyse+rewrite (cache hit, same question)", n), &body, |b, body| {
+            b.iter(|| {
+                let analysis = engine.analyse(Dialect::OpenaiChat, black_box(body)).expect("analyse");
+                analysis.rewrite(body)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(micro, benches);
+criterion_main!(micro);
