@@ -344,6 +344,8 @@ fn reject_mode_answers_a_json_400() {
     assert_eq!(err["error"]["type"], "toolsift_error");
     assert_eq!(err["error"]["code"], "malformed_json");
     assert_eq!(r.header("x-toolsift"), Some("skipped=malformed_json"));
+    let reports = r.headers.iter().filter(|(k, _)| k == "x-toolsift").count();
+    assert_eq!(reports, 1, "one x-toolsift header: {:?}", r.headers);
     let r = gw.post("/v1/messages", &[("content-encoding", "br")], b"xx");
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["code"], "compressed");

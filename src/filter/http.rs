@@ -163,11 +163,9 @@ impl Filter {
             return Action::Continue;
         }
         let body = error_body(skipped.reason);
-        let header = self.header_value();
-        let headers = vec![
-            ("content-type", "application/json"),
-            ("x-toolsift", header.as_str()),
-        ];
+        // No x-toolsift here: Envoy runs the local reply through on_http_response_headers,
+        // which adds it (once) like on any other response.
+        let headers = vec![("content-type", "application/json")];
         match hostcalls::send_http_response(400, headers, Some(body.as_bytes())) {
             // The local reply ends the stream; nothing more goes upstream.
             Ok(()) => Action::Pause,
