@@ -2,6 +2,8 @@
 //! shared datasets. An example target run by `make bench-micro` (see Cargo.toml for why not a
 //! `[[bench]]`): `cargo run --release --example micro -- --bench`.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::indexing_slicing)] // a benchmark harness, not filter code
+
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -34,20 +36,35 @@ fn benches(c: &mut Criterion) {
     for n in [200, 1000, 4000] {
         let tools = tools(n);
         let body = body(&tools, QUESTION);
-        group.bench_with_input(BenchmarkId::new("catalog_build (cache miss)", n), &tools, |b, t| {
-            b.iter(|| Catalog::build(Dialect::OpenaiChat, black_box(t), FieldWeights::default()))
-        });
-        let catalog = Catalog::build(Dialect::OpenaiChat, &tools, FieldWeights::default()).expect("catalog");
-        group.bench_with_input(BenchmarkId::new("rank (new question)", n), &catalog, |b, c| {
-            b.iter(|| c.index.rank(black_box(QUESTION)))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("catalog_build (cache miss)", n),
+            &tools,
+            |b, t| {
+                b.iter(|| {
+                    Catalog::build(Dialect::OpenaiChat, black_box(t), FieldWeights::default())
+                })
+            },
+        );
+        let catalog =
+            Catalog::build(Dialect::OpenaiChat, &tools, FieldWeights::default()).expect("catalog");
+        group.bench_with_input(
+            BenchmarkId::new("rank (new question)", n),
+            &catalog,
+            |b, c| b.iter(|| c.index.rank(black_box(QUESTION))),
+        );
         let mut engine = Engine::new(Config::default());
-        group.bench_with_input(BenchmarkId::new("analyse+rewrite (cache hit, same question)", n), &body, |b, body| {
-            b.iter(|| {
-                let analysis = engine.analyse(Dialect::OpenaiChat, black_box(body)).expect("analyse");
-                analysis.rewrite(body)
-            })
-        });
+        group.bench_with_input(
+            BenchmarkId::new("analyse+rewrite (cache hit, same question)", n),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let analysis = engine
+                        .analyse(Dialect::OpenaiChat, black_box(body))
+                        .expect("analyse");
+                    analysis.rewrite(body)
+                })
+            },
+        );
     }
     group.finish();
 }

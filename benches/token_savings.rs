@@ -7,6 +7,8 @@
 //! recall stays meaningful at every size. Selection is the filter's own, default configuration
 //! (top_k 5, min_tools 20: a 10-tool request passes untouched).
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::indexing_slicing)] // a benchmark harness, not filter code
+
 use std::path::PathBuf;
 use toolsift::config::Config;
 use toolsift::eval::{Dataset, Tool, evaluate};
@@ -21,7 +23,9 @@ fn main() {
     let config = Config::default();
     let weights = Engine::new(config.clone()).weights;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");
-    println!("| tools in catalog | static tokens | toolsift tokens | saved | tools kept | Recall of kept |");
+    println!(
+        "| tools in catalog | static tokens | toolsift tokens | saved | tools kept | Recall of kept |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|");
     for n in SIZES {
         let (mut static_tokens, mut kept_tokens, mut kept_tools, mut recall, mut runs) =
