@@ -3,7 +3,7 @@
 //! the same catalog every turn pays for indexing once.
 
 use crate::dialect::{CatalogDraft, Dialect, Entry, Problem, ToolText};
-use bm25::{Embedder, EmbedderBuilder, Tokenizer};
+use bm25::{Embedder, EmbedderBuilder, TokenEmbedder, Tokenizer};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -41,14 +41,25 @@ const K1: f32 = 3.0;
 /// precise tools, and helped on all three datasets.
 const B: f32 = 0.9;
 
-/// Our tokenizer ([`crate::text`]) behind the `bm25` crate's trait.
+/// The tokenizer the `bm25` crate's embedder sees: documents reach it already normalised by
+/// [`crate::text`] and joined with spaces, so splitting at spaces gives back exactly those terms
+/// (tokenising a weighted document twice was most of the cost of building an index).
 #[derive(Default, Clone, Copy)]
-pub struct Terms;
+pub struct Normalised;
 
-impl Tokenizer for Terms {
+impl Tokenizer for Normalised {
     fn tokenize(&self, input_text: &str) -> Vec<String> {
-        crate::text::terms(input_text)
+        input_text
+            .split(' ')
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect()
     }
+}
+
+/// A term's id in the index: the same hash the crate's embedder gives it.
+fn term_id(term: &str) -> u32 {
+    <u32 as TokenEmbedder>::embed(term)
 }
 
 /// A BM25 index over the function tools of one catalog.
@@ -60,7 +71,7 @@ impl Tokenizer for Terms {
 /// document's terms linearly, which costs milliseconds per query on catalogs of thousands.
 /// `scores_match_the_crates_scorer` checks the two agree.
 pub struct Index {
-    embedder: Embedder<u32, Terms>,
+    embedder: Embedder<u32, Normalised>,
     /// Per term: its IDF and the (document, BM25 term weight) pairs that contain it.
     postings: HashMap<u32, (f32, Vec<(u32, f32)>)>,
     /// Entry index (in the catalog) of each document, in catalog order.
@@ -91,14 +102,12 @@ impl Index {
         } else {
             total as f32 / docs.len() as f32
         };
-        let embedder = EmbedderBuilder::<u32, Terms>::with_avgdl(avgdl.max(1.0))
+        let embedder = EmbedderBuilder::<u32, Normalised>::with_avgdl(avgdl.max(1.0))
             .k1(K1)
             .b(B)
             .build();
         let mut postings: HashMap<u32, (f32, Vec<(u32, f32)>)> = HashMap::new();
         for (doc, terms) in (0u32..).zip(&docs) {
-            // The terms are already normalised; joining them and letting the tokenizer split
-            // them again gives the same terms (normalisation is idempotent).
             let mut embedding = embedder.embed(&terms.join(" "));
             // The embedding has one entry per occurrence, all with the same weight.
             let mut seen = HashSet::new();
@@ -131,11 +140,12 @@ impl Index {
         // counting it twice lets one word outvote the rest of the request: deduplicating lifted
         // seal_tools Recall@5 by five points (`docs/tuning-notes.md`).
         let mut seen = HashSet::new();
-        for term in self.embedder.embed(query).indices() {
-            if !seen.insert(term) {
+        for term in crate::text::terms(query) {
+            let id = term_id(&term);
+            if !seen.insert(id) {
                 continue;
             }
-            let Some((idf, docs_with_term)) = self.postings.get(term) else {
+            let Some((idf, docs_with_term)) = self.postings.get(&id) else {
                 continue;
             };
             for &(doc, weight) in docs_with_term {
@@ -403,7 +413,7 @@ mod tests {
         ] {
             let ours = index.rank(query);
             // Ours counts each distinct query term once; give the crate's scorer the same.
-            let mut q = index.embedder.embed(query);
+            let mut q = index.embedder.embed(&crate::text::terms(query).join(" "));
             let mut seen = HashSet::new();
             q.0.retain(|t| seen.insert(t.index));
             for s in ours {
