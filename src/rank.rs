@@ -3,7 +3,7 @@
 //! the same catalog every turn pays for indexing once.
 
 use crate::dialect::{CatalogDraft, Dialect, Entry, Problem, ToolText};
-use bm25::{Embedder, EmbedderBuilder, TokenEmbedder, Tokenizer};
+use bm25::{EmbedderBuilder, TokenEmbedder, Tokenizer};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -71,7 +71,6 @@ fn term_id(term: &str) -> u32 {
 /// document's terms linearly, which costs milliseconds per query on catalogs of thousands.
 /// `scores_match_the_crates_scorer` checks the two agree.
 pub struct Index {
-    embedder: Embedder<u32, Normalised>,
     /// Per term: its IDF and the (document, BM25 term weight) pairs that contain it.
     postings: HashMap<u32, (f32, Vec<(u32, f32)>)>,
     /// Entry index (in the catalog) of each document, in catalog order.
@@ -126,7 +125,6 @@ impl Index {
             *idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
         }
         Index {
-            embedder,
             postings,
             documents,
         }
@@ -398,13 +396,26 @@ mod tests {
             })
             .collect();
         let index = Index::build(&entries, FieldWeights::default());
+        let docs: Vec<String> = entries
+            .iter()
+            .map(|e| match e {
+                Entry::Function(t) => document_terms(t, FieldWeights::default()).join(" "),
+                Entry::Builtin => unreachable!(),
+            })
+            .collect();
+        let avgdl =
+            docs.iter().map(|d| d.split(' ').count()).sum::<usize>() as f32 / docs.len() as f32;
+        let embedder = EmbedderBuilder::<u32, Normalised>::with_avgdl(avgdl)
+            .k1(K1)
+            .b(B)
+            .build();
         let mut scorer = bm25::Scorer::<u32>::new();
         for (doc, entry) in (0u32..).zip(&entries) {
             let Entry::Function(t) = entry else {
                 unreachable!()
             };
             let text = document_terms(t, FieldWeights::default()).join(" ");
-            scorer.upsert(&doc, index.embedder.embed(&text));
+            scorer.upsert(&doc, embedder.embed(&text));
         }
         for query in [
             "send a slack message to the channel",
@@ -413,7 +424,7 @@ mod tests {
         ] {
             let ours = index.rank(query);
             // Ours counts each distinct query term once; give the crate's scorer the same.
-            let mut q = index.embedder.embed(&crate::text::terms(query).join(" "));
+            let mut q = embedder.embed(&crate::text::terms(query).join(" "));
             let mut seen = HashSet::new();
             q.0.retain(|t| seen.insert(t.index));
             for s in ours {

@@ -67,13 +67,9 @@ impl Drop for Scratch {
 }
 
 /// The question is about pod logs and Slack: those tools rank on top (in some order).
-const EXPECTED_KEPT: [&str; 5] = [
-    "get_pod_logs",
-    "send_slack_message",
-    "get_pods",
-    "list_slack_channels",
-    "search_slack_messages",
-];
+/// The two tools the example's question cannot do without (fetch pod logs, post to Slack).
+/// The other three kept tools depend on ranking weights and are not pinned down here.
+const MUST_KEEP: [&str; 2] = ["get_pod_logs", "send_slack_message"];
 
 #[test]
 fn explain_text_lists_every_tool_with_its_reason() {
@@ -103,11 +99,13 @@ fn explain_text_lists_every_tool_with_its_reason() {
     assert_eq!(rows.len(), 60, "{text}");
     for row in &rows[..5] {
         assert!(row.contains(" yes ") && row.contains("ranked"), "{row}");
+    }
+    for name in MUST_KEEP {
         assert!(
-            EXPECTED_KEPT
+            rows[..5]
                 .iter()
-                .any(|name| row.contains(&format!(" {name} "))),
-            "{row}"
+                .any(|row| row.contains(&format!(" {name} "))),
+            "{name} not in the top 5:\n{text}"
         );
     }
     assert!(
@@ -145,11 +143,18 @@ fn explain_json_has_the_same_content() {
         .iter()
         .map(|n| n.as_str().unwrap())
         .collect();
-    kept.sort_unstable();
-    let mut expected = EXPECTED_KEPT;
-    expected.sort_unstable();
-    assert_eq!(kept, expected);
+    for name in MUST_KEEP {
+        assert!(kept.contains(&name), "{name} not kept: {kept:?}");
+    }
     let tools = v["tools"].as_array().unwrap();
+    let mut kept_rows: Vec<&str> = tools
+        .iter()
+        .filter(|t| t["kept"] == true)
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    kept.sort_unstable();
+    kept_rows.sort_unstable();
+    assert_eq!(kept, kept_rows, "kept_tools and the kept rows agree");
     assert_eq!(tools.len(), 60);
     for (i, t) in tools.iter().enumerate() {
         assert_eq!(t["rank"].as_u64(), Some(i as u64 + 1));
