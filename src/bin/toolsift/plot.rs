@@ -310,12 +310,6 @@ pub fn svg(report: &Report, tokenizer: &str, top_k: usize) -> String {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 mod tests {
     use super::*;
 
