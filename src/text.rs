@@ -2,8 +2,8 @@
 //!
 //! Tool names are identifiers (`send_slack_message`, `getStockQuote`, `HTTPRequest`), so words are
 //! split at `_`, `-`, digits and case changes as well as at spaces and punctuation. Terms are
-//! lowercased, function words and the verbs of asking are dropped, and plurals are folded lightly so "messages"
-//! meets "message" without a stemmer's surprises.
+//! lowercased, function words and the verbs of asking are dropped, and plurals are folded lightly
+//! so "messages" meets "message" without a stemmer's surprises.
 
 /// Words that say nothing about which tool is meant: function words, and the verbs of asking
 /// ("help", "tell", "want", "looking") that fill a user's request but never name a
@@ -22,39 +22,89 @@ const STOP_WORDS: &[&str] = &[
     "who", "whom", "why", "will", "with", "would", "yes", "you", "your",
 ];
 
+const LONGEST_STOP_WORD: usize = 7;
+
 /// Splits `text` into normalised terms and calls `emit` for each, in order.
 pub fn for_each_term(text: &str, mut emit: impl FnMut(String)) {
-    let mut word = String::new();
-    let mut prev: Option<char> = None;
+    let mut word = String::with_capacity(32);
+    let mut prev = Class::Other;
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        if !c.is_alphanumeric() {
+        let class = Class::of(c);
+        if class == Class::Other {
             flush(&mut word, &mut emit);
-            prev = None;
+            prev = Class::Other;
             continue;
         }
-        if is_cjk(c) {
+        if class == Class::Ideograph {
             // CJK text has no spaces: each ideograph is a term of its own.
             flush(&mut word, &mut emit);
             emit(c.to_string());
-            prev = None;
+            prev = Class::Other;
             continue;
         }
-        if let Some(p) = prev {
-            let next_is_lower = chars.peek().is_some_and(|n| n.is_lowercase());
-            let boundary = (p.is_lowercase() && c.is_uppercase())
-                // "HTTPServer": the last capital of a run starts the next word.
-                || (p.is_uppercase() && c.is_uppercase() && next_is_lower)
-                || (p.is_alphabetic() && c.is_numeric())
-                || (p.is_numeric() && c.is_alphabetic());
-            if boundary {
-                flush(&mut word, &mut emit);
+        let boundary = match (prev, class) {
+            (Class::Lower, Class::Upper) => true,
+            // "HTTPServer": the last capital of a run starts the next word.
+            (Class::Upper, Class::Upper) => {
+                chars.peek().is_some_and(|n| Class::of(*n) == Class::Lower)
             }
+            (Class::Lower | Class::Upper | Class::Letter, Class::Digit) => true,
+            (Class::Digit, Class::Lower | Class::Upper | Class::Letter) => true,
+            _ => false,
+        };
+        if boundary {
+            flush(&mut word, &mut emit);
         }
-        word.extend(c.to_lowercase());
-        prev = Some(c);
+        if c.is_ascii() {
+            word.push(c.to_ascii_lowercase());
+        } else {
+            word.extend(c.to_lowercase());
+        }
+        prev = class;
     }
     flush(&mut word, &mut emit);
+}
+
+/// What a character is to the splitter. ASCII is decided without Unicode tables: tool text is
+/// mostly ASCII, and this runs over every tool of every new catalog.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Lower,
+    Upper,
+    /// A letter without case (most scripts other than Latin, Greek, Cyrillic).
+    Letter,
+    Digit,
+    Ideograph,
+    Other,
+}
+
+impl Class {
+    fn of(c: char) -> Class {
+        if c.is_ascii() {
+            return match c {
+                'a'..='z' => Class::Lower,
+                'A'..='Z' => Class::Upper,
+                '0'..='9' => Class::Digit,
+                _ => Class::Other,
+            };
+        }
+        if is_cjk(c) {
+            Class::Ideograph
+        } else if c.is_lowercase() {
+            Class::Lower
+        } else if c.is_uppercase() {
+            Class::Upper
+        } else if c.is_alphabetic() {
+            Class::Letter
+        } else if c.is_numeric() {
+            Class::Digit
+        } else if c.is_alphanumeric() {
+            Class::Letter
+        } else {
+            Class::Other
+        }
+    }
 }
 
 /// Splits `text` into normalised terms.
@@ -68,11 +118,11 @@ fn flush(word: &mut String, emit: &mut impl FnMut(String)) {
     if word.is_empty() {
         return;
     }
-    let w = std::mem::take(word);
-    if STOP_WORDS.binary_search(&w.as_str()).is_ok() {
-        return;
+    // Most terms are longer than any stop word: skip the search for them.
+    if word.len() > LONGEST_STOP_WORD || STOP_WORDS.binary_search(&word.as_str()).is_err() {
+        emit(fold_plural(word.clone()));
     }
-    emit(fold_plural(w));
+    word.clear();
 }
 
 /// "queries" → "query", "messages" → "message", "addresses" → "address"; leaves "status",
@@ -139,6 +189,10 @@ mod tests {
 
     #[test]
     fn stop_words_are_sorted_for_binary_search() {
+        assert_eq!(
+            STOP_WORDS.iter().map(|w| w.len()).max(),
+            Some(LONGEST_STOP_WORD)
+        );
         let mut sorted = STOP_WORDS.to_vec();
         sorted.sort_unstable();
         assert_eq!(sorted, STOP_WORDS);
