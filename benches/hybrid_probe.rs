@@ -9,7 +9,6 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::indexing_slicing)] // a benchmark harness, not filter code
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use serde_json::{Value, json};
