@@ -47,7 +47,7 @@ run: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate
+test: build $(ENVOY) validate test-embed
 	$(CARGO) test --lib --bins --tests
 
 unit:
