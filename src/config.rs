@@ -48,17 +48,21 @@ impl DialectChoice {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// How many ranked tools to keep.
+    #[serde(deserialize_with = "whole_number")]
     pub top_k: usize,
     /// Ranked tools scoring below this are dropped (never the last kept tool).
     pub min_score: Option<f32>,
     /// Budget for the kept tools' estimated tokens (characters / 4).
+    #[serde(deserialize_with = "optional_whole_number")]
     pub max_tool_tokens: Option<usize>,
     /// Requests with this many function tools or fewer pass untouched.
+    #[serde(deserialize_with = "whole_number")]
     pub min_tools: usize,
     /// Tool names or glob patterns (`*`, `?`) that are always kept.
     pub always_include: Vec<String>,
     pub on_error: OnError,
     /// Bodies larger than this pass through unread.
+    #[serde(deserialize_with = "whole_number")]
     pub max_body_bytes: usize,
     /// Add the `x-toolsift` response header.
     pub response_header: bool,
@@ -66,6 +70,7 @@ pub struct Config {
     pub debug: bool,
     pub dialect: DialectChoice,
     /// Distinct tool catalogs whose index each worker keeps.
+    #[serde(deserialize_with = "whole_number")]
     pub catalog_cache_size: usize,
 }
 
@@ -85,6 +90,25 @@ impl Default for Config {
             catalog_cache_size: 16,
         }
     }
+}
+
+/// A count: a JSON integer, or a number with no fractional part. Istio hands `pluginConfig` over
+/// as a protobuf Struct, whose numbers are doubles, so `5` may arrive as `5.0`.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = f64::deserialize(d)?;
+    if n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
+        Ok(n as usize)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "expected a whole number, found {n}"
+        )))
+    }
+}
+
+fn optional_whole_number<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<usize>, D::Error> {
+    whole_number(d).map(Some)
 }
 
 /// A configuration error, naming the field.
@@ -201,6 +225,13 @@ mod tests {
     }
 
     #[test]
+    fn whole_numbers_may_be_written_as_doubles() {
+        // How Istio's pluginConfig may spell them.
+        let c = Config::from_json(br#"{"top_k": 5.0, "max_tool_tokens": 900.0}"#).unwrap();
+        assert_eq!((c.top_k, c.max_tool_tokens), (5, Some(900)));
+    }
+
+    #[test]
     fn parses_every_key() {
         let c = Config::from_json(
             br#"{"top_k":3,"min_score":0.5,"max_tool_tokens":900,"min_tools":10,
@@ -224,6 +255,8 @@ mod tests {
         assert!(err(r#"{"topk":5}"#).contains("unknown field `topk`"));
         assert!(err(r#"{"top_k":0}"#).contains("`top_k`"));
         assert!(err(r#"{"top_k":"5"}"#).contains("field `top_k`: invalid type"));
+        assert!(err(r#"{"top_k":2.5}"#).contains("field `top_k`: expected a whole number"));
+        assert!(err(r#"{"min_tools":-1}"#).contains("field `min_tools`"));
         assert!(err(r#"{"min_score":-1}"#).contains("`min_score`"));
         assert!(err(r#"{"on_error":"explode"}"#).contains("field `on_error`: unknown variant"));
         assert!(err(r#"{"always_include":[""]}"#).contains("`always_include[0]`"));
