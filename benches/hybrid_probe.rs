@@ -44,8 +44,10 @@ fn main() {
         .unwrap();
     let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
 
-    println!("| dataset | keyword R@5 | dense R@5 | RRF 1:1 | RRF 2:1 | RRF 3:1 |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| dataset | keyword | dense | RRF 1:1 | RRF 2:1 | RRF 3:1 | RRF 1:1, dense top 10 | BM25/max + 0.5·cos | BM25/max + 1·cos |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let weights = Engine::new(Config::default()).weights;
     for name in ["seal_tools", "toolbench", "livemcpbench"] {
         let dir: PathBuf = repo.join("../shared/datasets").join(name);
@@ -69,13 +71,10 @@ fn main() {
         let query_vectors = embed(port, &queries);
         let (mut kw, mut dense) = (0.0, 0.0);
         let mut hybrid = [0.0; 3];
+        let (mut top10, mut convex_half, mut convex_one) = (0.0, 0.0, 0.0);
         for (q, qv) in dataset.queries.iter().zip(&query_vectors) {
-            let keyword: Vec<usize> = catalog
-                .index
-                .rank(&q.query)
-                .iter()
-                .map(|s| s.entry)
-                .collect();
+            let scored = catalog.index.rank(&q.query);
+            let keyword: Vec<usize> = scored.iter().map(|s| s.entry).collect();
             let mut by_cosine: Vec<(usize, f32)> = tool_vectors
                 .iter()
                 .enumerate()
@@ -97,6 +96,26 @@ fn main() {
             };
             kw += recall(&keyword);
             dense += recall(&dense_order);
+            top10 += recall(&rrf(
+                &[
+                    (&keyword, 1.0),
+                    (&dense_order[..10.min(dense_order.len())], 1.0),
+                ],
+                tool_vectors.len(),
+            ));
+            let max = scored.first().map_or(0.0, |s| s.score).max(f32::EPSILON);
+            let mut bm25 = vec![0f32; tool_vectors.len()];
+            for s in scored.iter() {
+                bm25[s.entry] = s.score / max;
+            }
+            let convex = |alpha: f32| {
+                let mut order: Vec<usize> = (0..bm25.len()).collect();
+                let score = |i: usize| bm25[i] + alpha * dot(qv, &tool_vectors[i]);
+                order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
+                order
+            };
+            convex_half += recall(&convex(0.5));
+            convex_one += recall(&convex(1.0));
             for (w, h) in hybrid.iter_mut().enumerate() {
                 *h += recall(&rrf(
                     &[(&keyword, (w + 1) as f32), (&dense_order, 1.0)],
@@ -106,12 +125,15 @@ fn main() {
         }
         let n = dataset.queries.len() as f64;
         println!(
-            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
             kw / n,
             dense / n,
             hybrid[0] / n,
             hybrid[1] / n,
-            hybrid[2] / n
+            hybrid[2] / n,
+            top10 / n,
+            convex_half / n,
+            convex_one / n
         );
     }
     let _ = child.kill();
