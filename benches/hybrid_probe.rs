@@ -4,19 +4,19 @@
 //! Reciprocal Rank Fusion (k = 60), with the keyword ranking weighted 1, 2 or 3 to the dense one's 1. Embeddings come from the real `toolsift-embed` server
 //! (`make embed` builds it), started here on a free port.
 //!
-//! `cargo run --release --example hybrid_probe`
+//! `cargo run --release --example hybrid_probe [-- --with-params]`
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::indexing_slicing)] // a benchmark harness, not filter code
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use toolsift::config::Config;
-use toolsift::dialect::Dialect;
+use toolsift::dialect::{Dialect, Entry};
 use toolsift::eval::Dataset;
 use toolsift::pipeline::Engine;
 use toolsift::rank::Catalog;
@@ -49,21 +49,23 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let weights = Engine::new(Config::default()).weights;
+    let with_params = std::env::args().any(|a| a == "--with-params");
     for name in ["seal_tools", "toolbench", "livemcpbench"] {
         let dir: PathBuf = repo.join("../shared/datasets").join(name);
         let dataset = Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).unwrap();
         let catalog = Catalog::build(Dialect::OpenaiChat, &dataset.tools_array(), weights).unwrap();
-        let texts: Vec<String> = dataset
-            .tools
+        // "name: description", or with `--with-params` also the parameter names and
+        // descriptions the keyword index reads.
+        let texts: Vec<String> = catalog
+            .draft
+            .entries
             .iter()
-            .map(|t| {
-                let v: Value = serde_json::from_str(&t.line).unwrap();
-                let f = &v["function"];
-                format!(
-                    "{}: {}",
-                    f["name"].as_str().unwrap_or(""),
-                    f["description"].as_str().unwrap_or("")
-                )
+            .map(|e| match e {
+                Entry::Function(t) if with_params => {
+                    format!("{}: {} {}", t.name, t.description, t.params.join(", "))
+                }
+                Entry::Function(t) => format!("{}: {}", t.name, t.description),
+                Entry::Builtin => String::new(),
             })
             .collect();
         let tool_vectors = embed(port, &texts);

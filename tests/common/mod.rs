@@ -354,20 +354,44 @@ pub fn try_http(
         head.push_str(&format!("content-length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    if chunked {
-        for piece in body.chunks(7_000) {
-            stream.write_all(format!("{:x}\r\n", piece.len()).as_bytes())?;
-            stream.write_all(piece)?;
-            stream.write_all(b"\r\n")?;
-            stream.flush()?;
-        }
-        stream.write_all(b"0\r\n\r\n")?;
-    } else {
-        stream.write_all(body)?;
+    if !chunked {
+        // One write for head and body: a request Envoy answers from its headers alone (a
+        // rejection) then leaves no unread bytes behind, which would make it reset the
+        // connection instead of closing it.
+        let mut request = head.into_bytes();
+        request.extend_from_slice(body);
+        stream.write_all(&request)?;
+        return read_response(stream);
     }
+    stream.write_all(head.as_bytes())?;
+    for piece in body.chunks(7_000) {
+        stream.write_all(format!("{:x}\r\n", piece.len()).as_bytes())?;
+        stream.write_all(piece)?;
+        stream.write_all(b"\r\n")?;
+        stream.flush()?;
+    }
+    stream.write_all(b"0\r\n\r\n")?;
+    read_response(stream)
+}
+
+/// Reads until the server closes. A reset after a complete response is the server closing
+/// early, not an error.
+fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionReset
+                    && raw.windows(4).any(|w| w == b"\r\n\r\n") =>
+            {
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(parse_response(&raw))
 }
 
