@@ -320,25 +320,19 @@ fn errors_name_the_problem_and_exit_2() {
     assert!(stderr(&out).contains("cannot read request") && stderr(&out).contains("nope.json"));
 
     let broken = dir.write("broken.json", "{\"messages\": [");
-    let out = toolsift(&["explain", &broken]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("is not valid JSON"),
-        "{}",
-        stderr(&out)
+    fails_with(&["explain", &broken], "is not valid JSON");
+    fails_with(
+        &["explain", "--dialect", "cohere", EXAMPLE],
+        "unknown dialect `cohere`",
     );
+    fails_with(&["explain", "--path", "/v1/embeddings", EXAMPLE], "not_llm");
+}
 
-    let out = toolsift(&["explain", "--dialect", "cohere", EXAMPLE]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("unknown dialect `cohere`"),
-        "{}",
-        stderr(&out)
-    );
-
-    let out = toolsift(&["explain", "--path", "/v1/embeddings", EXAMPLE]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("not_llm"), "{}", stderr(&out));
+/// The command exits 2 and says `message` on stderr.
+fn fails_with(args: &[&str], message: &str) {
+    let out = toolsift(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
 }
 
 /// Five tools with words of their own, so each ranking is worked out by hand.
