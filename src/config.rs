@@ -44,6 +44,94 @@ impl DialectChoice {
     }
 }
 
+/// How tools are ranked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ranking {
+    /// BM25 over each tool's text, in process: needs no other service.
+    #[default]
+    Keyword,
+    /// Keyword channels and embeddings, fused (`embeddings` must be set). Whenever the embeddings
+    /// service cannot answer in time, the request is ranked by keyword.
+    Hybrid,
+}
+
+/// The OpenAI-compatible embeddings API the filter calls through an Envoy cluster.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Embeddings {
+    /// The Envoy cluster that leads to the service.
+    pub cluster: String,
+    #[serde(default = "default_embeddings_path")]
+    pub path: String,
+    /// `:authority` of the call; the cluster name when unset.
+    #[serde(default)]
+    pub authority: Option<String>,
+    /// The `model` of the embeddings request.
+    pub model: String,
+    /// Extra request headers, for example `{"authorization": "Bearer …"}`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// How long a request may wait for its embeddings; then it is ranked by keyword.
+    #[serde(default = "default_timeout_ms", deserialize_with = "whole_number")]
+    pub timeout_ms: usize,
+    /// Asks the service for vectors of this size (OpenAI `dimensions`); vectors of any other
+    /// size are refused. Without it the first answer fixes the size.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    pub dimensions: Option<usize>,
+    /// Vectors kept in the cache shared by all workers (least recently used evicted).
+    #[serde(default = "default_cache_size", deserialize_with = "whole_number")]
+    pub cache_size: usize,
+    /// At most this many tool texts go in one call; a larger new catalog is embedded over the
+    /// next requests, ranked by keyword until it is complete. Each call must finish within
+    /// `timeout_ms`: a small local model embeds about 32 short texts in 50 ms on two cores,
+    /// hosted APIs take hundreds per call.
+    #[serde(default = "default_max_batch", deserialize_with = "whole_number")]
+    pub max_batch: usize,
+}
+
+fn default_embeddings_path() -> String {
+    "/v1/embeddings".to_owned()
+}
+fn default_timeout_ms() -> usize {
+    150
+}
+fn default_cache_size() -> usize {
+    10_000
+}
+fn default_max_batch() -> usize {
+    32
+}
+
+/// Channel weights of hybrid ranking's fusion.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelWeights {
+    pub bm25: f32,
+    pub exact: f32,
+    pub param_keys: f32,
+    pub vector: f32,
+}
+
+impl Default for ChannelWeights {
+    /// BM25 and vectors 1, exact matches 0.5, parameter keys 0.25 (with `rrf_k` 1): the best
+    /// of the grid over the shared datasets in `docs/tuning-notes.md`.
+    fn default() -> Self {
+        ChannelWeights {
+            bm25: 1.0,
+            exact: 0.5,
+            param_keys: 0.25,
+            vector: 1.0,
+        }
+    }
+}
+
+impl ChannelWeights {
+    pub fn as_array(&self) -> [f32; 4] {
+        [self.bm25, self.exact, self.param_keys, self.vector]
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -72,6 +160,15 @@ pub struct Config {
     /// Distinct tool catalogs whose index each worker keeps.
     #[serde(deserialize_with = "whole_number")]
     pub catalog_cache_size: usize,
+    pub ranking: Ranking,
+    /// The embeddings service of hybrid ranking.
+    pub embeddings: Option<Embeddings>,
+    /// Reciprocal Rank Fusion's k: rank r in a channel adds weight / (k + r). 1 rather than the
+    /// customary 60: with k = 60 the first ranks of a channel differ too little, and a tool
+    /// one channel is sure of loses to tools several channels find middling
+    /// (`docs/tuning-notes.md`).
+    pub rrf_k: f32,
+    pub channel_weights: ChannelWeights,
 }
 
 impl Default for Config {
@@ -88,6 +185,10 @@ impl Default for Config {
             debug: false,
             dialect: DialectChoice::Auto,
             catalog_cache_size: 16,
+            ranking: Ranking::Keyword,
+            embeddings: None,
+            rrf_k: 1.0,
+            channel_weights: ChannelWeights::default(),
         }
     }
 }
@@ -174,12 +275,86 @@ impl Config {
                 return Err(invalid(&format!("always_include[{i}]"), "empty pattern"));
             }
         }
+        if !(self.rrf_k.is_finite() && self.rrf_k >= 0.0) {
+            return Err(invalid("rrf_k", "must be a finite number >= 0"));
+        }
+        let w = self.channel_weights;
+        for (name, weight) in [
+            ("bm25", w.bm25),
+            ("exact", w.exact),
+            ("param_keys", w.param_keys),
+            ("vector", w.vector),
+        ] {
+            if !(weight.is_finite() && weight >= 0.0) {
+                return Err(invalid(
+                    &format!("channel_weights.{name}"),
+                    "must be a finite number >= 0",
+                ));
+            }
+        }
+        if self.ranking == Ranking::Hybrid && self.embeddings.is_none() {
+            return Err(invalid("embeddings", "required when ranking is \"hybrid\""));
+        }
+        if let Some(e) = &self.embeddings {
+            e.check()?;
+        }
         Ok(())
     }
 
     /// Whether `name` matches one of the `always_include` patterns.
     pub fn always_includes(&self, name: &str) -> bool {
         self.always_include.iter().any(|p| glob_match(p, name))
+    }
+}
+
+impl Embeddings {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.cluster.trim().is_empty() {
+            return Err(invalid("embeddings.cluster", "must name an Envoy cluster"));
+        }
+        if self.model.trim().is_empty() {
+            return Err(invalid("embeddings.model", "must not be empty"));
+        }
+        if !self.path.starts_with('/') {
+            return Err(invalid("embeddings.path", "must start with `/`"));
+        }
+        if self
+            .authority
+            .as_deref()
+            .is_some_and(|a| a.trim().is_empty())
+        {
+            return Err(invalid("embeddings.authority", "must not be empty"));
+        }
+        for name in self.headers.keys() {
+            let valid = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
+            if !valid {
+                return Err(invalid(
+                    &format!("embeddings.headers.{name}"),
+                    "not a valid header name (pseudo-headers such as :path are set by toolsift)",
+                ));
+            }
+        }
+        if !(1..=60_000).contains(&self.timeout_ms) {
+            return Err(invalid("embeddings.timeout_ms", "must be 1..=60000"));
+        }
+        if self.dimensions.is_some_and(|d| !(1..=16_384).contains(&d)) {
+            return Err(invalid("embeddings.dimensions", "must be 1..=16384"));
+        }
+        if self.cache_size == 0 {
+            return Err(invalid("embeddings.cache_size", "must be at least 1"));
+        }
+        if !(1..=2048).contains(&self.max_batch) {
+            return Err(invalid("embeddings.max_batch", "must be 1..=2048"));
+        }
+        Ok(())
+    }
+
+    /// The authority the call is sent to.
+    pub fn authority(&self) -> &str {
+        self.authority.as_deref().unwrap_or(&self.cluster)
     }
 }
 
@@ -264,6 +439,38 @@ mod tests {
             err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown variant `cohere`")
         );
         assert!(err("[1]").contains("expected a JSON object"));
+    }
+
+    #[test]
+    fn hybrid_ranking_needs_an_embeddings_service() {
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(err(r#"{"ranking":"hybrid"}"#).contains("field `embeddings`: required"));
+        assert!(err(r#"{"ranking":"semantic"}"#).contains("field `ranking`: unknown variant"));
+        let base = r#""ranking":"hybrid","embeddings":{"cluster":"emb","model":"m""#;
+        let c = Config::from_json(format!("{{{base}}}}}").as_bytes()).unwrap();
+        let e = c.embeddings.unwrap();
+        assert_eq!(
+            (e.path.as_str(), e.timeout_ms, e.authority()),
+            ("/v1/embeddings", 150, "emb")
+        );
+        assert!(err(&format!("{{{base},\"timeout_ms\":0}}}}")).contains("`embeddings.timeout_ms`"));
+        assert!(err(&format!("{{{base},\"path\":\"v1\"}}}}")).contains("`embeddings.path`"));
+        assert!(err(&format!("{{{base},\"dimensions\":0}}}}")).contains("`embeddings.dimensions`"));
+        assert!(
+            err(&format!("{{{base},\"headers\":{{\":path\":\"/x\"}}}}}}"))
+                .contains("`embeddings.headers.:path`")
+        );
+        assert!(
+            err(r#"{"embeddings":{"model":"m"}}"#).contains("missing field `cluster`"),
+            "{}",
+            err(r#"{"embeddings":{"model":"m"}}"#)
+        );
+        assert!(
+            err(r#"{"embeddings":{"cluster":"c","model":"m","timeout":5}}"#)
+                .contains("unknown field `timeout`")
+        );
+        assert!(err(r#"{"channel_weights":{"vector":-1}}"#).contains("`channel_weights.vector`"));
+        assert!(err(r#"{"rrf_k":-1}"#).contains("`rrf_k`"));
     }
 
     #[test]

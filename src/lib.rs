@@ -2,7 +2,8 @@
 //!
 //! Data flow (each step is a module):
 //! request bytes → [`dialect`] (find the query, the tools, the pinned tools)
-//! → [`rank`] (BM25 channel over a cached per-catalog index)
+//! → [`rank`] (BM25 over a cached per-catalog index; with `ranking: hybrid`, [`fusion`] of the
+//!   BM25, exact-match, parameter-key and [`embeddings`] vector channels)
 //! → [`select`] (top_k, min_score, token budget, pins)
 //! → [`rewrite`] (splice the kept tools back into the original bytes) → bytes.
 //!
@@ -11,8 +12,10 @@
 
 pub mod config;
 pub mod dialect;
+pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
+pub mod fusion;
 pub mod json;
 pub mod pipeline;
 pub mod rank;

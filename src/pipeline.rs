@@ -2,7 +2,8 @@
 //! Pure Rust, no proxy-wasm: the filter and the CLI run exactly this.
 
 use crate::config::Config;
-use crate::dialect::{Dialect, Problem};
+use crate::dialect::{Choice, Dialect, Problem};
+use crate::fusion::{self, Fused, FusionParams};
 use crate::rank::{Catalog, CatalogCache, FieldWeights};
 use crate::rewrite::{rebuild_container, splice};
 use crate::select::{Selection, select};
@@ -115,6 +116,10 @@ pub struct Analysis {
     /// Where the tools container sits in the body.
     pub container: Range<usize>,
     pub stream: bool,
+    pub choice: Choice,
+    pub called: Vec<String>,
+    /// The channels' votes when the ranking is hybrid.
+    pub fused: Option<Fused>,
 }
 
 impl Analysis {
@@ -136,6 +141,40 @@ impl Analysis {
             .collect()
     }
 
+    /// Ranks again with every channel of hybrid ranking, given the query's vectors and every
+    /// tool's, and selects again.
+    pub fn rank_hybrid(&mut self, config: &Config, query: &[&[f32]], tools: &[Option<&[f32]>]) {
+        let fused = rank_fused(&self.catalog, config, &self.query, query, tools);
+        self.selection = select(
+            config,
+            &self.catalog,
+            &fused.order,
+            &self.choice,
+            &self.called,
+        );
+        self.fused = Some(fused);
+    }
+
+    /// Kept tools in rank order, each with the channels that voted for it when the ranking is
+    /// hybrid: `get_weather(bm25=1:7.3 vector=2:0.61),search_web(…)`.
+    pub fn explain_kept(&self) -> String {
+        self.selection
+            .decisions
+            .iter()
+            .filter(|d| d.verdict.kept())
+            .filter_map(|d| {
+                let name = self.catalog.name(d.entry)?;
+                Some(
+                    match self.fused.as_ref().and_then(|f| f.votes_for(d.entry)) {
+                        Some(votes) => format!("{name}({})", fusion::describe(votes)),
+                        None => name.to_owned(),
+                    },
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Estimated tokens of the function tools before and after selection.
     pub fn tokens_before_after(&self) -> (usize, usize) {
         let (kept, total) = self.selection.tokens(&self.catalog);
@@ -152,6 +191,33 @@ impl Analysis {
         let rebuilt = rebuild_container(container, &self.catalog.draft, &self.selection.keep);
         splice(body, self.container.clone(), &rebuilt)
     }
+}
+
+/// The fusion parameters of hybrid ranking under `config`.
+pub fn fusion_params(config: &Config) -> FusionParams {
+    FusionParams {
+        k: config.rrf_k,
+        weights: config.channel_weights.as_array(),
+    }
+}
+
+/// Hybrid ranking of `catalog` for `query`, given the query's vectors and every entry's: what
+/// [`Analysis::rank_hybrid`] ranks by, and what `toolsift eval` ranks by with embeddings.
+pub fn rank_fused(
+    catalog: &Catalog,
+    config: &Config,
+    query: &str,
+    query_vectors: &[&[f32]],
+    tool_vectors: &[Option<&[f32]>],
+) -> Fused {
+    fusion::rank(
+        &catalog.index,
+        &catalog.lexicon,
+        catalog.draft.entries.len(),
+        query,
+        Some((query_vectors, tool_vectors)),
+        &fusion_params(config),
+    )
 }
 
 /// The request headers that decide whether toolsift reads a request at all.
@@ -325,6 +391,9 @@ impl Engine {
             selection,
             container: span,
             stream: request.stream,
+            choice: request.choice,
+            called: request.called,
+            fused: None,
         })
     }
 

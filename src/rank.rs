@@ -3,6 +3,7 @@
 //! the same catalog every turn pays for indexing once.
 
 use crate::dialect::{CatalogDraft, Dialect, Entry, Problem, ToolText};
+use crate::fusion::Lexicon;
 use bm25::{EmbedderBuilder, TokenEmbedder, Tokenizer};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -58,7 +59,7 @@ impl Tokenizer for Normalised {
 }
 
 /// A term's id in the index: the same hash the crate's embedder gives it.
-fn term_id(term: &str) -> u32 {
+pub(crate) fn term_id(term: &str) -> u32 {
     <u32 as TokenEmbedder>::embed(term)
 }
 
@@ -130,6 +131,16 @@ impl Index {
         }
     }
 
+    /// The IDF of a term, if any document has it.
+    pub fn idf(&self, term: u32) -> Option<f32> {
+        self.postings.get(&term).map(|(idf, _)| *idf)
+    }
+
+    /// The catalog entry of each document, in catalog order.
+    pub fn documents(&self) -> &[usize] {
+        &self.documents
+    }
+
     /// Every function tool, best first; equal scores keep catalog order.
     pub fn rank(&self, query: &str) -> Vec<Scored> {
         let mut scores = vec![0f32; self.documents.len()];
@@ -188,6 +199,8 @@ fn document_terms(text: &ToolText, weights: FieldWeights) -> Vec<String> {
 pub struct Catalog {
     pub draft: CatalogDraft,
     pub index: Index,
+    /// What the lexical channels of hybrid ranking read.
+    pub lexicon: Lexicon,
     /// Estimated tokens of each entry: bytes / 4, rounded up.
     pub tokens: Vec<usize>,
     /// The last query and its ranking: every turn of an agent loop asks the same question of
@@ -195,7 +208,13 @@ pub struct Catalog {
     last: RefCell<Option<(String, Rc<[Scored]>)>>,
     /// The container's first and last bytes, to rule out cache candidates before hashing.
     edges: (Vec<u8>, Vec<u8>),
+    /// Every function tool's embedding, once all are known (hybrid ranking): later requests
+    /// with this catalog need no cache lookups for them.
+    vectors: RefCell<Option<ToolVectors>>,
 }
+
+/// Unit vectors of a catalog's entries (`None` for built-ins).
+pub type ToolVectors = Rc<Vec<Option<Vec<f32>>>>;
 
 impl Catalog {
     pub fn build(
@@ -205,6 +224,10 @@ impl Catalog {
     ) -> Result<Catalog, Problem> {
         let draft = dialect.catalog(container)?;
         let index = Index::build(&draft.entries, weights);
+        let lexicon = Lexicon::build(draft.entries.iter().filter_map(|e| match e {
+            Entry::Function(t) => Some(t),
+            Entry::Builtin => None,
+        }));
         let tokens = draft
             .sizes
             .iter()
@@ -219,9 +242,11 @@ impl Catalog {
         Ok(Catalog {
             draft,
             index,
+            lexicon,
             tokens,
             last: RefCell::new(None),
             edges,
+            vectors: RefCell::new(None),
         })
     }
 
@@ -237,6 +262,17 @@ impl Catalog {
             *last = Some((query.to_owned(), Rc::clone(&ranking)));
         }
         ranking
+    }
+
+    /// The tools' vectors, if every one is known.
+    pub fn vectors(&self) -> Option<ToolVectors> {
+        self.vectors.try_borrow().ok()?.as_ref().map(Rc::clone)
+    }
+
+    pub fn remember_vectors(&self, vectors: ToolVectors) {
+        if let Ok(mut v) = self.vectors.try_borrow_mut() {
+            *v = Some(vectors);
+        }
     }
 
     pub fn function_count(&self) -> usize {
@@ -344,6 +380,7 @@ mod tests {
             name: name.into(),
             description: description.into(),
             params: params.iter().map(|p| p.to_string()).collect(),
+            keys: Vec::new(),
         })
     }
 

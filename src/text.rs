@@ -155,6 +155,19 @@ fn is_cjk(c: char) -> bool {
         | 0xF900..=0xFAFF) // CJK Compatibility Ideographs
 }
 
+/// The sentences of a request that asks for several things ("Geocode the address. Then find
+/// parking nearby."), each trimmed; empty when there is only one. Hybrid ranking embeds each as
+/// well as the whole request, so every step of a multi-step task can find its tool.
+pub fn sentences(text: &str, max: usize) -> Vec<&str> {
+    let parts: Vec<&str> = text
+        .split(['.', '?', '!', ';', '\n', '。', '？', '！', '；'])
+        .map(str::trim)
+        .filter(|s| s.split_whitespace().count() >= 2)
+        .take(max)
+        .collect();
+    if parts.len() < 2 { Vec::new() } else { parts }
+}
+
 /// Cuts `text` to at most `max` bytes, keeping its head and its tail (the ask is usually at one
 /// end of a long message), each cut on a character boundary.
 pub fn bounded(text: &str, max: usize) -> &str {

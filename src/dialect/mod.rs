@@ -198,6 +198,9 @@ pub struct ToolText {
     pub description: String,
     /// Parameter names and descriptions, nested ones included (properties in key order).
     pub params: Vec<String>,
+    /// Parameter names alone, nested ones included: the parameter-key channel of hybrid
+    /// ranking matches query words against them.
+    pub keys: Vec<String>,
 }
 
 /// Where the entries of a container sit, for splicing.

@@ -9,8 +9,9 @@ const MAX_DEPTH: usize = 8;
 /// Builds the ranking text of a tool from its name, description and parameter schema.
 pub fn tool_text(name: &str, description: Option<&Value>, schema: Option<&Value>) -> ToolText {
     let mut params = Vec::new();
+    let mut keys = Vec::new();
     if let Some(schema) = schema {
-        collect_params(schema, 0, &mut params);
+        collect_params(schema, 0, &mut params, &mut keys);
     }
     ToolText {
         name: name.to_owned(),
@@ -19,12 +20,13 @@ pub fn tool_text(name: &str, description: Option<&Value>, schema: Option<&Value>
             .unwrap_or_default()
             .to_owned(),
         params,
+        keys,
     }
 }
 
 /// Appends each property's name and description, depth first, through objects, arrays and the
 /// schema combinators.
-fn collect_params(schema: &Value, depth: usize, out: &mut Vec<String>) {
+fn collect_params(schema: &Value, depth: usize, out: &mut Vec<String>, keys: &mut Vec<String>) {
     if depth > MAX_DEPTH {
         return;
     }
@@ -34,19 +36,20 @@ fn collect_params(schema: &Value, depth: usize, out: &mut Vec<String>) {
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
         for (name, prop) in props {
             out.push(name.clone());
+            keys.push(name.clone());
             if let Some(d) = prop.get("description").and_then(Value::as_str) {
                 out.push(d.to_owned());
             }
-            collect_params(prop, depth + 1, out);
+            collect_params(prop, depth + 1, out, keys);
         }
     }
     if let Some(items) = obj.get("items") {
-        collect_params(items, depth + 1, out);
+        collect_params(items, depth + 1, out, keys);
     }
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(alternatives) = obj.get(key).and_then(Value::as_array) {
             for alt in alternatives {
-                collect_params(alt, depth + 1, out);
+                collect_params(alt, depth + 1, out, keys);
             }
         }
     }
@@ -83,6 +86,7 @@ mod tests {
                 "at"
             ]
         );
+        assert_eq!(t.keys, ["blocks", "text", "channel", "when", "at"]);
     }
 
     #[test]

@@ -1,0 +1,607 @@
+//! What hybrid ranking needs from an embeddings service, without any proxy-wasm: the texts that
+//! are embedded, the OpenAI-compatible request and response, the cache keys, and a vector cache
+//! bounded to a fixed number of entries over any shared key-value store (proxy-wasm shared data
+//! in the filter, a map in the CLI).
+
+use crate::dialect::{Entry, ToolText};
+use crate::rank::Catalog;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::rc::Rc;
+
+/// Tool text beyond this many bytes adds nothing a small embedding model reads (MiniLM stops at
+/// 256 word pieces) and only costs the call.
+const MAX_TOOL_TEXT: usize = 2048;
+/// At most this many sentences of a request are embedded besides the whole request.
+pub const MAX_SENTENCES: usize = 8;
+
+/// The text embedded for a tool: name, description, then the parameters' names and
+/// descriptions (with the parameters it ranked better on all three shared datasets).
+pub fn tool_text(t: &ToolText) -> String {
+    let mut text = format!("{}: {}", t.name, t.description);
+    if !t.params.is_empty() {
+        text.push(' ');
+        text.push_str(&t.params.join(", "));
+    }
+    crate::text::bounded(&text, MAX_TOOL_TEXT).to_owned()
+}
+
+/// The texts embedded for a request: the whole request, then each of its sentences when it has
+/// several, so every step of a multi-step task can find its tool.
+pub fn query_texts(query: &str) -> Vec<String> {
+    let mut texts = vec![crate::text::bounded(query, MAX_TOOL_TEXT).to_owned()];
+    texts.extend(
+        crate::text::sentences(query, MAX_SENTENCES)
+            .into_iter()
+            .map(|s| crate::text::bounded(s, MAX_TOOL_TEXT).to_owned()),
+    );
+    texts
+}
+
+/// A vector's cache key: SHA-256 of the provider (cluster and authority), the model and the text.
+pub type Key = [u8; 32];
+
+pub fn key(provider: &str, model: &str, text: &str) -> Key {
+    let mut h = Sha256::new();
+    for part in [provider, model, text] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().into()
+}
+
+/// The body of an OpenAI-compatible embeddings request.
+pub fn request_body(model: &str, inputs: &[&str], dimensions: Option<usize>) -> String {
+    let mut body = serde_json::json!({
+        "model": model,
+        "input": inputs,
+        "encoding_format": "float",
+    });
+    if let (Some(d), Some(obj)) = (dimensions, body.as_object_mut()) {
+        obj.insert("dimensions".to_owned(), d.into());
+    }
+    body.to_string()
+}
+
+/// Why a request was ranked by keyword although hybrid ranking was configured. The names are
+/// part of the stats (`toolsift.embeddings.fallback.*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The call could not be made (for example an unknown cluster).
+    Dispatch,
+    /// No answer within `timeout_ms` (Envoy answers 504).
+    Timeout,
+    /// The service is down (Envoy answers 503) or answered another non-2xx status.
+    Status,
+    /// The answer is not an embeddings response for the inputs sent.
+    Garbage,
+    /// Vectors of another size than configured, or than the ones cached.
+    Dimensions,
+}
+
+impl Fallback {
+    pub const ALL: [Fallback; 5] = [
+        Fallback::Dispatch,
+        Fallback::Timeout,
+        Fallback::Status,
+        Fallback::Garbage,
+        Fallback::Dimensions,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fallback::Dispatch => "dispatch",
+            Fallback::Timeout => "timeout",
+            Fallback::Status => "status",
+            Fallback::Garbage => "garbage",
+            Fallback::Dimensions => "dimensions",
+        }
+    }
+
+    /// The fallback an HTTP status of the embeddings call means, if it is not a success.
+    pub fn of_status(status: Option<u16>) -> Option<Fallback> {
+        match status {
+            Some(200..=299) => None,
+            Some(504) => Some(Fallback::Timeout),
+            Some(_) => Some(Fallback::Status),
+            None => Some(Fallback::Garbage),
+        }
+    }
+}
+
+/// Reads the vectors of an embeddings response for `inputs` inputs, in input order, each scaled
+/// to unit length. Every vector must have `dimensions` entries when that is given, and all the
+/// same number otherwise.
+pub fn parse_response(
+    body: &[u8],
+    inputs: usize,
+    dimensions: Option<usize>,
+) -> Result<Vec<Vec<f32>>, Fallback> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| Fallback::Garbage)?;
+    let data = value
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or(Fallback::Garbage)?;
+    if data.len() != inputs {
+        return Err(Fallback::Garbage);
+    }
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; inputs];
+    for (position, item) in data.iter().enumerate() {
+        // OpenAI says which input each vector is for; servers that omit it answer in order.
+        let index = match item.get("index") {
+            None => position,
+            Some(i) => i
+                .as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .ok_or(Fallback::Garbage)?,
+        };
+        let numbers = item
+            .get("embedding")
+            .and_then(Value::as_array)
+            .ok_or(Fallback::Garbage)?;
+        let mut vector = Vec::with_capacity(numbers.len());
+        for n in numbers {
+            let x = n.as_f64().ok_or(Fallback::Garbage)? as f32;
+            if !x.is_finite() {
+                return Err(Fallback::Garbage);
+            }
+            vector.push(x);
+        }
+        if vector.is_empty() {
+            return Err(Fallback::Garbage);
+        }
+        crate::fusion::normalise(&mut vector);
+        let slot = out.get_mut(index).ok_or(Fallback::Garbage)?;
+        if slot.replace(vector).is_some() {
+            return Err(Fallback::Garbage);
+        }
+    }
+    let vectors: Vec<Vec<f32>> = out
+        .into_iter()
+        .collect::<Option<_>>()
+        .ok_or(Fallback::Garbage)?;
+    let expected = dimensions.or_else(|| vectors.first().map(Vec::len));
+    if vectors.iter().any(|v| Some(v.len()) != expected) {
+        return Err(Fallback::Dimensions);
+    }
+    Ok(vectors)
+}
+
+/// A key-value store shared by every worker (proxy-wasm shared data), with compare-and-swap.
+pub trait SharedBytes {
+    /// The value and its version.
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>);
+    /// Writes if the version is still `cas` (any version when `None`); false when another
+    /// writer came first or the store refused.
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool;
+}
+
+/// Entries per set of [`VectorCache`]: a vector can live in any of 4 places, and the least
+/// recently used of the 4 goes.
+const WAYS: usize = 4;
+/// Attempts at a write that lost a compare-and-swap race before giving up (the vector is then
+/// simply fetched again another time).
+const WRITE_ATTEMPTS: usize = 3;
+
+/// Vectors by [`Key`], bounded: `capacity` entries in sets of [`WAYS`], each set one value of
+/// the shared store ordered most recently used first. Reading moves an entry to the front;
+/// writing puts the new entry in front and drops the set's least recently used. The store
+/// holds at most `capacity` vectors whatever the catalogs and queries that come by, and no
+/// worker ever needs a lock: every write is a compare-and-swap on one set.
+pub struct VectorCache<S> {
+    store: S,
+    sets: usize,
+    prefix: String,
+}
+
+impl<S: SharedBytes> VectorCache<S> {
+    pub fn new(store: S, capacity: usize, prefix: &str) -> Self {
+        VectorCache {
+            store,
+            sets: capacity.div_ceil(WAYS).max(1),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn set_key(&self, key: &Key) -> String {
+        let mut n = [0u8; 8];
+        n.copy_from_slice(key.get(..8).unwrap_or(&[0; 8]));
+        format!(
+            "{}{}",
+            self.prefix,
+            u64::from_le_bytes(n) % self.sets as u64
+        )
+    }
+
+    pub fn get(&self, key: &Key) -> Option<Vec<f32>> {
+        let set_key = self.set_key(key);
+        let (bytes, cas) = self.store.get(&set_key);
+        let mut entries = decode_set(&bytes?);
+        let pos = entries.iter().position(|(k, _)| k == key)?;
+        let vector = entries.get(pos)?.1.clone();
+        if pos > 0 {
+            // Best effort: if another worker wrote the set meanwhile, recency is a little off.
+            let hit = entries.remove(pos);
+            entries.insert(0, hit);
+            self.store.set(&set_key, &encode_set(&entries), cas);
+        }
+        Some(vector)
+    }
+
+    pub fn put(&self, key: &Key, vector: &[f32]) {
+        let set_key = self.set_key(key);
+        for _ in 0..WRITE_ATTEMPTS {
+            let (bytes, cas) = self.store.get(&set_key);
+            let mut entries = bytes.map(|b| decode_set(&b)).unwrap_or_default();
+            entries.retain(|(k, _)| k != key);
+            entries.insert(0, (*key, vector.to_vec()));
+            entries.truncate(WAYS);
+            if self.store.set(&set_key, &encode_set(&entries), cas) {
+                return;
+            }
+        }
+    }
+}
+
+/// A set: per entry the 32-byte key, the length as u32 LE, then the f32s LE.
+fn encode_set(entries: &[(Key, Vec<f32>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (key, v) in entries {
+        out.extend_from_slice(key);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        for x in v {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Decodes what [`encode_set`] wrote; a damaged tail is dropped, never trusted.
+fn decode_set(mut bytes: &[u8]) -> Vec<(Key, Vec<f32>)> {
+    let four = |b: &[u8]| <[u8; 4]>::try_from(b).ok();
+    let mut out = Vec::new();
+    while let (Some(key), Some(len)) = (
+        bytes.get(..32).and_then(|k| Key::try_from(k).ok()),
+        bytes.get(32..36).and_then(four),
+    ) {
+        let end = 36 + u32::from_le_bytes(len) as usize * 4;
+        let Some(body) = bytes.get(36..end) else {
+            break;
+        };
+        let v = body
+            .chunks_exact(4)
+            .filter_map(four)
+            .map(f32::from_le_bytes)
+            .collect();
+        out.push((key, v));
+        bytes = bytes.get(end..).unwrap_or_default();
+    }
+    out
+}
+
+/// The vectors of one request: the query's texts and every function tool of its catalog.
+pub struct Gathered {
+    pub query_texts: Vec<String>,
+    pub query: Vec<Option<Vec<f32>>>,
+    /// Indexed by catalog entry; shared with the catalog once complete.
+    pub tools: Rc<Vec<Option<Vec<f32>>>>,
+    /// Entries of function tools still without a vector.
+    pub missing_tools: Vec<usize>,
+}
+
+/// The query's vectors and each catalog entry's, borrowed from a [`Gathered`].
+pub type KnownVectors<'a> = (Vec<&'a [f32]>, Vec<Option<&'a [f32]>>);
+
+/// One input of an embeddings call: which vector it fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Query(usize),
+    Tool(usize),
+}
+
+/// Where vectors come from: the service's identity for cache keys, and the cache.
+pub struct Source<'a, S> {
+    pub provider: &'a str,
+    pub model: &'a str,
+    pub cache: &'a VectorCache<S>,
+}
+
+impl<S: SharedBytes> Source<'_, S> {
+    fn key(&self, text: &str) -> Key {
+        key(self.provider, self.model, text)
+    }
+
+    /// Everything already known for `query` over `catalog`: from the catalog's own memo, or from
+    /// the shared cache.
+    pub fn gather(&self, catalog: &Catalog, query: &str) -> Gathered {
+        let query_texts = query_texts(query);
+        let query = query_texts
+            .iter()
+            .map(|t| self.cache.get(&self.key(t)))
+            .collect();
+        if let Some(tools) = catalog.vectors() {
+            return Gathered {
+                query_texts,
+                query,
+                tools,
+                missing_tools: Vec::new(),
+            };
+        }
+        let mut missing_tools = Vec::new();
+        let tools: Vec<Option<Vec<f32>>> = catalog
+            .draft
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match e {
+                Entry::Function(t) => {
+                    let v = self.cache.get(&self.key(&tool_text(t)));
+                    if v.is_none() {
+                        missing_tools.push(i);
+                    }
+                    v
+                }
+                Entry::Builtin => None,
+            })
+            .collect();
+        let tools = Rc::new(tools);
+        if missing_tools.is_empty() {
+            catalog.remember_vectors(Rc::clone(&tools));
+        }
+        Gathered {
+            query_texts,
+            query,
+            tools,
+            missing_tools,
+        }
+    }
+
+    /// Stores the vectors a call returned for `slots` in the cache and in `gathered`, and in the
+    /// catalog's memo once no tool lacks one.
+    pub fn fill(
+        &self,
+        catalog: &Catalog,
+        gathered: &mut Gathered,
+        slots: &[Slot],
+        vectors: Vec<Vec<f32>>,
+    ) {
+        let tools = Rc::make_mut(&mut gathered.tools);
+        for (slot, v) in slots.iter().zip(vectors) {
+            match *slot {
+                Slot::Query(i) => {
+                    if let Some(text) = gathered.query_texts.get(i) {
+                        self.cache.put(&self.key(text), &v);
+                    }
+                    if let Some(q) = gathered.query.get_mut(i) {
+                        *q = Some(v);
+                    }
+                }
+                Slot::Tool(entry) => {
+                    if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
+                        self.cache.put(&self.key(&tool_text(t)), &v);
+                    }
+                    if let Some(t) = tools.get_mut(entry) {
+                        *t = Some(v);
+                    }
+                    gathered.missing_tools.retain(|&m| m != entry);
+                }
+            }
+        }
+        if gathered.missing_tools.is_empty() {
+            catalog.remember_vectors(Rc::clone(&gathered.tools));
+        }
+    }
+}
+
+impl Gathered {
+    /// The inputs of the next call: the query's missing texts, then up to `max_batch` tools.
+    pub fn plan(&self, catalog: &Catalog, max_batch: usize) -> (Vec<Slot>, Vec<String>) {
+        let mut slots = Vec::new();
+        let mut inputs = Vec::new();
+        for (i, (text, v)) in self.query_texts.iter().zip(&self.query).enumerate() {
+            if v.is_none() {
+                slots.push(Slot::Query(i));
+                inputs.push(text.clone());
+            }
+        }
+        for &entry in self.missing_tools.iter().take(max_batch) {
+            if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
+                slots.push(Slot::Tool(entry));
+                inputs.push(tool_text(t));
+            }
+        }
+        (slots, inputs)
+    }
+
+    /// The size of the vectors already known, if any.
+    pub fn known_dimensions(&self) -> Option<usize> {
+        self.query
+            .iter()
+            .chain(self.tools.iter())
+            .flatten()
+            .map(Vec::len)
+            .next()
+    }
+
+    /// The query's vectors and every tool's, when all are known and of one size.
+    pub fn complete(&self) -> Option<KnownVectors<'_>> {
+        if !self.missing_tools.is_empty() {
+            return None;
+        }
+        let query: Vec<&[f32]> = self
+            .query
+            .iter()
+            .map(|v| v.as_deref())
+            .collect::<Option<_>>()?;
+        let dims = query.first()?.len();
+        let tools: Vec<Option<&[f32]>> = self.tools.iter().map(|v| v.as_deref()).collect();
+        let same_size = query.iter().all(|v| v.len() == dims)
+            && tools.iter().flatten().all(|v| v.len() == dims);
+        same_size.then_some((query, tools))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// proxy-wasm shared data's semantics: a version per key, bumped on each write.
+    #[derive(Default)]
+    struct Memory(RefCell<HashMap<String, (Vec<u8>, u32)>>);
+
+    impl SharedBytes for &Memory {
+        fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+            match self.0.borrow().get(key) {
+                Some((v, cas)) => (Some(v.clone()), Some(*cas)),
+                None => (None, None),
+            }
+        }
+        fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
+            let mut map = self.0.borrow_mut();
+            let current = map.get(key).map(|(_, c)| *c);
+            if cas.is_some() && cas != current {
+                return false;
+            }
+            map.insert(key.to_owned(), (value.to_vec(), current.unwrap_or(0) + 1));
+            true
+        }
+    }
+
+    fn k(i: u8) -> Key {
+        key("p", "m", &i.to_string())
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_evicts_the_least_recently_used() {
+        let memory = Memory::default();
+        // One set: every key competes for the same 4 places.
+        let cache = VectorCache::new(&memory, 4, "v.");
+        for i in 0..4 {
+            cache.put(&k(i), &[f32::from(i)]);
+        }
+        // Touch 0, so 1 is now the least recently used.
+        assert_eq!(cache.get(&k(0)), Some(vec![0.0]));
+        cache.put(&k(9), &[9.0]);
+        assert_eq!(cache.get(&k(1)), None);
+        for i in [0, 2, 3, 9] {
+            assert!(cache.get(&k(i)).is_some(), "{i}");
+        }
+        // Memory stays flat whatever comes by.
+        for i in 10..200 {
+            cache.put(&k(i), &[1.0; 384]);
+        }
+        let stored: usize = memory.0.borrow().values().map(|(v, _)| v.len()).sum();
+        assert!(stored <= 4 * (36 + 384 * 4), "{stored}");
+    }
+
+    #[test]
+    fn many_sets_hold_their_capacity() {
+        let memory = Memory::default();
+        let cache = VectorCache::new(&memory, 64, "v.");
+        for i in 0..200 {
+            cache.put(&k(i), &[f32::from(i), 1.0]);
+        }
+        let kept = (0..200).filter(|&i| cache.get(&k(i)).is_some()).count();
+        assert!((40..=64).contains(&kept), "{kept}");
+        assert!(memory.0.borrow().len() <= 16);
+    }
+
+    #[test]
+    fn a_write_that_loses_a_race_is_retried() {
+        struct Racy<'a>(&'a Memory, RefCell<bool>);
+        impl SharedBytes for &Racy<'_> {
+            fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+                (&self.0).get(key)
+            }
+            fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
+                if self.1.replace(false) {
+                    // Another worker writes first.
+                    (&self.0).set(key, &encode_set(&[(k(7), vec![7.0])]), None);
+                }
+                (&self.0).set(key, value, cas)
+            }
+        }
+        let memory = Memory::default();
+        (&memory).set("v.0", &encode_set(&[]), None);
+        let racy = Racy(&memory, RefCell::new(true));
+        let cache = VectorCache::new(&racy, 4, "v.");
+        cache.put(&k(1), &[1.0]);
+        assert_eq!(cache.get(&k(1)), Some(vec![1.0]));
+        assert_eq!(cache.get(&k(7)), Some(vec![7.0]));
+    }
+
+    #[test]
+    fn a_damaged_set_is_not_trusted() {
+        let mut bytes = encode_set(&[(k(1), vec![1.0, 2.0])]);
+        bytes.truncate(bytes.len() - 1);
+        assert!(decode_set(&bytes).is_empty());
+    }
+
+    #[test]
+    fn responses_are_read_in_input_order_and_checked() {
+        let body = br#"{"object":"list","data":[
+            {"object":"embedding","index":1,"embedding":[0,2]},
+            {"object":"embedding","index":0,"embedding":[3,4]}],"model":"m"}"#;
+        let v = parse_response(body, 2, None).unwrap();
+        assert_eq!(v, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+        assert_eq!(parse_response(body, 2, Some(2)).map(|v| v.len()), Ok(2));
+        assert_eq!(parse_response(body, 2, Some(3)), Err(Fallback::Dimensions));
+        assert_eq!(parse_response(body, 3, None), Err(Fallback::Garbage));
+        let mixed = br#"{"data":[{"embedding":[1,0]},{"embedding":[1,0,0]}]}"#;
+        assert_eq!(parse_response(mixed, 2, None), Err(Fallback::Dimensions));
+        for garbage in [
+            &b"<html>oops</html>"[..],
+            br#"{"data":"no"}"#,
+            br#"{"data":[{"embedding":["x"]}]}"#,
+            br#"{"data":[{"embedding":[]}]}"#,
+            br#"{"data":[{"index":5,"embedding":[1]}]}"#,
+            br#"{"error":{"message":"bad key"}}"#,
+        ] {
+            assert_eq!(parse_response(garbage, 1, None), Err(Fallback::Garbage));
+        }
+        let twice = br#"{"data":[{"index":0,"embedding":[1]},{"index":0,"embedding":[1]}]}"#;
+        assert_eq!(parse_response(twice, 2, None), Err(Fallback::Garbage));
+    }
+
+    #[test]
+    fn statuses_map_to_fallbacks() {
+        assert_eq!(Fallback::of_status(Some(200)), None);
+        assert_eq!(Fallback::of_status(Some(504)), Some(Fallback::Timeout));
+        assert_eq!(Fallback::of_status(Some(503)), Some(Fallback::Status));
+        assert_eq!(Fallback::of_status(Some(401)), Some(Fallback::Status));
+        assert_eq!(Fallback::of_status(None), Some(Fallback::Garbage));
+    }
+
+    #[test]
+    fn request_bodies_are_openai_shaped() {
+        let b: Value = serde_json::from_str(&request_body("m", &["a", "b"], Some(256))).unwrap();
+        assert_eq!(b["model"], "m");
+        assert_eq!(b["input"], serde_json::json!(["a", "b"]));
+        assert_eq!(b["dimensions"], 256);
+        let b: Value = serde_json::from_str(&request_body("m", &["a"], None)).unwrap();
+        assert!(b.get("dimensions").is_none());
+    }
+
+    #[test]
+    fn keys_separate_provider_model_and_text() {
+        assert_ne!(key("a", "bc", "d"), key("ab", "c", "d"));
+        assert_ne!(key("p", "m", "x"), key("p", "m2", "x"));
+        assert_eq!(key("p", "m", "x"), key("p", "m", "x"));
+    }
+
+    #[test]
+    fn queries_are_embedded_whole_and_by_sentence() {
+        assert_eq!(query_texts("weather in Paris"), ["weather in Paris"]);
+        let t = query_texts("Geocode the museum address. Then find parking nearby!");
+        assert_eq!(
+            t,
+            [
+                "Geocode the museum address. Then find parking nearby!",
+                "Geocode the museum address",
+                "Then find parking nearby"
+            ]
+        );
+    }
+}

@@ -1,0 +1,455 @@
+//! Hybrid ranking: several channels rank the catalog for one query, each by its own evidence,
+//! and weighted Reciprocal Rank Fusion merges them.
+//!
+//! Channels:
+//! - `bm25`: the keyword ranking over name, description and parameters ([`crate::rank::Index`]);
+//! - `exact`: query words found as whole words in the name or the description, and query
+//!   phrases (two consecutive words) found there in the same order;
+//! - `param_keys`: query words that are a parameter's name ("city", "channel");
+//! - `vector`: cosine of the query's embedding and the tool's.
+//!
+//! A channel votes only for the tools it has evidence for; a tool's fused score is
+//! Σ weight / (k + rank) over the channels that voted for it. Each tool's votes are kept, so a
+//! kept tool can say which channels put it there.
+
+use crate::rank::{Index, Scored, term_id};
+use std::collections::HashSet;
+
+/// The ranking channels, in the order of [`Votes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    Bm25,
+    Exact,
+    ParamKeys,
+    Vector,
+}
+
+impl Channel {
+    pub const ALL: [Channel; 4] = [
+        Channel::Bm25,
+        Channel::Exact,
+        Channel::ParamKeys,
+        Channel::Vector,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::Bm25 => "bm25",
+            Channel::Exact => "exact",
+            Channel::ParamKeys => "param_keys",
+            Channel::Vector => "vector",
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// The vectors the `vector` channel reads: the query's (whole request and sentences) and each
+/// catalog entry's (`None` for built-ins).
+pub type VectorRefs<'a> = (&'a [&'a [f32]], &'a [Option<&'a [f32]>]);
+
+/// One channel's vote for one tool: its rank in that channel (1 = best; equal scores share a
+/// rank) and the channel's own score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Vote {
+    pub rank: u32,
+    pub score: f32,
+}
+
+/// A tool's votes, one slot per [`Channel`].
+pub type Votes = [Option<Vote>; 4];
+
+/// How channels are fused.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FusionParams {
+    /// The RRF constant: larger flattens the difference between ranks.
+    pub k: f32,
+    /// Each channel's weight, in [`Channel::ALL`] order.
+    pub weights: [f32; 4],
+}
+
+impl Default for FusionParams {
+    fn default() -> Self {
+        FusionParams {
+            k: 60.0,
+            weights: [1.0; 4],
+        }
+    }
+}
+
+/// One tool's votes for a header or a log line: `bm25=1:7.31 exact=2:4.10 vector=3:0.612`
+/// (channel=rank:score).
+pub fn describe(votes: &Votes) -> String {
+    Channel::ALL
+        .iter()
+        .zip(votes)
+        .filter_map(|(c, v)| {
+            let v = v.as_ref()?;
+            Some(format!("{}={}:{}", c.name(), v.rank, round(v.score)))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn round(x: f32) -> String {
+    format!("{x:.3}")
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_owned()
+}
+
+/// A fused ranking: every function tool best first (as the selection step wants it) and, per
+/// catalog entry, the channels that voted for it.
+#[derive(Debug, Clone, Default)]
+pub struct Fused {
+    pub order: Vec<Scored>,
+    /// Indexed by catalog entry; built-in entries have no votes.
+    pub votes: Vec<Votes>,
+}
+
+impl Fused {
+    pub fn votes_for(&self, entry: usize) -> Option<&Votes> {
+        self.votes.get(entry)
+    }
+}
+
+/// The lexical facts of each function tool the `exact` and `param_keys` channels read, as term
+/// ids, built with the catalog.
+pub struct Lexicon {
+    /// Parallel to the index's documents.
+    tools: Vec<LexicalTool>,
+}
+
+struct LexicalTool {
+    /// Name and description terms in order, for word and phrase matches.
+    name: Vec<u32>,
+    description: Vec<u32>,
+    /// Terms of the parameter names, sorted and distinct.
+    keys: Vec<u32>,
+}
+
+impl Lexicon {
+    pub fn build<'a>(tools: impl Iterator<Item = &'a crate::dialect::ToolText>) -> Lexicon {
+        let ids = |text: &str| -> Vec<u32> {
+            let mut out = Vec::new();
+            crate::text::for_each_term(text, |t| out.push(term_id(&t)));
+            out
+        };
+        let tools = tools
+            .map(|t| {
+                let mut keys: Vec<u32> = t.keys.iter().flat_map(|k| ids(k)).collect();
+                keys.sort_unstable();
+                keys.dedup();
+                LexicalTool {
+                    name: ids(&t.name),
+                    description: ids(&t.description),
+                    keys,
+                }
+            })
+            .collect();
+        Lexicon { tools }
+    }
+}
+
+/// The query as the lexical channels read it: distinct terms with their IDF, and the phrases
+/// (consecutive term pairs) it contains.
+struct QueryTerms {
+    terms: Vec<(u32, f32)>,
+    phrases: Vec<(u32, u32, f32)>,
+}
+
+impl QueryTerms {
+    fn new(index: &Index, query: &str) -> QueryTerms {
+        let sequence: Vec<u32> = crate::text::terms(query)
+            .iter()
+            .map(|t| term_id(t))
+            .collect();
+        let mut seen = HashSet::new();
+        // Words no tool has carry no evidence; their IDF is unknown and they are left out.
+        let terms: Vec<(u32, f32)> = sequence
+            .iter()
+            .filter(|id| seen.insert(**id))
+            .filter_map(|&id| Some((id, index.idf(id)?)))
+            .collect();
+        let idf = |id: u32| terms.iter().find(|(t, _)| *t == id).map(|(_, w)| *w);
+        let mut phrases: Vec<(u32, u32, f32)> = Vec::new();
+        for pair in sequence.windows(2) {
+            if let [a, b] = *pair {
+                if a != b && !phrases.iter().any(|p| p.0 == a && p.1 == b) {
+                    if let (Some(x), Some(y)) = (idf(a), idf(b)) {
+                        phrases.push((a, b, x + y));
+                    }
+                }
+            }
+        }
+        QueryTerms { terms, phrases }
+    }
+}
+
+/// `exact`: IDF of each query word found whole in the name (twice: a name says more) or the
+/// description, plus both words' IDF for each query phrase found in order in either.
+fn exact_score(tool: &LexicalTool, q: &QueryTerms) -> f32 {
+    let mut score = 0.0;
+    for &(id, idf) in &q.terms {
+        if tool.name.contains(&id) {
+            score += 2.0 * idf;
+        }
+        if tool.description.contains(&id) {
+            score += idf;
+        }
+    }
+    for &(a, b, idf) in &q.phrases {
+        let has = |seq: &[u32]| seq.windows(2).any(|w| w == [a, b]);
+        if has(&tool.name) || has(&tool.description) {
+            score += idf;
+        }
+    }
+    score
+}
+
+/// `param_keys`: IDF of each query word that names a parameter.
+fn param_key_score(tool: &LexicalTool, q: &QueryTerms) -> f32 {
+    q.terms
+        .iter()
+        .filter(|(id, _)| tool.keys.binary_search(id).is_ok())
+        .map(|(_, idf)| idf)
+        .sum()
+}
+
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Scales `v` to unit length (cosine then is a dot product); a zero vector stays zero.
+pub fn normalise(v: &mut [f32]) {
+    let norm = dot(v, v).sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Ranks with every channel and fuses. `vectors`, if any, are the query's unit vectors (the
+/// whole request and its sentences: a tool's cosine is its best against any of them) and each
+/// catalog entry's (indexed by entry; `None` for built-ins or tools without one); without them
+/// the `vector` channel is silent.
+pub fn rank(
+    index: &Index,
+    lexicon: &Lexicon,
+    entries: usize,
+    query: &str,
+    vectors: Option<VectorRefs<'_>>,
+    params: &FusionParams,
+) -> Fused {
+    let q = QueryTerms::new(index, query);
+    let documents = index.documents();
+    let mut votes: Vec<Votes> = vec![[None; 4]; entries];
+    let mut channel = |c: Channel, scores: Vec<(usize, f32)>| {
+        for (entry, vote) in ranks(scores) {
+            if let Some(slot) = votes.get_mut(entry).and_then(|v| v.get_mut(c.slot())) {
+                *slot = Some(vote);
+            }
+        }
+    };
+    channel(
+        Channel::Bm25,
+        index
+            .rank(query)
+            .into_iter()
+            .filter(|s| s.score > 0.0)
+            .map(|s| (s.entry, s.score))
+            .collect(),
+    );
+    let lexical = |score: fn(&LexicalTool, &QueryTerms) -> f32| -> Vec<(usize, f32)> {
+        documents
+            .iter()
+            .zip(&lexicon.tools)
+            .map(|(&entry, tool)| (entry, score(tool, &q)))
+            .filter(|(_, s)| *s > 0.0)
+            .collect()
+    };
+    channel(Channel::Exact, lexical(exact_score));
+    channel(Channel::ParamKeys, lexical(param_key_score));
+    if let Some((query_vectors, tool_vectors)) = vectors {
+        channel(
+            Channel::Vector,
+            documents
+                .iter()
+                .filter_map(|&entry| {
+                    let v = tool_vectors.get(entry).copied().flatten()?;
+                    let best = query_vectors
+                        .iter()
+                        .map(|q| dot(q, v))
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    Some((entry, best))
+                })
+                .collect(),
+        );
+    }
+    let fused_score = |v: &Votes| -> f32 {
+        v.iter()
+            .zip(params.weights)
+            .filter_map(|(vote, w)| vote.map(|vote| w / (params.k + vote.rank as f32)))
+            .sum()
+    };
+    let mut order: Vec<Scored> = documents
+        .iter()
+        .map(|&entry| Scored {
+            entry,
+            score: votes.get(entry).map_or(0.0, fused_score),
+        })
+        .collect();
+    // Stable: equal fused scores keep catalog order.
+    order.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Fused { order, votes }
+}
+
+/// Ranks (1 = best, equal scores share a rank) for one channel's scores.
+fn ranks(mut scores: Vec<(usize, f32)>) -> impl Iterator<Item = (usize, Vote)> {
+    scores.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut rank = 0u32;
+    let mut previous = f32::NAN;
+    scores
+        .into_iter()
+        .enumerate()
+        .map(move |(i, (entry, score))| {
+            if score != previous {
+                rank = i as u32 + 1;
+                previous = score;
+            }
+            (entry, Vote { rank, score })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{Entry, ToolText};
+    use crate::rank::FieldWeights;
+
+    fn tool(name: &str, description: &str, keys: &[&str]) -> Entry {
+        Entry::Function(ToolText {
+            name: name.into(),
+            description: description.into(),
+            params: keys.iter().map(|k| k.to_string()).collect(),
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        })
+    }
+
+    fn catalog() -> Vec<Entry> {
+        vec![
+            tool(
+                "send_slack_message",
+                "Post a message to a Slack channel",
+                &["channel", "text"],
+            ),
+            tool("get_weather", "Current weather for a city", &["city"]),
+            Entry::Builtin,
+            tool(
+                "create_issue",
+                "Open an issue in a GitHub repository",
+                &["repo", "title"],
+            ),
+            tool(
+                "search_web",
+                "Search the web for pages about a topic",
+                &["query"],
+            ),
+        ]
+    }
+
+    fn fused(query: &str, vectors: Option<VectorRefs<'_>>) -> Fused {
+        let entries = catalog();
+        let index = Index::build(&entries, FieldWeights::default());
+        let lexicon = Lexicon::build(entries.iter().filter_map(|e| match e {
+            Entry::Function(t) => Some(t),
+            Entry::Builtin => None,
+        }));
+        rank(
+            &index,
+            &lexicon,
+            entries.len(),
+            query,
+            vectors,
+            &FusionParams::default(),
+        )
+    }
+
+    #[test]
+    fn equal_scores_share_a_rank() {
+        let r: Vec<_> = ranks(vec![(0, 1.0), (1, 3.0), (2, 1.0), (3, 0.5)]).collect();
+        let rank_of = |e: usize| r.iter().find(|(x, _)| *x == e).map(|(_, v)| v.rank);
+        assert_eq!(rank_of(1), Some(1));
+        assert_eq!(rank_of(0), Some(2));
+        assert_eq!(rank_of(2), Some(2));
+        assert_eq!(rank_of(3), Some(4));
+    }
+
+    #[test]
+    fn channels_vote_for_their_evidence_only() {
+        let f = fused("weather in the city of Paris", None);
+        assert_eq!(f.order.first().map(|s| s.entry), Some(1));
+        let votes = f.votes_for(1).copied().unwrap_or_default();
+        assert_eq!(votes[Channel::Bm25.slot()].map(|v| v.rank), Some(1));
+        assert_eq!(votes[Channel::Exact.slot()].map(|v| v.rank), Some(1));
+        assert_eq!(votes[Channel::ParamKeys.slot()].map(|v| v.rank), Some(1));
+        assert!(votes[Channel::Vector.slot()].is_none());
+        // No channel has evidence for the Slack tool.
+        assert_eq!(f.votes_for(0), Some(&[None; 4]));
+        // The built-in is not ranked at all.
+        assert!(f.order.iter().all(|s| s.entry != 2));
+        assert_eq!(f.order.len(), 4);
+    }
+
+    #[test]
+    fn a_phrase_in_order_counts_more_than_its_words_apart() {
+        let exact = |query: &str| {
+            fused(query, None)
+                .votes_for(0)
+                .and_then(|v| v[Channel::Exact.slot()])
+                .map_or(0.0, |v| v.score)
+        };
+        // Same words; only "slack channel" is a phrase of the Slack tool's description.
+        let phrase = exact("slack channel");
+        let apart = exact("channel slack");
+        assert!(apart > 0.0 && phrase > apart, "{phrase} vs {apart}");
+    }
+
+    #[test]
+    fn the_vector_channel_finds_what_no_word_matches() {
+        // Unit vectors: the query points at the Slack tool.
+        let v = |x: f32, y: f32| vec![x, y];
+        let tools = [
+            v(1.0, 0.0),
+            v(0.0, 1.0),
+            v(0.0, 0.0),
+            v(0.6, 0.8),
+            v(0.0, 1.0),
+        ];
+        let refs: Vec<Option<&[f32]>> = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i != 2).then_some(t.as_slice()))
+            .collect();
+        let query = v(1.0, 0.0);
+        let f = fused(
+            "tell my colleague the build broke",
+            Some((&[query.as_slice()], &refs)),
+        );
+        assert_eq!(f.order.first().map(|s| s.entry), Some(0));
+        let votes = f.votes_for(0).copied().unwrap_or_default();
+        assert_eq!(votes[Channel::Vector.slot()].map(|v| v.rank), Some(1));
+        assert!(votes[Channel::Bm25.slot()].is_none());
+    }
+
+    #[test]
+    fn normalise_makes_unit_vectors_and_leaves_zero_alone() {
+        let mut v = vec![3.0, 4.0];
+        normalise(&mut v);
+        assert!((dot(&v, &v) - 1.0).abs() < 1e-6);
+        let mut z = vec![0.0, 0.0];
+        normalise(&mut z);
+        assert_eq!(z, [0.0, 0.0]);
+    }
+}
