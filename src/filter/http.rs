@@ -3,13 +3,18 @@
 //! Headers phase: decide whether the request is ours (POST to an LLM path, JSON, not
 //! compressed, not too large) and, if so, drop `content-length` (the body may shrink and Envoy
 //! does not fix the header; the upstream would wait for bytes that never come) and buffer.
-//! Body phase: at the end of the stream, run the pipeline and replace the body. Response
-//! headers: report what was done.
+//! Body phase: at the end of the stream, run the pipeline and replace the body. With hybrid
+//! ranking, a request whose vectors are not all cached waits (paused) for one embeddings call,
+//! at most `timeout_ms`, and is finished in `on_http_call_response` (by keyword if the call
+//! failed). Response headers: report what was done.
 
-use super::Shared;
+use super::{Shared, vectors};
 use crate::config::OnError;
 use crate::dialect::Dialect;
-use crate::pipeline::{RequestHeaders, Skip, Skipped, body_text, error_body, header_value};
+use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
+use crate::pipeline::{
+    Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
+};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
@@ -22,16 +27,59 @@ pub struct Filter {
     buffering: Option<Dialect>,
     /// What happened, for the response headers.
     outcome: Option<Outcome>,
+    /// A request waiting for its embeddings call.
+    waiting: Option<Waiting>,
 }
 
 enum Outcome {
     Filtered {
         kept: usize,
         total: usize,
-        /// Kept tools in rank order, for the debug header.
+        ranked: Ranked,
+        /// Kept tools in rank order (with their channels when hybrid), for the debug header.
         kept_names: String,
     },
     Skipped(Skipped),
+}
+
+/// How a request was ranked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ranked {
+    /// `ranking: keyword`.
+    Keyword,
+    Hybrid,
+    /// `ranking: hybrid`, ranked by keyword because the embeddings call failed.
+    Fallback(Fallback),
+    /// `ranking: hybrid`, ranked by keyword while a new catalog's vectors come in.
+    Incomplete,
+}
+
+impl Ranked {
+    /// What the `x-toolsift` header adds: nothing for keyword ranking.
+    fn header_suffix(self) -> String {
+        match self {
+            Ranked::Keyword => String::new(),
+            Ranked::Hybrid => " ranking=hybrid".to_owned(),
+            Ranked::Fallback(f) => format!(" ranking=keyword fallback={}", f.name()),
+            Ranked::Incomplete => " ranking=keyword fallback=incomplete".to_owned(),
+        }
+    }
+}
+
+/// Everything a paused request needs when its embeddings arrive.
+struct Waiting {
+    token: u32,
+    analysis: Analysis,
+    gathered: Gathered,
+    slots: Vec<Slot>,
+    body: Vec<u8>,
+}
+
+/// What the body phase did.
+enum Step {
+    Done,
+    /// An embeddings call is out; the request stays paused until it answers.
+    Waiting,
 }
 
 impl Filter {
@@ -40,6 +88,7 @@ impl Filter {
             shared,
             buffering: None,
             outcome: None,
+            waiting: None,
         }
     }
 
@@ -77,7 +126,8 @@ impl Filter {
             );
         }
         match result {
-            Ok(()) => Action::Continue,
+            Ok(Step::Done) => Action::Continue,
+            Ok(Step::Waiting) => Action::Pause,
             Err(skipped) => self.skip(shared, skipped),
         }
     }
@@ -87,13 +137,13 @@ impl Filter {
         shared: &Shared,
         dialect: Dialect,
         body_size: usize,
-    ) -> Result<(), Skipped> {
+    ) -> Result<Step, Skipped> {
         let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size)
             .map_err(|_| Skip::Internal)?
             .unwrap_or_default();
         let text = body_text(&body)?;
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
-        let analysis = engine.analyse(dialect, text)?;
+        let mut analysis = engine.analyse(dialect, text)?;
         let metrics = &shared.metrics;
         metrics.add(
             if analysis.cache_hit {
@@ -103,12 +153,70 @@ impl Filter {
             },
             1,
         );
+        let config = &engine.config;
+        let mut ranked = Ranked::Keyword;
+        if let (Some((cache, provider)), Some(e)) = (&shared.vectors, &config.embeddings) {
+            let source = Source {
+                provider,
+                model: &e.model,
+                cache,
+            };
+            let gathered = source.gather(&analysis.catalog, &analysis.query);
+            if let Some((query, tools)) = gathered.complete() {
+                analysis.rank_hybrid(config, &query, &tools);
+                ranked = Ranked::Hybrid;
+            } else {
+                let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
+                if inputs.is_empty() {
+                    // Everything is known but the sizes disagree: cached under another model.
+                    ranked = Ranked::Fallback(Fallback::Dimensions);
+                } else {
+                    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+                    match vectors::dispatch(e, &refs) {
+                        Ok(token) => {
+                            metrics.add(metrics.embeddings_calls, 1);
+                            metrics.add(metrics.embeddings_inputs, inputs.len());
+                            drop(engine);
+                            self.waiting = Some(Waiting {
+                                token,
+                                analysis,
+                                gathered,
+                                slots,
+                                body,
+                            });
+                            return Ok(Step::Waiting);
+                        }
+                        Err(status) => {
+                            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+                            ranked = Ranked::Fallback(Fallback::Dispatch);
+                        }
+                    }
+                }
+            }
+        }
+        let debug = config.debug;
+        drop(engine);
+        self.apply(shared, debug, &analysis, text, body.len(), ranked)?;
+        Ok(Step::Done)
+    }
+
+    /// Writes the selected tools into the body and records what was done.
+    fn apply(
+        &mut self,
+        shared: &Shared,
+        debug: bool,
+        analysis: &Analysis,
+        text: &str,
+        body_len: usize,
+        ranked: Ranked,
+    ) -> Result<(), Skipped> {
+        let metrics = &shared.metrics;
         let (kept, total) = (analysis.kept(), analysis.total());
         if let Some(rewritten) = analysis.rewrite(text) {
             hostcalls::set_buffer(
                 BufferType::HttpRequestBody,
                 0,
-                body.len(),
+                body_len,
                 rewritten.as_bytes(),
             )
             .map_err(|_| Skip::Internal)?;
@@ -123,23 +231,81 @@ impl Filter {
             metrics.tokens_saved,
             tokens_before.saturating_sub(tokens_after),
         );
+        match ranked {
+            Ranked::Keyword => {}
+            Ranked::Hybrid => metrics.add(metrics.ranked_hybrid, 1),
+            Ranked::Fallback(reason) => {
+                metrics.add(metrics.ranked_keyword, 1);
+                metrics.fallback(reason);
+            }
+            Ranked::Incomplete => {
+                metrics.add(metrics.ranked_keyword, 1);
+                metrics.add(metrics.embeddings_incomplete, 1);
+            }
+        }
         // Prompts stay out of logs above debug level.
         log::debug!(
-            "toolsift: {dialect} query={:?} kept {kept}/{total} catalog_cache_hit={}",
+            "toolsift: {} query={:?} kept {kept}/{total} catalog_cache_hit={} ranked={ranked:?}",
+            analysis.dialect,
             analysis.query,
             analysis.cache_hit
         );
-        let kept_names = if engine.config.debug {
-            analysis.kept_names().join(",")
+        let kept_names = if debug {
+            analysis.explain_kept()
         } else {
             String::new()
         };
         self.outcome = Some(Outcome::Filtered {
             kept,
             total,
+            ranked,
             kept_names,
         });
         Ok(())
+    }
+
+    /// The embeddings call answered (or Envoy gave up on it): rank with what it brought, or by
+    /// keyword, finish the body, and let the request go on.
+    fn resume(&mut self, shared: &Shared, waiting: Waiting, body_size: usize) -> Action {
+        let Waiting {
+            mut analysis,
+            mut gathered,
+            slots,
+            body,
+            ..
+        } = waiting;
+        let (debug, ranked) = {
+            let Ok(engine) = shared.engine.try_borrow() else {
+                return self.skip(shared, Skip::Internal.into());
+            };
+            let config = &engine.config;
+            let ranked = match (&shared.vectors, &config.embeddings) {
+                (Some((cache, provider)), Some(e)) => {
+                    let source = Source {
+                        provider,
+                        model: &e.model,
+                        cache,
+                    };
+                    rank_with_answer(
+                        &source,
+                        config,
+                        e,
+                        &mut analysis,
+                        &mut gathered,
+                        &slots,
+                        body_size,
+                    )
+                }
+                _ => Ranked::Keyword,
+            };
+            (config.debug, ranked)
+        };
+        let result = body_text(&body)
+            .and_then(|text| self.apply(shared, debug, &analysis, text, body.len(), ranked));
+        match result {
+            Ok(()) => Action::Continue,
+            Err(skipped) => self.skip(shared, skipped),
+        }
     }
 
     /// Lets a request through untouched, or answers it with a 400 under `on_error: reject`.
@@ -180,7 +346,12 @@ impl Filter {
 impl Filter {
     fn header_value(&self) -> String {
         match &self.outcome {
-            Some(Outcome::Filtered { kept, total, .. }) => header_value(*kept, *total, None),
+            Some(Outcome::Filtered {
+                kept,
+                total,
+                ranked,
+                ..
+            }) => header_value(*kept, *total, None) + &ranked.header_suffix(),
             Some(Outcome::Skipped(skipped)) => {
                 let n = skipped.tools;
                 header_value(n.unwrap_or(0), n.unwrap_or(0), Some(skipped))
@@ -190,7 +361,69 @@ impl Filter {
     }
 }
 
-impl Context for Filter {}
+/// Reads the embeddings answer of the current `on_http_call_response` and ranks with it.
+fn rank_with_answer(
+    source: &Source<'_, vectors::SharedData>,
+    config: &crate::config::Config,
+    e: &crate::config::Embeddings,
+    analysis: &mut Analysis,
+    gathered: &mut Gathered,
+    slots: &[Slot],
+    body_size: usize,
+) -> Ranked {
+    let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+        .ok()
+        .flatten()
+        .and_then(|s| s.parse::<u16>().ok());
+    if let Some(reason) = Fallback::of_status(status) {
+        return Ranked::Fallback(reason);
+    }
+    let answer = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    // Vectors must match the configured size, or the size of the ones already known: a
+    // wrong-sized answer is never cached.
+    let expected = e.dimensions.or_else(|| gathered.known_dimensions());
+    let vectors = match parse_response(&answer, slots.len(), expected) {
+        Ok(vectors) => vectors,
+        Err(reason) => return Ranked::Fallback(reason),
+    };
+    source.fill(&analysis.catalog, gathered, slots, vectors);
+    if !gathered.missing_tools.is_empty() {
+        return Ranked::Incomplete;
+    }
+    match gathered.complete() {
+        Some((query, tools)) => {
+            analysis.rank_hybrid(config, &query, &tools);
+            Ranked::Hybrid
+        }
+        None => Ranked::Fallback(Fallback::Dimensions),
+    }
+}
+
+impl Context for Filter {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        let Some(shared) = self.shared.clone() else {
+            return;
+        };
+        let Some(waiting) = self.waiting.take_if(|w| w.token == token_id) else {
+            log::debug!("unexpected http call response {token_id}");
+            return;
+        };
+        if self.resume(&shared, waiting, body_size) == Action::Continue {
+            if let Err(status) = hostcalls::resume_http_request() {
+                log::warn!("cannot resume the request: {status:?}");
+            }
+        }
+    }
+}
 
 impl HttpContext for Filter {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {

@@ -1,6 +1,7 @@
 //! The filter's Envoy stats. Names are fixed and documented in README.md; Envoy shows them as
 //! `wasmcustom.<name>` in `/stats` and as `<name>` with `_` for `.` in `/stats/prometheus`.
 
+use crate::embeddings::Fallback;
 use crate::pipeline::Skip;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{MetricType, Status};
@@ -18,6 +19,16 @@ pub struct Metrics {
     pub filter_time_us: u32,
     /// One counter per [`Skip`], in [`Skip::ALL`] order.
     skipped: Vec<u32>,
+    /// Requests ranked with the embeddings, and requests of `ranking: hybrid` ranked by
+    /// keyword (a fallback, or a catalog whose vectors are still being fetched).
+    pub ranked_hybrid: u32,
+    pub ranked_keyword: u32,
+    pub embeddings_calls: u32,
+    pub embeddings_inputs: u32,
+    /// New catalogs larger than `max_batch`, ranked by keyword until all their vectors are in.
+    pub embeddings_incomplete: u32,
+    /// One counter per [`Fallback`], in [`Fallback::ALL`] order.
+    fallback: Vec<u32>,
 }
 
 impl Metrics {
@@ -27,7 +38,17 @@ impl Metrics {
             .iter()
             .map(|s| counter(&format!("toolsift.skipped.{}", s.name())))
             .collect::<Result<Vec<_>, _>>()?;
+        let fallback = Fallback::ALL
+            .iter()
+            .map(|f| counter(&format!("toolsift.embeddings.fallback.{}", f.name())))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Metrics {
+            ranked_hybrid: counter("toolsift.ranking.hybrid")?,
+            ranked_keyword: counter("toolsift.ranking.keyword")?,
+            embeddings_calls: counter("toolsift.embeddings.calls")?,
+            embeddings_inputs: counter("toolsift.embeddings.inputs")?,
+            embeddings_incomplete: counter("toolsift.embeddings.incomplete")?,
+            fallback,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,
@@ -60,6 +81,13 @@ impl Metrics {
     pub fn record(&self, metric: u32, value: u64) {
         if let Err(status) = hostcalls::record_metric(metric, value) {
             log::debug!("record_metric({metric}) failed: {status:?}");
+        }
+    }
+
+    pub fn fallback(&self, reason: Fallback) {
+        let position = Fallback::ALL.iter().position(|f| *f == reason);
+        if let Some(&metric) = position.and_then(|p| self.fallback.get(p)) {
+            self.add(metric, 1);
         }
     }
 

@@ -5,8 +5,10 @@
 
 mod http;
 mod metrics;
+mod vectors;
 
 use crate::config::Config;
+use crate::embeddings::VectorCache;
 use crate::pipeline::Engine;
 use metrics::Metrics;
 use proxy_wasm::hostcalls;
@@ -24,6 +26,9 @@ proxy_wasm::main! {{
 pub(crate) struct Shared {
     engine: RefCell<Engine>,
     metrics: Metrics,
+    /// Hybrid ranking's vector cache (shared by every worker) and the service's identity in
+    /// its keys; `None` with keyword ranking.
+    vectors: Option<(VectorCache<vectors::SharedData>, String)>,
 }
 
 #[derive(Default)]
@@ -61,13 +66,22 @@ impl RootContext for Root {
             proxy_wasm::set_log_level(LogLevel::Debug);
         }
         log::info!(
-            "configured: top_k={} min_tools={} ranking=keyword",
+            "configured: top_k={} min_tools={} ranking={:?}",
             config.top_k,
-            config.min_tools
+            config.min_tools,
+            config.ranking
         );
+        let vectors = match (&config.ranking, &config.embeddings) {
+            (crate::config::Ranking::Hybrid, Some(e)) => Some((
+                VectorCache::new(vectors::SharedData, e.cache_size, "toolsift.vectors."),
+                format!("{}|{}|{}", e.cluster, e.authority(), e.path),
+            )),
+            _ => None,
+        };
         self.shared = Some(Rc::new(Shared {
             engine: RefCell::new(Engine::new(config)),
             metrics,
+            vectors,
         }));
         true
     }

@@ -1,0 +1,322 @@
+//! Hybrid ranking in the real Envoy: query embeddings through an Envoy cluster to the real
+//! embeddings server (`toolsift-embed`, all-MiniLM-L6-v2), and every fault of that service
+//! played by the demo upstream's misbehaving `/embeddings/*` stand-in.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::{Gateway, Response, repo};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The real embeddings server on a free port, killed on drop.
+struct EmbedServer {
+    child: Child,
+    port: u16,
+}
+
+impl EmbedServer {
+    fn start() -> EmbedServer {
+        let binary = repo().join("target/embed/release/toolsift-embed");
+        assert!(
+            binary.exists(),
+            "{} missing: `make embed` builds it (`make test` does)",
+            binary.display()
+        );
+        let mut child = Command::new(binary)
+            .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+            .current_dir(repo())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start toolsift-embed");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+        EmbedServer { child, port }
+    }
+
+    /// `(requests, inputs)` the server has answered.
+    fn counts(&self) -> (u64, u64) {
+        let stats = common::http(self.port, "GET", "/stats", &[], b"").json();
+        (
+            stats["requests"].as_u64().unwrap(),
+            stats["inputs"].as_u64().unwrap(),
+        )
+    }
+}
+
+impl Drop for EmbedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The plugin configuration of hybrid ranking with an `embeddings` block of `extra` fields.
+fn hybrid_config(embeddings: Value) -> String {
+    let mut e = json!({"cluster": "embeddings", "model": "all-MiniLM-L6-v2"});
+    for (k, v) in embeddings.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    json!({"top_k": 5, "min_tools": 20, "debug": true, "ranking": "hybrid", "embeddings": e})
+        .to_string()
+}
+
+/// A gateway whose `embeddings` cluster points at `port`.
+fn gateway(config: &str, embeddings_port: u16) -> Gateway {
+    Gateway::start_with(config, &[], |yaml| {
+        yaml.replace(
+            "port_value: 18100",
+            &format!("port_value: {embeddings_port}"),
+        )
+    })
+}
+
+fn chat(gateway: &Gateway, question: &str) -> Response {
+    let body = json!({
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": question}],
+        "tools": common::catalog(),
+    });
+    gateway.post("/v1/chat/completions", &[], body.to_string().as_bytes())
+}
+
+/// A request that keyword ranking gets wrong: no word of it is in the tool's name or
+/// description.
+const PARAPHRASE: &str = "ping my teammates that the nightly build broke";
+const PARAPHRASED_TOOL: &str = "send_slack_message";
+
+#[test]
+fn hybrid_finds_a_paraphrase_that_keyword_ranking_misses() {
+    let embed = EmbedServer::start();
+    let keyword = gateway(r#"{"top_k": 5, "min_tools": 20}"#, embed.port);
+    let r = chat(&keyword, PARAPHRASE);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        !r.upstream_tools().contains(&PARAPHRASED_TOOL.to_owned()),
+        "keyword ranking already finds it: {:?}",
+        r.upstream_tools()
+    );
+    drop(keyword);
+
+    let hybrid = gateway(
+        &hybrid_config(json!({"timeout_ms": 30000, "max_batch": 128})),
+        embed.port,
+    );
+    let r = chat(&hybrid, PARAPHRASE);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.upstream_tools().contains(&PARAPHRASED_TOOL.to_owned()),
+        "{:?}",
+        r.upstream_tools()
+    );
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    // The debug header says which channels put each tool there.
+    let explained = r.header("x-toolsift-tools").unwrap();
+    assert!(
+        explained.contains(&format!("{PARAPHRASED_TOOL}(")) && explained.contains("vector="),
+        "{explained}"
+    );
+    assert_eq!(hybrid.stat("toolsift.ranking.hybrid"), 1);
+}
+
+#[test]
+fn tool_vectors_are_fetched_once_and_a_repeated_query_costs_no_call() {
+    let embed = EmbedServer::start();
+    let hybrid = gateway(
+        &hybrid_config(json!({"timeout_ms": 30000, "max_batch": 128})),
+        embed.port,
+    );
+    let tools = common::catalog().len() as u64;
+
+    // First request: one call, carrying the query and every tool.
+    let r = chat(&hybrid, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    assert_eq!(embed.counts(), (1, 1 + tools));
+
+    // Next turn, new question, same catalog: one call for the query alone.
+    let r = chat(&hybrid, "book a hotel in Rome for two nights");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    assert_eq!(embed.counts(), (2, 2 + tools));
+
+    // The agent loop asks the same question again: no call at all.
+    let r = chat(&hybrid, "book a hotel in Rome for two nights");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    assert_eq!(embed.counts(), (2, 2 + tools));
+
+    assert_eq!(hybrid.stat("toolsift.embeddings.calls"), 2);
+    assert_eq!(hybrid.stat("toolsift.embeddings.inputs"), 2 + tools);
+    assert_eq!(hybrid.stat("toolsift.ranking.hybrid"), 3);
+}
+
+#[test]
+fn a_multi_sentence_request_embeds_each_sentence() {
+    let embed = EmbedServer::start();
+    let hybrid = gateway(
+        &hybrid_config(json!({"timeout_ms": 30000, "max_batch": 128})),
+        embed.port,
+    );
+    let tools = common::catalog().len() as u64;
+    let r = chat(
+        &hybrid,
+        "Find a flight to Lisbon next Friday. Then book a hotel near the old town.",
+    );
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    // The whole request and its two sentences.
+    assert_eq!(embed.counts(), (1, 3 + tools));
+    let kept = r.upstream_tools();
+    for tool in ["search_flights", "book_hotel"] {
+        assert!(kept.contains(&tool.to_owned()), "{tool} not in {kept:?}");
+    }
+}
+
+#[test]
+fn a_catalog_larger_than_max_batch_is_embedded_over_several_requests() {
+    let embed = EmbedServer::start();
+    let config = hybrid_config(json!({"timeout_ms": 30000, "max_batch": 50}));
+    let hybrid = gateway(&config, embed.port);
+    // 80 tools, 50 per call: keyword ranking until the second call brings the rest.
+    let r = chat(&hybrid, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=keyword fallback=incomplete")
+    );
+    let r = chat(&hybrid, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    assert_eq!(embed.counts(), (2, 1 + 80));
+    assert_eq!(hybrid.stat("toolsift.embeddings.incomplete"), 1);
+}
+
+/// A gateway whose embeddings service misbehaves as `path` makes the demo upstream do, or is
+/// the cluster `cluster`.
+fn faulty(embeddings: Value) -> Gateway {
+    // `llm` leads to the demo upstream, which also plays the faulty embeddings service.
+    let mut e = json!({"cluster": "llm", "timeout_ms": 300, "dimensions": 16, "max_batch": 128});
+    for (k, v) in embeddings.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    // Nothing listens on the `embeddings` cluster's port: the service is down.
+    let closed = Gateway::free_port();
+    gateway(&hybrid_config(e), closed)
+}
+
+/// Sends a request through a faulty service: it must be served, ranked by keyword, within the
+/// timeout, and counted under `reason`.
+fn assert_falls_back(gateway: &Gateway, reason: &str) {
+    let started = Instant::now();
+    let r = chat(gateway, "what is the weather in Paris");
+    let elapsed = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some(format!("kept=5 total=80 ranking=keyword fallback={reason}").as_str()),
+        "{}",
+        gateway.log_text()
+    );
+    let kept = r.upstream_tools();
+    assert_eq!(kept.len(), 5);
+    assert!(kept.contains(&"get_current_weather".to_owned()), "{kept:?}");
+    // The timeout is 300 ms; the slow stand-in stalls 3 s. Generous for a loaded CI machine,
+    // far below the stall.
+    assert!(elapsed < Duration::from_millis(2000), "{elapsed:?}");
+    assert_eq!(
+        gateway.stat(&format!("toolsift.embeddings.fallback.{reason}")),
+        1
+    );
+    assert_eq!(gateway.stat("toolsift.ranking.keyword"), 1);
+    assert_eq!(gateway.stat("toolsift.ranking.hybrid"), 0);
+}
+
+#[test]
+fn a_slow_service_times_out_into_keyword_ranking() {
+    let g = faulty(json!({"path": "/embeddings/slow?ms=3000"}));
+    assert_falls_back(&g, "timeout");
+}
+
+#[test]
+fn a_down_service_falls_back_to_keyword_ranking() {
+    let g = faulty(json!({"cluster": "embeddings"}));
+    assert_falls_back(&g, "status");
+}
+
+#[test]
+fn an_unknown_cluster_falls_back_to_keyword_ranking() {
+    let g = faulty(json!({"cluster": "no_such_cluster"}));
+    assert_falls_back(&g, "dispatch");
+}
+
+#[test]
+fn error_statuses_fall_back_to_keyword_ranking() {
+    for code in [500, 429, 401] {
+        let g = faulty(json!({"path": format!("/embeddings/status/{code}")}));
+        assert_falls_back(&g, "status");
+    }
+}
+
+#[test]
+fn a_connection_reset_falls_back_to_keyword_ranking() {
+    // Envoy answers the callout 503 when the service drops the connection.
+    let g = faulty(json!({"path": "/embeddings/reset"}));
+    assert_falls_back(&g, "status");
+}
+
+#[test]
+fn garbage_answers_fall_back_to_keyword_ranking() {
+    for path in ["/embeddings/garbage", "/embeddings/wrong-count"] {
+        let g = faulty(json!({ "path": path }));
+        assert_falls_back(&g, "garbage");
+    }
+}
+
+#[test]
+fn vectors_of_the_wrong_size_fall_back_to_keyword_ranking() {
+    let g = faulty(json!({"path": "/embeddings/wrong-dims"}));
+    assert_falls_back(&g, "dimensions");
+}
+
+#[test]
+fn the_stand_in_answering_well_gives_hybrid_ranking() {
+    // The control for the fault cases: the same stand-in, answering properly.
+    let g = faulty(json!({"path": "/embeddings/ok"}));
+    let r = chat(&g, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    let stats = g.upstream.stats();
+    assert_eq!(stats["embeddings"]["requests"], 1, "{stats}");
+}
