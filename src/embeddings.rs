@@ -311,41 +311,54 @@ impl<S: SharedBytes> Source<'_, S> {
         key(self.provider, self.model, text)
     }
 
-    /// Everything already known for `query` over `catalog`: from the catalog's own memo, or from
-    /// the shared cache.
+    /// Everything already known for `query` over `catalog`: the catalog's own memo first (this
+    /// worker's vectors for it, kept whatever the shared cache evicts, so a catalog always
+    /// completes), then the shared cache for the rest.
     pub fn gather(&self, catalog: &Catalog, query: &str) -> Gathered {
         let query_texts = query_texts(query);
         let query = query_texts
             .iter()
             .map(|t| self.cache.get(&self.key(t)))
             .collect();
-        if let Some(tools) = catalog.vectors() {
-            return Gathered {
-                query_texts,
-                query,
-                tools,
-                missing_tools: Vec::new(),
-            };
+        let memo = catalog.vectors();
+        let lacks = |i: usize, e: &Entry| {
+            matches!(e, Entry::Function(_))
+                && memo
+                    .as_ref()
+                    .is_none_or(|m| m.get(i).is_none_or(Option::is_none))
+        };
+        let entries = &catalog.draft.entries;
+        if let Some(memo) = &memo {
+            if !entries.iter().enumerate().any(|(i, e)| lacks(i, e)) {
+                // The steady state: every tool's vector is in this worker's memo.
+                return Gathered {
+                    query_texts,
+                    query,
+                    tools: Rc::clone(memo),
+                    missing_tools: Vec::new(),
+                };
+            }
         }
         let mut missing_tools = Vec::new();
-        let tools: Vec<Option<Vec<f32>>> = catalog
-            .draft
-            .entries
+        let mut found = false;
+        let tools: Vec<Option<Vec<f32>>> = entries
             .iter()
             .enumerate()
             .map(|(i, e)| match e {
-                Entry::Function(t) => {
+                Entry::Function(t) if lacks(i, e) => {
                     let v = self.cache.get(&self.key(&tool_text(t)));
-                    if v.is_none() {
-                        missing_tools.push(i);
+                    match v {
+                        Some(_) => found = true,
+                        None => missing_tools.push(i),
                     }
                     v
                 }
+                Entry::Function(_) => memo.as_ref().and_then(|m| m.get(i).cloned().flatten()),
                 Entry::Builtin => None,
             })
             .collect();
         let tools = Rc::new(tools);
-        if missing_tools.is_empty() {
+        if found {
             catalog.remember_vectors(Rc::clone(&tools));
         }
         Gathered {
@@ -356,8 +369,8 @@ impl<S: SharedBytes> Source<'_, S> {
         }
     }
 
-    /// Stores the vectors a call returned for `slots` in the cache and in `gathered`, and in the
-    /// catalog's memo once no tool lacks one.
+    /// Stores the vectors a call returned for `slots` in the cache, in `gathered` and, for
+    /// tools, in the catalog's memo.
     pub fn fill(
         &self,
         catalog: &Catalog,
@@ -365,7 +378,7 @@ impl<S: SharedBytes> Source<'_, S> {
         slots: &[Slot],
         vectors: Vec<Vec<f32>>,
     ) {
-        let tools = Rc::make_mut(&mut gathered.tools);
+        let has_tools = slots.iter().any(|s| matches!(s, Slot::Tool(_)));
         for (slot, v) in slots.iter().zip(vectors) {
             match *slot {
                 Slot::Query(i) => {
@@ -380,14 +393,16 @@ impl<S: SharedBytes> Source<'_, S> {
                     if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
                         self.cache.put(&self.key(&tool_text(t)), &v);
                     }
-                    if let Some(t) = tools.get_mut(entry) {
+                    // Copies the tools' vectors if the memo shares them: only while a catalog is
+                    // still filling, never in the steady state (no tool slots then).
+                    if let Some(t) = Rc::make_mut(&mut gathered.tools).get_mut(entry) {
                         *t = Some(v);
                     }
                     gathered.missing_tools.retain(|&m| m != entry);
                 }
             }
         }
-        if gathered.missing_tools.is_empty() {
+        if has_tools {
             catalog.remember_vectors(Rc::clone(&gathered.tools));
         }
     }
@@ -537,6 +552,51 @@ mod tests {
         let mut bytes = encode_set(&[(k(1), vec![1.0, 2.0])]);
         bytes.truncate(bytes.len() - 1);
         assert!(decode_set(&bytes).is_empty());
+    }
+
+    fn catalog(n: usize) -> Catalog {
+        let tools: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"type":"function","function":{{"name":"tool_{i}","description":"does thing {i}"}}}}"#))
+            .collect();
+        Catalog::build(
+            crate::dialect::Dialect::OpenaiChat,
+            &format!("[{}]", tools.join(",")),
+            crate::rank::FieldWeights::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_catalog_larger_than_the_shared_cache_still_completes() {
+        let memory = Memory::default();
+        let cache = VectorCache::new(&memory, 4, "v.");
+        let source = Source {
+            provider: "p",
+            model: "m",
+            cache: &cache,
+        };
+        let catalog = catalog(10);
+        let mut g = source.gather(&catalog, "thing");
+        assert_eq!(g.missing_tools.len(), 10);
+        let (slots, inputs) = g.plan(&catalog, 6);
+        assert_eq!((slots.len(), inputs.len()), (7, 7));
+        assert_eq!(slots.first(), Some(&Slot::Query(0)));
+        source.fill(&catalog, &mut g, &slots, vec![vec![1.0, 0.0]; 7]);
+        assert_eq!(g.missing_tools.len(), 4);
+        assert!(g.complete().is_none());
+        // The next request asks for the four remaining tools, and for the query again: the
+        // 4-vector cache has evicted it.
+        let mut g = source.gather(&catalog, "thing");
+        let (slots, _) = g.plan(&catalog, 6);
+        assert_eq!(slots.len(), 5);
+        source.fill(&catalog, &mut g, &slots, vec![vec![0.0, 1.0]; 5]);
+        assert!(g.complete().is_some());
+        // The shared cache kept at most 4 of the 11 vectors; this worker's memo has them all.
+        let g = source.gather(&catalog, "another question");
+        assert!(g.missing_tools.is_empty());
+        assert_eq!(g.tools.iter().flatten().count(), 10);
+        assert!(Rc::ptr_eq(&g.tools, &catalog.vectors().unwrap()));
+        assert_eq!(g.plan(&catalog, 6).0, [Slot::Query(0)]);
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub struct Analysis {
     pub choice: Choice,
     pub called: Vec<String>,
     /// The channels' votes when the ranking is hybrid.
-    pub fused: Option<Fused>,
+    pub fused: Option<Rc<Fused>>,
 }
 
 impl Analysis {
@@ -144,7 +144,13 @@ impl Analysis {
     /// Ranks again with every channel of hybrid ranking, given the query's vectors and every
     /// tool's, and selects again.
     pub fn rank_hybrid(&mut self, config: &Config, query: &[&[f32]], tools: &[Option<&[f32]>]) {
-        let fused = rank_fused(&self.catalog, config, &self.query, query, tools);
+        // Every turn of an agent loop asks the same question of the same catalog: its fused
+        // ranking is remembered like the keyword one.
+        let fused = self.catalog.remembered_fusion(&self.query).unwrap_or_else(|| {
+            let fused = Rc::new(rank_fused(&self.catalog, config, &self.query, query, tools));
+            self.catalog.remember_fusion(&self.query, Rc::clone(&fused));
+            fused
+        });
         self.selection = select(
             config,
             &self.catalog,

@@ -3,7 +3,7 @@
 //! the same catalog every turn pays for indexing once.
 
 use crate::dialect::{CatalogDraft, Dialect, Entry, Problem, ToolText};
-use crate::fusion::Lexicon;
+use crate::fusion::{Fused, Lexicon};
 use bm25::{EmbedderBuilder, TokenEmbedder, Tokenizer};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -211,6 +211,8 @@ pub struct Catalog {
     /// Every function tool's embedding, once all are known (hybrid ranking): later requests
     /// with this catalog need no cache lookups for them.
     vectors: RefCell<Option<ToolVectors>>,
+    /// The last question's hybrid ranking, once all vectors were known.
+    last_fused: RefCell<Option<(String, Rc<Fused>)>>,
 }
 
 /// Unit vectors of a catalog's entries (`None` for built-ins).
@@ -247,6 +249,7 @@ impl Catalog {
             last: RefCell::new(None),
             edges,
             vectors: RefCell::new(None),
+            last_fused: RefCell::new(None),
         })
     }
 
@@ -264,7 +267,20 @@ impl Catalog {
         ranking
     }
 
-    /// The tools' vectors, if every one is known.
+    /// The hybrid ranking last remembered for `query`.
+    pub fn remembered_fusion(&self, query: &str) -> Option<Rc<Fused>> {
+        let last = self.last_fused.try_borrow().ok()?;
+        let (q, fused) = last.as_ref()?;
+        (q == query).then(|| Rc::clone(fused))
+    }
+
+    pub fn remember_fusion(&self, query: &str, fused: Rc<Fused>) {
+        if let Ok(mut last) = self.last_fused.try_borrow_mut() {
+            *last = Some((query.to_owned(), fused));
+        }
+    }
+
+    /// This worker's vectors of the tools (`None` for those not fetched yet).
     pub fn vectors(&self) -> Option<ToolVectors> {
         self.vectors.try_borrow().ok()?.as_ref().map(Rc::clone)
     }
