@@ -8,6 +8,14 @@
 //! [`MAX_QUERY_BYTES`] (as [`Dialect::parse`] bounds a request's query) before
 //! [`Index::rank`](crate::rank::Index::rank).
 //!
+//! With an [`Embedder`] ([`evaluate_with`] and [`Ranker::Hybrid`]) each query is ranked as the
+//! filter ranks it with `ranking: hybrid`: the query's texts and every tool's text get vectors
+//! from an OpenAI-compatible embeddings service through the filter's own
+//! [`crate::embeddings`] code (request body, response parsing, vector cache, batching), and the
+//! channels are fused by [`rank_fused`], the call behind
+//! [`Analysis::rank_hybrid`](crate::pipeline::Analysis::rank_hybrid). The tools are embedded
+//! once per run, in batches, on the first query.
+//!
 //! Dataset format (see `../shared/datasets/README.md`): `tools.jsonl` holds one OpenAI function
 //! tool per line, `{"type":"function","function":{"name","description","parameters"}}`;
 //! `queries.jsonl` holds `{"id","query","relevant":[tool names]}` per line. Blank lines are
@@ -15,11 +23,18 @@
 
 use crate::config::Config;
 use crate::dialect::{Choice, Dialect, Entry, MAX_QUERY_BYTES};
+use crate::embeddings::{
+    Fallback, Gathered, MAX_SENTENCES, SharedBytes, Source, VectorCache, parse_response,
+    request_body,
+};
+use crate::fusion::FusionParams;
+use crate::pipeline::{fusion_params, rank_fused};
 use crate::rank::{Catalog, FieldWeights};
 use crate::select::select;
 use crate::text::head_and_tail;
 use serde::Deserialize;
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -320,8 +335,29 @@ pub struct Report {
     pub rank_us_mean: f64,
     /// Time to read and index the catalog once, in milliseconds.
     pub build_ms: f64,
+    /// How the queries were ranked with embeddings; `None`: keyword ranking (BM25).
+    pub hybrid: Option<HybridReport>,
     /// Per query, in file order.
     pub per_query: Vec<QueryResult>,
+}
+
+/// Hybrid ranking's settings and its embedding calls over one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HybridReport {
+    /// The embeddings service, as given (the URL in the CLI).
+    pub service: String,
+    pub model: String,
+    /// The fusion's `rrf_k` and channel weights, from the configuration.
+    pub params: FusionParams,
+    /// Calls made and texts embedded, tools and query texts together.
+    pub calls: usize,
+    pub inputs: usize,
+    /// Time spent getting vectors (cache and calls), in milliseconds: in all, for the first
+    /// query (which embeds the catalog) and per later query.
+    pub embed_ms_total: f64,
+    pub embed_ms_first: f64,
+    pub embed_ms_median: f64,
+    pub embed_ms_p99: f64,
 }
 
 impl Report {
@@ -334,6 +370,15 @@ impl Report {
     pub fn recall_at(&self, k: usize) -> Option<f64> {
         self.at(k).map(|a| a.recall)
     }
+
+    /// `hybrid` or `keyword`.
+    pub fn ranking(&self) -> &'static str {
+        if self.hybrid.is_some() {
+            "hybrid"
+        } else {
+            "keyword"
+        }
+    }
 }
 
 impl Serialize for Report {
@@ -344,6 +389,7 @@ impl Serialize for Report {
         m.serialize_entry("queries_without_relevant", &self.queries_without_relevant)?;
         m.serialize_entry("tools", &self.tools)?;
         m.serialize_entry("unknown_relevant", &self.unknown_relevant)?;
+        m.serialize_entry("ranking", self.ranking())?;
         #[derive(serde::Serialize)]
         struct Weights {
             name: usize,
@@ -383,6 +429,50 @@ impl Serialize for Report {
         m.serialize_entry("rank_us_p99", &self.rank_us_p99)?;
         m.serialize_entry("rank_us_mean", &self.rank_us_mean)?;
         m.serialize_entry("build_ms", &self.build_ms)?;
+        if let Some(h) = &self.hybrid {
+            #[derive(serde::Serialize)]
+            struct Channels {
+                bm25: f32,
+                exact: f32,
+                param_keys: f32,
+                vector: f32,
+            }
+            #[derive(serde::Serialize)]
+            struct Embeddings<'a> {
+                url: &'a str,
+                model: &'a str,
+                calls: usize,
+                inputs: usize,
+                ms_total: f64,
+                ms_first_query: f64,
+                ms_median: f64,
+                ms_p99: f64,
+            }
+            let [bm25, exact, param_keys, vector] = h.params.weights;
+            m.serialize_entry("rrf_k", &h.params.k)?;
+            m.serialize_entry(
+                "channel_weights",
+                &Channels {
+                    bm25,
+                    exact,
+                    param_keys,
+                    vector,
+                },
+            )?;
+            m.serialize_entry(
+                "embeddings",
+                &Embeddings {
+                    url: &h.service,
+                    model: &h.model,
+                    calls: h.calls,
+                    inputs: h.inputs,
+                    ms_total: h.embed_ms_total,
+                    ms_first_query: h.embed_ms_first,
+                    ms_median: h.embed_ms_median,
+                    ms_p99: h.embed_ms_p99,
+                },
+            )?;
+        }
         if !self.per_query.is_empty() {
             #[derive(serde::Serialize)]
             struct Row<'a> {
@@ -431,6 +521,39 @@ pub fn evaluate(
     config: &Config,
     weights: FieldWeights,
     ks: &[usize],
+    count_tokens: &dyn Fn(&str) -> usize,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Report, EvalError> {
+    evaluate_with(
+        dataset,
+        config,
+        weights,
+        ks,
+        Ranker::Keyword,
+        count_tokens,
+        progress,
+    )
+}
+
+/// How [`evaluate_with`] ranks.
+pub enum Ranker<'r, 'a> {
+    /// BM25, the filter's `ranking: keyword`.
+    Keyword,
+    /// The filter's `ranking: hybrid`, with vectors from this service; the fusion's settings
+    /// (`rrf_k`, `channel_weights`) and `top_k` etc. come from the configuration. Any failure of
+    /// the service fails the evaluation: it never falls back to keyword ranking.
+    Hybrid(&'r mut Embedder<'a>),
+}
+
+/// [`evaluate`] with the ranking of choice. The rank time per query is the ranking itself
+/// (BM25, or the fused channels once the vectors are known); the time spent getting vectors is
+/// in [`Report::hybrid`].
+pub fn evaluate_with(
+    dataset: &Dataset,
+    config: &Config,
+    weights: FieldWeights,
+    ks: &[usize],
+    mut ranker: Ranker<'_, '_>,
     count_tokens: &dyn Fn(&str) -> usize,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Report, EvalError> {
@@ -500,14 +623,10 @@ pub fn evaluate(
     let mut without_relevant = 0;
     // rank_of[entry] = 1-based rank in the current query's ranking.
     let mut rank_of = vec![0usize; dataset.tools.len()];
+    // Time to get each query's vectors (hybrid), in milliseconds.
+    let mut embed_times: Vec<f64> = Vec::new();
 
     for (done, q) in dataset.queries.iter().enumerate() {
-        let text = head_and_tail(&q.query, MAX_QUERY_BYTES);
-        let t0 = Instant::now();
-        let ranking = catalog.index.rank(&text);
-        let us = t0.elapsed().as_secs_f64() * 1e6;
-        progress(done + 1);
-
         let mut relevant: Vec<&str> = Vec::new();
         for r in &q.relevant {
             if !relevant.contains(&r.as_str()) {
@@ -515,9 +634,29 @@ pub fn evaluate(
             }
         }
         if relevant.is_empty() {
+            // Not scored, so not ranked (nor embedded).
             without_relevant += 1;
+            progress(done + 1);
             continue;
         }
+        let text = head_and_tail(&q.query, MAX_QUERY_BYTES);
+        let (ranking, us) = match &mut ranker {
+            Ranker::Keyword => {
+                let t0 = Instant::now();
+                let ranking = catalog.index.rank(&text);
+                (ranking, t0.elapsed().as_secs_f64() * 1e6)
+            }
+            Ranker::Hybrid(embedder) => {
+                let t0 = Instant::now();
+                let gathered = embedder.vectors(&catalog, &text)?;
+                embed_times.push(t0.elapsed().as_secs_f64() * 1e3);
+                let (query_vectors, tool_vectors) = embedder.complete(&gathered)?;
+                let t0 = Instant::now();
+                let fused = rank_fused(&catalog, config, &text, &query_vectors, &tool_vectors);
+                (fused.order, t0.elapsed().as_secs_f64() * 1e6)
+            }
+        };
+        progress(done + 1);
         times.push(us);
         for (i, s) in ranking.iter().enumerate() {
             if let Some(slot) = rank_of.get_mut(s.entry) {
@@ -592,6 +731,24 @@ pub fn evaluate(
         .collect();
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
+    let hybrid = match &ranker {
+        Ranker::Keyword => None,
+        Ranker::Hybrid(embedder) => {
+            let mut later: Vec<f64> = embed_times.iter().skip(1).copied().collect();
+            later.sort_by(f64::total_cmp);
+            Some(HybridReport {
+                service: embedder.service.clone(),
+                model: embedder.model.clone(),
+                params: fusion_params(config),
+                calls: embedder.calls,
+                inputs: embedder.inputs,
+                embed_ms_total: embed_times.iter().sum(),
+                embed_ms_first: embed_times.first().copied().unwrap_or(0.0),
+                embed_ms_median: percentile(&later, 50.0),
+                embed_ms_p99: percentile(&later, 99.0),
+            })
+        }
+    };
     Ok(Report {
         dataset: dataset.name.clone(),
         queries: n,
@@ -615,8 +772,165 @@ pub fn evaluate(
         rank_us_p99: percentile(&sorted, 99.0),
         rank_us_mean: mean(times.iter().sum()),
         build_ms,
+        hybrid,
         per_query,
     })
+}
+
+/// The bytes of one embeddings call: the JSON request body in; the body of a 2xx answer out,
+/// or why there is none (naming the status, or the connection problem).
+pub type Post<'a> = dyn FnMut(&str) -> Result<Vec<u8>, String> + 'a;
+
+/// A [`SharedBytes`] in memory: the CLI's stand-in for proxy-wasm shared data, with its
+/// compare-and-swap semantics (a version per key, bumped on each write).
+#[derive(Default)]
+pub struct MemoryBytes(RefCell<HashMap<String, (Vec<u8>, u32)>>);
+
+impl SharedBytes for MemoryBytes {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        match self.0.try_borrow().ok().and_then(|m| m.get(key).cloned()) {
+            Some((value, cas)) => (Some(value), Some(cas)),
+            None => (None, None),
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
+        let Ok(mut map) = self.0.try_borrow_mut() else {
+            return false;
+        };
+        let current = map.get(key).map(|(_, c)| *c);
+        if cas.is_some() && cas != current {
+            return false;
+        }
+        let version = current.unwrap_or(0).wrapping_add(1);
+        map.insert(key.to_owned(), (value.to_vec(), version));
+        true
+    }
+}
+
+/// Vectors for hybrid ranking from an OpenAI-compatible embeddings service, got the way the
+/// filter gets them ([`Source::gather`], [`Gathered::plan`], [`Source::fill`] over a
+/// [`VectorCache`], [`request_body`] and [`parse_response`]), except that a query waits until
+/// every vector is known: the first query of a catalog embeds all its tools, `max_batch` per
+/// call, and the catalog remembers them for the next queries.
+pub struct Embedder<'a> {
+    /// The service as shown in messages and keyed in the cache (the URL in the CLI).
+    pub service: String,
+    pub model: String,
+    /// Sent as `dimensions`, and required of every vector, when set.
+    pub dimensions: Option<usize>,
+    /// Tool texts per call.
+    pub max_batch: usize,
+    cache: VectorCache<MemoryBytes>,
+    post: Box<Post<'a>>,
+    /// Calls made, and texts sent in them.
+    pub calls: usize,
+    pub inputs: usize,
+}
+
+impl<'a> Embedder<'a> {
+    /// `capacity`: vectors the cache holds; more than the tools and query texts of a run keeps
+    /// each text embedded once.
+    pub fn new(
+        service: &str,
+        model: &str,
+        dimensions: Option<usize>,
+        max_batch: usize,
+        capacity: usize,
+        post: Box<Post<'a>>,
+    ) -> Embedder<'a> {
+        Embedder {
+            service: service.to_owned(),
+            model: model.to_owned(),
+            dimensions,
+            max_batch: max_batch.max(1),
+            cache: VectorCache::new(MemoryBytes::default(), capacity, "toolsift.vectors."),
+            post,
+            calls: 0,
+            inputs: 0,
+        }
+    }
+
+    /// A cache capacity that holds every tool and query text of `dataset` with room to spare
+    /// (the cache is set-associative: a full set evicts).
+    pub fn capacity_for(dataset: &Dataset) -> usize {
+        let texts = dataset.tools.len() + dataset.queries.len() * (1 + MAX_SENTENCES);
+        texts.saturating_mul(16).max(4096)
+    }
+
+    fn failure(&self, why: impl fmt::Display) -> EvalError {
+        EvalError(format!("embeddings service {}: {why}", self.service))
+    }
+
+    /// Every vector `query` needs over `catalog`: from the catalog's memo or the cache, and the
+    /// rest from the service.
+    pub fn vectors(&mut self, catalog: &Catalog, query: &str) -> Result<Gathered, EvalError> {
+        let source = Source {
+            provider: &self.service,
+            model: &self.model,
+            cache: &self.cache,
+        };
+        let mut gathered = source.gather(catalog, query);
+        loop {
+            let (slots, inputs) = gathered.plan(catalog, self.max_batch);
+            if slots.is_empty() {
+                break;
+            }
+            let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let body = request_body(&self.model, &texts, self.dimensions);
+            let answer = (self.post)(&body).map_err(|e| self.failure(e))?;
+            self.calls += 1;
+            self.inputs += inputs.len();
+            let vectors = parse_response(&answer, inputs.len(), self.dimensions).map_err(|f| {
+                let why = match f {
+                    Fallback::Dimensions => match self.dimensions {
+                        Some(d) => format!("the answer has vectors of another size than {d}"),
+                        None => "the answer has vectors of different sizes".to_owned(),
+                    },
+                    _ => format!(
+                        "the answer is not an embeddings response for the {} inputs sent: {}",
+                        inputs.len(),
+                        snippet(&answer)
+                    ),
+                };
+                self.failure(why)
+            })?;
+            let source = Source {
+                provider: &self.service,
+                model: &self.model,
+                cache: &self.cache,
+            };
+            let missing = gathered.missing_tools.len();
+            source.fill(catalog, &mut gathered, &slots, vectors);
+            let query_done = gathered.query.iter().all(Option::is_some);
+            if gathered.missing_tools.len() == missing && !query_done {
+                return Err(self.failure("the vectors it sent fill nothing"));
+            }
+        }
+        Ok(gathered)
+    }
+
+    /// The query's vectors and every tool's, all of one size.
+    pub fn complete<'g>(&self, gathered: &'g Gathered) -> Result<Vectors<'g>, EvalError> {
+        gathered
+            .complete()
+            .ok_or_else(|| self.failure("the vectors of the query and the tools differ in size"))
+    }
+}
+
+/// A query's unit vectors (the whole query, then its sentences) and each catalog entry's
+/// (`None` for built-ins), as [`rank_fused`] takes them.
+pub type Vectors<'g> = (Vec<&'g [f32]>, Vec<Option<&'g [f32]>>);
+
+/// The start of a response body for an error message, on one line.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", flat.get(..cut).unwrap_or_default()),
+        None if flat.is_empty() => "(empty body)".to_owned(),
+        None => flat,
+    }
 }
 
 #[cfg(test)]
@@ -729,6 +1043,185 @@ mod tests {
         assert_eq!(json["tokens_catalog"], 40);
         assert_eq!(json["per_query"][2]["relevant_ranks"]["list_files"], 4);
         assert!(json["per_query"][2]["relevant_ranks"]["no_such_tool"].is_null());
+    }
+
+    /// A stand-in embeddings service: each input's letter counts as its vector.
+    fn letters(body: &str) -> Result<Vec<u8>, String> {
+        let request: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+        let data: Vec<serde_json::Value> = request["input"]
+            .as_array()
+            .ok_or("no input")?
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let mut v = vec![0.01f32; 26];
+                for c in text
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_ascii_lowercase()
+                    .bytes()
+                {
+                    if c.is_ascii_lowercase() {
+                        v[usize::from(c - b'a')] += 1.0;
+                    }
+                }
+                serde_json::json!({"index": i, "embedding": v})
+            })
+            .collect();
+        Ok(serde_json::json!({"data": data}).to_string().into_bytes())
+    }
+
+    fn hybrid_dataset() -> Dataset {
+        let tools = [
+            tool("get_weather", "Current weather forecast for a city"),
+            tool("send_email", "Send an email message to a recipient"),
+            tool("create_invoice", "Create a billing invoice for a customer"),
+            tool("list_files", "List the files in a folder"),
+        ]
+        .join("\n");
+        let queries = [
+            r#"{"id":"q1","query":"what is the weather forecast in Paris","relevant":["get_weather"]}"#,
+            r#"{"id":"q2","query":"Bill the customer. Then email them the invoice.","relevant":["send_email","create_invoice"]}"#,
+            r#"{"id":"q3","query":"weather","relevant":[]}"#,
+            r#"{"id":"q4","query":"show my folder","relevant":["list_files"]}"#,
+        ]
+        .join("\n");
+        Dataset::parse("tiny", &tools, &queries).unwrap()
+    }
+
+    #[test]
+    fn hybrid_embeds_each_tool_once_in_batches() {
+        let d = hybrid_dataset();
+        let config = Config::default();
+        let mut sent: Vec<usize> = Vec::new();
+        let mut embedder = Embedder::new(
+            "http://stand-in/v1/embeddings",
+            "letters",
+            None,
+            3,
+            Embedder::capacity_for(&d),
+            Box::new(|body: &str| {
+                let v: serde_json::Value = serde_json::from_str(body).unwrap();
+                assert_eq!(v["model"], "letters");
+                sent.push(v["input"].as_array().unwrap().len());
+                letters(body)
+            }),
+        );
+        let r = evaluate_with(
+            &d,
+            &config,
+            FieldWeights::default(),
+            &[1, 2],
+            Ranker::Hybrid(&mut embedder),
+            &|_| 10,
+            &mut |_| {},
+        )
+        .unwrap();
+        let (calls, inputs) = (embedder.calls, embedder.inputs);
+        drop(embedder);
+        // q1: its text and 3 tools, then the 4th tool; q2: its text and its two sentences;
+        // q3 has nothing relevant and is not ranked; q4: its text.
+        assert_eq!(sent, [4, 1, 3, 1]);
+        assert_eq!((calls, inputs), (4, 9));
+        assert_eq!(r.ranking(), "hybrid");
+        let h = r.hybrid.as_ref().unwrap();
+        assert_eq!((h.calls, h.inputs, h.model.as_str()), (4, 9, "letters"));
+        assert_eq!(h.params, fusion_params(&config));
+        assert!(close(r.recall_at(1).unwrap(), (1.0 + 0.5 + 1.0) / 3.0));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["ranking"], "hybrid");
+        assert_eq!(json["embeddings"]["inputs"], 9);
+        assert_eq!(json["rrf_k"], 1.0);
+        assert_eq!(json["channel_weights"]["exact"], 0.5);
+        let keyword = evaluate(
+            &d,
+            &config,
+            FieldWeights::default(),
+            &[1],
+            &|_| 1,
+            &mut |_| {},
+        );
+        let keyword = serde_json::to_value(keyword.unwrap()).unwrap();
+        assert_eq!(keyword["ranking"], "keyword");
+        assert!(keyword.get("embeddings").is_none());
+    }
+
+    #[test]
+    fn hybrid_ranks_as_the_filter_does() {
+        let d = hybrid_dataset();
+        let config = Config::from_json(br#"{"min_tools":1,"top_k":2}"#).unwrap();
+        let mut embedder = Embedder::new("s", "m", None, 64, 4096, Box::new(letters));
+        let catalog = Catalog::build(
+            Dialect::OpenaiChat,
+            &d.tools_array(),
+            FieldWeights::default(),
+        )
+        .unwrap();
+        let mut engine = crate::pipeline::Engine::new(config.clone());
+        for q in &d.queries {
+            let gathered = embedder.vectors(&catalog, &q.query).unwrap();
+            let (qv, tv) = embedder.complete(&gathered).unwrap();
+            let ours: Vec<usize> = rank_fused(&catalog, &config, &q.query, &qv, &tv)
+                .order
+                .iter()
+                .map(|s| s.entry)
+                .collect();
+            let body = serde_json::json!({
+                "model": "m",
+                "messages": [{"role": "user", "content": q.query}],
+                "tools": serde_json::from_str::<serde_json::Value>(&d.tools_array()).unwrap(),
+            })
+            .to_string();
+            let mut analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+            analysis.rank_hybrid(&config, &qv, &tv);
+            let filter: Vec<usize> = analysis
+                .fused
+                .unwrap()
+                .order
+                .iter()
+                .map(|s| s.entry)
+                .collect();
+            assert_eq!(ours, filter, "{}", q.query);
+        }
+    }
+
+    #[test]
+    fn a_failing_service_fails_the_evaluation() {
+        let d = hybrid_dataset();
+        let run = |post: Box<Post<'static>>| {
+            let mut embedder = Embedder::new("http://x/v1/embeddings", "m", None, 64, 4096, post);
+            evaluate_with(
+                &d,
+                &Config::default(),
+                FieldWeights::default(),
+                &[1],
+                Ranker::Hybrid(&mut embedder),
+                &|_| 1,
+                &mut |_| {},
+            )
+            .unwrap_err()
+            .0
+        };
+        let err = run(Box::new(
+            |_: &str| Err("cannot connect: refused".to_owned()),
+        ));
+        assert_eq!(
+            err,
+            "embeddings service http://x/v1/embeddings: cannot connect: refused"
+        );
+        let err = run(Box::new(|_: &str| Ok(br#"{"error":"nope"}"#.to_vec())));
+        assert!(
+            err.contains("not an embeddings response") && err.contains("nope"),
+            "{err}"
+        );
+        let err = run(Box::new(|body: &str| {
+            // A vector of another size for the last input.
+            let mut v: serde_json::Value = serde_json::from_slice(&letters(body)?).unwrap();
+            v["data"].as_array_mut().unwrap().last_mut().unwrap()["embedding"] =
+                serde_json::json!([1.0]);
+            Ok(v.to_string().into_bytes())
+        }));
+        assert!(err.contains("different sizes"), "{err}");
     }
 
     #[test]

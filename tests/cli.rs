@@ -1,6 +1,7 @@
 //! The `toolsift` CLI, run as a user runs it: `explain` on the shipped example request,
-//! configuration errors, and `eval` on a small dataset written here whose numbers are worked
-//! out by hand.
+//! configuration errors, `eval` on a small dataset written here whose numbers are worked
+//! out by hand, and both with hybrid ranking against the real embeddings server
+//! (`toolsift-embed`, built by `make embed`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -8,6 +9,9 @@
     clippy::indexing_slicing
 )]
 
+mod common;
+
+use common::EmbedServer;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -497,4 +501,276 @@ fn eval_errors_name_the_file_and_line() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("missing.jsonl"), "{}", stderr(&out));
+}
+
+const MODEL: &str = "all-MiniLM-L6-v2";
+
+/// The 80-tool fixture catalog as a tools.jsonl, and queries that need it: three whose words
+/// no tool has (keyword ranking cannot find their tool), and some of several sentences.
+fn hybrid_dataset(dir: &Scratch) -> (String, String, usize, usize) {
+    let catalog = common::catalog();
+    let lines: Vec<String> = catalog.iter().map(Value::to_string).collect();
+    let tools = dir.write("tools.jsonl", &(lines.join("\n") + "\n"));
+    let queries_path = common::repo().join("tests/fixtures/hybrid-queries.jsonl");
+    let text = std::fs::read_to_string(&queries_path).unwrap();
+    // Texts embedded per query: the whole query and each of its sentences, as the filter does.
+    let query_texts: usize = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let q: Value = serde_json::from_str(l).unwrap();
+            toolsift::embeddings::query_texts(q["query"].as_str().unwrap()).len()
+        })
+        .sum();
+    (
+        tools,
+        queries_path.to_str().unwrap().to_owned(),
+        catalog.len(),
+        query_texts,
+    )
+}
+
+fn ranks(v: &Value, id: &str) -> Vec<u64> {
+    let row = v["per_query"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["id"] == id)
+        .unwrap_or_else(|| panic!("no query {id}"));
+    row["relevant_ranks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|r| r.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn eval_hybrid_embeds_each_tool_once() {
+    let server = EmbedServer::start();
+    let dir = Scratch::new("hybrid-eval");
+    let (tools, queries, n_tools, n_query_texts) = hybrid_dataset(&dir);
+    let n_queries = 8;
+    let url = server.url();
+    let base = ["eval", "--tools", &tools, "--queries", &queries];
+    let hybrid = json(&toolsift(
+        &[
+            &base[..],
+            &[
+                "--json",
+                "--per-query",
+                "--embeddings-url",
+                &url,
+                "--embeddings-model",
+                MODEL,
+            ],
+        ]
+        .concat(),
+    ));
+    assert_eq!(hybrid["ranking"], "hybrid");
+    assert_eq!(hybrid["queries"], n_queries);
+    assert_eq!(hybrid["embeddings"]["url"], url.as_str());
+    assert_eq!(hybrid["embeddings"]["model"], MODEL);
+    assert_eq!(hybrid["rrf_k"], 1.0);
+    assert_eq!(hybrid["channel_weights"]["vector"], 1.0);
+
+    // Every tool text embedded once for the whole run, plus each query's texts: not tools ×
+    // queries. The catalog goes in calls of 64 on the first query; each later query is one call.
+    let stats = server.stats();
+    let inputs = (n_tools + n_query_texts) as u64;
+    assert_eq!(stats["inputs"].as_u64(), Some(inputs), "{stats}");
+    assert_eq!(hybrid["embeddings"]["inputs"].as_u64(), Some(inputs));
+    let calls = n_tools.div_ceil(64) as u64 + (n_queries - 1);
+    assert_eq!(stats["requests"].as_u64(), Some(calls), "{stats}");
+    assert_eq!(hybrid["embeddings"]["calls"].as_u64(), Some(calls));
+
+    // Keyword ranking on the same data: no calls, and the queries without a shared word miss.
+    let keyword = json(&toolsift(&[&base[..], &["--json", "--per-query"]].concat()));
+    assert_eq!(keyword["ranking"], "keyword");
+    assert!(keyword.get("embeddings").is_none());
+    assert_eq!(server.stats()["inputs"].as_u64(), Some(inputs));
+    for id in ["umbrella", "yen", "jazz"] {
+        let (h, k) = (ranks(&hybrid, id)[0], ranks(&keyword, id)[0]);
+        assert!(h <= 5 && k > 10, "{id}: hybrid rank {h}, keyword rank {k}");
+    }
+    let recall = |v: &Value| v["recall@5"].as_f64().unwrap();
+    assert!(
+        recall(&hybrid) > recall(&keyword),
+        "hybrid {} vs keyword {}",
+        recall(&hybrid),
+        recall(&keyword)
+    );
+
+    // The table says how it ranked and what the embeddings cost (on the five-tool dataset:
+    // 5 tool texts and 4 queries of one sentence each, in one call per query).
+    let tiny_tools = dir.write("tiny-tools.jsonl", TOOLS);
+    let tiny_queries = dir.write("tiny-queries.jsonl", QUERIES);
+    let text = ok(&toolsift(&[
+        "eval",
+        "--tools",
+        &tiny_tools,
+        "--queries",
+        &tiny_queries,
+        "--embeddings-url",
+        &url,
+        "--embeddings-model",
+        MODEL,
+    ]));
+    assert!(text.contains("hybrid ranking: rrf_k 1"), "{text}");
+    assert!(
+        text.contains(&format!("embeddings {MODEL} from {url}")),
+        "{text}"
+    );
+    assert!(text.contains("embeddings: 9 texts in 4 calls"), "{text}");
+}
+
+#[test]
+fn explain_hybrid_shows_the_channels_of_each_kept_tool() {
+    let server = EmbedServer::start();
+    let url = server.url();
+    let flags = [
+        "--embeddings-url",
+        url.as_str(),
+        "--embeddings-model",
+        MODEL,
+    ];
+    let v = json(&toolsift(
+        &[&["explain", "--json"][..], &flags, &[EXAMPLE]].concat(),
+    ));
+    assert_eq!(v["ranking"], "hybrid");
+    assert_eq!(v["outcome"], "rewritten");
+    assert_eq!(v["kept"], 5);
+    // One call: the query's texts and the 60 tools.
+    let query = v["query"].as_str().unwrap();
+    let inputs = 60 + toolsift::embeddings::query_texts(query).len() as u64;
+    assert_eq!(v["embeddings"]["calls"], 1);
+    assert_eq!(v["embeddings"]["inputs"].as_u64(), Some(inputs));
+    let stats = server.stats();
+    assert_eq!(
+        (stats["requests"].as_u64(), stats["inputs"].as_u64()),
+        (Some(1), Some(inputs)),
+        "{stats}"
+    );
+    let kept: Vec<&str> = v["kept_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    for name in MUST_KEEP {
+        assert!(kept.contains(&name), "{name} not kept: {kept:?}");
+    }
+    // Every tool has a vector, so the vector channel votes for each; kept_channels lists the
+    // kept tools in rank order with their votes, as the filter's debug output does.
+    let tools = v["tools"].as_array().unwrap();
+    let kept_channels = v["kept_channels"].as_str().unwrap();
+    let mut expected = Vec::new();
+    for t in tools.iter().filter(|t| t["kept"] == true) {
+        let channels = t["channels"].as_str().unwrap();
+        assert!(channels.contains("vector="), "{t}");
+        expected.push(format!("{}({channels})", t["name"].as_str().unwrap()));
+    }
+    assert_eq!(kept_channels, expected.join(","));
+    assert!(
+        tools[0]["channels"].as_str().unwrap().contains("bm25=1:"),
+        "the best tool is BM25's best too: {}",
+        tools[0]
+    );
+
+    let text = ok(&toolsift(&[&["explain"][..], &flags, &[EXAMPLE]].concat()));
+    assert!(text.contains("ranking    hybrid: rrf_k 1"), "{text}");
+    assert!(text.contains("channels (kept tools)"), "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains(" ranked ")).collect();
+    assert_eq!(rows.len(), 5, "{text}");
+    assert!(rows.iter().all(|r| r.contains("vector=")), "{text}");
+    let dropped = text.lines().find(|l| l.contains("below top_k")).unwrap();
+    assert!(!dropped.contains("vector="), "{dropped}");
+
+    // A server that answers, but not an embeddings response: exit 2, naming URL and status.
+    let wrong = format!("http://127.0.0.1:{}/v2/nothing", server.port);
+    let out = toolsift(&[
+        "explain",
+        "--embeddings-url",
+        &wrong,
+        "--embeddings-model",
+        MODEL,
+        EXAMPLE,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("embeddings service {wrong}")) && err.contains("HTTP 404"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty());
+}
+
+#[test]
+fn hybrid_fails_clearly_when_the_service_does() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1/embeddings");
+    let dir = Scratch::new("hybrid-down");
+    let tools = dir.write("tools.jsonl", TOOLS);
+    let queries = dir.write("queries.jsonl", QUERIES);
+    let flags = [
+        "--embeddings-url",
+        url.as_str(),
+        "--embeddings-model",
+        MODEL,
+    ];
+    for args in [
+        [
+            &["eval", "--tools", &tools, "--queries", &queries][..],
+            &flags,
+        ]
+        .concat(),
+        [
+            &["eval", "--json", "--tools", &tools, "--queries", &queries][..],
+            &flags,
+        ]
+        .concat(),
+        [&["explain"][..], &flags, &[EXAMPLE]].concat(),
+    ] {
+        let out = toolsift(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("embeddings service {url}: cannot connect")),
+            "{args:?}: {err}"
+        );
+        assert!(stdout(&out).is_empty(), "no keyword results instead");
+    }
+    // Both flags or neither; http:// only.
+    fails_with(
+        &[
+            "eval",
+            "--tools",
+            &tools,
+            "--queries",
+            &queries,
+            "--embeddings-url",
+            &url,
+        ],
+        "--embeddings-model",
+    );
+    fails_with(
+        &["explain", "--embeddings-model", MODEL, EXAMPLE],
+        "--embeddings-url",
+    );
+    fails_with(
+        &[
+            "explain",
+            "--embeddings-url",
+            "https://api.openai.com/v1/embeddings",
+            "--embeddings-model",
+            MODEL,
+            EXAMPLE,
+        ],
+        "only http:// URLs are supported",
+    );
 }

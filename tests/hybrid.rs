@@ -11,61 +11,17 @@
 
 mod common;
 
-use common::{Gateway, Response, repo};
+use common::{EmbedServer, Gateway, Response};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The real embeddings server on a free port, killed on drop.
-struct EmbedServer {
-    child: Child,
-    port: u16,
-}
-
-impl EmbedServer {
-    fn start() -> EmbedServer {
-        let binary = repo().join("target/embed/release/toolsift-embed");
-        assert!(
-            binary.exists(),
-            "{} missing: `make embed` builds it (`make test` does)",
-            binary.display()
-        );
-        let mut child = Command::new(binary)
-            .args(["--listen", "127.0.0.1:0", "--threads", "1"])
-            .current_dir(repo())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start toolsift-embed");
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line: {line}"));
-        EmbedServer { child, port }
-    }
-
-    /// `(requests, inputs)` the server has answered.
-    fn counts(&self) -> (u64, u64) {
-        let stats = common::http(self.port, "GET", "/stats", &[], b"").json();
-        (
-            stats["requests"].as_u64().unwrap(),
-            stats["inputs"].as_u64().unwrap(),
-        )
-    }
-}
-
-impl Drop for EmbedServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `(requests, inputs)` the embeddings server has answered.
+fn counts(embed: &EmbedServer) -> (u64, u64) {
+    let stats = embed.stats();
+    (
+        stats["requests"].as_u64().unwrap(),
+        stats["inputs"].as_u64().unwrap(),
+    )
 }
 
 /// The plugin configuration of hybrid ranking with an `embeddings` block of `extra` fields.
@@ -154,7 +110,7 @@ fn tool_vectors_are_fetched_once_and_a_repeated_query_costs_no_call() {
         r.header("x-toolsift"),
         Some("kept=5 total=80 ranking=hybrid")
     );
-    assert_eq!(embed.counts(), (1, 1 + tools));
+    assert_eq!(counts(&embed), (1, 1 + tools));
 
     // Next turn, new question, same catalog: one call for the query alone.
     let r = chat(&hybrid, "book a hotel in Rome for two nights");
@@ -162,7 +118,7 @@ fn tool_vectors_are_fetched_once_and_a_repeated_query_costs_no_call() {
         r.header("x-toolsift"),
         Some("kept=5 total=80 ranking=hybrid")
     );
-    assert_eq!(embed.counts(), (2, 2 + tools));
+    assert_eq!(counts(&embed), (2, 2 + tools));
 
     // The agent loop asks the same question again: no call at all.
     let r = chat(&hybrid, "book a hotel in Rome for two nights");
@@ -170,7 +126,7 @@ fn tool_vectors_are_fetched_once_and_a_repeated_query_costs_no_call() {
         r.header("x-toolsift"),
         Some("kept=5 total=80 ranking=hybrid")
     );
-    assert_eq!(embed.counts(), (2, 2 + tools));
+    assert_eq!(counts(&embed), (2, 2 + tools));
 
     assert_eq!(hybrid.stat("toolsift.embeddings.calls"), 2);
     assert_eq!(hybrid.stat("toolsift.embeddings.inputs"), 2 + tools);
@@ -194,7 +150,7 @@ fn a_multi_sentence_request_embeds_each_sentence() {
         Some("kept=5 total=80 ranking=hybrid")
     );
     // The whole request and its two sentences.
-    assert_eq!(embed.counts(), (1, 3 + tools));
+    assert_eq!(counts(&embed), (1, 3 + tools));
     let kept = r.upstream_tools();
     for tool in ["search_flights", "book_hotel"] {
         assert!(kept.contains(&tool.to_owned()), "{tool} not in {kept:?}");
@@ -217,7 +173,7 @@ fn a_catalog_larger_than_max_batch_is_embedded_over_several_requests() {
         r.header("x-toolsift"),
         Some("kept=5 total=80 ranking=hybrid")
     );
-    assert_eq!(embed.counts(), (2, 1 + 80));
+    assert_eq!(counts(&embed), (2, 1 + 80));
     assert_eq!(hybrid.stat("toolsift.embeddings.incomplete"), 1);
 }
 

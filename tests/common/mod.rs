@@ -111,6 +111,57 @@ impl Upstream {
     }
 }
 
+/// The embeddings server (`toolsift-embed`, all-MiniLM-L6-v2, built by `make embed`) on a free
+/// port. A missing binary or model fails the test, never skips it.
+pub struct EmbedServer {
+    _child: Owned,
+    pub port: u16,
+}
+
+impl EmbedServer {
+    pub fn start() -> EmbedServer {
+        let binary = repo().join("target/embed/release/toolsift-embed");
+        assert!(
+            binary.exists(),
+            "{} not found: run `make embed` (make test does it)",
+            binary.display()
+        );
+        let mut child = Command::new(&binary)
+            .args(["--listen", "127.0.0.1:0"])
+            .current_dir(repo())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start toolsift-embed");
+        // "embeddings server listening on 127.0.0.1:PORT", once the model is loaded.
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let child = Owned(child);
+        let port = line
+            .trim()
+            .strip_prefix("embeddings server listening on ")
+            .and_then(|addr| addr.rsplit(':').next())
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("toolsift-embed did not start: {line}"));
+        EmbedServer {
+            _child: child,
+            port,
+        }
+    }
+
+    /// The OpenAI-compatible endpoint.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1/embeddings", self.port)
+    }
+
+    /// `{"requests": N, "inputs": M}`: embeddings calls and texts embedded so far.
+    pub fn stats(&self) -> Value {
+        http(self.port, "GET", "/stats", &[], b"").json()
+    }
+}
+
 /// Envoy running the repository's `envoy.yaml`, with its ports, the wasm path, the upstream
 /// and the plugin configuration substituted.
 pub struct Gateway {

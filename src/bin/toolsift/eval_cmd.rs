@@ -1,14 +1,15 @@
 //! `toolsift eval`: retrieval quality, kept tokens and ranking time on a dataset, with the
-//! filter's ranking (`toolsift::eval`).
+//! filter's ranking (`toolsift::eval`): keyword, or hybrid with `--embeddings-url`.
 
 use crate::Failure;
+use crate::hybrid::EmbeddingArgs;
 use crate::output::{print, read_config, thousands};
 use crate::plot;
 use crate::tokens::{Tokenizer, TokenizerName};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use toolsift::eval::{Dataset, Report, evaluate};
+use toolsift::eval::{Dataset, Embedder, Ranker, Report, evaluate_with};
 use toolsift::pipeline::Engine;
 
 /// The k values the plot draws.
@@ -49,6 +50,8 @@ pub struct Args {
     /// The dataset's name in the output; by default the folder holding the tools file.
     #[arg(long)]
     name: Option<String>,
+    #[command(flatten)]
+    embeddings: EmbeddingArgs,
 }
 
 fn progress_bar(len: usize) -> ProgressBar {
@@ -56,9 +59,10 @@ fn progress_bar(len: usize) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr());
-    let style =
-        ProgressStyle::with_template("ranking {bar:30.cyan/blue} {pos}/{len} queries, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style = ProgressStyle::with_template(
+        "ranking {bar:30.cyan/blue} {pos}/{len} queries, eta {eta} {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style.progress_chars("=> "));
     bar
 }
@@ -86,9 +90,30 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let weights = Engine::new(config.clone()).weights;
     let bar = progress_bar(dataset.queries.len());
     let count = |text: &str| tokenizer.count(text);
-    let report = evaluate(&dataset, &config, weights, &eval_ks, &count, &mut |done| {
-        bar.set_position(done as u64);
-    });
+    let calls_bar = bar.clone();
+    let mut calls = 0usize;
+    let embedder = args
+        .embeddings
+        .embedder(&config, Embedder::capacity_for(&dataset), move || {
+            calls += 1;
+            calls_bar.set_message(format!("({calls} embedding calls)"));
+        });
+    let mut embedder = embedder?;
+    let ranking = match embedder.as_mut() {
+        Some(e) => Ranker::Hybrid(e),
+        None => Ranker::Keyword,
+    };
+    let report = evaluate_with(
+        &dataset,
+        &config,
+        weights,
+        &eval_ks,
+        ranking,
+        &count,
+        &mut |done| {
+            bar.set_position(done as u64);
+        },
+    );
     bar.finish_and_clear();
     let mut report = report?;
     if report.unknown_relevant > 0 {
@@ -120,16 +145,36 @@ pub fn run(args: &Args) -> Result<(), Failure> {
 fn table(r: &Report, tokenizer: &str) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{}: {} tools, {} queries (BM25 field weights: name {}, description {}, params {})",
-        r.dataset,
-        thousands(r.tools),
-        thousands(r.queries),
-        r.weights.name,
-        r.weights.description,
-        r.weights.params
+    let bm25 = format!(
+        "BM25 field weights: name {}, description {}, params {}",
+        r.weights.name, r.weights.description, r.weights.params
     );
+    match &r.hybrid {
+        None => {
+            let _ = writeln!(
+                s,
+                "{}: {} tools, {} queries ({bm25})",
+                r.dataset,
+                thousands(r.tools),
+                thousands(r.queries),
+            );
+        }
+        Some(h) => {
+            let [bm25_w, exact, param_keys, vector] = h.params.weights;
+            let _ = writeln!(
+                s,
+                "{}: {} tools, {} queries, hybrid ranking: rrf_k {}, channel weights bm25 {bm25_w}, \
+                 exact {exact}, param_keys {param_keys}, vector {vector} ({bm25}; embeddings {} \
+                 from {})",
+                r.dataset,
+                thousands(r.tools),
+                thousands(r.queries),
+                h.params.k,
+                h.model,
+                h.service
+            );
+        }
+    }
     let _ = writeln!(s);
     let _ = writeln!(
         s,
@@ -180,6 +225,19 @@ fn table(r: &Report, tokenizer: &str) -> String {
         "rank time per query: median {:.0} µs, p99 {:.0} µs, mean {:.0} µs; index built once in {:.0} ms",
         r.rank_us_median, r.rank_us_p99, r.rank_us_mean, r.build_ms
     );
+    if let Some(h) = &r.hybrid {
+        let _ = writeln!(
+            s,
+            "embeddings: {} texts in {} calls, {:.1} s in all: {:.1} s for the first query (the \
+             catalog's tools), then per query median {:.1} ms, p99 {:.1} ms",
+            thousands(h.inputs),
+            thousands(h.calls),
+            h.embed_ms_total / 1e3,
+            h.embed_ms_first / 1e3,
+            h.embed_ms_median,
+            h.embed_ms_p99
+        );
+    }
     if r.queries_without_relevant > 0 {
         let _ = writeln!(
             s,

@@ -12,8 +12,13 @@
 //! | `input`                                                    | `openai_responses` |
 //! | `messages`, and tools with `input_schema` or a top-level `system` | `anthropic` |
 //! | anything else                                              | `openai_chat`      |
+//!
+//! With `--embeddings-url` and `--embeddings-model` the tools are ranked as the filter ranks
+//! them with `ranking: hybrid` (`Analysis::rank_hybrid`), and each tool shows the channels that
+//! voted for it (`fusion::describe`; the kept ones as `Analysis::explain_kept` puts them).
 
 use crate::Failure;
+use crate::hybrid::EmbeddingArgs;
 use crate::output::{change, one_line, print, read_config, read_text, thousands};
 use crate::tokens::{Tokenizer, TokenizerName};
 use serde::Serialize;
@@ -21,7 +26,9 @@ use serde_json::{Map, Value};
 use std::path::PathBuf;
 use toolsift::config::{Config, DialectChoice};
 use toolsift::dialect::{CatalogDraft, Dialect, Entry, Layout};
-use toolsift::pipeline::{Engine, Skip, Skipped, header_value};
+use toolsift::eval::Embedder;
+use toolsift::fusion::{Fused, FusionParams, describe};
+use toolsift::pipeline::{Engine, Skip, Skipped, fusion_params, header_value, rank_fused};
 use toolsift::rank::Catalog;
 use toolsift::select::Verdict;
 
@@ -45,7 +52,12 @@ pub struct Args {
     /// The tokenizer for real token counts.
     #[arg(long, value_enum, default_value_t = TokenizerName::O200k)]
     tokenizer: TokenizerName,
+    #[command(flatten)]
+    embeddings: EmbeddingArgs,
 }
+
+/// Vectors in the cache of one `explain`: the request's texts and its tools.
+const EXPLAIN_CACHE: usize = 1 << 16;
 
 fn parse_dialect(name: &str) -> Result<Dialect, String> {
     Dialect::ALL
@@ -103,6 +115,21 @@ struct Row {
     verdict: Option<Verdict>,
     tokens_estimate: usize,
     tokens: usize,
+    /// With hybrid ranking: the channels that voted for the tool (`bm25=1:7.31 vector=2:0.61`),
+    /// empty when none did.
+    channels: Option<String>,
+}
+
+/// Hybrid ranking's settings and calls for one request.
+struct HybridInfo {
+    service: String,
+    model: String,
+    params: FusionParams,
+    calls: usize,
+    inputs: usize,
+    /// The kept tools with their channels, as `Analysis::explain_kept` gives them (empty when
+    /// the request is skipped).
+    kept: String,
 }
 
 enum Outcome {
@@ -124,6 +151,7 @@ struct Explanation {
     builtins: usize,
     body_bytes: usize,
     tokenizer: TokenizerName,
+    hybrid: Option<HybridInfo>,
 }
 
 impl Explanation {
@@ -200,6 +228,7 @@ fn rows(
     catalog: &Catalog,
     container: &str,
     tokenizer: &Tokenizer,
+    fused: Option<&Fused>,
     decisions: impl Iterator<Item = (usize, f32, Option<Verdict>)>,
 ) -> Vec<Row> {
     let texts = entry_texts(container, &catalog.draft);
@@ -213,8 +242,38 @@ fn rows(
             verdict,
             tokens_estimate: catalog.tokens.get(entry).copied().unwrap_or(0),
             tokens: texts.get(entry).map_or(0, |t| tokenizer.count(t)),
+            channels: fused.map(|f| f.votes_for(entry).map(describe).unwrap_or_default()),
         })
         .collect()
+}
+
+/// Every vector `query` needs over `catalog`, from the service; then the fused ranking.
+fn hybrid_ranking(
+    embedder: &mut Embedder<'_>,
+    config: &Config,
+    catalog: &Catalog,
+    query: &str,
+) -> Result<Fused, Failure> {
+    let gathered = embedder.vectors(catalog, query)?;
+    let (query_vectors, tool_vectors) = embedder.complete(&gathered)?;
+    Ok(rank_fused(
+        catalog,
+        config,
+        query,
+        &query_vectors,
+        &tool_vectors,
+    ))
+}
+
+fn hybrid_info(embedder: &Embedder<'_>, config: &Config, kept: String) -> HybridInfo {
+    HybridInfo {
+        service: embedder.service.clone(),
+        model: embedder.model.clone(),
+        params: fusion_params(config),
+        calls: embedder.calls,
+        inputs: embedder.inputs,
+        kept,
+    }
 }
 
 fn builtins(catalog: &Catalog) -> usize {
@@ -267,8 +326,9 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
     };
     let (dialect, dialect_source) = choose_dialect(args, config, object)?;
     let tokenizer = Tokenizer::load(args.tokenizer)?;
+    let mut embedder = args.embeddings.embedder(config, EXPLAIN_CACHE, || {})?;
     let mut engine = Engine::new(config.clone());
-    let explanation = |query: String, outcome, rows, builtins| Explanation {
+    let explanation = |query: String, outcome, rows, builtins, hybrid| Explanation {
         request: args.request.clone(),
         dialect,
         dialect_source: dialect_source.clone(),
@@ -278,16 +338,32 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
         builtins,
         body_bytes: body.len(),
         tokenizer: args.tokenizer,
+        hybrid,
     };
     match engine.analyse(dialect, &body) {
-        Ok(analysis) => {
+        Ok(mut analysis) => {
+            let hybrid = match embedder.as_mut() {
+                Some(embedder) => {
+                    let gathered = embedder.vectors(&analysis.catalog, &analysis.query)?;
+                    let (query_vectors, tool_vectors) = embedder.complete(&gathered)?;
+                    analysis.rank_hybrid(config, &query_vectors, &tool_vectors);
+                    Some(hybrid_info(embedder, config, analysis.explain_kept()))
+                }
+                None => None,
+            };
             let container = body.get(analysis.container.clone()).unwrap_or_default();
             let decisions = analysis
                 .selection
                 .decisions
                 .iter()
                 .map(|d| (d.entry, d.score, Some(d.verdict)));
-            let rows = rows(&analysis.catalog, container, &tokenizer, decisions);
+            let rows = rows(
+                &analysis.catalog,
+                container,
+                &tokenizer,
+                analysis.fused.as_deref(),
+                decisions,
+            );
             let outcome = match analysis.rewrite(&body) {
                 Some(rewritten) => Outcome::Rewritten {
                     body_bytes: rewritten.len(),
@@ -299,6 +375,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 outcome,
                 rows,
                 builtins(&analysis.catalog),
+                hybrid,
             ))
         }
         Err(skipped) if matches!(skipped.reason, Skip::MalformedJson | Skip::BadShape) => {
@@ -322,22 +399,36 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 let catalog = Catalog::build(dialect, raw, engine.weights).ok()?;
                 Some((raw, catalog))
             });
-            let (rows, builtins) = match catalog {
-                Some((raw, catalog)) => {
-                    let ranking = catalog.index.rank(&request.query);
-                    let decisions = ranking.iter().map(|s| (s.entry, s.score, None));
-                    (
-                        rows(&catalog, raw, &tokenizer, decisions),
-                        builtins(&catalog),
-                    )
-                }
-                None => (Vec::new(), 0),
+            let (rows, builtins, hybrid) = match catalog {
+                // Ranked as the filter would rank it, were it not skipped.
+                Some((raw, catalog)) => match embedder.as_mut() {
+                    Some(embedder) if catalog.function_count() > 0 => {
+                        let fused = hybrid_ranking(embedder, config, &catalog, &request.query)?;
+                        let decisions = fused.order.iter().map(|s| (s.entry, s.score, None));
+                        (
+                            rows(&catalog, raw, &tokenizer, Some(&fused), decisions),
+                            builtins(&catalog),
+                            Some(hybrid_info(embedder, config, String::new())),
+                        )
+                    }
+                    _ => {
+                        let ranking = catalog.index.rank(&request.query);
+                        let decisions = ranking.iter().map(|s| (s.entry, s.score, None));
+                        (
+                            rows(&catalog, raw, &tokenizer, None, decisions),
+                            builtins(&catalog),
+                            None,
+                        )
+                    }
+                },
+                None => (Vec::new(), 0, None),
             };
             Ok(explanation(
                 request.query,
                 Outcome::Skipped(skipped),
                 rows,
                 builtins,
+                hybrid,
             ))
         }
     }
@@ -364,6 +455,11 @@ struct JsonOut<'a> {
     dialect_source: &'a str,
     query: &'a str,
     config: JsonConfig<'a>,
+    /// `keyword` or `hybrid` (with `--embeddings-url`).
+    ranking: &'static str,
+    /// With hybrid ranking: the service and its calls for this request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    embeddings: Option<JsonEmbeddings<'a>>,
     /// `rewritten`, `unchanged` (every function tool kept) or `skipped`.
     outcome: &'static str,
     skip_reason: Option<&'static str>,
@@ -373,6 +469,10 @@ struct JsonOut<'a> {
     kept: usize,
     builtins: usize,
     kept_tools: Vec<&'a str>,
+    /// With hybrid ranking: the kept tools in rank order with the channels that voted for
+    /// each, `name(bm25=1:7.31 vector=2:0.612),…` (as the filter logs them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_channels: Option<&'a str>,
     tools: Vec<JsonTool<'a>>,
     tokens_estimate_before: usize,
     tokens_estimate_after: usize,
@@ -390,6 +490,26 @@ struct JsonConfig<'a> {
     min_score: Option<f32>,
     max_tool_tokens: Option<usize>,
     always_include: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rrf_k: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channel_weights: Option<JsonChannels>,
+}
+
+#[derive(Serialize)]
+struct JsonChannels {
+    bm25: f32,
+    exact: f32,
+    param_keys: f32,
+    vector: f32,
+}
+
+#[derive(Serialize)]
+struct JsonEmbeddings<'a> {
+    url: &'a str,
+    model: &'a str,
+    calls: usize,
+    inputs: usize,
 }
 
 #[derive(Serialize)]
@@ -402,6 +522,10 @@ struct JsonTool<'a> {
     reason: &'static str,
     tokens: usize,
     tokens_estimate: usize,
+    /// With hybrid ranking: the channels that voted for it, `bm25=1:7.31 exact=2:4.1` (channel
+    /// = rank in that channel : its score there); empty when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channels: Option<&'a str>,
 }
 
 fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
@@ -424,6 +548,7 @@ fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
             reason: r.verdict.map_or("request skipped", Verdict::as_str),
             tokens: r.tokens,
             tokens_estimate: r.tokens_estimate,
+            channels: r.channels.as_deref(),
         })
         .collect();
     JsonOut {
@@ -437,7 +562,28 @@ fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
             min_score: config.min_score,
             max_tool_tokens: config.max_tool_tokens,
             always_include: &config.always_include,
+            rrf_k: e.hybrid.as_ref().map(|h| h.params.k),
+            channel_weights: e.hybrid.as_ref().map(|h| {
+                let [bm25, exact, param_keys, vector] = h.params.weights;
+                JsonChannels {
+                    bm25,
+                    exact,
+                    param_keys,
+                    vector,
+                }
+            }),
         },
+        ranking: if e.hybrid.is_some() {
+            "hybrid"
+        } else {
+            "keyword"
+        },
+        embeddings: e.hybrid.as_ref().map(|h| JsonEmbeddings {
+            url: &h.service,
+            model: &h.model,
+            calls: h.calls,
+            inputs: h.inputs,
+        }),
         outcome,
         skip_reason,
         x_toolsift: e.header(),
@@ -450,6 +596,7 @@ fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
             .filter(|r| r.kept)
             .map(|r| r.name.as_str())
             .collect(),
+        kept_channels: e.hybrid.as_ref().map(|h| h.kept.as_str()),
         tools,
         tokens_estimate_before,
         tokens_estimate_after,
@@ -513,6 +660,22 @@ fn to_text(e: &Explanation, config: &Config) -> String {
         }
     );
     field(&mut s, "config", &limits);
+    if let Some(h) = &e.hybrid {
+        let [bm25, exact, param_keys, vector] = h.params.weights;
+        field(
+            &mut s,
+            "ranking",
+            &format!(
+                "hybrid: rrf_k {}, channel weights bm25 {bm25}, exact {exact}, param_keys \
+                 {param_keys}, vector {vector}; embeddings {} from {} ({} in {})",
+                h.params.k,
+                h.model,
+                h.service,
+                plural(h.inputs, "text"),
+                plural(h.calls, "call")
+            ),
+        );
+    }
     let outcome = match &e.outcome {
         Outcome::Rewritten { body_bytes } => format!(
             "rewritten: {} of {} function tools kept; body {} → {} bytes",
@@ -559,15 +722,23 @@ fn to_text(e: &Explanation, config: &Config) -> String {
             .unwrap_or(4)
             .clamp(4, 48);
         let _ = writeln!(s);
+        let channels_header = if e.hybrid.is_some() {
+            "  channels (kept tools)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            "{:>5}  {:>8}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}",
+            "{:>5}  {:>8}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}{channels_header}",
             "rank", "score", "kept", "reason", "tool", "tokens", "estimate"
         );
         for r in &e.rows {
-            let _ = writeln!(
-                s,
-                "{:>5}  {:>8.3}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}",
+            let channels = match &r.channels {
+                Some(c) if r.kept => format!("  {}", if c.is_empty() { "(none)" } else { c }),
+                _ => String::new(),
+            };
+            let line = format!(
+                "{:>5}  {:>8.3}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}{channels}",
                 r.rank,
                 r.score,
                 if r.kept { "yes" } else { "no" },
@@ -576,6 +747,7 @@ fn to_text(e: &Explanation, config: &Config) -> String {
                 r.tokens,
                 r.tokens_estimate
             );
+            let _ = writeln!(s, "{}", line.trim_end());
         }
         let _ = writeln!(s);
     }

@@ -2,11 +2,17 @@
 //! tool-retrieval dataset. Both run the filter's own code (`toolsift::pipeline`, `toolsift::rank`,
 //! `toolsift::select`), natively.
 //!
+//! With `--embeddings-url URL --embeddings-model NAME` both rank as the filter does with
+//! `ranking: hybrid`, with vectors from that OpenAI-compatible embeddings service.
+//!
 //! Exit codes: 0 on success (a request the filter would skip is a success: the report says why),
-//! 2 on bad input (missing file, invalid JSON, invalid configuration, unknown dialect, bad flags).
+//! 2 on bad input (missing file, invalid JSON, invalid configuration, unknown dialect, bad flags)
+//! and when the embeddings service of `--embeddings-url` fails.
 
 mod eval_cmd;
 mod explain;
+mod http;
+mod hybrid;
 mod output;
 mod plot;
 mod tokens;

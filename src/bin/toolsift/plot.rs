@@ -117,15 +117,19 @@ pub fn svg(report: &Report, tokenizer: &str, top_k: usize) -> String {
         r#"font-weight="bold""#,
         &title,
     );
+    let ranking = match &report.hybrid {
+        Some(h) => format!("hybrid ranking with {}", h.model),
+        None => format!(
+            "BM25 weights name {}, description {}, params {}",
+            report.weights.name, report.weights.description, report.weights.params
+        ),
+    };
     let subtitle = format!(
-        "{} tools ({} {} tokens in all), {} queries; BM25 weights name {}, description {}, params {}",
+        "{} tools ({} {} tokens in all), {} queries; {ranking}",
         thousands(report.tools),
         thousands(report.tokens_catalog),
         tokenizer,
         thousands(report.queries),
-        report.weights.name,
-        report.weights.description,
-        report.weights.params
     );
     text(
         &mut s,
