@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency clean
+.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid clean
 
 all: build
 
@@ -45,20 +45,28 @@ run: build $(ENVOY)
 	trap 'kill $$up 2>/dev/null; wait $$up 2>/dev/null' EXIT INT TERM; \
 	$(ENVOY) -c envoy.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
 
+# The same gateway with hybrid ranking: toolsift-embed (all-MiniLM-L6-v2) on 127.0.0.1:18100.
+run-hybrid: build embed $(ENVOY)
+	@echo "toolsift (hybrid): gateway on http://127.0.0.1:10000, admin on http://127.0.0.1:9901, embeddings on http://127.0.0.1:18100 (Ctrl-C stops all)"
+	@./target/release/toolsift-demo-upstream --listen 127.0.0.1:18000 & up=$$!; \
+	./target/embed/release/toolsift-embed --listen 127.0.0.1:18100 & emb=$$!; \
+	trap 'kill $$up $$emb 2>/dev/null; wait $$up $$emb 2>/dev/null' EXIT INT TERM; \
+	$(ENVOY) -c envoy-hybrid.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
+
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate test-embed
+test: build $(ENVOY) validate embed test-embed
 	$(CARGO) test --lib --bins --tests
 
 unit:
 	$(CARGO) test --lib --bins
 
-integration: build $(ENVOY)
+integration: build embed $(ENVOY)
 	$(CARGO) test --test '*'
 
 # Every shipped Envoy config must load, with the real .wasm and its configuration.
 validate: wasm $(ENVOY)
-	@for f in envoy.yaml docs/examples/*.yaml; do \
+	@for f in envoy.yaml envoy-hybrid.yaml docs/examples/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \
 		$(ENVOY) --mode validate -c $$f --log-level error >/dev/null 2>&1 && echo OK || { \
 			$(ENVOY) --mode validate -c $$f --log-level error; exit 1; }; \
@@ -118,6 +126,11 @@ bench-micro:
 # Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools.
 bench-latency: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency
+
+# Added latency of hybrid ranking through Envoy (warm tool-vector cache): a new question (one
+# embeddings call) and a repeated one (none), beside the embeddings service's own time.
+bench-latency-hybrid: build embed $(ENVOY)
+	$(CARGO) run --release --example envoy_latency -- --hybrid
 
 clean:
 	$(CARGO) clean
