@@ -29,6 +29,8 @@ fn body(tools: &str, question: &str) -> String {
 }
 
 const QUESTION: &str = "Find the latest football transfer news and email a summary to my team";
+const HYBRID_QUESTION: &str =
+    "Find the latest football transfer news. Then email a summary to my team.";
 
 fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("filter");
@@ -51,6 +53,37 @@ fn benches(c: &mut Criterion) {
             BenchmarkId::new("rank (new question)", n),
             &catalog,
             |b, c| b.iter(|| c.index.rank(black_box(QUESTION))),
+        );
+        // Hybrid ranking's fusion, vectors given (384 dimensions, pseudo-random unit vectors:
+        // the arithmetic is the same as with real ones); the question has two sentences, so
+        // three query vectors.
+        let vector = |seed: usize| {
+            let mut v: Vec<f32> = (0..384)
+                .map(|i| (((seed * 7919 + i * 104_729) % 1000) as f32 / 500.0) - 1.0)
+                .collect();
+            toolsift::fusion::normalise(&mut v);
+            v
+        };
+        let tool_vectors: Vec<Vec<f32>> = (0..n).map(vector).collect();
+        let tool_refs: Vec<Option<&[f32]>> =
+            tool_vectors.iter().map(|v| Some(v.as_slice())).collect();
+        let query_vectors: Vec<Vec<f32>> = (0..3).map(|i| vector(n + i)).collect();
+        let query_refs: Vec<&[f32]> = query_vectors.iter().map(Vec::as_slice).collect();
+        let config = Config::default();
+        group.bench_with_input(
+            BenchmarkId::new("hybrid fusion (new question)", n),
+            &catalog,
+            |b, c| {
+                b.iter(|| {
+                    toolsift::pipeline::rank_fused(
+                        c,
+                        &config,
+                        black_box(HYBRID_QUESTION),
+                        &query_refs,
+                        &tool_refs,
+                    )
+                })
+            },
         );
         let mut engine = Engine::new(Config::default());
         group.bench_with_input(

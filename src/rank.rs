@@ -136,6 +136,14 @@ impl Index {
         self.postings.get(&term).map(|(idf, _)| *idf)
     }
 
+    /// The documents (positions in [`Index::documents`]) that contain a term.
+    pub fn documents_with(&self, term: u32) -> impl Iterator<Item = usize> + '_ {
+        self.postings
+            .get(&term)
+            .into_iter()
+            .flat_map(|(_, docs)| docs.iter().map(|&(doc, _)| doc as usize))
+    }
+
     /// The catalog entry of each document, in catalog order.
     pub fn documents(&self) -> &[usize] {
         &self.documents
