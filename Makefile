@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid clean
+.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-quality-hybrid clean
 
 all: build
 
@@ -105,7 +105,7 @@ lint-embed:
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-tokens bench-micro bench-latency
+bench: bench-quality bench-quality-hybrid bench-tokens bench-micro bench-latency bench-latency-hybrid
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -114,6 +114,21 @@ bench-quality: native
 		./target/release/toolsift eval --tools $(DATASETS)/$$d/tools.jsonl \
 			--queries $(DATASETS)/$$d/queries.jsonl --k 1,3,5,10 || exit 1; \
 	done
+
+# The same with hybrid ranking (toolsift-embed started on a free port; embedding the three
+# catalogs takes several minutes on two cores), and dense-only beside both (hybrid_probe).
+bench-quality-hybrid: native embed
+	@./target/embed/release/toolsift-embed --listen 127.0.0.1:18199 & emb=$$!; \
+	trap 'kill $$emb 2>/dev/null; wait $$emb 2>/dev/null' EXIT INT TERM; \
+	until curl -sf http://127.0.0.1:18199/healthz >/dev/null; do sleep 0.2; done; \
+	for d in seal_tools toolbench livemcpbench; do \
+		echo "== $$d (hybrid)"; \
+		./target/release/toolsift eval --tools $(DATASETS)/$$d/tools.jsonl \
+			--queries $(DATASETS)/$$d/queries.jsonl --k 1,3,5,10 \
+			--embeddings-url http://127.0.0.1:18199/v1/embeddings \
+			--embeddings-model all-MiniLM-L6-v2 || exit 1; \
+	done
+	$(CARGO) run --release --example hybrid_probe
 
 # Tokens of the tools array, static against toolsift, for catalogs of 10 to 1,000 tools.
 bench-tokens:

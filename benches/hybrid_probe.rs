@@ -1,10 +1,16 @@
-//! A first measurement for issue 4 (hybrid ranking), before the filter has it: on each shared
-//! dataset, Recall@5 of keyword ranking (the filter's BM25), dense ranking (cosine of
-//! all-MiniLM-L6-v2 embeddings of "name: description", the way gateway peers do it) and their
-//! Reciprocal Rank Fusion (k = 60), with the keyword ranking weighted 1, 2 or 3 to the dense one's 1. Embeddings come from the real `toolsift-embed` server
-//! (`make embed` builds it), started here on a free port.
+//! Tuning record for hybrid ranking (issue 4): on each shared dataset, Recall@5 of
+//! - keyword ranking (the filter's BM25),
+//! - dense ranking, cosine of all-MiniLM-L6-v2 vectors of "name: description" (the way gateway
+//!   peers do it) and of the text the filter embeds (`embeddings::tool_text`, with parameters),
+//! - the filter's fusion (`fusion::rank`) over a grid of RRF k and channel weights, with the
+//!   query embedded whole, or whole and by sentence as the filter does.
 //!
-//! `cargo run --release --example hybrid_probe [-- --with-params]`
+//! Embeddings come from the real `toolsift-embed` server (`make embed` builds it), started here
+//! on a free port; vectors are cached under `target/hybrid-probe/` between runs.
+//! `toolsift eval --embeddings-url` gives the filter's own configuration's figures; this
+//! program is for choosing that configuration.
+//!
+//! `cargo run --release --example hybrid_probe`
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::indexing_slicing)] // a benchmark harness, not filter code
 
@@ -13,15 +19,16 @@ mod common;
 
 use serde_json::json;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use toolsift::config::Config;
 use toolsift::dialect::{Dialect, Entry};
+use toolsift::embeddings::{query_texts, tool_text};
 use toolsift::eval::Dataset;
+use toolsift::fusion::{self, FusionParams};
 use toolsift::pipeline::Engine;
 use toolsift::rank::Catalog;
 
-const RRF_K: f32 = 60.0;
 const BATCH: usize = 64;
 
 fn main() {
@@ -43,127 +50,146 @@ fn main() {
         .read_line(&mut line)
         .unwrap();
     let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
-
-    println!(
-        "| dataset | keyword | dense | RRF 1:1 | RRF 2:1 | RRF 3:1 | RRF 1:1, dense top 10 | BM25/max + 0.5·cos | BM25/max + 1·cos |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let weights = Engine::new(Config::default()).weights;
-    let with_params = std::env::args().any(|a| a == "--with-params");
+
     for name in ["seal_tools", "toolbench", "livemcpbench"] {
         let dir: PathBuf = repo.join("../shared/datasets").join(name);
         let dataset = Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).unwrap();
         let catalog = Catalog::build(Dialect::OpenaiChat, &dataset.tools_array(), weights).unwrap();
-        // "name: description", or with `--with-params` also the parameter names and
-        // descriptions the keyword index reads.
-        let texts: Vec<String> = catalog
-            .draft
-            .entries
+        let texts = |f: fn(&toolsift::dialect::ToolText) -> String| -> Vec<String> {
+            catalog
+                .draft
+                .entries
+                .iter()
+                .map(|e| match e {
+                    Entry::Function(t) => f(t),
+                    Entry::Builtin => String::new(),
+                })
+                .collect()
+        };
+        let plain = cached(&repo, &format!("{name}-tools-plain"), || {
+            embed(port, &texts(|t| format!("{}: {}", t.name, t.description)))
+        });
+        let filter_text = cached(&repo, &format!("{name}-tools-filter"), || {
+            embed(port, &texts(tool_text))
+        });
+        // Per query: the filter's query texts (whole request first, then sentences).
+        let per_query: Vec<Vec<String>> = dataset
+            .queries
             .iter()
-            .map(|e| match e {
-                Entry::Function(t) if with_params => {
-                    format!("{}: {} {}", t.name, t.description, t.params.join(", "))
-                }
-                Entry::Function(t) => format!("{}: {}", t.name, t.description),
-                Entry::Builtin => String::new(),
-            })
+            .map(|q| query_texts(&q.query))
             .collect();
-        let tool_vectors = embed(port, &texts);
-        let queries: Vec<String> = dataset.queries.iter().map(|q| q.query.clone()).collect();
-        let query_vectors = embed(port, &queries);
-        let (mut kw, mut dense) = (0.0, 0.0);
-        let mut hybrid = [0.0; 3];
-        let (mut top10, mut convex_half, mut convex_one) = (0.0, 0.0, 0.0);
-        for (q, qv) in dataset.queries.iter().zip(&query_vectors) {
-            let scored = catalog.index.rank(&q.query);
-            let keyword: Vec<usize> = scored.iter().map(|s| s.entry).collect();
-            let mut by_cosine: Vec<(usize, f32)> = tool_vectors
+        let flat: Vec<String> = per_query.iter().flatten().cloned().collect();
+        let flat_vectors = cached(&repo, &format!("{name}-query-texts"), || embed(port, &flat));
+        let mut it = flat_vectors.into_iter();
+        let query_vectors: Vec<Vec<Vec<f32>>> = per_query
+            .iter()
+            .map(|p| it.by_ref().take(p.len()).collect())
+            .collect();
+
+        let recall = |order: &dyn Fn(usize) -> Vec<usize>| -> f64 {
+            let total: f64 = dataset
+                .queries
                 .iter()
                 .enumerate()
-                .map(|(i, tv)| (i, dot(qv, tv)))
-                .collect();
-            by_cosine.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let dense_order: Vec<usize> = by_cosine.iter().map(|(i, _)| *i).collect();
-            let recall = |order: &[usize]| {
-                let top: Vec<&str> = order
+                .map(|(i, q)| {
+                    let top: Vec<&str> = order(i)
+                        .into_iter()
+                        .take(5)
+                        .map(|e| dataset.tools[e].name.as_str())
+                        .collect();
+                    q.relevant
+                        .iter()
+                        .filter(|r| top.contains(&r.as_str()))
+                        .count() as f64
+                        / q.relevant.len().max(1) as f64
+                })
+                .sum();
+            total / dataset.queries.len() as f64
+        };
+        let dense = |tools: &[Vec<f32>]| {
+            recall(&|i| {
+                let q = &query_vectors[i][0];
+                let mut order: Vec<(usize, f32)> = tools
                     .iter()
-                    .take(5)
-                    .map(|&i| dataset.tools[i].name.as_str())
+                    .enumerate()
+                    .map(|(e, t)| (e, fusion::dot(q, t)))
                     .collect();
-                q.relevant
-                    .iter()
-                    .filter(|r| top.contains(&r.as_str()))
-                    .count() as f64
-                    / q.relevant.len().max(1) as f64
-            };
-            kw += recall(&keyword);
-            dense += recall(&dense_order);
-            top10 += recall(&rrf(
-                &[
-                    (&keyword, 1.0),
-                    (&dense_order[..10.min(dense_order.len())], 1.0),
-                ],
-                tool_vectors.len(),
-            ));
-            let max = scored.first().map_or(0.0, |s| s.score).max(f32::EPSILON);
-            let mut bm25 = vec![0f32; tool_vectors.len()];
-            for s in scored.iter() {
-                bm25[s.entry] = s.score / max;
-            }
-            let convex = |alpha: f32| {
-                let mut order: Vec<usize> = (0..bm25.len()).collect();
-                let score = |i: usize| bm25[i] + alpha * dot(qv, &tool_vectors[i]);
-                order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
-                order
-            };
-            convex_half += recall(&convex(0.5));
-            convex_one += recall(&convex(1.0));
-            for (w, h) in hybrid.iter_mut().enumerate() {
-                *h += recall(&rrf(
-                    &[(&keyword, (w + 1) as f32), (&dense_order, 1.0)],
-                    tool_vectors.len(),
-                ));
+                order.sort_by(|a, b| b.1.total_cmp(&a.1));
+                order.into_iter().map(|(e, _)| e).collect()
+            })
+        };
+        let keyword = recall(&|i| {
+            catalog
+                .index
+                .rank(&dataset.queries[i].query)
+                .iter()
+                .map(|s| s.entry)
+                .collect()
+        });
+        println!(
+            "{name}\tkeyword {keyword:.3}\tdense name:description {:.3}\tdense filter text {:.3}",
+            dense(&plain),
+            dense(&filter_text)
+        );
+        let refs: Vec<Option<&[f32]>> = filter_text.iter().map(|v| Some(v.as_slice())).collect();
+        let entries = catalog.draft.entries.len();
+        for k in [1.0f32, 3.0, 10.0, 60.0] {
+            for w in [
+                [1.0, 0.0, 0.0, 1.0],
+                [1.0, 0.5, 0.25, 1.0],
+                [1.0, 0.5, 0.5, 1.0],
+                [1.0, 1.0, 1.0, 1.0],
+                [2.0, 1.0, 0.5, 1.0],
+                [1.5, 1.0, 1.0, 1.0],
+            ] {
+                for sentences in [false, true] {
+                    let params = FusionParams { k, weights: w };
+                    let r = recall(&|i| {
+                        let qv = &query_vectors[i];
+                        let n = if sentences { qv.len() } else { 1 };
+                        let qs: Vec<&[f32]> = qv[..n].iter().map(|v| v.as_slice()).collect();
+                        let query = &dataset.queries[i].query;
+                        let fused = fusion::rank(
+                            &catalog.index,
+                            &catalog.lexicon,
+                            entries,
+                            query,
+                            Some((&qs, &refs)),
+                            &params,
+                        );
+                        fused.order.iter().map(|s| s.entry).collect()
+                    });
+                    let how = if sentences {
+                        "whole+sentences"
+                    } else {
+                        "whole"
+                    };
+                    println!("{name}\tk={k} w={w:?} query={how}\t{r:.3}");
+                }
             }
         }
-        let n = dataset.queries.len() as f64;
-        println!(
-            "| {name} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
-            kw / n,
-            dense / n,
-            hybrid[0] / n,
-            hybrid[1] / n,
-            hybrid[2] / n,
-            top10 / n,
-            convex_half / n,
-            convex_one / n
-        );
     }
     let _ = child.kill();
     let _ = child.wait();
 }
 
-/// Entry order by weighted Reciprocal Rank Fusion of the given rankings (best first; ties by
-/// entry).
-fn rrf(rankings: &[(&[usize], f32)], n: usize) -> Vec<usize> {
-    let mut score = vec![0f32; n];
-    for (ranking, weight) in rankings {
-        for (rank, &entry) in ranking.iter().enumerate() {
-            score[entry] += weight / (RRF_K + rank as f32 + 1.0);
-        }
+/// Vectors cached under target/hybrid-probe, so a second run does not embed again.
+fn cached(repo: &Path, key: &str, make: impl FnOnce() -> Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+    let path = repo.join("target/hybrid-probe").join(format!("{key}.json"));
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        return serde_json::from_str(&text).unwrap();
     }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&a, &b| score[b].total_cmp(&score[a]));
-    order
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let v = make();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    v
 }
 
 /// Unit-length vectors for `texts`, in batches.
 fn embed(port: u16, texts: &[String]) -> Vec<Vec<f32>> {
     let mut out = Vec::with_capacity(texts.len());
-    for (i, batch) in texts.chunks(BATCH).enumerate() {
+    for batch in texts.chunks(BATCH) {
         let body = json!({"model": "all-MiniLM-L6-v2", "input": batch}).to_string();
         let r = common::http(
             port,
@@ -174,18 +200,16 @@ fn embed(port: u16, texts: &[String]) -> Vec<Vec<f32>> {
         );
         assert_eq!(r.status, 200, "{}", r.text());
         for item in r.json()["data"].as_array().unwrap() {
-            out.push(
-                item["embedding"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-                    .collect(),
-            );
+            let mut v: Vec<f32> = item["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            fusion::normalise(&mut v);
+            out.push(v);
         }
-        if i % 10 == 0 {
-            eprint!("\rembedded {} of {}", out.len(), texts.len());
-        }
+        eprint!("\rembedded {} of {}", out.len(), texts.len());
     }
     eprintln!();
     out
