@@ -83,9 +83,8 @@ pub struct Embeddings {
     #[serde(default = "default_cache_size", deserialize_with = "whole_number")]
     pub cache_size: usize,
     /// At most this many tool texts go in one call; a larger new catalog is embedded over the
-    /// next requests, ranked by keyword until it is complete. Each call must finish within
-    /// `timeout_ms`: a small local model embeds about 32 short texts in 50 ms on two cores,
-    /// hosted APIs take hundreds per call.
+    /// next requests, ranked by keyword until it is complete. A request's call that cannot
+    /// finish within `timeout_ms` hands the catalog's tools to background calls of this size.
     #[serde(default = "default_max_batch", deserialize_with = "whole_number")]
     pub max_batch: usize,
 }

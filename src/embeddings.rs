@@ -408,8 +408,40 @@ impl<S: SharedBytes> Source<'_, S> {
     }
 }
 
+impl<S: SharedBytes> Source<'_, S> {
+    /// Stores the vectors a background call returned for the tools at `entries` in the cache
+    /// and in the catalog's memo.
+    pub fn fill_tools(&self, catalog: &Catalog, entries: &[usize], vectors: Vec<Vec<f32>>) {
+        let mut tools: Vec<Option<Vec<f32>>> = match catalog.vectors() {
+            Some(memo) => memo.as_ref().clone(),
+            None => vec![None; catalog.draft.entries.len()],
+        };
+        for (&entry, v) in entries.iter().zip(vectors) {
+            if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
+                self.cache.put(&self.key(&tool_text(t)), &v);
+                if let Some(slot) = tools.get_mut(entry) {
+                    *slot = Some(v);
+                }
+            }
+        }
+        catalog.remember_vectors(Rc::new(tools));
+    }
+}
+
+/// The texts of the tools at `entries`, for a background call.
+pub fn tool_texts(catalog: &Catalog, entries: &[usize]) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|&e| match catalog.draft.entries.get(e) {
+            Some(Entry::Function(t)) => Some(tool_text(t)),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Gathered {
-    /// The inputs of the next call: the query's missing texts, then up to `max_batch` tools.
+    /// The inputs of the next call: the query's missing texts, then up to `max_batch` tools
+    /// (none while the catalog's tools are being fetched in the background).
     pub fn plan(&self, catalog: &Catalog, max_batch: usize) -> (Vec<Slot>, Vec<String>) {
         let mut slots = Vec::new();
         let mut inputs = Vec::new();
@@ -419,7 +451,8 @@ impl Gathered {
                 inputs.push(text.clone());
             }
         }
-        for &entry in self.missing_tools.iter().take(max_batch) {
+        let batch = if catalog.fetching() { 0 } else { max_batch };
+        for &entry in self.missing_tools.iter().take(batch) {
             if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
                 slots.push(Slot::Tool(entry));
                 inputs.push(tool_text(t));
@@ -597,6 +630,29 @@ mod tests {
         assert_eq!(g.tools.iter().flatten().count(), 10);
         assert!(Rc::ptr_eq(&g.tools, &catalog.vectors().unwrap()));
         assert_eq!(g.plan(&catalog, 6).0, [Slot::Query(0)]);
+    }
+
+    #[test]
+    fn while_tools_are_fetched_in_the_background_requests_ask_only_for_their_question() {
+        let memory = Memory::default();
+        let cache = VectorCache::new(&memory, 100, "v.");
+        let source = Source {
+            provider: "p",
+            model: "m",
+            cache: &cache,
+        };
+        let catalog = catalog(5);
+        catalog.set_fetching(true);
+        let g = source.gather(&catalog, "thing");
+        assert_eq!(g.plan(&catalog, 32).0, [Slot::Query(0)]);
+        assert_eq!(tool_texts(&catalog, &g.missing_tools).len(), 5);
+        source.fill_tools(&catalog, &g.missing_tools, vec![vec![1.0, 0.0]; 5]);
+        catalog.set_fetching(false);
+        let mut g = source.gather(&catalog, "thing");
+        assert!(g.missing_tools.is_empty());
+        let (slots, _) = g.plan(&catalog, 32);
+        source.fill(&catalog, &mut g, &slots, vec![vec![0.0, 1.0]]);
+        assert!(g.complete().is_some());
     }
 
     #[test]

@@ -221,6 +221,9 @@ pub struct Catalog {
     vectors: RefCell<Option<ToolVectors>>,
     /// The last question's hybrid ranking, once all vectors were known.
     last_fused: RefCell<Option<(String, Rc<Fused>)>>,
+    /// The tools' missing vectors are being fetched in the background: requests ask only for
+    /// their question's vectors meanwhile.
+    fetching: std::cell::Cell<bool>,
 }
 
 /// Unit vectors of a catalog's entries (`None` for built-ins).
@@ -258,6 +261,7 @@ impl Catalog {
             edges,
             vectors: RefCell::new(None),
             last_fused: RefCell::new(None),
+            fetching: std::cell::Cell::new(false),
         })
     }
 
@@ -273,6 +277,14 @@ impl Catalog {
             *last = Some((query.to_owned(), Rc::clone(&ranking)));
         }
         ranking
+    }
+
+    pub fn fetching(&self) -> bool {
+        self.fetching.get()
+    }
+
+    pub fn set_fetching(&self, fetching: bool) {
+        self.fetching.set(fetching);
     }
 
     /// The hybrid ranking last remembered for `query`.

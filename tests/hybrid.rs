@@ -265,6 +265,33 @@ fn vectors_of_the_wrong_size_fall_back_to_keyword_ranking() {
 }
 
 #[test]
+fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background() {
+    // 20 ms per input: the first request's call (its question and 80 tools) would need 1.6 s,
+    // far past the 300 ms timeout; a question alone needs 20 ms.
+    let g = faulty(json!({"path": "/embeddings/per-input?ms=20"}));
+    let r = chat(&g, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=keyword fallback=timeout")
+    );
+    // Meanwhile the root context fetches the tools without a deadline; requests ask only for
+    // their question and go on by keyword until the tools are in.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = chat(&g, "book a hotel in Rome for two nights");
+        let header = r.header("x-toolsift").unwrap().to_owned();
+        if header == "kept=5 total=80 ranking=hybrid" {
+            break;
+        }
+        assert_eq!(header, "kept=5 total=80 ranking=keyword fallback=incomplete");
+        assert!(Instant::now() < deadline, "never ranked by hybrid ranking");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(g.stat("toolsift.embeddings.backfilled"), 80);
+    assert_eq!(g.stat("toolsift.embeddings.fallback.timeout"), 1);
+}
+
+#[test]
 fn the_stand_in_answering_well_gives_hybrid_ranking() {
     // The control for the fault cases: the same stand-in, answering properly.
     let g = faulty(json!({"path": "/embeddings/ok"}));

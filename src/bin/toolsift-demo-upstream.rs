@@ -20,6 +20,8 @@
 //!   similar; never all zeros), 16 numbers unless the request asks for `"dimensions": d`.
 //! - `POST /embeddings/slow?ms=N`: waits N milliseconds (default 3000, at most 120000) without
 //!   blocking other requests, then answers like `ok`.
+//! - `POST /embeddings/per-input?ms=N`: waits N milliseconds per input, then answers like
+//!   `ok`: a model whose time grows with the batch, as real ones do.
 //! - `POST /embeddings/status/{code}`: that status (200..=599) with an OpenAI-style error body.
 //! - `POST /embeddings/garbage`: 200, `content-type: text/html`, a body that is not JSON.
 //! - `POST /embeddings/wrong-dims`: like `ok`, but every vector has 3 numbers whatever was asked.
@@ -1082,6 +1084,8 @@ fn sha256_hex(bytes: &[u8]) -> String {
 enum EmbeddingsRoute {
     Ok,
     Slow(Duration),
+    /// A delay per input.
+    PerInput(Duration),
     Status(StatusCode),
     Garbage,
     WrongDims,
@@ -1097,6 +1101,7 @@ impl EmbeddingsRoute {
         let detected = match route {
             "ok" => Ok(Self::Ok),
             "slow" => slow_delay(query).map(Self::Slow),
+            "per-input" => slow_delay(query).map(Self::PerInput),
             "garbage" => Ok(Self::Garbage),
             "wrong-dims" => Ok(Self::WrongDims),
             "wrong-count" => Ok(Self::WrongCount),
@@ -1353,6 +1358,7 @@ async fn serve_embeddings(
         }
         EmbeddingsRoute::Ok
         | EmbeddingsRoute::Slow(_)
+        | EmbeddingsRoute::PerInput(_)
         | EmbeddingsRoute::WrongDims
         | EmbeddingsRoute::WrongCount => {}
     }
@@ -1369,6 +1375,11 @@ async fn serve_embeddings(
     let answer = match route {
         EmbeddingsRoute::Slow(delay) => {
             tokio::time::sleep(delay).await;
+            embeddings_answer(&request, None, false)
+        }
+        EmbeddingsRoute::PerInput(delay) => {
+            let inputs = u32::try_from(request.inputs.len()).unwrap_or(u32::MAX);
+            tokio::time::sleep(delay.saturating_mul(inputs)).await;
             embeddings_answer(&request, None, false)
         }
         EmbeddingsRoute::WrongDims => embeddings_answer(&request, Some(WRONG_DIMENSIONS), false),

@@ -167,12 +167,16 @@ impl Filter {
                 ranked = Ranked::Hybrid;
             } else {
                 let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
-                if inputs.is_empty() {
+                if inputs.is_empty() && analysis.catalog.fetching() {
+                    // The query is known; the tools are still coming in the background.
+                    ranked = Ranked::Incomplete;
+                } else if inputs.is_empty() {
                     // Everything is known but the sizes disagree: cached under another model.
                     ranked = Ranked::Fallback(Fallback::Dimensions);
                 } else {
                     let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-                    match vectors::dispatch(e, &refs) {
+                    let timeout = Duration::from_millis(e.timeout_ms as u64);
+                    match vectors::dispatch(e, &refs, timeout) {
                         Ok(token) => {
                             metrics.add(metrics.embeddings_calls, 1);
                             metrics.add(metrics.embeddings_inputs, inputs.len());
@@ -286,7 +290,7 @@ impl Filter {
                         model: &e.model,
                         cache,
                     };
-                    rank_with_answer(
+                    let ranked = rank_with_answer(
                         &source,
                         config,
                         e,
@@ -294,7 +298,18 @@ impl Filter {
                         &mut gathered,
                         &slots,
                         body_size,
-                    )
+                    );
+                    if ranked == Ranked::Fallback(Fallback::Timeout) {
+                        // Too many tool texts to embed within timeout_ms: the root context
+                        // fetches them without a deadline while requests go on by keyword.
+                        let had_tools = slots.iter().any(|s| matches!(s, Slot::Tool(_)));
+                        if let (true, Ok(mut backfill)) =
+                            (had_tools, shared.backfill.try_borrow_mut())
+                        {
+                            backfill.queue(&analysis.catalog, gathered.missing_tools.clone());
+                        }
+                    }
+                    ranked
                 }
                 _ => Ranked::Keyword,
             };
@@ -361,6 +376,27 @@ impl Filter {
     }
 }
 
+/// The vectors of the embeddings answer of the current `on_http_call_response`, or why there
+/// are none.
+pub(super) fn read_answer(
+    body_size: usize,
+    inputs: usize,
+    dimensions: Option<usize>,
+) -> Result<Vec<Vec<f32>>, Fallback> {
+    let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+        .ok()
+        .flatten()
+        .and_then(|s| s.parse::<u16>().ok());
+    if let Some(reason) = Fallback::of_status(status) {
+        return Err(reason);
+    }
+    let answer = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    parse_response(&answer, inputs, dimensions)
+}
+
 /// Reads the embeddings answer of the current `on_http_call_response` and ranks with it.
 fn rank_with_answer(
     source: &Source<'_, vectors::SharedData>,
@@ -371,21 +407,10 @@ fn rank_with_answer(
     slots: &[Slot],
     body_size: usize,
 ) -> Ranked {
-    let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-        .ok()
-        .flatten()
-        .and_then(|s| s.parse::<u16>().ok());
-    if let Some(reason) = Fallback::of_status(status) {
-        return Ranked::Fallback(reason);
-    }
-    let answer = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
     // Vectors must match the configured size, or the size of the ones already known: a
     // wrong-sized answer is never cached.
     let expected = e.dimensions.or_else(|| gathered.known_dimensions());
-    let vectors = match parse_response(&answer, slots.len(), expected) {
+    let vectors = match read_answer(body_size, slots.len(), expected) {
         Ok(vectors) => vectors,
         Err(reason) => return Ranked::Fallback(reason),
     };

@@ -27,6 +27,8 @@ pub struct Metrics {
     pub embeddings_inputs: u32,
     /// New catalogs larger than `max_batch`, ranked by keyword until all their vectors are in.
     pub embeddings_incomplete: u32,
+    /// Tool vectors fetched by background calls.
+    pub embeddings_backfilled: u32,
     /// One counter per [`Fallback`], in [`Fallback::ALL`] order.
     fallback: Vec<u32>,
 }
@@ -48,6 +50,7 @@ impl Metrics {
             embeddings_calls: counter("toolsift.embeddings.calls")?,
             embeddings_inputs: counter("toolsift.embeddings.inputs")?,
             embeddings_incomplete: counter("toolsift.embeddings.incomplete")?,
+            embeddings_backfilled: counter("toolsift.embeddings.backfilled")?,
             fallback,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,

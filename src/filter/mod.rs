@@ -29,6 +29,8 @@ pub(crate) struct Shared {
     /// Hybrid ranking's vector cache (shared by every worker) and the service's identity in
     /// its keys; `None` with keyword ranking.
     vectors: Option<(VectorCache<vectors::SharedData>, String)>,
+    /// New catalogs' tool vectors being fetched by the root context.
+    backfill: RefCell<vectors::Backfill>,
 }
 
 #[derive(Default)]
@@ -36,7 +38,55 @@ struct Root {
     shared: Option<Rc<Shared>>,
 }
 
-impl Context for Root {}
+impl Context for Root {
+    /// A background call for a new catalog's tool vectors answered.
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let Some((catalog, entries)) = shared
+            .backfill
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut b| b.answered(token_id))
+        else {
+            return;
+        };
+        let (Some((cache, provider)), Ok(engine)) = (&shared.vectors, shared.engine.try_borrow())
+        else {
+            return;
+        };
+        let Some(e) = &engine.config.embeddings else {
+            return;
+        };
+        let source = crate::embeddings::Source {
+            provider,
+            model: &e.model,
+            cache,
+        };
+        let known = catalog
+            .vectors()
+            .and_then(|v| v.iter().flatten().map(Vec::len).next());
+        match http::read_answer(body_size, entries.len(), e.dimensions.or(known)) {
+            Ok(vectors) => {
+                source.fill_tools(&catalog, &entries, vectors);
+                shared
+                    .metrics
+                    .add(shared.metrics.embeddings_backfilled, entries.len());
+            }
+            Err(reason) => {
+                log::debug!("background embeddings call: {}", reason.name());
+                shared.metrics.fallback(reason);
+            }
+        }
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
@@ -82,8 +132,26 @@ impl RootContext for Root {
             engine: RefCell::new(Engine::new(config)),
             metrics,
             vectors,
+            backfill: RefCell::default(),
         }));
         true
+    }
+
+    /// Sends the background calls requests queued.
+    fn on_tick(&mut self) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let (Ok(engine), Ok(mut backfill)) =
+            (shared.engine.try_borrow(), shared.backfill.try_borrow_mut())
+        else {
+            return;
+        };
+        if let Some(e) = &engine.config.embeddings {
+            let (calls, inputs) = backfill.send(e);
+            shared.metrics.add(shared.metrics.embeddings_calls, calls);
+            shared.metrics.add(shared.metrics.embeddings_inputs, inputs);
+        }
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {

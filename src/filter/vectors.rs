@@ -2,9 +2,12 @@
 //! store for every worker of the VM) and the embeddings call through an Envoy cluster.
 
 use crate::config::Embeddings;
-use crate::embeddings::{SharedBytes, request_body};
+use crate::embeddings::{SharedBytes, request_body, tool_texts};
+use crate::rank::Catalog;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// proxy-wasm shared data. Any host error reads as a miss or a refused write: the vector is
@@ -28,9 +31,13 @@ impl SharedBytes for SharedData {
     }
 }
 
+/// How long a background call may take to embed a new catalog's tools: no request waits for
+/// it, so it may take as long as a slow model needs.
+pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Sends one embeddings request; the answer comes to the calling context's
-/// `on_http_call_response`, or Envoy answers 504 after `timeout_ms`.
-pub fn dispatch(e: &Embeddings, inputs: &[&str]) -> Result<u32, Status> {
+/// `on_http_call_response`, or Envoy answers 504 after `timeout`.
+pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> Result<u32, Status> {
     let body = request_body(&e.model, inputs, e.dimensions);
     let mut headers: Vec<(&str, &str)> = vec![
         (":method", "POST"),
@@ -44,6 +51,70 @@ pub fn dispatch(e: &Embeddings, inputs: &[&str]) -> Result<u32, Status> {
         headers,
         Some(body.as_bytes()),
         Vec::new(),
-        Duration::from_millis(e.timeout_ms as u64),
+        timeout,
     )
+}
+
+/// A new catalog's tools whose vectors a request could not get within `timeout_ms`: the root
+/// context fetches them, on its next tick, with [`BACKGROUND_TIMEOUT`], and the answer comes
+/// to the root, which outlives any request.
+#[derive(Default)]
+pub struct Backfill {
+    queued: Vec<(Rc<Catalog>, Vec<usize>)>,
+    in_flight: HashMap<u32, (Rc<Catalog>, Vec<usize>)>,
+}
+
+impl Backfill {
+    /// Queues `entries` of `catalog` unless its tools are already being fetched.
+    pub fn queue(&mut self, catalog: &Rc<Catalog>, entries: Vec<usize>) {
+        if catalog.fetching() || entries.is_empty() {
+            return;
+        }
+        catalog.set_fetching(true);
+        self.queued.push((Rc::clone(catalog), entries));
+        // Envoy applies a tick period set from a request's context to its root context.
+        if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(10)) {
+            log::warn!("cannot schedule the background embeddings call: {status:?}");
+        }
+    }
+
+    /// Sends the queued calls (on the root context's tick), `max_batch` tools per call, all at
+    /// once. Returns how many calls and inputs.
+    pub fn send(&mut self, e: &Embeddings) -> (usize, usize) {
+        let (mut calls, mut inputs) = (0, 0);
+        for (catalog, entries) in std::mem::take(&mut self.queued) {
+            for chunk in entries.chunks(e.max_batch.max(1)) {
+                let texts = tool_texts(&catalog, chunk);
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                match dispatch(e, &refs, BACKGROUND_TIMEOUT) {
+                    Ok(token) => {
+                        calls += 1;
+                        inputs += refs.len();
+                        self.in_flight
+                            .insert(token, (Rc::clone(&catalog), chunk.to_vec()));
+                    }
+                    Err(status) => log::debug!("background embeddings call failed: {status:?}"),
+                }
+            }
+            self.settle(&catalog);
+        }
+        if let Err(status) = hostcalls::set_tick_period(Duration::ZERO) {
+            log::debug!("cannot stop the tick: {status:?}");
+        }
+        (calls, inputs)
+    }
+
+    /// Lets requests ask for `catalog`'s tools again once none of its calls is in flight.
+    fn settle(&self, catalog: &Rc<Catalog>) {
+        if !self.in_flight.values().any(|(c, _)| Rc::ptr_eq(c, catalog)) {
+            catalog.set_fetching(false);
+        }
+    }
+
+    /// The call `token` answered (or failed): its catalog and tool entries.
+    pub fn answered(&mut self, token: u32) -> Option<(Rc<Catalog>, Vec<usize>)> {
+        let (catalog, entries) = self.in_flight.remove(&token)?;
+        self.settle(&catalog);
+        Some((catalog, entries))
+    }
 }
