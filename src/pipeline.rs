@@ -146,11 +146,14 @@ impl Analysis {
     pub fn rank_hybrid(&mut self, config: &Config, query: &[&[f32]], tools: &[Option<&[f32]>]) {
         // Every turn of an agent loop asks the same question of the same catalog: its fused
         // ranking is remembered like the keyword one.
-        let fused = self.catalog.remembered_fusion(&self.query).unwrap_or_else(|| {
-            let fused = Rc::new(rank_fused(&self.catalog, config, &self.query, query, tools));
-            self.catalog.remember_fusion(&self.query, Rc::clone(&fused));
-            fused
-        });
+        let fused = self
+            .catalog
+            .remembered_fusion(&self.query)
+            .unwrap_or_else(|| {
+                let fused = Rc::new(rank_fused(&self.catalog, config, &self.query, query, tools));
+                self.catalog.remember_fusion(&self.query, Rc::clone(&fused));
+                fused
+            });
         self.selection = select(
             config,
             &self.catalog,

@@ -283,7 +283,10 @@ fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background()
         if header == "kept=5 total=80 ranking=hybrid" {
             break;
         }
-        assert_eq!(header, "kept=5 total=80 ranking=keyword fallback=incomplete");
+        assert_eq!(
+            header,
+            "kept=5 total=80 ranking=keyword fallback=incomplete"
+        );
         assert!(Instant::now() < deadline, "never ranked by hybrid ranking");
         std::thread::sleep(Duration::from_millis(200));
     }
