@@ -295,6 +295,22 @@ fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background()
 }
 
 #[test]
+fn the_configured_headers_carry_the_api_key() {
+    let g = faulty(json!({
+        "path": "/embeddings/auth",
+        "headers": {"authorization": "Bearer demo-key"}
+    }));
+    let r = chat(&g, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=hybrid")
+    );
+    // Without the key the service refuses: keyword ranking, counted.
+    let g = faulty(json!({"path": "/embeddings/auth"}));
+    assert_falls_back(&g, "status");
+}
+
+#[test]
 fn the_stand_in_answering_well_gives_hybrid_ranking() {
     // The control for the fault cases: the same stand-in, answering properly.
     let g = faulty(json!({"path": "/embeddings/ok"}));

@@ -22,6 +22,8 @@
 //!   blocking other requests, then answers like `ok`.
 //! - `POST /embeddings/per-input?ms=N`: waits N milliseconds per input, then answers like
 //!   `ok`: a model whose time grows with the batch, as real ones do.
+//! - `POST /embeddings/auth`: like `ok` when the request carries
+//!   `authorization: Bearer demo-key`, else 401 as OpenAI answers a missing or wrong key.
 //! - `POST /embeddings/status/{code}`: that status (200..=599) with an OpenAI-style error body.
 //! - `POST /embeddings/garbage`: 200, `content-type: text/html`, a body that is not JSON.
 //! - `POST /embeddings/wrong-dims`: like `ok`, but every vector has 3 numbers whatever was asked.
@@ -1086,6 +1088,8 @@ enum EmbeddingsRoute {
     Slow(Duration),
     /// A delay per input.
     PerInput(Duration),
+    /// Requires `authorization: Bearer demo-key`.
+    Auth,
     Status(StatusCode),
     Garbage,
     WrongDims,
@@ -1102,6 +1106,7 @@ impl EmbeddingsRoute {
             "ok" => Ok(Self::Ok),
             "slow" => slow_delay(query).map(Self::Slow),
             "per-input" => slow_delay(query).map(Self::PerInput),
+            "auth" => Ok(Self::Auth),
             "garbage" => Ok(Self::Garbage),
             "wrong-dims" => Ok(Self::WrongDims),
             "wrong-count" => Ok(Self::WrongCount),
@@ -1344,7 +1349,17 @@ async fn serve_embeddings(
         }
     };
     // The faults that ignore the body come first, so they fire whatever the filter sent.
+    let authorized = parts
+        .headers
+        .get("authorization")
+        .is_some_and(|v| v.as_bytes() == b"Bearer demo-key");
     match route {
+        EmbeddingsRoute::Auth if !authorized => {
+            return Ok(json_response(
+                StatusCode::UNAUTHORIZED,
+                &embeddings_status_error(StatusCode::UNAUTHORIZED),
+            ));
+        }
         EmbeddingsRoute::Reset => return Err(ResetConnection),
         EmbeddingsRoute::Status(status) => {
             return Ok(json_response(status, &embeddings_status_error(status)));
@@ -1357,6 +1372,7 @@ async fn serve_embeddings(
             ));
         }
         EmbeddingsRoute::Ok
+        | EmbeddingsRoute::Auth
         | EmbeddingsRoute::Slow(_)
         | EmbeddingsRoute::PerInput(_)
         | EmbeddingsRoute::WrongDims
@@ -2567,6 +2583,14 @@ mod tests {
         assert_eq!(
             detect("/embeddings/slow", None),
             Some(Ok(EmbeddingsRoute::Slow(Duration::from_millis(3000))))
+        );
+        assert_eq!(
+            detect("/embeddings/auth", None),
+            Some(Ok(EmbeddingsRoute::Auth))
+        );
+        assert_eq!(
+            detect("/embeddings/per-input", Some("ms=20")),
+            Some(Ok(EmbeddingsRoute::PerInput(Duration::from_millis(20))))
         );
         assert_eq!(
             detect("/embeddings/slow", Some("x=1&ms=250")),
