@@ -5,7 +5,6 @@
 
 use crate::dialect::{Entry, ToolText};
 use crate::rank::Catalog;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::rc::Rc;
 
@@ -117,37 +116,28 @@ pub fn parse_response(
     inputs: usize,
     dimensions: Option<usize>,
 ) -> Result<Vec<Vec<f32>>, Fallback> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| Fallback::Garbage)?;
-    let data = value
-        .get("data")
-        .and_then(Value::as_array)
-        .ok_or(Fallback::Garbage)?;
-    if data.len() != inputs {
+    // Typed: reading 384 numbers per vector into `f32`s directly costs a fraction of building a
+    // `serde_json::Value` tree first. Unknown fields (`object`, `model`, `usage`) are skipped.
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        data: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        index: Option<usize>,
+        embedding: Vec<f32>,
+    }
+    let answer: Answer = serde_json::from_slice(body).map_err(|_| Fallback::Garbage)?;
+    if answer.data.len() != inputs {
         return Err(Fallback::Garbage);
     }
     let mut out: Vec<Option<Vec<f32>>> = vec![None; inputs];
-    for (position, item) in data.iter().enumerate() {
+    for (position, item) in answer.data.into_iter().enumerate() {
         // OpenAI says which input each vector is for; servers that omit it answer in order.
-        let index = match item.get("index") {
-            None => position,
-            Some(i) => i
-                .as_u64()
-                .and_then(|i| usize::try_from(i).ok())
-                .ok_or(Fallback::Garbage)?,
-        };
-        let numbers = item
-            .get("embedding")
-            .and_then(Value::as_array)
-            .ok_or(Fallback::Garbage)?;
-        let mut vector = Vec::with_capacity(numbers.len());
-        for n in numbers {
-            let x = n.as_f64().ok_or(Fallback::Garbage)? as f32;
-            if !x.is_finite() {
-                return Err(Fallback::Garbage);
-            }
-            vector.push(x);
-        }
-        if vector.is_empty() {
+        let index = item.index.unwrap_or(position);
+        let mut vector = item.embedding;
+        // f32 overflow (a number beyond f32's range reads as infinity) is garbage too.
+        if vector.is_empty() || vector.iter().any(|x| !x.is_finite()) {
             return Err(Fallback::Garbage);
         }
         crate::fusion::normalise(&mut vector);
@@ -492,6 +482,7 @@ impl Gathered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use std::cell::RefCell;
     use std::collections::HashMap;
 
@@ -674,6 +665,9 @@ mod tests {
             br#"{"data":[{"embedding":[]}]}"#,
             br#"{"data":[{"index":5,"embedding":[1]}]}"#,
             br#"{"error":{"message":"bad key"}}"#,
+            br#"{"data":[{"index":-1,"embedding":[1]}]}"#,
+            br#"{"data":[{"embedding":[1e39]}]}"#,
+            br#"{"data":[{"embedding":null}]}"#,
         ] {
             assert_eq!(parse_response(garbage, 1, None), Err(Fallback::Garbage));
         }
