@@ -154,50 +154,30 @@ impl Filter {
             1,
         );
         let config = &engine.config;
-        let mut ranked = Ranked::Keyword;
-        if let (Some((cache, provider)), Some(e)) = (&shared.vectors, &config.embeddings) {
-            let source = Source {
-                provider,
-                model: &e.model,
-                cache,
-            };
-            let gathered = source.gather(&analysis.catalog, &analysis.query);
-            if let Some((query, tools)) = gathered.complete() {
-                analysis.rank_hybrid(config, &query, &tools);
-                ranked = Ranked::Hybrid;
-            } else {
-                let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
-                if inputs.is_empty() && analysis.catalog.fetching() {
-                    // The query is known; the tools are still coming in the background.
-                    ranked = Ranked::Incomplete;
-                } else if inputs.is_empty() {
-                    // Everything is known but the sizes disagree: cached under another model.
-                    ranked = Ranked::Fallback(Fallback::Dimensions);
-                } else {
-                    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-                    let timeout = Duration::from_millis(e.timeout_ms as u64);
-                    match vectors::dispatch(e, &refs, timeout) {
-                        Ok(token) => {
-                            metrics.add(metrics.embeddings_calls, 1);
-                            metrics.add(metrics.embeddings_inputs, inputs.len());
-                            drop(engine);
-                            self.waiting = Some(Waiting {
-                                token,
-                                analysis,
-                                gathered,
-                                slots,
-                                body,
-                            });
-                            return Ok(Step::Waiting);
-                        }
-                        Err(status) => {
-                            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
-                            ranked = Ranked::Fallback(Fallback::Dispatch);
-                        }
+        let ranked = match (&shared.vectors, &config.embeddings) {
+            (Some((cache, provider)), Some(e)) => {
+                let source = Source {
+                    provider,
+                    model: &e.model,
+                    cache,
+                };
+                match start_hybrid(shared, &source, config, e, &mut analysis) {
+                    Start::Ranked(ranked) => ranked,
+                    Start::Call(token, gathered, slots) => {
+                        drop(engine);
+                        self.waiting = Some(Waiting {
+                            token,
+                            analysis,
+                            gathered,
+                            slots,
+                            body,
+                        });
+                        return Ok(Step::Waiting);
                     }
                 }
             }
-        }
+            _ => Ranked::Keyword,
+        };
         let debug = config.debug;
         drop(engine);
         self.apply(shared, debug, &analysis, text, body.len(), ranked)?;
@@ -372,6 +352,54 @@ impl Filter {
                 header_value(n.unwrap_or(0), n.unwrap_or(0), Some(skipped))
             }
             None => String::new(),
+        }
+    }
+}
+
+/// How a hybrid-ranked request starts.
+enum Start {
+    /// Ranked already: every vector was known, or it goes on by keyword (and why).
+    Ranked(Ranked),
+    /// An embeddings call is out (its token), for these slots of what was gathered.
+    Call(u32, Gathered, Vec<Slot>),
+}
+
+/// Ranks `analysis` with the embeddings if every vector is known; otherwise sends the call for
+/// the missing ones.
+fn start_hybrid(
+    shared: &Shared,
+    source: &Source<'_, vectors::SharedData>,
+    config: &crate::config::Config,
+    e: &crate::config::Embeddings,
+    analysis: &mut Analysis,
+) -> Start {
+    let gathered = source.gather(&analysis.catalog, &analysis.query);
+    if let Some((query, tools)) = gathered.complete() {
+        analysis.rank_hybrid(config, &query, &tools);
+        return Start::Ranked(Ranked::Hybrid);
+    }
+    let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
+    if inputs.is_empty() {
+        return Start::Ranked(if analysis.catalog.fetching() {
+            // The question is known; the tools are still coming in the background.
+            Ranked::Incomplete
+        } else {
+            // Everything is known but the sizes disagree: cached under another model.
+            Ranked::Fallback(Fallback::Dimensions)
+        });
+    }
+    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let timeout = Duration::from_millis(e.timeout_ms as u64);
+    match vectors::dispatch(e, &refs, timeout) {
+        Ok(token) => {
+            let metrics = &shared.metrics;
+            metrics.add(metrics.embeddings_calls, 1);
+            metrics.add(metrics.embeddings_inputs, inputs.len());
+            Start::Call(token, gathered, slots)
+        }
+        Err(status) => {
+            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+            Start::Ranked(Ranked::Fallback(Fallback::Dispatch))
         }
     }
 }
