@@ -154,29 +154,22 @@ impl Filter {
             1,
         );
         let config = &engine.config;
-        let ranked = match (&shared.vectors, &config.embeddings) {
-            (Some((cache, provider)), Some(e)) => {
-                let source = Source {
-                    provider,
-                    model: &e.model,
-                    cache,
-                };
-                match start_hybrid(shared, &source, config, e, &mut analysis) {
-                    Start::Ranked(ranked) => ranked,
-                    Start::Call(token, gathered, slots) => {
-                        drop(engine);
-                        self.waiting = Some(Waiting {
-                            token,
-                            analysis,
-                            gathered,
-                            slots,
-                            body,
-                        });
-                        return Ok(Step::Waiting);
-                    }
+        let ranked = match shared.hybrid(config) {
+            Some((source, e)) => match start_hybrid(shared, &source, config, e, &mut analysis) {
+                Start::Ranked(ranked) => ranked,
+                Start::Call(token, gathered, slots) => {
+                    drop(engine);
+                    self.waiting = Some(Waiting {
+                        token,
+                        analysis,
+                        gathered,
+                        slots,
+                        body,
+                    });
+                    return Ok(Step::Waiting);
                 }
-            }
-            _ => Ranked::Keyword,
+            },
+            None => Ranked::Keyword,
         };
         let debug = config.debug;
         drop(engine);
@@ -263,13 +256,8 @@ impl Filter {
                 return self.skip(shared, Skip::Internal.into());
             };
             let config = &engine.config;
-            let ranked = match (&shared.vectors, &config.embeddings) {
-                (Some((cache, provider)), Some(e)) => {
-                    let source = Source {
-                        provider,
-                        model: &e.model,
-                        cache,
-                    };
+            let ranked = match shared.hybrid(config) {
+                Some((source, e)) => {
                     let ranked = rank_with_answer(
                         &source,
                         config,
@@ -291,7 +279,7 @@ impl Filter {
                     }
                     ranked
                 }
-                _ => Ranked::Keyword,
+                None => Ranked::Keyword,
             };
             (config.debug, ranked)
         };

@@ -33,6 +33,27 @@ pub(crate) struct Shared {
     backfill: RefCell<vectors::Backfill>,
 }
 
+impl Shared {
+    /// Where hybrid ranking's vectors come from, with the embeddings settings; `None` with
+    /// keyword ranking.
+    fn hybrid<'a>(
+        &'a self,
+        config: &'a Config,
+    ) -> Option<(
+        crate::embeddings::Source<'a, vectors::SharedData>,
+        &'a crate::config::Embeddings,
+    )> {
+        let (cache, provider) = self.vectors.as_ref()?;
+        let e = config.embeddings.as_ref()?;
+        let source = crate::embeddings::Source {
+            provider,
+            model: &e.model,
+            cache,
+        };
+        Some((source, e))
+    }
+}
+
 #[derive(Default)]
 struct Root {
     shared: Option<Rc<Shared>>,
@@ -58,17 +79,11 @@ impl Context for Root {
         else {
             return;
         };
-        let (Some((cache, provider)), Ok(engine)) = (&shared.vectors, shared.engine.try_borrow())
-        else {
+        let Ok(engine) = shared.engine.try_borrow() else {
             return;
         };
-        let Some(e) = &engine.config.embeddings else {
+        let Some((source, e)) = shared.hybrid(&engine.config) else {
             return;
-        };
-        let source = crate::embeddings::Source {
-            provider,
-            model: &e.model,
-            cache,
         };
         let known = catalog
             .vectors()
