@@ -155,6 +155,7 @@ fn main() {
                             &catalog.lexicon,
                             entries,
                             query,
+                            &catalog.index.rank(query),
                             Some((&qs, &refs)),
                             &params,
                         );

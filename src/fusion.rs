@@ -263,12 +263,14 @@ pub fn normalise(v: &mut [f32]) {
 /// Ranks with every channel and fuses. `vectors`, if any, are the query's unit vectors (the
 /// whole request and its sentences: a tool's cosine is its best against any of them) and each
 /// catalog entry's (indexed by entry; `None` for built-ins or tools without one); without them
-/// the `vector` channel is silent.
+/// the `vector` channel is silent. `bm25` is the keyword ranking of `query` over `index`, which
+/// the caller has already computed (the filter ranks by keyword first, as its fallback).
 pub fn rank(
     index: &Index,
     lexicon: &Lexicon,
     entries: usize,
     query: &str,
+    bm25: &[Scored],
     vectors: Option<VectorRefs<'_>>,
     params: &FusionParams,
 ) -> Fused {
@@ -284,9 +286,7 @@ pub fn rank(
     };
     channel(
         Channel::Bm25,
-        index
-            .rank(query)
-            .into_iter()
+        bm25.iter()
             .filter(|s| s.score > 0.0)
             .map(|s| (s.entry, s.score))
             .collect(),
@@ -409,6 +409,7 @@ mod tests {
             &lexicon,
             entries.len(),
             query,
+            &index.rank(query),
             vectors,
             &FusionParams::default(),
         )

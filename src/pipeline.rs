@@ -224,6 +224,8 @@ pub fn rank_fused(
         &catalog.lexicon,
         catalog.draft.entries.len(),
         query,
+        // Remembered from the keyword ranking the request already had.
+        &catalog.rank(query),
         Some((query_vectors, tool_vectors)),
         &fusion_params(config),
     )
