@@ -18,9 +18,7 @@
 mod common;
 
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use toolsift::config::Config;
 use toolsift::dialect::{Dialect, Entry};
 use toolsift::embeddings::{query_texts, tool_text};
@@ -33,23 +31,8 @@ const BATCH: usize = 64;
 
 fn main() {
     let repo = common::repo();
-    let server = repo.join("target/embed/release/toolsift-embed");
-    assert!(
-        server.exists(),
-        "{} missing: run `make embed`",
-        server.display()
-    );
-    let mut child = Command::new(&server)
-        .args(["--listen", "127.0.0.1:0"])
-        .current_dir(&repo)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolsift-embed");
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port: u16 = line.trim().rsplit(':').next().unwrap().parse().unwrap();
+    let server = common::EmbedServer::start();
+    let port = server.port;
     let weights = Engine::new(Config::default()).weights;
 
     for name in ["seal_tools", "toolbench", "livemcpbench"] {
@@ -171,8 +154,6 @@ fn main() {
             }
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// Vectors cached under target/hybrid-probe, so a second run does not embed again.

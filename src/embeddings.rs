@@ -6,6 +6,8 @@
 use crate::dialect::{Entry, ToolText};
 use crate::rank::Catalog;
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Tool text beyond this many bytes adds nothing a small embedding model reads (MiniLM stops at
@@ -164,6 +166,52 @@ pub trait SharedBytes {
     /// Writes if the version is still `cas` (any version when `None`); false when another
     /// writer came first or the store refused.
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool;
+}
+
+impl<T: SharedBytes + ?Sized> SharedBytes for &T {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        (**self).get(key)
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
+        (**self).set(key, value, cas)
+    }
+}
+
+/// A [`SharedBytes`] in memory with proxy-wasm shared data's semantics (a version per key,
+/// bumped on each write): the CLI's store, and the tests'.
+#[derive(Default)]
+pub struct MemoryBytes(RefCell<HashMap<String, (Vec<u8>, u32)>>);
+
+impl MemoryBytes {
+    /// How many keys, and how many value bytes in all, it holds.
+    pub fn size(&self) -> (usize, usize) {
+        self.0.try_borrow().map_or((0, 0), |m| {
+            (m.len(), m.values().map(|(v, _)| v.len()).sum())
+        })
+    }
+}
+
+impl SharedBytes for MemoryBytes {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        match self.0.try_borrow().ok().and_then(|m| m.get(key).cloned()) {
+            Some((value, cas)) => (Some(value), Some(cas)),
+            None => (None, None),
+        }
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
+        let Ok(mut map) = self.0.try_borrow_mut() else {
+            return false;
+        };
+        let current = map.get(key).map(|(_, c)| *c);
+        if cas.is_some() && cas != current {
+            return false;
+        }
+        let version = current.unwrap_or(0).wrapping_add(1);
+        map.insert(key.to_owned(), (value.to_vec(), version));
+        true
+    }
 }
 
 /// Entries per set of [`VectorCache`]: a vector can live in any of 4 places, and the least
@@ -483,30 +531,6 @@ impl Gathered {
 mod tests {
     use super::*;
     use serde_json::Value;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
-    /// proxy-wasm shared data's semantics: a version per key, bumped on each write.
-    #[derive(Default)]
-    struct Memory(RefCell<HashMap<String, (Vec<u8>, u32)>>);
-
-    impl SharedBytes for &Memory {
-        fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-            match self.0.borrow().get(key) {
-                Some((v, cas)) => (Some(v.clone()), Some(*cas)),
-                None => (None, None),
-            }
-        }
-        fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
-            let mut map = self.0.borrow_mut();
-            let current = map.get(key).map(|(_, c)| *c);
-            if cas.is_some() && cas != current {
-                return false;
-            }
-            map.insert(key.to_owned(), (value.to_vec(), current.unwrap_or(0) + 1));
-            true
-        }
-    }
 
     fn k(i: u8) -> Key {
         key("p", "m", &i.to_string())
@@ -514,7 +538,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded_and_evicts_the_least_recently_used() {
-        let memory = Memory::default();
+        let memory = MemoryBytes::default();
         // One set: every key competes for the same 4 places.
         let cache = VectorCache::new(&memory, 4, "v.");
         for i in 0..4 {
@@ -531,39 +555,39 @@ mod tests {
         for i in 10..200 {
             cache.put(&k(i), &[1.0; 384]);
         }
-        let stored: usize = memory.0.borrow().values().map(|(v, _)| v.len()).sum();
+        let stored = memory.size().1;
         assert!(stored <= 4 * (36 + 384 * 4), "{stored}");
     }
 
     #[test]
     fn many_sets_hold_their_capacity() {
-        let memory = Memory::default();
+        let memory = MemoryBytes::default();
         let cache = VectorCache::new(&memory, 64, "v.");
         for i in 0..200 {
             cache.put(&k(i), &[f32::from(i), 1.0]);
         }
         let kept = (0..200).filter(|&i| cache.get(&k(i)).is_some()).count();
         assert!((40..=64).contains(&kept), "{kept}");
-        assert!(memory.0.borrow().len() <= 16);
+        assert!(memory.size().0 <= 16);
     }
 
     #[test]
     fn a_write_that_loses_a_race_is_retried() {
-        struct Racy<'a>(&'a Memory, RefCell<bool>);
-        impl SharedBytes for &Racy<'_> {
+        struct Racy<'a>(&'a MemoryBytes, RefCell<bool>);
+        impl SharedBytes for Racy<'_> {
             fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-                (&self.0).get(key)
+                self.0.get(key)
             }
             fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
                 if self.1.replace(false) {
                     // Another worker writes first.
-                    (&self.0).set(key, &encode_set(&[(k(7), vec![7.0])]), None);
+                    self.0.set(key, &encode_set(&[(k(7), vec![7.0])]), None);
                 }
-                (&self.0).set(key, value, cas)
+                self.0.set(key, value, cas)
             }
         }
-        let memory = Memory::default();
-        (&memory).set("v.0", &encode_set(&[]), None);
+        let memory = MemoryBytes::default();
+        memory.set("v.0", &encode_set(&[]), None);
         let racy = Racy(&memory, RefCell::new(true));
         let cache = VectorCache::new(&racy, 4, "v.");
         cache.put(&k(1), &[1.0]);
@@ -592,7 +616,7 @@ mod tests {
 
     #[test]
     fn a_catalog_larger_than_the_shared_cache_still_completes() {
-        let memory = Memory::default();
+        let memory = MemoryBytes::default();
         let cache = VectorCache::new(&memory, 4, "v.");
         let source = Source {
             provider: "p",
@@ -625,7 +649,7 @@ mod tests {
 
     #[test]
     fn while_tools_are_fetched_in_the_background_requests_ask_only_for_their_question() {
-        let memory = Memory::default();
+        let memory = MemoryBytes::default();
         let cache = VectorCache::new(&memory, 100, "v.");
         let source = Source {
             provider: "p",

@@ -24,7 +24,7 @@
 use crate::config::Config;
 use crate::dialect::{Choice, Dialect, Entry, MAX_QUERY_BYTES};
 use crate::embeddings::{
-    Fallback, Gathered, MAX_SENTENCES, SharedBytes, Source, VectorCache, parse_response,
+    Fallback, Gathered, MAX_SENTENCES, MemoryBytes, Source, VectorCache, parse_response,
     request_body,
 };
 use crate::fusion::FusionParams;
@@ -34,7 +34,6 @@ use crate::select::select;
 use crate::text::head_and_tail;
 use serde::Deserialize;
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -781,33 +780,6 @@ pub fn evaluate_with(
 /// or why there is none (naming the status, or the connection problem).
 pub type Post<'a> = dyn FnMut(&str) -> Result<Vec<u8>, String> + 'a;
 
-/// A [`SharedBytes`] in memory: the CLI's stand-in for proxy-wasm shared data, with its
-/// compare-and-swap semantics (a version per key, bumped on each write).
-#[derive(Default)]
-pub struct MemoryBytes(RefCell<HashMap<String, (Vec<u8>, u32)>>);
-
-impl SharedBytes for MemoryBytes {
-    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        match self.0.try_borrow().ok().and_then(|m| m.get(key).cloned()) {
-            Some((value, cas)) => (Some(value), Some(cas)),
-            None => (None, None),
-        }
-    }
-
-    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
-        let Ok(mut map) = self.0.try_borrow_mut() else {
-            return false;
-        };
-        let current = map.get(key).map(|(_, c)| *c);
-        if cas.is_some() && cas != current {
-            return false;
-        }
-        let version = current.unwrap_or(0).wrapping_add(1);
-        map.insert(key.to_owned(), (value.to_vec(), version));
-        true
-    }
-}
-
 /// Vectors for hybrid ranking from an OpenAI-compatible embeddings service, got the way the
 /// filter gets them ([`Source::gather`], [`Gathered::plan`], [`Source::fill`] over a
 /// [`VectorCache`], [`request_body`] and [`parse_response`]), except that a query waits until
@@ -895,11 +867,6 @@ impl<'a> Embedder<'a> {
                 };
                 self.failure(why)
             })?;
-            let source = Source {
-                provider: &self.service,
-                model: &self.model,
-                cache: &self.cache,
-            };
             let missing = gathered.missing_tools.len();
             source.fill(catalog, &mut gathered, &slots, vectors);
             let query_done = gathered.query.iter().all(Option::is_some);
@@ -993,15 +960,20 @@ mod tests {
         )
     }
 
-    #[test]
-    fn evaluates_a_tiny_dataset_end_to_end() {
-        let tools = [
+    /// Four tools, one per line.
+    fn tiny_tools() -> String {
+        [
             tool("get_weather", "Current weather forecast for a city"),
             tool("send_email", "Send an email message to a recipient"),
             tool("create_invoice", "Create a billing invoice for a customer"),
             tool("list_files", "List the files in a folder"),
         ]
-        .join("\n");
+        .join("\n")
+    }
+
+    #[test]
+    fn evaluates_a_tiny_dataset_end_to_end() {
+        let tools = tiny_tools();
         let queries = [
             r#"{"id":"q1","query":"what is the weather forecast in Paris","relevant":["get_weather"]}"#,
             r#"{"id":2,"query":"email the invoice to the customer","relevant":["send_email","create_invoice"]}"#,
@@ -1072,13 +1044,7 @@ mod tests {
     }
 
     fn hybrid_dataset() -> Dataset {
-        let tools = [
-            tool("get_weather", "Current weather forecast for a city"),
-            tool("send_email", "Send an email message to a recipient"),
-            tool("create_invoice", "Create a billing invoice for a customer"),
-            tool("list_files", "List the files in a folder"),
-        ]
-        .join("\n");
+        let tools = tiny_tools();
         let queries = [
             r#"{"id":"q1","query":"what is the weather forecast in Paris","relevant":["get_weather"]}"#,
             r#"{"id":"q2","query":"Bill the customer. Then email them the invoice.","relevant":["send_email","create_invoice"]}"#,

@@ -75,6 +75,20 @@ impl Drop for Scratch {
 /// The other three kept tools depend on ranking weights and are not pinned down here.
 const MUST_KEEP: [&str; 2] = ["get_pod_logs", "send_slack_message"];
 
+/// `kept_tools` of an explain JSON, checked to hold [`MUST_KEEP`].
+fn kept_tools(v: &Value) -> Vec<&str> {
+    let kept: Vec<&str> = v["kept_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    for name in MUST_KEEP {
+        assert!(kept.contains(&name), "{name} not kept: {kept:?}");
+    }
+    kept
+}
+
 #[test]
 fn explain_text_lists_every_tool_with_its_reason() {
     let text = ok(&toolsift(&["explain", EXAMPLE]));
@@ -141,15 +155,7 @@ fn explain_json_has_the_same_content() {
         (v["total"].as_u64(), v["kept"].as_u64()),
         (Some(60), Some(5))
     );
-    let mut kept: Vec<&str> = v["kept_tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
-    for name in MUST_KEEP {
-        assert!(kept.contains(&name), "{name} not kept: {kept:?}");
-    }
+    let mut kept = kept_tools(&v);
     let tools = v["tools"].as_array().unwrap();
     let mut kept_rows: Vec<&str> = tools
         .iter()
@@ -651,15 +657,7 @@ fn explain_hybrid_shows_the_channels_of_each_kept_tool() {
         (Some(1), Some(inputs)),
         "{stats}"
     );
-    let kept: Vec<&str> = v["kept_tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
-    for name in MUST_KEEP {
-        assert!(kept.contains(&name), "{name} not kept: {kept:?}");
-    }
+    kept_tools(&v);
     // Every tool has a vector, so the vector channel votes for each; kept_channels lists the
     // kept tools in rank order with their votes, as the filter's debug output does.
     let tools = v["tools"].as_array().unwrap();
