@@ -20,6 +20,7 @@ pub mod json;
 pub mod pipeline;
 pub mod rank;
 pub mod rewrite;
+pub mod search;
 pub mod select;
 pub mod text;
 

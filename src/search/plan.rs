@@ -1,0 +1,1 @@
+//! (request side; written next)

@@ -1,0 +1,1 @@
+//! (response side; written next)

@@ -1,0 +1,24 @@
+//! PLACEHOLDER: filled in by the helper that owns this dialect.
+
+use super::super::{Edits, Reply, ToolResult};
+use crate::dialect::Problem;
+use serde_json::Value;
+
+pub(super) fn tool_entry(_name: &str, _description: &str, _parameters: &Value) -> String {
+    String::new()
+}
+
+pub(super) fn read_reply(_body: &str) -> Result<Reply, Problem> {
+    Err(Problem::BadShape)
+}
+
+
+
+pub(super) fn tool_results(_results: &[ToolResult]) -> Vec<String> {
+    Vec::new()
+}
+
+pub(super) fn finish_reply(_body: &str, _edits: &Edits) -> Result<String, Problem> {
+    Err(Problem::BadShape)
+}
+
