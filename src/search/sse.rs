@@ -115,13 +115,19 @@ mod tests {
             [Frame::named("a", "{\"x\":1}"), Frame::data("1\n2")]
         );
         assert_eq!(&text[used..], "data: par");
-        assert_eq!(write_all(&frames), "event: a\ndata: {\"x\":1}\n\ndata: 1\ndata: 2\n\n");
+        assert_eq!(
+            write_all(&frames),
+            "event: a\ndata: {\"x\":1}\n\ndata: 1\ndata: 2\n\n"
+        );
     }
 
     #[test]
     fn reads_json_array_streams() {
         let frames = array_frames("[{\"a\":1}\n,\r\n{\"b\":[2]}]").unwrap();
-        assert_eq!(frames, [Frame::data("{\"a\":1}"), Frame::data("{\"b\":[2]}")]);
+        assert_eq!(
+            frames,
+            [Frame::data("{\"a\":1}"), Frame::data("{\"b\":[2]}")]
+        );
         assert_eq!(array_frames("[{\"a\":1}"), None);
     }
 }
