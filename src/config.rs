@@ -131,9 +131,89 @@ impl ChannelWeights {
     }
 }
 
+/// What toolsift does with a request's tools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Keep the `top_k` best-ranked tools.
+    #[default]
+    Filter,
+    /// Show the model a meta-tool that searches the whole catalog, and answer it in the gateway.
+    Search,
+}
+
+/// Search mode's settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Search {
+    /// The meta-tool's name.
+    pub tool_name: String,
+    /// Best-ranked tools shown from the start, besides the pinned ones.
+    #[serde(deserialize_with = "whole_number")]
+    pub eager_k: usize,
+    /// Follow-up requests answering the meta-tool, at most; the last goes without it.
+    #[serde(deserialize_with = "whole_number")]
+    pub max_search_rounds: usize,
+    /// The meta-tool's description lists the names of the deferred tools.
+    pub catalog_hint: bool,
+    /// Also show `use_tool(query, params)`, resolved by the gateway into a direct call.
+    pub use_tool: bool,
+    /// How long one follow-up request may take.
+    #[serde(deserialize_with = "whole_number")]
+    pub timeout_ms: usize,
+}
+
+impl Default for Search {
+    fn default() -> Self {
+        Search {
+            tool_name: "find_tools".to_owned(),
+            eager_k: 0,
+            max_search_rounds: 3,
+            catalog_hint: false,
+            use_tool: false,
+            timeout_ms: 120_000,
+        }
+    }
+}
+
+impl Search {
+    fn check(&self) -> Result<(), ConfigError> {
+        let valid_name = |n: &str| {
+            (1..=64).contains(&n.len())
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        if !valid_name(&self.tool_name) {
+            return Err(invalid(
+                "search.tool_name",
+                "must be 1 to 64 letters, digits, `_` or `-` (what every LLM API accepts)",
+            ));
+        }
+        if self.tool_name == USE_TOOL_NAME {
+            return Err(invalid(
+                "search.tool_name",
+                "`use_tool` is the other meta-tool",
+            ));
+        }
+        if !(1..=10).contains(&self.max_search_rounds) {
+            return Err(invalid("search.max_search_rounds", "must be 1..=10"));
+        }
+        if !(1..=600_000).contains(&self.timeout_ms) {
+            return Err(invalid("search.timeout_ms", "must be 1..=600000"));
+        }
+        Ok(())
+    }
+}
+
+/// The name of the optional second meta-tool of search mode.
+pub const USE_TOOL_NAME: &str = "use_tool";
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// `filter` (default) or `search`.
+    pub mode: Mode,
+    pub search: Search,
     /// How many ranked tools to keep.
     #[serde(deserialize_with = "whole_number")]
     pub top_k: usize,
@@ -173,6 +253,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            mode: Mode::Filter,
+            search: Search::default(),
             top_k: 5,
             min_score: None,
             max_tool_tokens: None,
@@ -297,7 +379,7 @@ impl Config {
         if let Some(e) = &self.embeddings {
             e.check()?;
         }
-        Ok(())
+        self.search.check()
     }
 
     /// Whether `name` matches one of the `always_include` patterns.
@@ -470,6 +552,27 @@ mod tests {
         );
         assert!(err(r#"{"channel_weights":{"vector":-1}}"#).contains("`channel_weights.vector`"));
         assert!(err(r#"{"rrf_k":-1}"#).contains("`rrf_k`"));
+    }
+
+    #[test]
+    fn search_mode_settings() {
+        let c = Config::from_json(br#"{"mode":"search","search":{"eager_k":2}}"#).unwrap();
+        assert_eq!(c.mode, Mode::Search);
+        assert_eq!(
+            (
+                c.search.tool_name.as_str(),
+                c.search.eager_k,
+                c.search.max_search_rounds
+            ),
+            ("find_tools", 2, 3)
+        );
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(err(r#"{"mode":"find"}"#).contains("field `mode`: unknown variant"));
+        assert!(err(r#"{"search":{"tool_name":"find tools"}}"#).contains("`search.tool_name`"));
+        assert!(
+            err(r#"{"search":{"max_search_rounds":0}}"#).contains("`search.max_search_rounds`")
+        );
+        assert!(err(r#"{"search":{"rounds":2}}"#).contains("unknown field `rounds`"));
     }
 
     #[test]

@@ -170,9 +170,60 @@ pub fn is_true(raw: Option<&RawValue>) -> bool {
     raw.is_some_and(|r| r.get() == "true")
 }
 
+/// `object` (a JSON object's text) without its top-level member `key` (written without
+/// escapes), every other byte kept; `None` when there is no such member.
+pub fn without_member(object: &str, key: &str) -> Option<String> {
+    let value = find_path(object, &[key])?;
+    let b = object.as_bytes();
+    let back = |mut i: usize| {
+        while i > 0 && b.get(i - 1).is_some_and(u8::is_ascii_whitespace) {
+            i -= 1;
+        }
+        i
+    };
+    let forward = |mut i: usize| {
+        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let colon = back(value.start).checked_sub(1)?;
+    let quoted = format!("\"{key}\"");
+    let key_start = back(colon).checked_sub(quoted.len())?;
+    if object.get(key_start..back(colon)) != Some(quoted.as_str()) || b.get(colon) != Some(&b':') {
+        return None;
+    }
+    let after = forward(value.end);
+    let remove = if b.get(after) == Some(&b',') {
+        key_start..forward(after + 1)
+    } else {
+        let before = back(key_start);
+        match before.checked_sub(1) {
+            Some(comma) if b.get(comma) == Some(&b',') => comma..value.end,
+            _ => key_start..value.end,
+        }
+    };
+    crate::rewrite::splice(object, remove, "")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removes_one_member() {
+        let without = |o: &str| without_member(o, "defer_loading");
+        assert_eq!(
+            without(r#"{"name":"a", "defer_loading": true, "x":1}"#).unwrap(),
+            r#"{"name":"a", "x":1}"#
+        );
+        assert_eq!(
+            without(r#"{"name":"a" , "defer_loading":true}"#).unwrap(),
+            r#"{"name":"a" }"#
+        );
+        assert_eq!(without(r#"{"defer_loading":true}"#).unwrap(), "{}");
+        assert_eq!(without(r#"{"name":"defer_loading"}"#), None);
+    }
 
     #[test]
     fn spans_of_borrowed_values() {

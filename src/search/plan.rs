@@ -1,1 +1,269 @@
-//! (request side; written next)
+//! Search mode's first request: the meta-tool first, then the `always_include` tools, the tools
+//! the conversation already called (first-call order), the tools `tool_choice` names and the
+//! `eager_k` best-ranked ones; every other function tool is deferred. The order is chosen so a
+//! later turn's tools array starts with an earlier turn's, and the provider's prompt cache
+//! survives the agent loop.
+
+use super::wire::Wire;
+use crate::config::{Config, USE_TOOL_NAME};
+use crate::dialect::{CatalogDraft, Dialect, Entry, Layout};
+use crate::json::{find_path, without_member};
+use crate::pipeline::Analysis;
+use crate::rewrite::{rebuild_container, splice};
+use serde_json::json;
+use std::borrow::Cow;
+
+/// What search mode does with one request.
+#[derive(Debug)]
+pub enum Planned {
+    /// The request carries the provider's own tool search: it goes upstream untouched.
+    Native,
+    Search(Plan),
+}
+
+/// The first request of a search, and what the follow-ups need to know of it.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The body sent upstream.
+    pub body: String,
+    /// Per catalog entry: the model can see it (built-ins always can).
+    pub visible: Vec<bool>,
+    /// The meta-tools' entries exactly as written into the tools array.
+    pub meta_entries: Vec<String>,
+}
+
+impl Plan {
+    /// Function tools the model cannot see yet.
+    pub fn deferred(&self, analysis: &Analysis) -> usize {
+        analysis
+            .catalog
+            .draft
+            .entries
+            .iter()
+            .zip(&self.visible)
+            .filter(|(e, v)| matches!(e, Entry::Function(_)) && !**v)
+            .count()
+    }
+}
+
+/// The tool-search tools of the providers that have their own: the request already asks the
+/// provider to search, and toolsift stays out of the way.
+fn is_native_search_tool(entry: &str) -> bool {
+    find_path(entry, &["type"])
+        .and_then(|r| entry.get(r))
+        .is_some_and(|t| t.starts_with("\"tool_search"))
+}
+
+/// The client marked the tool `defer_loading: true` (top level, or inside OpenAI Chat's
+/// `function`).
+pub fn client_deferred(entry: &str) -> bool {
+    if !entry.contains("defer_loading") {
+        return false;
+    }
+    let at = |path: &[&str]| find_path(entry, path).and_then(|r| entry.get(r));
+    at(&["defer_loading"]) == Some("true") || at(&["function", "defer_loading"]) == Some("true")
+}
+
+/// The entry without `defer_loading`, for an upstream that does not know it: the only change
+/// search mode makes to a forwarded tool's bytes.
+pub fn without_defer(entry: &str) -> Cow<'_, str> {
+    if !entry.contains("defer_loading") {
+        return Cow::Borrowed(entry);
+    }
+    let mut out = Cow::Borrowed(entry);
+    if let Some(stripped) = without_member(&out, "defer_loading") {
+        out = Cow::Owned(stripped);
+    }
+    let inner = find_path(&out, &["function"]).and_then(|r| {
+        let stripped = without_member(out.get(r.clone())?, "defer_loading")?;
+        splice(&out, r, &stripped)
+    });
+    match inner {
+        Some(stripped) => Cow::Owned(stripped),
+        None => out,
+    }
+}
+
+/// Each catalog entry's JSON text inside `container` (function declarations for Gemini).
+pub fn entry_texts<'a>(container: &'a str, draft: &CatalogDraft) -> Vec<&'a str> {
+    let mut out = Vec::with_capacity(draft.entries.len());
+    match &draft.layout {
+        Layout::Flat(array) => {
+            for range in &array.items {
+                out.push(container.get(range.clone()).unwrap_or_default());
+            }
+        }
+        Layout::Grouped { outer, groups } => {
+            for (i, range) in outer.items.iter().enumerate() {
+                let tool = container.get(range.clone()).unwrap_or_default();
+                match groups.get(i).and_then(Option::as_ref) {
+                    Some(group) => {
+                        for inner in &group.inner.items {
+                            out.push(tool.get(inner.clone()).unwrap_or_default());
+                        }
+                    }
+                    None => out.push(tool),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The meta-tools' entries in the dialect's format.
+pub fn meta_entries(config: &Config, dialect: Dialect, deferred_names: &[&str]) -> Vec<String> {
+    let wire = Wire(dialect);
+    let name = &config.search.tool_name;
+    let mut description = format!(
+        "Search the tools available to you. Your tool list shows only some of them: when you \
+         need a tool you do not see, call {name} with a few words saying what the tool should \
+         do, then call the tool it finds. Found tools are added to your tool list."
+    );
+    if config.search.catalog_hint && !deferred_names.is_empty() {
+        description.push_str(" Tools that can be found: ");
+        description.push_str(&deferred_names.join(", "));
+        description.push('.');
+    }
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What the tool should do, in a few words."},
+            "limit": {
+                "type": "integer",
+                "description": "How many tools to return: 5 unless said, at most 20.",
+                "minimum": 1,
+                "maximum": 20
+            }
+        },
+        "required": ["query"]
+    });
+    let mut out = vec![wire.tool_entry(name, &description, &parameters)];
+    if config.search.use_tool {
+        let parameters = json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What the tool should do, in a few words."},
+                "params": {"type": "object", "description": "The arguments for that tool."}
+            },
+            "required": ["query", "params"]
+        });
+        let description = format!(
+            "Call a tool you do not see by describing it: the best-matching tool is called \
+             with params when they fit its parameters; otherwise you get its parameters back, \
+             as from {name}, and can call it yourself."
+        );
+        out.push(wire.tool_entry(USE_TOOL_NAME, &description, &parameters));
+    }
+    out
+}
+
+/// Builds search mode's first request from the client's body and its analysis.
+pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned> {
+    let catalog = &analysis.catalog;
+    let draft = &catalog.draft;
+    let container = body.get(analysis.container.clone())?;
+    let texts = entry_texts(container, draft);
+    if texts.len() != draft.entries.len() {
+        return None;
+    }
+    let is_function = |i: usize| matches!(draft.entries.get(i), Some(Entry::Function(_)));
+    if (0..texts.len())
+        .any(|i| !is_function(i) && texts.get(i).is_some_and(|t| is_native_search_tool(t)))
+    {
+        return Some(Planned::Native);
+    }
+
+    // Which function tools the model sees, in the order it sees them.
+    let mut visible = vec![false; texts.len()];
+    let mut order: Vec<usize> = Vec::new();
+    let mut show = |i: usize, visible: &mut Vec<bool>| {
+        if let Some(v) = visible.get_mut(i) {
+            if !*v {
+                *v = true;
+                order.push(i);
+            }
+        }
+    };
+    let by_name = |name: &str| (0..texts.len()).find(|&i| catalog.name(i) == Some(name));
+    for i in 0..texts.len() {
+        if catalog.name(i).is_some_and(|n| config.always_includes(n)) {
+            show(i, &mut visible);
+        }
+    }
+    for name in analysis.called.iter().chain(&analysis.choice.named) {
+        if let Some(i) = by_name(name) {
+            show(i, &mut visible);
+        }
+    }
+    let mut eager = 0;
+    for d in &analysis.selection.decisions {
+        if eager >= config.search.eager_k {
+            break;
+        }
+        let deferred_by_client = texts.get(d.entry).is_some_and(|t| client_deferred(t));
+        if !deferred_by_client && !visible.get(d.entry).copied().unwrap_or(true) {
+            show(d.entry, &mut visible);
+            eager += 1;
+        }
+    }
+    for (i, v) in visible.iter_mut().enumerate() {
+        if !is_function(i) {
+            *v = true;
+        }
+    }
+
+    let deferred_names: Vec<&str> = (0..texts.len())
+        .filter(|&i| !visible.get(i).copied().unwrap_or(true))
+        .filter_map(|i| catalog.name(i))
+        .collect();
+    let meta = meta_entries(config, analysis.dialect, &deferred_names);
+    let shown = order
+        .iter()
+        .filter_map(|&i| texts.get(i))
+        .map(|t| without_defer(t));
+    let tools = match &draft.layout {
+        Layout::Flat(_) => {
+            let builtins = (0..texts.len())
+                .filter(|&i| !is_function(i))
+                .filter_map(|i| texts.get(i))
+                .map(|t| Cow::Borrowed(*t));
+            let items: Vec<Cow<str>> = meta
+                .iter()
+                .map(|m| Cow::Borrowed(m.as_str()))
+                .chain(builtins)
+                .chain(shown)
+                .collect();
+            format!("[{}]", items.join(","))
+        }
+        Layout::Grouped { .. } => {
+            // One declarations group (the meta-tool first), then the Tool objects that are not
+            // declarations (googleSearch, codeExecution, …) as the client wrote them.
+            let declarations: Vec<Cow<str>> = meta
+                .iter()
+                .map(|m| Cow::Borrowed(m.as_str()))
+                .chain(shown)
+                .collect();
+            let keep: Vec<bool> = (0..texts.len()).map(|i| !is_function(i)).collect();
+            let others = rebuild_container(container, draft, &keep);
+            let others = others.trim();
+            let others = others
+                .strip_prefix('[')
+                .and_then(|o| o.strip_suffix(']'))
+                .unwrap_or_default()
+                .trim();
+            let mut tools = format!("[{{\"functionDeclarations\":[{}]}}", declarations.join(","));
+            if !others.is_empty() {
+                tools.push(',');
+                tools.push_str(others);
+            }
+            tools.push(']');
+            tools
+        }
+    };
+    let body = splice(body, analysis.container.clone(), &tools)?;
+    Some(Planned::Search(Plan {
+        body,
+        visible,
+        meta_entries: meta,
+    }))
+}

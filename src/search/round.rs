@@ -1,1 +1,489 @@
-//! (response side; written next)
+//! Search mode's response side: one model turn in, either the response the client gets or
+//! the next request upstream out.
+//!
+//! When the model calls only the meta-tool, each call is answered with the best-ranked tools
+//! the model cannot see yet (their names, descriptions and parameter schemas), and the
+//! follow-up request is the previous one plus the model's turn, the tool results, and the
+//! found tools appended at the end of the tools array: everything before them is unchanged,
+//! so the provider's prompt cache still holds. The last follow-up goes without the meta-tool,
+//! so the model must answer or call a real tool.
+
+use super::plan::{Plan, entry_texts, without_defer};
+use super::wire::Wire;
+use super::{Call, Edits, Reply, ToolResult, Usage};
+use crate::config::{Config, USE_TOOL_NAME};
+use crate::dialect::{Dialect, Entry, Layout};
+use crate::json::find_path;
+use crate::pipeline::Analysis;
+use crate::rank::Catalog;
+use crate::rewrite::splice;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::rc::Rc;
+
+/// Tools one search returns unless the model asks for another number.
+pub const DEFAULT_LIMIT: usize = 5;
+/// Tools one search returns at most.
+pub const MAX_LIMIT: usize = 20;
+
+/// What to do after a model turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// The response goes to the client with these edits (none: byte for byte).
+    Deliver(Edits),
+    /// This request goes upstream next.
+    FollowUp(String),
+}
+
+/// One request's search, across its rounds.
+pub struct Session {
+    wire: Wire,
+    /// The last request body sent upstream.
+    body: String,
+    catalog: Rc<Catalog>,
+    /// The client's tool entries, as the client wrote them.
+    entries: Vec<String>,
+    visible: Vec<bool>,
+    meta_entries: Vec<String>,
+    tool_name: String,
+    use_tool: bool,
+    max_rounds: usize,
+    /// Follow-ups sent so far.
+    rounds: usize,
+    /// Usage of every response so far, the first one included.
+    usage: Vec<Option<Usage>>,
+    /// Tools found, in the order they were added.
+    found: Vec<String>,
+}
+
+impl Session {
+    /// A search that starts with `plan`'s request; `client_body` is the body the client sent.
+    pub fn new(config: &Config, analysis: &Analysis, client_body: &str, plan: Plan) -> Session {
+        let container = client_body
+            .get(analysis.container.clone())
+            .unwrap_or_default();
+        let entries = entry_texts(container, &analysis.catalog.draft)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Session {
+            wire: Wire(analysis.dialect),
+            body: plan.body,
+            catalog: Rc::clone(&analysis.catalog),
+            entries,
+            visible: plan.visible,
+            meta_entries: plan.meta_entries,
+            tool_name: config.search.tool_name.clone(),
+            use_tool: config.search.use_tool,
+            max_rounds: config.search.max_search_rounds,
+            rounds: 0,
+            usage: Vec::new(),
+            found: Vec::new(),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.wire.0
+    }
+
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
+    /// The request body sent last.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    pub fn rounds(&self) -> usize {
+        self.rounds
+    }
+
+    pub fn found(&self) -> &[String] {
+        &self.found
+    }
+
+    /// The `x-toolsift-search` header: `rounds=1 found=get_weather usage=812/10,1040/12`.
+    pub fn header_value(&self) -> String {
+        let usage: Vec<String> = self
+            .usage
+            .iter()
+            .map(|u| match u {
+                Some(u) => format!("{}/{}", u.input, u.output),
+                None => "-".to_owned(),
+            })
+            .collect();
+        format!(
+            "rounds={} found={} usage={}",
+            self.rounds,
+            self.found.join(","),
+            usage.join(",")
+        )
+    }
+
+    /// Usage summed over every response, when any reported it.
+    fn total_usage(&self) -> Option<Usage> {
+        self.usage.iter().flatten().copied().reduce(Usage::plus)
+    }
+
+    fn is_meta(&self, name: &str) -> bool {
+        name == self.tool_name || (self.use_tool && name == USE_TOOL_NAME)
+    }
+
+    /// Decides what follows the model's turn `reply`.
+    pub fn on_reply(&mut self, reply: &Reply) -> Next {
+        self.usage.push(reply.usage);
+        let usage = if self.rounds > 0 {
+            self.total_usage()
+        } else {
+            None
+        };
+        let meta: Vec<&Call> = reply
+            .calls
+            .iter()
+            .filter(|c| self.is_meta(&c.name))
+            .collect();
+        if meta.is_empty() {
+            return Next::Deliver(Edits {
+                usage,
+                ..Edits::default()
+            });
+        }
+        let drop_meta = |keep: Option<&Call>| -> Vec<String> {
+            meta.iter()
+                .filter(|c| Some(**c) != keep)
+                .map(|c| call_key(c))
+                .collect()
+        };
+        // A `use_tool` call that resolves is the model's answer: a direct call of that tool.
+        for call in meta.iter().filter(|c| c.name == USE_TOOL_NAME) {
+            if let Some((name, params)) = self.resolve_use_tool(call) {
+                return Next::Deliver(Edits {
+                    drop: drop_meta(Some(call)),
+                    rename: vec![(call_key(call), name, params)],
+                    usage,
+                });
+            }
+        }
+        let real_calls = reply.calls.len() > meta.len();
+        if real_calls || self.rounds >= self.max_rounds {
+            // Real calls go to the client without the searches beside them; after the last
+            // round (the meta-tool was not offered) a stray meta call is dropped too.
+            return Next::Deliver(Edits {
+                drop: drop_meta(None),
+                usage,
+                ..Edits::default()
+            });
+        }
+        let mut results = Vec::new();
+        let mut added = Vec::new();
+        for call in &meta {
+            let (result, found) = self.answer(call);
+            for entry in found {
+                if let Some(v) = self.visible.get_mut(entry) {
+                    *v = true;
+                }
+                if let Some(name) = self.catalog.name(entry) {
+                    self.found.push(name.to_owned());
+                }
+                added.push(entry);
+            }
+            results.push(result);
+        }
+        match self.follow_up(reply, &results, &added) {
+            Some(body) => {
+                self.rounds += 1;
+                self.body.clone_from(&body);
+                Next::FollowUp(body)
+            }
+            // Cannot happen with a body toolsift wrote; the client then gets the turn without
+            // the searches rather than a dangling call.
+            None => Next::Deliver(Edits {
+                drop: drop_meta(None),
+                usage,
+                ..Edits::default()
+            }),
+        }
+    }
+
+    /// The tool result of one meta-tool call, and the entries it makes visible.
+    fn answer(&self, call: &Call) -> (ToolResult, Vec<usize>) {
+        #[derive(Deserialize)]
+        struct Arguments {
+            #[serde(default)]
+            query: Option<Value>,
+            #[serde(default)]
+            limit: Option<Value>,
+        }
+        let args: Option<Arguments> = serde_json::from_str(&call.arguments).ok();
+        let query = args
+            .as_ref()
+            .and_then(|a| a.query.as_ref())
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .unwrap_or_default();
+        if query.is_empty() {
+            let content = json!({
+                "error": format!(
+                    "{} needs a query: a few words saying what the tool should do",
+                    call.name
+                )
+            });
+            return (result(call, &content, true), Vec::new());
+        }
+        let limit = args
+            .as_ref()
+            .and_then(|a| a.limit.as_ref())
+            .and_then(Value::as_f64)
+            .map_or(DEFAULT_LIMIT, |l| l.clamp(1.0, MAX_LIMIT as f64) as usize);
+        let found = self.search(query, limit);
+        if call.name == USE_TOOL_NAME {
+            // use_tool's params did not fit its best tool: hand the model that tool's schema.
+            let best: Vec<usize> = self.best_tool(query).into_iter().collect();
+            let content = json!({
+                "tools": best.iter().map(|&e| self.describe(e)).collect::<Vec<_>>(),
+                "note": "The params did not fit this tool's parameters: call it directly."
+            });
+            let newly: Vec<usize> = best
+                .into_iter()
+                .filter(|&e| !self.visible.get(e).copied().unwrap_or(true))
+                .collect();
+            return (result(call, &content, false), newly);
+        }
+        let content = if found.is_empty() {
+            json!({"tools": [], "note": "No tool matched; try other words."})
+        } else {
+            json!({
+                "tools": found.iter().map(|&e| self.describe(e)).collect::<Vec<_>>(),
+                "note": "These tools are now in your tool list: call them directly."
+            })
+        };
+        (result(call, &content, false), found)
+    }
+
+    /// The best-ranked function tools the model cannot see yet, with some evidence.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<usize> {
+        self.catalog
+            .index
+            .rank(query)
+            .iter()
+            .filter(|s| s.score > 0.0)
+            .filter(|s| !self.visible.get(s.entry).copied().unwrap_or(true))
+            .take(limit)
+            .map(|s| s.entry)
+            .collect()
+    }
+
+    /// The best-ranked function tool of the whole catalog.
+    fn best_tool(&self, query: &str) -> Option<usize> {
+        self.catalog
+            .index
+            .rank(query)
+            .first()
+            .filter(|s| s.score > 0.0)
+            .map(|s| s.entry)
+    }
+
+    /// `use_tool(query, params)` as a direct call of the best tool, when params fit it.
+    fn resolve_use_tool(&self, call: &Call) -> Option<(String, String)> {
+        let args: Value = serde_json::from_str(&call.arguments).ok()?;
+        let query = args.get("query")?.as_str()?.trim();
+        let params = args.get("params")?;
+        let entry = self.best_tool(query)?;
+        let name = self.catalog.name(entry)?;
+        let schema = self.describe(entry);
+        fits(params, schema.get("parameters")?).then(|| (name.to_owned(), params.to_string()))
+    }
+
+    /// A tool's name, description and parameter schema, as the tool result lists it.
+    fn describe(&self, entry: usize) -> Value {
+        let text = self.entries.get(entry).map(String::as_str).unwrap_or("{}");
+        let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        // Where each dialect keeps them: OpenAI Chat under `function`, Bedrock under
+        // `toolSpec`; Anthropic calls the schema `input_schema`, Bedrock `inputSchema.json`.
+        let tool = v
+            .get("function")
+            .or_else(|| v.get("toolSpec"))
+            .unwrap_or(&v);
+        let parameters = tool
+            .get("parameters")
+            .or_else(|| tool.get("input_schema"))
+            .or_else(|| tool.get("parametersJsonSchema"))
+            .or_else(|| tool.get("inputSchema").and_then(|s| s.get("json")))
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        json!({
+            "name": self.catalog.name(entry).unwrap_or_default(),
+            "description": tool.get("description").cloned().unwrap_or(Value::String(String::new())),
+            "parameters": parameters,
+        })
+    }
+
+    /// The next request: the last one, plus the model's turn and the tool results in the
+    /// conversation, plus the found tools at the end of the tools array (minus the meta-tools
+    /// when this is the last round).
+    fn follow_up(&self, reply: &Reply, results: &[ToolResult], added: &[usize]) -> Option<String> {
+        let dialect = self.wire.0;
+        let mut items = reply.turn.clone();
+        items.extend(self.wire.tool_results(results));
+        let body = append_to_conversation(&self.body, self.wire.conversation_path(), &items)?;
+        let found: Vec<String> = added
+            .iter()
+            .filter_map(|&e| self.entries.get(e))
+            .map(|t| without_defer(t).into_owned())
+            .collect();
+        let tools_path = dialect.tools_path();
+        let mut body = if found.is_empty() {
+            body
+        } else {
+            let items = match self.catalog.draft.layout {
+                Layout::Grouped { .. } => {
+                    vec![format!(
+                        "{{\"functionDeclarations\":[{}]}}",
+                        found.join(",")
+                    )]
+                }
+                Layout::Flat(_) => found,
+            };
+            append_to_array(&body, tools_path, &items)?
+        };
+        if self.rounds + 1 >= self.max_rounds {
+            for meta in &self.meta_entries {
+                let span = find_path(&body, tools_path)?;
+                let tools = body.get(span.clone())?;
+                if let Some(without) = remove_item(tools, meta) {
+                    body = splice(&body, span, &without)?;
+                }
+            }
+        }
+        Some(body)
+    }
+}
+
+/// How edits name a call: its id, or its name when the dialect gives none (Gemini).
+pub fn call_key(call: &Call) -> String {
+    if call.id.is_empty() {
+        call.name.clone()
+    } else {
+        call.id.clone()
+    }
+}
+
+fn result(call: &Call, content: &Value, is_error: bool) -> ToolResult {
+    ToolResult {
+        call: call.clone(),
+        content: content.to_string(),
+        is_error,
+    }
+}
+
+/// Whether `params` satisfy `schema` as far as a gateway can tell cheaply: every required key
+/// present, and every top-level value of the declared type.
+pub fn fits(params: &Value, schema: &Value) -> bool {
+    let Some(params) = params.as_object() else {
+        return false;
+    };
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if required
+        .iter()
+        .filter_map(Value::as_str)
+        .any(|k| !params.contains_key(k))
+    {
+        return false;
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    params.iter().all(|(key, value)| {
+        let Some(declared) = properties
+            .and_then(|p| p.get(key))
+            .and_then(|p| p.get("type"))
+        else {
+            return true;
+        };
+        let types: Vec<&str> = match declared {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => return true,
+        };
+        types.iter().any(|t| is_type(value, t))
+    })
+}
+
+/// JSON Schema's (and Gemini's upper-case) type names.
+fn is_type(value: &Value, name: &str) -> bool {
+    match name.to_ascii_lowercase().as_str() {
+        "string" => value.is_string(),
+        "integer" => value.as_f64().is_some_and(|n| n.fract() == 0.0),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        "null" => value.is_null(),
+        _ => true,
+    }
+}
+
+/// `body` with `items` (JSON texts) appended to the array at `path`. OpenAI Responses' `input`
+/// may be a plain string: it becomes a user message followed by the items.
+pub fn append_to_conversation(body: &str, path: &[&str], items: &[String]) -> Option<String> {
+    let span = find_path(body, path)?;
+    let value = body.get(span.clone())?;
+    if value.starts_with('"') {
+        let mut array = format!("[{{\"role\":\"user\",\"content\":{value}}}");
+        for item in items {
+            array.push(',');
+            array.push_str(item);
+        }
+        array.push(']');
+        return splice(body, span, &array);
+    }
+    append_to_array(body, path, items)
+}
+
+/// `body` with `items` appended to the array at `path`, every existing byte kept.
+pub fn append_to_array(body: &str, path: &[&str], items: &[String]) -> Option<String> {
+    let span = find_path(body, path)?;
+    let array = body.get(span.clone())?;
+    let close = span.start + array.rfind(']')?;
+    let empty = array
+        .get(1..array.len().saturating_sub(1))
+        .is_some_and(|inner| inner.trim().is_empty());
+    let mut insert = String::new();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 || !empty {
+            insert.push(',');
+        }
+        insert.push_str(item);
+    }
+    splice(body, close..close, &insert)
+}
+
+/// The array text without the item written exactly as `item`, and its separator.
+fn remove_item(array: &str, item: &str) -> Option<String> {
+    let start = array.find(item)?;
+    let end = start + item.len();
+    let b = array.as_bytes();
+    let mut after = end;
+    while b.get(after).is_some_and(u8::is_ascii_whitespace) {
+        after += 1;
+    }
+    if b.get(after) == Some(&b',') {
+        return splice(array, start..after + 1, "");
+    }
+    let mut before = start;
+    while before > 0 && b.get(before - 1).is_some_and(u8::is_ascii_whitespace) {
+        before -= 1;
+    }
+    if before > 0 && b.get(before - 1) == Some(&b',') {
+        return splice(array, before - 1..end, "");
+    }
+    splice(array, start..end, "")
+}
+
+/// Whether the catalog entry is a function tool.
+pub fn is_function(catalog: &Catalog, entry: usize) -> bool {
+    matches!(catalog.draft.entries.get(entry), Some(Entry::Function(_)))
+}
