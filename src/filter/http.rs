@@ -8,8 +8,9 @@
 //! at most `timeout_ms`, and is finished in `on_http_call_response` (by keyword if the call
 //! failed). Response headers: report what was done.
 
+use super::search::Search;
 use super::{Shared, vectors};
-use crate::config::OnError;
+use crate::config::{Mode, OnError};
 use crate::dialect::Dialect;
 use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
@@ -29,6 +30,11 @@ pub struct Filter {
     outcome: Option<Outcome>,
     /// A request waiting for its embeddings call.
     waiting: Option<Waiting>,
+    /// Search mode: the client's request headers (kept for the follow-ups) and whether the
+    /// client asked for a stream by path, from the headers phase until the body is planned.
+    search_headers: Option<(Vec<(String, String)>, bool)>,
+    /// Search mode: the request's search, from its body phase on.
+    search: Option<Search>,
 }
 
 enum Outcome {
@@ -36,6 +42,8 @@ enum Outcome {
         kept: usize,
         total: usize,
         ranked: Ranked,
+        /// `search` (the meta-tool was added) or `native` (the provider's own search).
+        search: Option<&'static str>,
         /// Kept tools in rank order (with their channels when hybrid), for the debug header.
         kept_names: String,
     },
@@ -89,6 +97,8 @@ impl Filter {
             buffering: None,
             outcome: None,
             waiting: None,
+            search_headers: None,
+            search: None,
         }
     }
 
@@ -188,6 +198,20 @@ impl Filter {
         ranked: Ranked,
     ) -> Result<(), Skipped> {
         let metrics = &shared.metrics;
+        if let Some((headers, path_stream)) = self.search_headers.take() {
+            if let Some(search) =
+                self.plan_search(shared, analysis, text, body_len, headers, path_stream)?
+            {
+                self.outcome = Some(Outcome::Filtered {
+                    kept: search.0,
+                    total: analysis.total(),
+                    ranked,
+                    search: Some(search.1),
+                    kept_names: String::new(),
+                });
+                return Ok(());
+            }
+        }
         let (kept, total) = (analysis.kept(), analysis.total());
         if let Some(rewritten) = analysis.rewrite(text) {
             hostcalls::set_buffer(
@@ -236,14 +260,68 @@ impl Filter {
             kept,
             total,
             ranked,
+            search: None,
             kept_names,
         });
         Ok(())
     }
 
+    /// Search mode's first request: the meta-tool and the pinned tools instead of the
+    /// catalog. Returns the function tools shown and the header's `search=` value, or `None`
+    /// when the request is filtered instead.
+    fn plan_search(
+        &mut self,
+        shared: &Shared,
+        analysis: &Analysis,
+        text: &str,
+        body_len: usize,
+        headers: Vec<(String, String)>,
+        path_stream: bool,
+    ) -> Result<Option<(usize, &'static str)>, Skipped> {
+        let metrics = &shared.metrics;
+        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+        let config = &engine.config;
+        let planned = crate::search::plan::plan(config, analysis, text);
+        match planned {
+            Some(crate::search::plan::Planned::Native) => {
+                metrics.add(metrics.search_native, 1);
+                metrics.add(metrics.unchanged, 1);
+                Ok(Some((analysis.total(), "native")))
+            }
+            Some(crate::search::plan::Planned::Search(plan)) => {
+                hostcalls::set_buffer(
+                    BufferType::HttpRequestBody,
+                    0,
+                    body_len,
+                    plan.body.as_bytes(),
+                )
+                .map_err(|_| Skip::Internal)?;
+                let shown = analysis.total() - plan.deferred(analysis);
+                let session = crate::search::round::Session::new(config, analysis, text, plan);
+                metrics.add(metrics.search_requests, 1);
+                metrics.add(metrics.rewritten, 1);
+                metrics.add(metrics.tools_in, analysis.total());
+                metrics.add(metrics.tools_out, shown);
+                self.search = Some(Search::new(
+                    session,
+                    analysis.stream || path_stream,
+                    headers,
+                ));
+                Ok(Some((shown, "search")))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The embeddings call answered (or Envoy gave up on it): rank with what it brought, or by
     /// keyword, finish the body, and let the request go on.
-    fn resume(&mut self, shared: &Shared, waiting: Waiting, body_size: usize) -> Action {
+    fn resume(
+        &mut self,
+        shared: &Shared,
+        waiting: Waiting,
+        num_headers: usize,
+        body_size: usize,
+    ) -> Action {
         let Waiting {
             mut analysis,
             mut gathered,
@@ -265,7 +343,10 @@ impl Filter {
                         &mut analysis,
                         &mut gathered,
                         &slots,
-                        body_size,
+                        Answer {
+                            headers: num_headers,
+                            body_size,
+                        },
                     );
                     if ranked == Ranked::Fallback(Fallback::Timeout) {
                         // Too many tool texts to embed within timeout_ms: the root context
@@ -333,8 +414,12 @@ impl Filter {
                 kept,
                 total,
                 ranked,
+                search,
                 ..
-            }) => header_value(*kept, *total, None) + &ranked.header_suffix(),
+            }) => {
+                let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
+                header_value(*kept, *total, None) + &ranked.header_suffix() + &mode
+            }
             Some(Outcome::Skipped(skipped)) => {
                 let n = skipped.tools;
                 header_value(n.unwrap_or(0), n.unwrap_or(0), Some(skipped))
@@ -392,18 +477,39 @@ fn start_hybrid(
     }
 }
 
+/// What `on_http_call_response` says of the answer: its header count (0: no response) and
+/// body size.
+#[derive(Clone, Copy)]
+struct Answer {
+    headers: usize,
+    body_size: usize,
+}
+
+/// The `:status` of the current `on_http_call_response`, `None` when the call got no response
+/// (reset, or cut off mid-body by its timeout). With no response there is no header map, and
+/// the SDK's getter panics on the host's answer to reading one: it must not be asked.
+pub(super) fn call_status(num_headers: usize) -> Option<String> {
+    if num_headers == 0 {
+        return None;
+    }
+    hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+        .ok()
+        .flatten()
+}
+
 /// The vectors of the embeddings answer of the current `on_http_call_response`, or why there
 /// are none.
 pub(super) fn read_answer(
+    num_headers: usize,
     body_size: usize,
     inputs: usize,
     dimensions: Option<usize>,
 ) -> Result<Vec<Vec<f32>>, Fallback> {
-    let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-        .ok()
-        .flatten()
-        .and_then(|s| s.parse::<u16>().ok());
-    if let Some(reason) = Fallback::of_status(status) {
+    let Some(status) = call_status(num_headers) else {
+        // Reset before or while answering: no response at all.
+        return Err(Fallback::Status);
+    };
+    if let Some(reason) = Fallback::of_status(status.parse::<u16>().ok()) {
         return Err(reason);
     }
     let answer = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
@@ -421,12 +527,12 @@ fn rank_with_answer(
     analysis: &mut Analysis,
     gathered: &mut Gathered,
     slots: &[Slot],
-    body_size: usize,
+    answer: Answer,
 ) -> Ranked {
     // Vectors must match the configured size, or the size of the ones already known: a
     // wrong-sized answer is never cached.
     let expected = e.dimensions.or_else(|| gathered.known_dimensions());
-    let vectors = match read_answer(body_size, slots.len(), expected) {
+    let vectors = match read_answer(answer.headers, answer.body_size, slots.len(), expected) {
         Ok(vectors) => vectors,
         Err(reason) => return Ranked::Fallback(reason),
     };
@@ -447,18 +553,26 @@ impl Context for Filter {
     fn on_http_call_response(
         &mut self,
         token_id: u32,
-        _num_headers: usize,
+        num_headers: usize,
         body_size: usize,
         _num_trailers: usize,
     ) {
         let Some(shared) = self.shared.clone() else {
             return;
         };
+        if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
+            if search.on_follow_up(&shared, num_headers, body_size) {
+                if let Err(status) = hostcalls::resume_http_response() {
+                    log::warn!("cannot resume the response: {status:?}");
+                }
+            }
+            return;
+        }
         let Some(waiting) = self.waiting.take_if(|w| w.token == token_id) else {
             log::debug!("unexpected http call response {token_id}");
             return;
         };
-        if self.resume(&shared, waiting, body_size) == Action::Continue {
+        if self.resume(&shared, waiting, num_headers, body_size) == Action::Continue {
             if let Err(status) = hostcalls::resume_http_request() {
                 log::warn!("cannot resume the request: {status:?}");
             }
@@ -481,6 +595,7 @@ impl HttpContext for Filter {
                     return self.skip(&shared, Skip::Internal.into());
                 }
                 self.buffering = Some(dialect);
+                self.search_headers = search_headers(&shared, dialect);
                 // Continue, never Pause, from the headers phase: pausing here stalls the
                 // request until the idle timeout. The body callbacks do the buffering.
                 Action::Continue
@@ -533,8 +648,42 @@ impl HttpContext for Filter {
         {
             add_response_header("x-toolsift-tools", kept_names);
         }
-        Action::Continue
+        drop(engine);
+        match self.search.as_mut() {
+            Some(search) => search.on_response_headers(shared),
+            None => Action::Continue,
+        }
     }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let (Some(shared), Some(search)) = (self.shared.as_ref(), self.search.as_mut()) else {
+            return Action::Continue;
+        };
+        search.on_response_body(shared, body_size, end_of_stream)
+    }
+}
+
+/// In search mode, the request headers the follow-ups will carry, and whether the path asks
+/// for a stream; `None` in filter mode, and for the streams search mode cannot serve (Bedrock's
+/// binary event stream, Gemini's JSON-array stream), which are filtered instead.
+fn search_headers(shared: &Shared, dialect: Dialect) -> Option<(Vec<(String, String)>, bool)> {
+    let engine = shared.engine.try_borrow().ok()?;
+    if engine.config.mode != Mode::Search {
+        return None;
+    }
+    let path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let gemini_stream = path.contains(":streamGenerateContent");
+    let unsupported = (dialect == Dialect::Bedrock && path.contains("converse-stream"))
+        || (gemini_stream && !path.contains("alt=sse"));
+    if unsupported {
+        shared.metrics.add(shared.metrics.search_unsupported, 1);
+        return None;
+    }
+    let headers = hostcalls::get_map(MapType::HttpRequestHeaders).ok()?;
+    Some((headers, gemini_stream))
 }
 
 fn add_response_header(name: &str, value: &str) {

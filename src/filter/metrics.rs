@@ -31,6 +31,20 @@ pub struct Metrics {
     pub embeddings_backfilled: u32,
     /// One counter per [`Fallback`], in [`Fallback::ALL`] order.
     fallback: Vec<u32>,
+    /// Search mode: requests sent with the meta-tool, requests that carried the provider's
+    /// own tool search (untouched), requests search mode cannot serve (Bedrock streams,
+    /// Gemini array streams: filtered instead), responses held, streams released at their
+    /// first output, follow-ups sent, responses answered after follow-ups, failed follow-ups,
+    /// and model turns toolsift could not read (passed on as they were).
+    pub search_requests: u32,
+    pub search_native: u32,
+    pub search_unsupported: u32,
+    pub search_held: u32,
+    pub search_released: u32,
+    pub search_rounds: u32,
+    pub search_answered: u32,
+    pub search_failed: u32,
+    pub search_unreadable: u32,
 }
 
 impl Metrics {
@@ -52,6 +66,15 @@ impl Metrics {
             embeddings_incomplete: counter("toolsift.embeddings.incomplete")?,
             embeddings_backfilled: counter("toolsift.embeddings.backfilled")?,
             fallback,
+            search_requests: counter("toolsift.search.requests")?,
+            search_native: counter("toolsift.search.native")?,
+            search_unsupported: counter("toolsift.search.unsupported")?,
+            search_held: counter("toolsift.search.held")?,
+            search_released: counter("toolsift.search.released")?,
+            search_rounds: counter("toolsift.search.rounds")?,
+            search_answered: counter("toolsift.search.answered")?,
+            search_failed: counter("toolsift.search.failed")?,
+            search_unreadable: counter("toolsift.search.unreadable")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,

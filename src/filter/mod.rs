@@ -5,6 +5,7 @@
 
 mod http;
 mod metrics;
+mod search;
 mod vectors;
 
 use crate::config::Config;
@@ -64,7 +65,7 @@ impl Context for Root {
     fn on_http_call_response(
         &mut self,
         token_id: u32,
-        _num_headers: usize,
+        num_headers: usize,
         body_size: usize,
         _num_trailers: usize,
     ) {
@@ -88,7 +89,12 @@ impl Context for Root {
         let known = catalog
             .vectors()
             .and_then(|v| v.iter().flatten().map(Vec::len).next());
-        match http::read_answer(body_size, entries.len(), e.dimensions.or(known)) {
+        match http::read_answer(
+            num_headers,
+            body_size,
+            entries.len(),
+            e.dimensions.or(known),
+        ) {
             Ok(vectors) => {
                 source.fill_tools(&catalog, &entries, vectors);
                 shared

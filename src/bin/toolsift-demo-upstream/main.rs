@@ -31,9 +31,59 @@
 //! - `POST /embeddings/reset`: closes the connection without answering (HTTP/2: resets the
 //!   stream).
 //!
-//! `GET /stats` counts every POST in `requests` and `by_path` (these included), and the
-//! embeddings routes alone in `"embeddings": {"requests": N, "inputs": M, "invalid_bodies": K}`:
-//! `inputs` sums the texts of the bodies that parsed, `invalid_bodies` counts those that did not.
+//! It also plays a scripted model, for the tests of the filter's search mode (the gateway
+//! answering a `find_tools` meta-tool and sending the follow-up request). A request to any of
+//! the five LLM paths with `x-demo-model: scripted` is answered by a model that calls the tool
+//! the headers name, in the dialect's own tool-call shapes, whole or streamed as the request
+//! asks (`"stream": true`; Gemini's `:streamGenerateContent` as SSE with `alt=sse`, else as the
+//! real API's JSON array sent element by element). Bedrock's `converse-stream` is refused (400).
+//! Requests are checked as above, and their conversation as the provider would: a tool call
+//! without its result, a result without its call (Chat `tool_calls[].id` and `tool_call_id`;
+//! Responses `call_id`, unless `previous_response_id` is set; Anthropic `tool_use.id` and
+//! `tool_result.tool_use_id` in the next message; Gemini `functionCall` and `functionResponse`
+//! names in the next turn; Bedrock `toolUseId`) or a duplicate tool name is a 400 in the
+//! dialect's error shape. The headers:
+//!
+//! - `x-demo-want: NAME` (required, else 400): the tool the model wants to call.
+//! - `x-demo-search-tool: NAME` (default `find_tools`): the meta-tool's name.
+//! - `x-demo-query: TEXT` (default: the latest user text of the conversation): the query it
+//!   searches with.
+//! - `x-demo-args: {JSON object}` (default `{}`): the arguments of the wanted tool's call.
+//! - `x-demo-script: MODE` (default `search`), where only the request's function tools count:
+//!   - `search`: calls the wanted tool if present; else the search tool, if present, with
+//!     `{"query": QUERY, "limit": 5}`; else answers the text `no NAME available`.
+//!   - `always-search`: calls the search tool whenever present, even beside the wanted tool;
+//!     without it, as `search`.
+//!   - `mixed`: calls the wanted tool if present; else the search tool and the request's first
+//!     other function tool (with `{}`), in one turn, search first; without the search tool, as
+//!     `search`.
+//!   - `text-first`: as `search`, with the text `Let me look that up.` before a call.
+//!   - `use-tool`: calls the wanted tool if present; else `use_tool`, if present, with
+//!     `{"query": QUERY, "params": ARGS}`; else as `search`.
+//!   - `answer`: a text answer (the usual `demo upstream received N tools: ...`), no calls.
+//! - `x-demo-fail-followup: STATUS` (400..=599): a request whose conversation already holds a
+//!   tool result (the gateway's follow-up) gets that status and the dialect's error body.
+//! - `x-demo-chunk-delay-ms: N` (at most 60000): streams wait N ms between frames.
+//!
+//! Call ids are `call_SEQ_I` (Chat; Responses `call_id`, with item id `fc_SEQ_I`), `toolu_SEQ_I`
+//! (Anthropic) and `tooluse_SEQ_I` (Bedrock), SEQ the request's number in `/stats` and I the
+//! call's 0-based place in the turn; Gemini calls have no id, as in the real API. Usage is
+//! deterministic: input tokens are the body's bytes / 4 (rounded down), output tokens 10 per
+//! call plus the words of the text. Streams are the provider's event sequences, one body chunk
+//! per event, with arguments in at least two deltas (Gemini: each `functionCall` part whole in
+//! its own chunk, finish reason and usage on the last). Answers carry no `toolsift_demo` report.
+//!
+//! - `GET /scripted/log`: the scripted requests, oldest first (the latest 200): `[{"path": ...,
+//!   "headers": {lowercased name: value}, "body": parsed JSON}]`; `path` keeps the query string
+//!   (`?alt=sse`), repeated headers are joined with `, `, a body that is not JSON is logged as a
+//!   string and one that could not be read as `null`.
+//! - `POST /scripted/log/reset`: empties the log; answers `{"cleared": N}`.
+//!
+//! `GET /stats` counts every POST in `requests` and `by_path` (these included, except
+//! `/scripted/log/reset`), the embeddings routes alone in `"embeddings": {"requests": N,
+//! "inputs": M, "invalid_bodies": K}` (`inputs` sums the texts of the bodies that parsed,
+//! `invalid_bodies` counts those that did not), and the scripted requests in
+//! `"scripted": {"requests": N}`.
 //!
 //! Usage: `toolsift-demo-upstream [--listen 127.0.0.1:18000] [--verbose]`
 
@@ -68,6 +118,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+
+mod scripted;
 
 const USAGE: &str = "\
 usage: toolsift-demo-upstream [--listen ADDR] [--verbose]
@@ -209,6 +261,7 @@ async fn run(options: Options) -> ExitCode {
     let server = Arc::new(Server {
         verbose: options.verbose,
         stats: Stats::default(),
+        scripted_log: scripted::Log::default(),
     });
     let (shutdown_tx, shutdown_rx) = watch::channel(());
     // Each connection task holds a clone of `drain_tx`; `recv` returns None once all have ended.
@@ -312,6 +365,8 @@ async fn serve_connection(
 struct Server {
     verbose: bool,
     stats: Stats,
+    /// The scripted model's request log, behind `GET /scripted/log`.
+    scripted_log: scripted::Log,
 }
 
 /// Counters behind `GET /stats`.
@@ -322,6 +377,7 @@ struct Stats {
     embeddings_requests: AtomicU64,
     embeddings_inputs: AtomicU64,
     embeddings_invalid_bodies: AtomicU64,
+    scripted_requests: AtomicU64,
 }
 
 impl Stats {
@@ -371,6 +427,7 @@ impl Stats {
                 "inputs": self.embeddings_inputs.load(Ordering::Relaxed),
                 "invalid_bodies": self.embeddings_invalid_bodies.load(Ordering::Relaxed),
             },
+            "scripted": { "requests": self.scripted_requests.load(Ordering::Relaxed) },
         })
     }
 }
@@ -438,10 +495,29 @@ async fn route(parts: &Parts, body: Incoming, server: &Server) -> Response<Reply
             plain_response(StatusCode::OK, "text/plain", Bytes::from_static(b"ok"))
         }
         (&Method::GET, "/stats", _) => json_response(StatusCode::OK, &server.stats.snapshot()),
+        (&Method::GET, scripted::LOG_PATH, _) => {
+            json_response(StatusCode::OK, &server.scripted_log.snapshot())
+        }
+        (&Method::POST, scripted::LOG_RESET_PATH, _) => {
+            let cleared = server.scripted_log.clear();
+            json_response(StatusCode::OK, &json!({ "cleared": cleared }))
+        }
+        (_, scripted::LOG_PATH | scripted::LOG_RESET_PATH, _) => {
+            let allowed = if path == scripted::LOG_PATH {
+                "GET"
+            } else {
+                "POST"
+            };
+            let mut response = invalid_url(parts, StatusCode::METHOD_NOT_ALLOWED);
+            response
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(allowed));
+            response
+        }
         (&Method::POST, _, endpoint) => {
             let sequence = server.stats.record(path);
             match endpoint {
-                Some(endpoint) => serve_llm_request(parts, body, &endpoint, sequence).await,
+                Some(endpoint) => serve_llm_request(parts, body, &endpoint, sequence, server).await,
                 None => invalid_url(parts, StatusCode::NOT_FOUND),
             }
         }
@@ -455,12 +531,29 @@ async fn serve_llm_request(
     body: Incoming,
     endpoint: &Endpoint,
     sequence: u64,
+    server: &Server,
 ) -> Response<ReplyBody> {
     let dialect = endpoint.dialect;
+    let scripted = scripted::requested(&parts.headers);
+    if scripted {
+        server
+            .stats
+            .scripted_requests
+            .fetch_add(1, Ordering::Relaxed);
+    }
     let body = match read_body(body).await {
         Ok(body) => body,
-        Err((status, rejection)) => return rejection_response(Some(dialect), status, &rejection),
+        Err((status, rejection)) => {
+            if scripted {
+                server.scripted_log.record(parts, None);
+            }
+            return rejection_response(Some(dialect), status, &rejection);
+        }
     };
+    if scripted {
+        server.scripted_log.record(parts, Some(&body));
+        return scripted::serve(parts, endpoint, &body, sequence);
+    }
     if parts
         .headers
         .get(ECHO_HEADER)
@@ -563,23 +656,39 @@ fn tools_header_value(tools: &[String]) -> (String, bool) {
 struct ReplyBody {
     chunks: VecDeque<Bytes>,
     streamed: bool,
+    /// Pause before each chunk but the first (the scripted model's `x-demo-chunk-delay-ms`).
+    gap: Duration,
+    /// The pause under way, if any.
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+    started: bool,
+}
+
+impl ReplyBody {
+    fn new(chunks: VecDeque<Bytes>, streamed: bool) -> Self {
+        Self {
+            chunks,
+            streamed,
+            gap: Duration::ZERO,
+            pause: None,
+            started: false,
+        }
+    }
+
+    fn gap(mut self, gap: Duration) -> Self {
+        self.gap = gap;
+        self
+    }
 }
 
 impl From<Bytes> for ReplyBody {
     fn from(bytes: Bytes) -> Self {
-        Self {
-            chunks: VecDeque::from([bytes]),
-            streamed: false,
-        }
+        Self::new(VecDeque::from([bytes]), false)
     }
 }
 
 impl From<Vec<Bytes>> for ReplyBody {
     fn from(events: Vec<Bytes>) -> Self {
-        Self {
-            chunks: events.into(),
-            streamed: true,
-        }
+        Self::new(events.into(), true)
     }
 }
 
@@ -589,9 +698,21 @@ impl Body for ReplyBody {
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        let this = &mut *self;
+        if this.started && !this.gap.is_zero() && !this.chunks.is_empty() {
+            let gap = this.gap;
+            let pause = this
+                .pause
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.pause = None;
+        }
+        this.started = true;
+        Poll::Ready(this.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -2769,6 +2890,7 @@ mod tests {
         let server = Arc::new(Server {
             verbose: false,
             stats: Stats::default(),
+            scripted_log: scripted::Log::default(),
         });
         tokio::spawn(async move {
             let (shutdown_tx, shutdown_rx) = watch::channel(());
@@ -2795,11 +2917,26 @@ mod tests {
         target: &str,
         body: &str,
     ) -> (u16, String, String) {
+        exchange_with(address, method, target, &[], body).await
+    }
+
+    /// [`exchange`] with extra request headers.
+    async fn exchange_with(
+        address: std::net::SocketAddr,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = TcpStream::connect(address).await.unwrap();
+        let extra: String = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect();
         let request = format!(
             "{method} {target} HTTP/1.1\r\nhost: demo\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+             {extra}content-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).await.unwrap();
@@ -2874,5 +3011,91 @@ mod tests {
         );
         assert_eq!(stats["by_path"]["/embeddings/ok"], 2);
         assert_eq!(stats["by_path"]["/embeddings/slow"], 1);
+    }
+
+    #[tokio::test]
+    async fn scripted_model_over_http() {
+        let address = start_server().await;
+        let chat = "/v1/chat/completions";
+        let first = r#"{"messages":[{"role":"user","content":"weather in paris"}],"tools":[{"type":"function","function":{"name":"find_tools"}}]}"#;
+        let scripted = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", "get_weather"),
+            ("x-demo-fail-followup", "429"),
+        ];
+        let (status, head, body) = exchange_with(address, "POST", chat, &scripted, first).await;
+        assert_eq!(status, 200);
+        assert!(head.contains("x-demo-tools: find_tools"));
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let call = &answer["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["id"], "call_1_0");
+        assert_eq!(
+            call["function"]["arguments"],
+            r#"{"limit":5,"query":"weather in paris"}"#
+        );
+
+        let follow_up = r#"{"messages":[{"role":"user","content":"weather in paris"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"call_1_0","type":"function","function":{"name":"find_tools","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"call_1_0","content":"{}"}],
+            "tools":[{"type":"function","function":{"name":"find_tools"}},{"type":"function","function":{"name":"get_weather"}}]}"#;
+        let (status, _, body) = exchange_with(address, "POST", chat, &scripted, follow_up).await;
+        assert_eq!(status, 429);
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["error"]["code"], "rate_limit_exceeded");
+        let (status, _, body) =
+            exchange_with(address, "POST", chat, &scripted[..2], follow_up).await;
+        assert_eq!(status, 200);
+        assert!(body.contains(r#""name":"get_weather""#), "{body}");
+
+        // Missing x-demo-want; an unanswered call.
+        let (status, _, _) = exchange_with(address, "POST", chat, &scripted[..1], first).await;
+        assert_eq!(status, 400);
+        let unanswered =
+            follow_up.replace(r#""tool_call_id":"call_1_0""#, r#""tool_call_id":"call_9""#);
+        let (status, _, body) =
+            exchange_with(address, "POST", chat, &scripted[..2], &unanswered).await;
+        assert_eq!(status, 400, "{body}");
+
+        // Streams pause between frames when asked.
+        let streamed = first.replacen('{', r#"{"stream":true,"#, 1);
+        let mut slow = scripted[..2].to_vec();
+        slow.push(("x-demo-chunk-delay-ms", "40"));
+        let started = Instant::now();
+        let (status, head, body) = exchange_with(address, "POST", chat, &slow, &streamed).await;
+        assert_eq!(status, 200);
+        assert!(head.contains("content-type: text/event-stream"));
+        let frames = body.matches("data: ").count();
+        assert!(frames >= 5, "{body}");
+        assert!(started.elapsed() >= Duration::from_millis(40 * (frames as u64 - 1)));
+
+        // Without the header nothing changes.
+        let (status, _, body) = exchange(address, "POST", chat, first).await;
+        assert_eq!(status, 200);
+        assert!(body.contains("demo upstream received 1 tool: find_tools"));
+
+        let (_, _, log) = exchange(address, "GET", "/scripted/log", "").await;
+        let log: Value = serde_json::from_str(&log).unwrap();
+        let log = log.as_array().unwrap();
+        assert_eq!(log.len(), 6);
+        assert_eq!(log[0]["path"], chat);
+        assert_eq!(log[0]["headers"]["x-demo-want"], "get_weather");
+        assert_eq!(log[0]["body"]["messages"][0]["content"], "weather in paris");
+        assert_eq!(log[5]["body"]["stream"], true);
+
+        let (_, _, stats) = exchange(address, "GET", "/stats", "").await;
+        let stats: Value = serde_json::from_str(&stats).unwrap();
+        assert_eq!(stats["scripted"], json!({"requests": 6}));
+        assert_eq!(stats["requests"], 7);
+
+        let (status, _, body) = exchange(address, "POST", "/scripted/log/reset", "").await;
+        assert_eq!((status, body.as_str()), (200, r#"{"cleared":6}"#));
+        let (_, _, log) = exchange(address, "GET", "/scripted/log", "").await;
+        assert_eq!(log, "[]");
+        let (status, head, _) = exchange(address, "DELETE", "/scripted/log", "").await;
+        assert_eq!(status, 405);
+        assert!(head.contains("allow: get"));
+        let (_, _, stats) = exchange(address, "GET", "/stats", "").await;
+        let stats: Value = serde_json::from_str(&stats).unwrap();
+        assert_eq!(stats["requests"], 7);
     }
 }

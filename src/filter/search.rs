@@ -1,0 +1,334 @@
+//! Search mode in the filter: the response side. The model's turn is read when the upstream
+//! response is complete (or, for a stream, held only until its first output shows whether it
+//! is a tool call); a `find_tools`-only turn is answered with a follow-up request to the same
+//! cluster with the client's own headers, by `dispatch_http_call`, until the model answers or
+//! calls a real tool; the client then gets that response in place of the first.
+//!
+//! Holding the response headers until the body decides needs Envoy's
+//! `allow_on_headers_stop_iteration: true` in the plugin config (Envoy 1.35 and later):
+//! without it, a paused headers callback also stops the body callbacks.
+
+use super::Shared;
+use crate::search::round::{Next, Session};
+use crate::search::{Edits, Frame, sse};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{Action, BufferType, MapType};
+use std::time::Duration;
+
+/// A request in search mode, from its body phase to its last response byte.
+pub struct Search {
+    pub session: Session,
+    /// The client asked for a stream.
+    pub stream: bool,
+    /// The client's request headers, for the follow-ups (credentials, API version, …).
+    pub headers: Vec<(String, String)>,
+    state: State,
+    /// Size of the first response's body, held in Envoy's buffer.
+    held: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The request went upstream; its response has not started.
+    Sent,
+    /// The response headers are held while the body is read.
+    Holding,
+    /// Let everything through untouched from here on.
+    Released,
+    /// A follow-up is out, with this token; the response is paused.
+    FollowUp(u32),
+}
+
+/// Request headers that belong to one connection or one body, not to the follow-ups.
+const NOT_FORWARDED: [&str; 7] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "expect",
+];
+
+impl Search {
+    pub fn new(session: Session, stream: bool, headers: Vec<(String, String)>) -> Search {
+        let headers = headers
+            .into_iter()
+            .filter(|(name, _)| !NOT_FORWARDED.contains(&name.to_ascii_lowercase().as_str()))
+            .collect();
+        Search {
+            session,
+            stream,
+            headers,
+            state: State::Sent,
+            held: 0,
+        }
+    }
+
+    pub fn token(&self) -> Option<u32> {
+        match self.state {
+            State::FollowUp(token) => Some(token),
+            _ => None,
+        }
+    }
+
+    /// Response headers: hold them when the body may have to be replaced.
+    pub fn on_response_headers(&mut self, shared: &Shared) -> Action {
+        let header = |name: &str| {
+            hostcalls::get_map_value(MapType::HttpResponseHeaders, name)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
+        let status = header(":status");
+        let content_type = header("content-type").to_ascii_lowercase();
+        let readable = content_type.contains("json") || content_type.contains("event-stream");
+        if status != "200" || !readable {
+            // Errors and odd answers reach the client as the upstream sent them.
+            self.state = State::Released;
+            return Action::Continue;
+        }
+        if let Err(status) =
+            hostcalls::set_map_value(MapType::HttpResponseHeaders, "content-length", None)
+        {
+            log::warn!("cannot remove the response content-length: {status:?}");
+            self.state = State::Released;
+            return Action::Continue;
+        }
+        shared.metrics.add(shared.metrics.search_held, 1);
+        self.state = State::Holding;
+        Action::Pause
+    }
+
+    /// Response body: decide once the turn can be read.
+    pub fn on_response_body(
+        &mut self,
+        shared: &Shared,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Action {
+        if self.state != State::Holding {
+            return Action::Continue;
+        }
+        let body = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return self.release(shared);
+        };
+        if self.stream && !end_of_stream {
+            let (frames, _) = sse::frames(text);
+            return match self.session.wire().opening(&frames) {
+                crate::search::Opening::Answer => self.release(shared),
+                _ => Action::Pause,
+            };
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.held = body_size;
+        self.turn(shared, text, false)
+    }
+
+    /// Lets the held response go as it is.
+    fn release(&mut self, shared: &Shared) -> Action {
+        shared.metrics.add(shared.metrics.search_released, 1);
+        self.state = State::Released;
+        self.add_header();
+        Action::Continue
+    }
+
+    /// A complete model turn (the first response, or a follow-up's): answer the client or
+    /// send the next follow-up. `follow_up`: `text` is a follow-up's answer, not the body held.
+    fn turn(&mut self, shared: &Shared, text: &str, follow_up: bool) -> Action {
+        let wire = self.session.wire();
+        let frames: Vec<Frame> = if self.stream {
+            sse::frames(text).0
+        } else {
+            Vec::new()
+        };
+        let reply = if self.stream {
+            wire.read_stream(&frames)
+        } else {
+            wire.read_reply(text)
+        };
+        let Ok(reply) = reply else {
+            shared.metrics.add(shared.metrics.search_unreadable, 1);
+            return self.deliver(shared, text, follow_up, None);
+        };
+        match self.session.on_reply(&reply) {
+            Next::Deliver(edits) => {
+                let finished = if edits == Edits::default() {
+                    None
+                } else if self.stream {
+                    wire.finish_stream(&frames, &edits).ok()
+                } else {
+                    wire.finish_reply(text, &edits).ok()
+                };
+                self.deliver(shared, text, follow_up, finished.as_deref())
+            }
+            Next::FollowUp(body) => match self.dispatch(shared, &body) {
+                Some(token) => {
+                    shared.metrics.add(shared.metrics.search_rounds, 1);
+                    self.state = State::FollowUp(token);
+                    Action::Pause
+                }
+                None => {
+                    self.fail(shared, "the follow-up request could not be sent");
+                    Action::Continue
+                }
+            },
+        }
+    }
+
+    /// Sends the follow-up to the cluster the request was routed to.
+    fn dispatch(&self, shared: &Shared, body: &str) -> Option<u32> {
+        // The upstream cluster the router picked for this request.
+        let property = |path: Vec<&str>| {
+            hostcalls::get_property(path)
+                .ok()
+                .flatten()
+                .and_then(|c| String::from_utf8(c).ok())
+                .filter(|c| !c.is_empty())
+        };
+        let Some(cluster) =
+            property(vec!["xds", "cluster_name"]).or_else(|| property(vec!["cluster_name"]))
+        else {
+            log::warn!("search follow-up: the request's upstream cluster is unknown");
+            return None;
+        };
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let timeout = shared
+            .engine
+            .try_borrow()
+            .map_or(120_000, |e| e.config.search.timeout_ms);
+        match hostcalls::dispatch_http_call(
+            &cluster,
+            headers,
+            Some(body.as_bytes()),
+            Vec::new(),
+            Duration::from_millis(timeout as u64),
+        ) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log::warn!("search follow-up to {cluster} failed: {status:?}");
+                None
+            }
+        }
+    }
+
+    /// A follow-up answered (or Envoy gave up on it). Returns whether the response may resume.
+    pub fn on_follow_up(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> bool {
+        let Some(status) = super::http::call_status(num_headers) else {
+            self.fail(shared, "the follow-up request got no response");
+            return true;
+        };
+        let content_type =
+            hostcalls::get_map_value(MapType::HttpCallResponseHeaders, "content-type")
+                .ok()
+                .flatten();
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if !status.starts_with('2') {
+            shared.metrics.add(shared.metrics.search_failed, 1);
+            // The provider's own error reaches the client; Envoy's (reset, timeout, no
+            // upstream) is not JSON, and the client gets toolsift's instead.
+            if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() {
+                set_response_header(":status", &status);
+                if let Some(content_type) = &content_type {
+                    set_response_header("content-type", content_type);
+                }
+                self.replace_body(&body);
+                self.add_header();
+                return true;
+            }
+            self.fail(
+                shared,
+                &format!("the follow-up request failed with status {status}"),
+            );
+            return true;
+        }
+        let Ok(text) = std::str::from_utf8(&body) else {
+            self.fail(shared, "the follow-up response is not UTF-8");
+            return true;
+        };
+        if let Some(content_type) = &content_type {
+            set_response_header("content-type", content_type);
+        }
+        self.turn(shared, text, true) == Action::Continue
+    }
+
+    /// The client gets `text` (or `finished` in its place) as the response body.
+    fn deliver(
+        &mut self,
+        shared: &Shared,
+        text: &str,
+        follow_up: bool,
+        finished: Option<&str>,
+    ) -> Action {
+        self.state = State::Released;
+        let replaced = match finished {
+            Some(f) => Some(f.as_bytes()),
+            // A follow-up's body replaces the first response's even when unchanged.
+            None if follow_up => Some(text.as_bytes()),
+            None => None,
+        };
+        if let Some(bytes) = replaced {
+            self.replace_body(bytes);
+        }
+        if self.session.rounds() > 0 {
+            shared.metrics.add(shared.metrics.search_answered, 1);
+        }
+        self.add_header();
+        Action::Continue
+    }
+
+    fn replace_body(&self, bytes: &[u8]) {
+        if let Err(status) =
+            hostcalls::set_buffer(BufferType::HttpResponseBody, 0, self.held, bytes)
+        {
+            log::warn!("cannot replace the response body: {status:?}");
+        }
+    }
+
+    /// The client gets a JSON 502 naming toolsift, never a dangling meta-tool call.
+    fn fail(&mut self, shared: &Shared, why: &str) {
+        shared.metrics.add(shared.metrics.search_failed, 1);
+        self.state = State::Released;
+        let body = serde_json::json!({
+            "error": {
+                "type": "toolsift_error",
+                "code": "search_follow_up_failed",
+                "message": format!("toolsift: tool search: {why}"),
+            }
+        })
+        .to_string();
+        set_response_header(":status", "502");
+        set_response_header("content-type", "application/json");
+        self.replace_body(body.as_bytes());
+        self.add_header();
+    }
+
+    fn add_header(&self) {
+        if let Err(status) = hostcalls::set_map_value(
+            MapType::HttpResponseHeaders,
+            "x-toolsift-search",
+            Some(&self.session.header_value()),
+        ) {
+            log::debug!("cannot set x-toolsift-search: {status:?}");
+        }
+    }
+}
+
+fn set_response_header(name: &str, value: &str) {
+    if let Err(status) = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value)) {
+        log::debug!("cannot set {name}: {status:?}");
+    }
+}

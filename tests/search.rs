@@ -1,0 +1,517 @@
+//! Search mode in the real Envoy: the model (the demo upstream's scripted model) sees only
+//! `find_tools`, calls it, and the gateway answers with follow-up requests until the model
+//! calls the tool it wanted. Each test reads the upstream's request log to check what the
+//! model saw on every round.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::{Gateway, Response, http, tools_for};
+use serde_json::{Value, json};
+
+const WANT: &str = "get_current_weather";
+const QUESTION: &str = "What is the current weather in Paris?";
+
+fn search_config(extra: Value) -> String {
+    let mut c = json!({"mode": "search", "min_tools": 20, "debug": true});
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c.to_string()
+}
+
+/// A client request of `dialect` asking `QUESTION` with the 80 fixture tools.
+fn request(dialect: &str, stream: bool) -> (String, Value) {
+    let tools = tools_for(dialect);
+    match dialect {
+        "openai_chat" => (
+            "/v1/chat/completions".into(),
+            json!({"model": "gpt-4o", "stream": stream, "stream_options": {"include_usage": true},
+                   "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}],
+                   "tools": tools}),
+        ),
+        "openai_responses" => (
+            "/v1/responses".into(),
+            json!({"model": "gpt-4o", "stream": stream, "input": QUESTION, "tools": tools}),
+        ),
+        "anthropic" => (
+            "/v1/messages".into(),
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 512, "stream": stream,
+                   "messages": [{"role": "user", "content": QUESTION}], "tools": tools}),
+        ),
+        "gemini" => (
+            if stream {
+                "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse".into()
+            } else {
+                "/v1beta/models/gemini-2.5-flash:generateContent".into()
+            },
+            json!({"contents": [{"role": "user", "parts": [{"text": QUESTION}]}], "tools": tools}),
+        ),
+        "bedrock" => (
+            "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse".into(),
+            json!({"messages": [{"role": "user", "content": [{"text": QUESTION}]}],
+                   "toolConfig": {"tools": tools}}),
+        ),
+        other => panic!("{other}"),
+    }
+}
+
+/// Sends `body` through the gateway as the scripted model wanting `WANT`.
+fn ask(gw: &Gateway, path: &str, body: &Value, script: &str, extra: &[(&str, &str)]) -> Response {
+    let mut headers = vec![
+        ("x-demo-model", "scripted"),
+        ("x-demo-want", WANT),
+        ("x-demo-script", script),
+        ("authorization", "Bearer client-key"),
+        ("x-api-key", "client-key"),
+    ];
+    headers.extend_from_slice(extra);
+    gw.post(path, &headers, body.to_string().as_bytes())
+}
+
+/// What the upstream received, in order.
+fn upstream_log(gw: &Gateway) -> Vec<Value> {
+    let r = http(gw.upstream.port, "GET", "/scripted/log", &[], b"");
+    serde_json::from_slice::<Value>(&r.body)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Function tool names of a request body of `dialect`, in order.
+fn tool_names(dialect: &str, body: &Value) -> Vec<String> {
+    let name = |t: &Value| -> Option<String> {
+        let n = t
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .or_else(|| t.get("toolSpec").and_then(|s| s.get("name")))
+            .or_else(|| t.get("name"))?;
+        Some(n.as_str()?.to_owned())
+    };
+    match dialect {
+        "gemini" => body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| {
+                t["functionDeclarations"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|d| name(&d))
+            .collect(),
+        "bedrock" => body["toolConfig"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(name)
+            .collect(),
+        _ => body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(name)
+            .collect(),
+    }
+}
+
+/// Names of the tools the response (whole or streamed) calls, read the way a client would.
+fn called(dialect: &str, r: &Response) -> Vec<String> {
+    let text = r.text();
+    let mut names = Vec::new();
+    let mut scan = |v: &Value| collect_calls(dialect, v, &mut names);
+    if text.trim_start().starts_with('{') {
+        scan(&r.json());
+    } else {
+        for line in text.lines() {
+            if let Some(data) = line.strip_prefix("data: ") {
+                if let Ok(v) = serde_json::from_str::<Value>(data) {
+                    scan(&v);
+                }
+            }
+        }
+    }
+    names
+}
+
+fn collect_calls(dialect: &str, v: &Value, out: &mut Vec<String>) {
+    let mut push = |n: &Value| {
+        if let Some(n) = n.as_str() {
+            if !n.is_empty() {
+                out.push(n.to_owned());
+            }
+        }
+    };
+    match dialect {
+        "openai_chat" => {
+            for c in v["choices"].as_array().into_iter().flatten() {
+                let calls = c["message"]["tool_calls"]
+                    .as_array()
+                    .or(c["delta"]["tool_calls"].as_array());
+                for call in calls.into_iter().flatten() {
+                    push(&call["function"]["name"]);
+                }
+            }
+        }
+        "openai_responses" => {
+            // Whole responses and `response.completed`; `output_item.added` too for streams.
+            let items = v["output"]
+                .as_array()
+                .or(v["response"]["output"].as_array())
+                .cloned()
+                .unwrap_or_default();
+            let added = v["item"].clone();
+            for item in items.iter().chain(std::iter::once(&added)) {
+                if item["type"] == "function_call" && v["type"] != "response.output_item.done" {
+                    push(&item["name"]);
+                }
+            }
+        }
+        "anthropic" => {
+            for block in v["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(std::iter::once(&v["content_block"]))
+            {
+                if block["type"] == "tool_use" {
+                    push(&block["name"]);
+                }
+            }
+        }
+        "gemini" => {
+            for part in v["candidates"][0]["content"]["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                push(&part["functionCall"]["name"]);
+            }
+        }
+        "bedrock" => {
+            for block in v["output"]["message"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                push(&block["toolUse"]["name"]);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every dialect: the model finds the tool it could not see and calls it; the client never
+/// sees `find_tools`.
+fn finds_and_calls(dialect: &str, stream: bool) {
+    let gw = Gateway::start(&search_config(json!({})));
+    let (path, body) = request(dialect, stream);
+    let r = ask(&gw, &path, &body, "search", &[]);
+    assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+    let calls = called(dialect, &r);
+    assert!(
+        calls.contains(&WANT.to_owned()),
+        "{dialect}: {calls:?} in {}",
+        r.text()
+    );
+    assert!(
+        !calls.iter().any(|c| c == "find_tools"),
+        "{dialect}: {}",
+        r.text()
+    );
+    let search = r.header("x-toolsift-search").unwrap_or_default().to_owned();
+    assert!(search.starts_with("rounds=1 found="), "{search}");
+    assert!(search.contains(WANT), "{search}");
+    assert!(r.header("x-toolsift").unwrap().contains("search=search"));
+
+    let log = upstream_log(&gw);
+    assert_eq!(log.len(), 2, "{dialect}: one request and one follow-up");
+    let (first, second) = (&log[0]["body"], &log[1]["body"]);
+    let (seen1, seen2) = (tool_names(dialect, first), tool_names(dialect, second));
+    // Round 1: the meta-tool alone (no pins, eager_k 0); round 2 starts with round 1's tools
+    // and appends what was found.
+    assert_eq!(seen1, ["find_tools"], "{dialect}");
+    assert_eq!(
+        seen2[..seen1.len()],
+        seen1[..],
+        "{dialect}: prefix-stable tools array"
+    );
+    assert!(
+        seen2[1..].contains(&WANT.to_owned()),
+        "{dialect}: {seen2:?}"
+    );
+    assert!(
+        seen2.len() <= 1 + 5,
+        "{dialect}: at most `limit` tools appended"
+    );
+    // The follow-up carries the client's credentials and path.
+    for entry in &log {
+        assert_eq!(entry["headers"]["authorization"], "Bearer client-key");
+        assert_eq!(entry["headers"]["x-api-key"], "client-key");
+        assert_eq!(entry["path"], path.as_str());
+    }
+    // The follow-up's conversation is the first's plus the model's turn and the tool result,
+    // which lists the found tools' schemas.
+    let conversation = |b: &Value| -> Vec<Value> {
+        let key = match dialect {
+            "openai_responses" => "input",
+            "gemini" => "contents",
+            _ => "messages",
+        };
+        b[key].as_array().cloned().unwrap_or_default()
+    };
+    let (c1, c2) = (conversation(first), conversation(second));
+    assert!(c2.len() >= c1.len() + 2, "{dialect}: {c2:?}");
+    assert_eq!(
+        c2[..c1.len()],
+        c1[..],
+        "{dialect}: the conversation is only appended to"
+    );
+    let added = serde_json::to_string(&c2[c1.len()..]).unwrap();
+    assert!(
+        added.contains("find_tools"),
+        "{dialect}: the model's turn: {added}"
+    );
+    assert!(
+        added.contains(WANT) && added.contains("location"),
+        "{dialect}: the result names the tools and their parameters: {added}"
+    );
+    assert_eq!(gw.stat("toolsift.search.rounds"), 1);
+}
+
+#[test]
+fn openai_chat_finds_and_calls() {
+    finds_and_calls("openai_chat", false);
+}
+
+#[test]
+fn openai_responses_finds_and_calls() {
+    finds_and_calls("openai_responses", false);
+}
+
+#[test]
+fn anthropic_finds_and_calls() {
+    finds_and_calls("anthropic", false);
+}
+
+#[test]
+fn gemini_finds_and_calls() {
+    finds_and_calls("gemini", false);
+}
+
+#[test]
+fn bedrock_finds_and_calls() {
+    finds_and_calls("bedrock", false);
+}
+
+#[test]
+fn openai_chat_stream_finds_and_calls() {
+    finds_and_calls("openai_chat", true);
+}
+
+#[test]
+fn openai_responses_stream_finds_and_calls() {
+    finds_and_calls("openai_responses", true);
+}
+
+#[test]
+fn anthropic_stream_finds_and_calls() {
+    finds_and_calls("anthropic", true);
+}
+
+#[test]
+fn gemini_stream_finds_and_calls() {
+    finds_and_calls("gemini", true);
+}
+
+/// The client's usage counts every round.
+#[test]
+fn usage_counts_every_round() {
+    let gw = Gateway::start(&search_config(json!({})));
+    let (path, body) = request("openai_chat", false);
+    let r = ask(&gw, &path, &body, "search", &[]);
+    let usage = &r.json()["usage"];
+    let header = r.header("x-toolsift-search").unwrap().to_owned();
+    let rounds: Vec<(u64, u64)> = header
+        .split("usage=")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .map(|u| {
+            let (i, o) = u.split_once('/').unwrap();
+            (i.parse().unwrap(), o.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rounds.len(), 2, "{header}");
+    let input: u64 = rounds.iter().map(|r| r.0).sum();
+    let output: u64 = rounds.iter().map(|r| r.1).sum();
+    assert_eq!(usage["prompt_tokens"], input, "{usage} vs {header}");
+    assert_eq!(usage["completion_tokens"], output);
+    assert_eq!(usage["total_tokens"], input + output);
+}
+
+/// A model that answers in text: the stream is released at its first output and reaches the
+/// client untouched.
+#[test]
+fn answer_streams_through() {
+    let gw = Gateway::start(&search_config(json!({})));
+    for dialect in ["openai_chat", "anthropic", "openai_responses", "gemini"] {
+        let (path, body) = request(dialect, true);
+        let r = ask(&gw, &path, &body, "answer", &[]);
+        assert_eq!(r.status, 200);
+        assert!(called(dialect, &r).is_empty(), "{dialect}: {}", r.text());
+        assert!(r.text().contains("data: "), "{dialect}: an event stream");
+    }
+    assert_eq!(gw.stat("toolsift.search.released"), 4);
+    assert_eq!(gw.stat("toolsift.search.rounds"), 0);
+    assert_eq!(upstream_log(&gw).len(), 4);
+}
+
+/// A model that keeps searching: `max_search_rounds` follow-ups, the last without the
+/// meta-tool, and no `find_tools` call reaches the client.
+#[test]
+fn round_limit() {
+    let gw = Gateway::start(&search_config(json!({"search": {"max_search_rounds": 2}})));
+    let (path, body) = request("anthropic", false);
+    let r = ask(&gw, &path, &body, "always-search", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = upstream_log(&gw);
+    assert_eq!(log.len(), 3);
+    let last = tool_names("anthropic", &log[2]["body"]);
+    assert!(!last.iter().any(|t| t == "find_tools"), "{last:?}");
+    assert!(!called("anthropic", &r).iter().any(|c| c == "find_tools"));
+    assert!(called("anthropic", &r).contains(&WANT.to_owned()));
+    assert!(
+        r.header("x-toolsift-search")
+            .unwrap()
+            .starts_with("rounds=2")
+    );
+}
+
+/// `find_tools` beside a real call: the search is removed and the real call returned.
+#[test]
+fn mixed_calls_keep_the_real_one() {
+    let gw = Gateway::start(&search_config(json!({"always_include": ["send_email"]})));
+    for (dialect, stream) in [("openai_chat", false), ("anthropic", true)] {
+        let (path, body) = request(dialect, stream);
+        let r = ask(&gw, &path, &body, "mixed", &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            called(dialect, &r),
+            ["send_email"],
+            "{dialect}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(upstream_log(&gw).len(), 2, "no follow-ups");
+}
+
+/// A failing follow-up: the client gets the provider's error, or toolsift's 502 when Envoy
+/// could not get one; never a dangling `find_tools` call.
+#[test]
+fn follow_up_failures() {
+    let gw = Gateway::start(&search_config(json!({"search": {"timeout_ms": 300}})));
+    let (path, body) = request("openai_chat", false);
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "search",
+        &[("x-demo-fail-followup", "429")],
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.json()["error"]["message"].is_string());
+
+    let (path, body) = request("openai_chat", true);
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "search",
+        &[("x-demo-chunk-delay-ms", "200")],
+    );
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(r.json()["error"]["type"], "toolsift_error");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("toolsift:")
+    );
+    assert!(gw.stat("toolsift.search.failed") >= 2);
+}
+
+/// Tools the client marks `defer_loading: true` are never shown eagerly, and no forwarded
+/// tool keeps the flag.
+#[test]
+fn client_marked_deferral() {
+    let gw = Gateway::start(&search_config(json!({"search": {"eager_k": 3}})));
+    let (path, mut body) = request("anthropic", false);
+    for t in body["tools"].as_array_mut().unwrap() {
+        if t["name"] == WANT || t["name"] == "send_email" {
+            t["defer_loading"] = json!(true);
+        }
+    }
+    let r = ask(&gw, &path, &body, "search", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = upstream_log(&gw);
+    let first = tool_names("anthropic", &log[0]["body"]);
+    assert_eq!(first.len(), 4, "meta-tool and three eager tools: {first:?}");
+    assert!(
+        !first.contains(&WANT.to_owned()),
+        "deferred by the client: {first:?}"
+    );
+    for entry in &log {
+        assert!(!entry["body"]["tools"].to_string().contains("defer_loading"));
+    }
+    assert!(called("anthropic", &r).contains(&WANT.to_owned()));
+}
+
+/// A request that carries the provider's own tool search goes upstream untouched.
+#[test]
+fn native_search_passes_through() {
+    let gw = Gateway::start(&search_config(json!({})));
+    let (path, mut body) = request("anthropic", false);
+    let tools = body["tools"].as_array_mut().unwrap();
+    for t in tools.iter_mut().skip(3) {
+        t["defer_loading"] = json!(true);
+    }
+    tools.push(json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}));
+    let sent = body.to_string();
+    let r = gw.post(&path, &[("x-demo-echo", "body")], sent.as_bytes());
+    assert_eq!(
+        r.header("x-toolsift").unwrap(),
+        "kept=80 total=80 search=native"
+    );
+    assert_eq!(r.text(), sent, "the upstream got the client's bytes");
+    assert_eq!(gw.stat("toolsift.search.native"), 1);
+}
+
+/// `use_tool` whose params fit the best tool becomes a direct call of that tool.
+#[test]
+fn use_tool_becomes_a_direct_call() {
+    let gw = Gateway::start(&search_config(json!({"search": {"use_tool": true}})));
+    let (path, body) = request("openai_chat", false);
+    let args = r#"{"location":"Paris, France"}"#;
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "use-tool",
+        &[("x-demo-args", args), ("x-demo-query", "current weather")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let call = &r.json()["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], WANT, "{}", r.text());
+    let sent: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(sent, serde_json::from_str::<Value>(args).unwrap());
+    assert_eq!(upstream_log(&gw).len(), 1, "resolved without a follow-up");
+}
