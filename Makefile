@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-quality-hybrid clean
+.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-quality-hybrid bench-search clean
 
 all: build
 
@@ -105,7 +105,7 @@ lint-embed:
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-micro bench-latency bench-latency-hybrid
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -133,6 +133,11 @@ bench-quality-hybrid: native embed
 # Tokens of the tools array, static against toolsift, for catalogs of 10 to 1,000 tools.
 bench-tokens:
 	$(CARGO) run --release --example token_savings
+
+# Search mode on the shared datasets: tokens the model sees per round, what the first
+# find_tools call finds, and the gateway's own time per round.
+bench-search:
+	$(CARGO) run --release --example search_mode
 
 # Native micro-benchmarks (criterion) of catalog building, ranking and the cache-hit path.
 bench-micro:
