@@ -12,7 +12,7 @@ use super::plan::{Plan, entry_texts, without_defer};
 use super::wire::Wire;
 use super::{Call, Edits, Reply, ToolResult, Usage};
 use crate::config::{Config, USE_TOOL_NAME};
-use crate::dialect::{Dialect, Entry, Layout};
+use crate::dialect::Layout;
 use crate::json::find_path;
 use crate::pipeline::Analysis;
 use crate::rank::Catalog;
@@ -80,10 +80,6 @@ impl Session {
             usage: Vec::new(),
             found: Vec::new(),
         }
-    }
-
-    pub fn dialect(&self) -> Dialect {
-        self.wire.0
     }
 
     pub fn wire(&self) -> Wire {
@@ -481,9 +477,4 @@ fn remove_item(array: &str, item: &str) -> Option<String> {
         return splice(array, before - 1..end, "");
     }
     splice(array, start..end, "")
-}
-
-/// Whether the catalog entry is a function tool.
-pub fn is_function(catalog: &Catalog, entry: usize) -> bool {
-    matches!(catalog.draft.entries.get(entry), Some(Entry::Function(_)))
 }

@@ -8,6 +8,7 @@
 //! every other byte of the upstream's response.
 
 use super::super::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use super::splice::{apply_patches, json_string, parse_object, replace_member, set_member};
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path, span_in};
 use crate::rewrite::ArrayLayout;
@@ -16,7 +17,6 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
 
 /// Where a `tool_use` block keeps its name and input: on the block itself.
 const TOOL_USE: CallShape = CallShape {
@@ -485,77 +485,6 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
 /// The index block `index` has once the blocks in `dropped` are gone.
 fn renumbered(index: usize, dropped: &BTreeSet<usize>) -> usize {
     index.saturating_sub(dropped.range(..index).count())
-}
-
-// Splicing helpers, shared with the Gemini and Bedrock modules.
-
-/// A replacement of one byte range of a text.
-pub(super) type Patch = (Range<usize>, String);
-
-/// `text` with every patch applied, `None` if two overlap or one falls outside it. Insertions
-/// (empty ranges) at the same place keep their order.
-pub(super) fn apply_patches(text: &str, mut patches: Vec<Patch>) -> Option<String> {
-    patches.sort_by_key(|(range, _)| range.start);
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (range, replacement) in patches {
-        out.push_str(text.get(at..range.start)?);
-        out.push_str(&replacement);
-        at = range.end.max(range.start);
-    }
-    out.push_str(text.get(at..)?);
-    Some(out)
-}
-
-/// The patch that sets member `key` of the object at `object` in `text` to the JSON `value`:
-/// its value replaced when present, the member added at the end when not.
-pub(super) fn set_member(
-    text: &str,
-    object: Range<usize>,
-    key: &str,
-    value: &str,
-) -> Option<Patch> {
-    if let Some(patch) = replace_member(text, object.clone(), key, value) {
-        return Some(patch);
-    }
-    let members = text
-        .get(object.clone())?
-        .strip_prefix('{')?
-        .strip_suffix('}')?;
-    let comma = if members.trim().is_empty() { "" } else { "," };
-    let end = object.end.checked_sub(1)?;
-    Some((end..end, format!("{comma}{}:{value}", json_string(key))))
-}
-
-/// The patch that replaces the value of member `key` of the object at `object` in `text`;
-/// `None` when it has no such member.
-pub(super) fn replace_member(
-    text: &str,
-    object: Range<usize>,
-    key: &str,
-    value: &str,
-) -> Option<Patch> {
-    let found = find_path(text.get(object.clone())?, &[key])?;
-    Some((
-        object.start + found.start..object.start + found.end,
-        value.to_owned(),
-    ))
-}
-
-/// Parses `text` as `T`, which must be written as a JSON object: serde's derived structs would
-/// also accept an array of their fields.
-pub(super) fn parse_object<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, Problem> {
-    let parsed = serde_json::from_str(text).map_err(|e| Problem::of(&e))?;
-    if text.trim_start().starts_with('{') {
-        Ok(parsed)
-    } else {
-        Err(Problem::BadShape)
-    }
-}
-
-/// `text` as a JSON string.
-pub(super) fn json_string(text: &str) -> String {
-    Value::from(text).to_string()
 }
 
 /// Rejects arguments that are not a JSON object, so a bad rename cannot break the response.

@@ -3,9 +3,8 @@
 //! (`text`, `toolUse{toolUseId,name,input}`, `reasoningContent`), `stopReason`, `usage`.
 
 use super::super::{Call, Edits, Reply, ToolResult, Usage};
-use super::anthropic::{
-    CallShape, apply_patches, edit_calls, json_string, parse_object, set_member,
-};
+use super::anthropic::{CallShape, edit_calls};
+use super::splice::{apply_patches, json_string, parse_object, set_member};
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path, span_in};
 use serde::Deserialize;

@@ -9,8 +9,9 @@ mod bedrock;
 mod gemini;
 mod openai_chat;
 mod openai_responses;
+mod splice;
 
-use super::{Call, Edits, Frame, Opening, Reply, ToolResult};
+use super::{Edits, Frame, Opening, Reply, ToolResult};
 use crate::dialect::{Dialect, Problem};
 use serde_json::Value;
 
@@ -106,6 +107,3 @@ impl Wire {
         }
     }
 }
-
-#[allow(dead_code)]
-fn _uses(_: &Call) {}

@@ -11,6 +11,7 @@
 
 use super::super::sse::write_all;
 use super::super::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use super::splice::{apply_patches, json_string};
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path};
 use crate::rewrite::ArrayLayout;
@@ -355,7 +356,7 @@ pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
     if let Some(usage) = edits.usage {
         splices.extend(usage_splices(body, &["usage"], USAGE_KEYS, usage));
     }
-    splice_many(body, splices).ok_or(Problem::BadShape)
+    apply_patches(body, splices).ok_or(Problem::BadShape)
 }
 
 /// What becomes of one tool call (or Responses output item) of the original text.
@@ -397,7 +398,7 @@ fn fate(text: &str, edits: &Edits) -> Result<Fate, Problem> {
         name,
         arguments,
     );
-    let renamed = splice_many(text, names).ok_or(Problem::BadShape)?;
+    let renamed = apply_patches(text, names).ok_or(Problem::BadShape)?;
     Ok(Fate::Replace(renamed))
 }
 
@@ -522,7 +523,7 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
             }
         } else if let Some(usage) = usage {
             let splices = usage_splices(&frame.data, &["usage"], USAGE_KEYS, usage);
-            Cow::Owned(splice_many(&frame.data, splices).ok_or(Problem::BadShape)?)
+            Cow::Owned(apply_patches(&frame.data, splices).ok_or(Problem::BadShape)?)
         } else {
             Cow::Borrowed(frame.data.as_str())
         };
@@ -764,11 +765,6 @@ pub(super) fn call(id: &str, name: &str, arguments: &str) -> Call {
     }
 }
 
-/// `s` as a JSON string literal.
-pub(super) fn json_string(s: &str) -> String {
-    Value::from(s).to_string()
-}
-
 /// The splices that write `name` and `arguments` (as a JSON string) over the values at those
 /// paths of `text`; a path that is absent is skipped.
 pub(super) fn rename_splices(
@@ -810,20 +806,6 @@ pub(super) fn usage_splices(
             Some((find_path(text, &path)?, value.to_string()))
         })
         .collect()
-}
-
-/// `text` with every range replaced; `None` when ranges overlap or fall outside it.
-pub(super) fn splice_many(text: &str, mut splices: Vec<(Range<usize>, String)>) -> Option<String> {
-    splices.sort_by_key(|(range, _)| range.start);
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (range, replacement) in &splices {
-        out.push_str(text.get(at..range.start)?);
-        out.push_str(replacement);
-        at = range.end;
-    }
-    out.push_str(text.get(at..)?);
-    Some(out)
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@
 
 use super::super::sse::write_all;
 use super::super::{Edits, Frame, Opening, Reply, ToolResult, Usage};
-use super::openai_chat::{Fate, call, rename_splices, splice_many, usage_splices};
+use super::openai_chat::{Fate, call, rename_splices, usage_splices};
+use super::splice::apply_patches;
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path};
 use crate::rewrite::ArrayLayout;
@@ -64,7 +65,7 @@ impl OutputItem<'_> {
             return Ok(Fate::Keep);
         };
         let splices = rename_splices(text, &["name"], &["arguments"], name, arguments);
-        let renamed = splice_many(text, splices).ok_or(Problem::BadShape)?;
+        let renamed = apply_patches(text, splices).ok_or(Problem::BadShape)?;
         Ok(Fate::Replace(renamed))
     }
 }
@@ -215,7 +216,7 @@ pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
     if let Some(usage) = edits.usage {
         splices.extend(usage_splices(body, &["usage"], USAGE_KEYS, usage));
     }
-    splice_many(body, splices).ok_or(Problem::BadShape)
+    apply_patches(body, splices).ok_or(Problem::BadShape)
 }
 
 /// The splice that rewrites `output` (an array borrowed from `text`) without the dropped
@@ -346,7 +347,7 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 ));
             }
         }
-        let data = splice_many(data, splices).ok_or(Problem::BadShape)?;
+        let data = apply_patches(data, splices).ok_or(Problem::BadShape)?;
         Frame {
             event: frame.event.clone(),
             data,

@@ -1,0 +1,77 @@
+//! Editing a response's JSON text in place: each change is a patch of one byte range, so every
+//! byte outside the changed values stays as the provider wrote it.
+
+use crate::dialect::Problem;
+use crate::json::find_path;
+use serde::Deserialize;
+use serde_json::Value;
+use std::ops::Range;
+
+/// A replacement of one byte range of a text.
+pub(super) type Patch = (Range<usize>, String);
+
+/// `text` with every patch applied, `None` if two overlap or one falls outside it. Insertions
+/// (empty ranges) at the same place keep their order.
+pub(super) fn apply_patches(text: &str, mut patches: Vec<Patch>) -> Option<String> {
+    patches.sort_by_key(|(range, _)| range.start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (range, replacement) in patches {
+        out.push_str(text.get(at..range.start)?);
+        out.push_str(&replacement);
+        at = range.end.max(range.start);
+    }
+    out.push_str(text.get(at..)?);
+    Some(out)
+}
+
+/// The patch that sets member `key` of the object at `object` in `text` to the JSON `value`:
+/// its value replaced when present, the member added at the end when not.
+pub(super) fn set_member(
+    text: &str,
+    object: Range<usize>,
+    key: &str,
+    value: &str,
+) -> Option<Patch> {
+    if let Some(patch) = replace_member(text, object.clone(), key, value) {
+        return Some(patch);
+    }
+    let members = text
+        .get(object.clone())?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    let comma = if members.trim().is_empty() { "" } else { "," };
+    let end = object.end.checked_sub(1)?;
+    Some((end..end, format!("{comma}{}:{value}", json_string(key))))
+}
+
+/// The patch that replaces the value of member `key` of the object at `object` in `text`;
+/// `None` when it has no such member.
+pub(super) fn replace_member(
+    text: &str,
+    object: Range<usize>,
+    key: &str,
+    value: &str,
+) -> Option<Patch> {
+    let found = find_path(text.get(object.clone())?, &[key])?;
+    Some((
+        object.start + found.start..object.start + found.end,
+        value.to_owned(),
+    ))
+}
+
+/// Parses `text` as `T`, which must be written as a JSON object: serde's derived structs would
+/// also accept an array of their fields.
+pub(super) fn parse_object<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, Problem> {
+    let parsed = serde_json::from_str(text).map_err(|e| Problem::of(&e))?;
+    if text.trim_start().starts_with('{') {
+        Ok(parsed)
+    } else {
+        Err(Problem::BadShape)
+    }
+}
+
+/// `text` as a JSON string.
+pub(super) fn json_string(text: &str) -> String {
+    Value::from(text).to_string()
+}
