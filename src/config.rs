@@ -161,6 +161,60 @@ pub struct Search {
     /// How long one follow-up request may take.
     #[serde(deserialize_with = "whole_number")]
     pub timeout_ms: usize,
+    /// Models whose provider searches deferred tools itself: their requests get the
+    /// provider's search tool and `defer_loading: true` on the deferred tools instead of the
+    /// gateway's `find_tools` loop. The first rule whose `model` matches applies.
+    pub native_search: Vec<NativeSearch>,
+}
+
+/// One `search.native_search` rule.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NativeSearch {
+    /// Glob (`*`, `?`) over the request body's `model`.
+    pub model: String,
+    /// The search tool entry added first to the tools array. Unset: the provider's own
+    /// (Anthropic Messages `tool_search_tool_bm25_20251119`, OpenAI Responses `tool_search`);
+    /// required for OpenAI Chat Completions servers that have one (OpenRouter's
+    /// `{"type":"openrouter:tool_search"}`). Gemini and Bedrock have no deferral: rules never
+    /// apply to them.
+    #[serde(default)]
+    pub tool: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Anthropic Messages: the `anthropic-beta` value the provider needs for tool search,
+    /// added to the request's own; `""` for none.
+    #[serde(default = "default_anthropic_beta")]
+    pub anthropic_beta: String,
+}
+
+/// The beta Anthropic's tool search tool was released under.
+pub const TOOL_SEARCH_BETA: &str = "advanced-tool-use-2025-11-20";
+
+fn default_anthropic_beta() -> String {
+    TOOL_SEARCH_BETA.to_owned()
+}
+
+impl NativeSearch {
+    fn check(&self, at: &str) -> Result<(), ConfigError> {
+        if self.model.trim().is_empty() {
+            return Err(invalid(&format!("{at}.model"), "must not be empty"));
+        }
+        if let Some(tool) = &self.tool {
+            if !tool.get("type").is_some_and(serde_json::Value::is_string) {
+                return Err(invalid(
+                    &format!("{at}.tool"),
+                    "must be a tool object with a string `type`",
+                ));
+            }
+        }
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"-_.".contains(&b);
+        if !self.anthropic_beta.bytes().all(token) {
+            return Err(invalid(
+                &format!("{at}.anthropic_beta"),
+                "must be one beta name (letters, digits, `-`, `_`, `.`)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Search {
@@ -172,6 +226,7 @@ impl Default for Search {
             catalog_hint: false,
             use_tool: false,
             timeout_ms: 120_000,
+            native_search: Vec::new(),
         }
     }
 }
@@ -201,7 +256,20 @@ impl Search {
         if !(1..=600_000).contains(&self.timeout_ms) {
             return Err(invalid("search.timeout_ms", "must be 1..=600000"));
         }
+        for (i, rule) in self.native_search.iter().enumerate() {
+            rule.check(&format!("search.native_search[{i}]"))?;
+        }
         Ok(())
+    }
+
+    /// Whether a request of `dialect` may need an `anthropic-beta` value added, which must be
+    /// decided while its headers can still change.
+    pub fn may_add_anthropic_beta(&self, dialect: Dialect) -> bool {
+        dialect == Dialect::Anthropic
+            && self
+                .native_search
+                .iter()
+                .any(|r| !r.anthropic_beta.is_empty())
     }
 }
 
@@ -573,6 +641,32 @@ mod tests {
             err(r#"{"search":{"max_search_rounds":0}}"#).contains("`search.max_search_rounds`")
         );
         assert!(err(r#"{"search":{"rounds":2}}"#).contains("unknown field `rounds`"));
+    }
+
+    #[test]
+    fn native_search_rules() {
+        let c = Config::from_json(
+            br#"{"mode":"search","search":{"native_search":[{"model":"claude-*"},
+                {"model":"or/*","tool":{"type":"openrouter:tool_search"},"anthropic_beta":""}]}}"#,
+        )
+        .unwrap();
+        let rules = &c.search.native_search;
+        assert_eq!(rules[0].anthropic_beta, TOOL_SEARCH_BETA);
+        assert_eq!(rules[0].tool, None);
+        assert_eq!(rules[1].anthropic_beta, "");
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        let rule = |r: &str| format!(r#"{{"search":{{"native_search":[{{"model":"m"}},{r}]}}}}"#);
+        assert!(err(&rule(r#"{"model":" "}"#)).contains("`search.native_search[1].model`"));
+        assert!(
+            err(&rule(r#"{"model":"m","tool":{"name":"x"}}"#))
+                .contains("`search.native_search[1].tool`")
+        );
+        assert!(
+            err(&rule(r#"{"model":"m","anthropic_beta":"a,b"}"#))
+                .contains("`search.native_search[1].anthropic_beta`")
+        );
+        assert!(err(&rule(r#"{"models":"m"}"#)).contains("unknown field `models`"));
+        assert!(err(&rule(r#"{}"#)).contains("missing field `model`"));
     }
 
     #[test]

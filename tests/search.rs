@@ -515,3 +515,98 @@ fn use_tool_becomes_a_direct_call() {
     assert_eq!(sent, serde_json::from_str::<Value>(args).unwrap());
     assert_eq!(upstream_log(&gw).len(), 1, "resolved without a follow-up");
 }
+
+/// A model a `native_search` rule names gets the provider's own tool search: every tool stays
+/// in its place, the ones search mode defers marked `defer_loading: true`, the provider's
+/// search tool first, and (Anthropic) the beta added to the client's `anthropic-beta`. The
+/// response comes back untouched: there is no gateway loop.
+#[test]
+fn native_search_rule_hands_over_to_the_provider() {
+    let gw = Gateway::start(&search_config(json!({
+        "always_include": ["send_email"],
+        "search": {"native_search": [{"model": "claude-opus-*"}, {"model": "gpt-5.4*"}]}
+    })));
+    let (path, mut body) = request("anthropic", false);
+    body["model"] = json!("claude-opus-4-5");
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "answer",
+        &[("anthropic-beta", "prompt-caching-2024-07-31")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-toolsift").unwrap(),
+        "kept=1 total=80 search=provider"
+    );
+    assert_eq!(r.header("x-toolsift-search"), None, "no gateway loop");
+    let log = upstream_log(&gw);
+    assert_eq!(log.len(), 1);
+    assert_eq!(
+        log[0]["headers"]["anthropic-beta"],
+        "prompt-caching-2024-07-31,advanced-tool-use-2025-11-20"
+    );
+    let sent = log[0]["body"]["tools"].as_array().unwrap();
+    assert_eq!(
+        sent[0],
+        json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"})
+    );
+    let client = body["tools"].as_array().unwrap();
+    assert_eq!(sent.len(), client.len() + 1, "no tool removed");
+    for (got, original) in sent[1..].iter().zip(client) {
+        let mut expected = original.clone();
+        if original["name"] != "send_email" {
+            expected["defer_loading"] = json!(true);
+        }
+        assert_eq!(got, &expected, "in place, only defer_loading added");
+    }
+    // Everything but the tools array is the client's.
+    let mut rest = log[0]["body"].clone();
+    rest["tools"] = body["tools"].clone();
+    assert_eq!(rest, body);
+    assert_eq!(gw.stat("toolsift.search.provider"), 1);
+
+    // OpenAI Responses: its own `tool_search`, no beta header.
+    let (path, mut body) = request("openai_responses", false);
+    body["model"] = json!("gpt-5.4");
+    let r = ask(&gw, &path, &body, "answer", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = upstream_log(&gw);
+    let last = log.last().unwrap();
+    assert_eq!(last["body"]["tools"][0], json!({"type": "tool_search"}));
+    assert_eq!(last["headers"].get("anthropic-beta"), None);
+    assert_eq!(gw.stat("toolsift.search.provider"), 2);
+}
+
+/// A model no rule names goes through the gateway loop as before, streaming too, even though
+/// the request's headers were held for a possible beta; the client's `anthropic-beta` is
+/// forwarded unchanged.
+#[test]
+fn native_search_rule_for_another_model() {
+    let gw = Gateway::start(&search_config(json!({
+        "search": {"native_search": [{"model": "claude-opus-*"}]}
+    })));
+    let (path, body) = request("anthropic", true);
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "search",
+        &[("anthropic-beta", "prompt-caching-2024-07-31")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(called("anthropic", &r).contains(&WANT.to_owned()));
+    assert!(r.header("x-toolsift").unwrap().ends_with("search=search"));
+    let log = upstream_log(&gw);
+    assert_eq!(log.len(), 2);
+    assert_eq!(tool_names("anthropic", &log[0]["body"]), ["find_tools"]);
+    for entry in &log {
+        assert_eq!(
+            entry["headers"]["anthropic-beta"],
+            "prompt-caching-2024-07-31"
+        );
+        assert!(!entry["body"]["tools"].to_string().contains("defer_loading"));
+    }
+    assert_eq!(gw.stat("toolsift.search.provider"), 0);
+}

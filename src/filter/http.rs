@@ -288,20 +288,19 @@ impl Filter {
                 metrics.add(metrics.unchanged, 1);
                 Ok(Some((analysis.total(), "native")))
             }
+            Some(crate::search::plan::Planned::Provider(plan)) => {
+                replace_request_body(shared, analysis, body_len, &plan.body, plan.shown)?;
+                if let Some(beta) = &plan.beta {
+                    add_anthropic_beta(beta);
+                }
+                metrics.add(metrics.search_provider, 1);
+                Ok(Some((plan.shown, "provider")))
+            }
             Some(crate::search::plan::Planned::Search(plan)) => {
-                hostcalls::set_buffer(
-                    BufferType::HttpRequestBody,
-                    0,
-                    body_len,
-                    plan.body.as_bytes(),
-                )
-                .map_err(|_| Skip::Internal)?;
                 let shown = analysis.total() - plan.deferred(analysis);
+                replace_request_body(shared, analysis, body_len, &plan.body, shown)?;
                 let session = crate::search::round::Session::new(config, analysis, text, plan);
                 metrics.add(metrics.search_requests, 1);
-                metrics.add(metrics.rewritten, 1);
-                metrics.add(metrics.tools_in, analysis.total());
-                metrics.add(metrics.tools_out, shown);
                 self.search = Some(Search::new(
                     session,
                     analysis.stream || path_stream,
@@ -596,8 +595,21 @@ impl HttpContext for Filter {
                 }
                 self.buffering = Some(dialect);
                 self.search_headers = search_headers(&shared, dialect);
-                // Continue, never Pause, from the headers phase: pausing here stalls the
-                // request until the idle timeout. The body callbacks do the buffering.
+                let may_add_beta = self.search_headers.is_some()
+                    && shared
+                        .engine
+                        .try_borrow()
+                        .is_ok_and(|e| e.config.search.may_add_anthropic_beta(dialect));
+                if may_add_beta {
+                    // A `native_search` rule may add `anthropic-beta`, and only the body names
+                    // the model: the headers wait for the body phase, the one time they may
+                    // still change. This relies on `allow_on_headers_stop_iteration: true`,
+                    // which search mode needs anyway: without it Envoy would also stop the
+                    // body callbacks and the request would hang.
+                    return Action::Pause;
+                }
+                // Otherwise Continue: without `allow_on_headers_stop_iteration`, pausing here
+                // stalls the request until the idle timeout. The body callbacks buffer.
                 Action::Continue
             }
             Err(reason) => self.skip(&shared, reason.into()),
@@ -684,6 +696,46 @@ fn search_headers(shared: &Shared, dialect: Dialect) -> Option<(Vec<(String, Str
     }
     let headers = hostcalls::get_map(MapType::HttpRequestHeaders).ok()?;
     Some((headers, gemini_stream))
+}
+
+/// Search mode's request body in place of the client's, counted: `shown` of the request's
+/// function tools are visible to the model.
+fn replace_request_body(
+    shared: &Shared,
+    analysis: &Analysis,
+    body_len: usize,
+    body: &str,
+    shown: usize,
+) -> Result<(), Skipped> {
+    hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_len, body.as_bytes())
+        .map_err(|_| Skip::Internal)?;
+    let metrics = &shared.metrics;
+    metrics.add(metrics.rewritten, 1);
+    metrics.add(metrics.tools_in, analysis.total());
+    metrics.add(metrics.tools_out, shown);
+    Ok(())
+}
+
+/// Adds `beta` to the request's `anthropic-beta` list (comma-separated), unless it is there.
+/// Only possible while the request headers are held (see `on_http_request_headers`).
+fn add_anthropic_beta(beta: &str) {
+    const HEADER: &str = "anthropic-beta";
+    let current = hostcalls::get_map_value(MapType::HttpRequestHeaders, HEADER)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if current.split(',').any(|b| b.trim() == beta) {
+        return;
+    }
+    let value = if current.trim().is_empty() {
+        beta.to_owned()
+    } else {
+        format!("{current},{beta}")
+    };
+    if let Err(status) = hostcalls::set_map_value(MapType::HttpRequestHeaders, HEADER, Some(&value))
+    {
+        log::warn!("cannot add {beta} to {HEADER} (are the request headers held?): {status:?}");
+    }
 }
 
 fn add_response_header(name: &str, value: &str) {

@@ -38,6 +38,8 @@ pub struct Metrics {
     /// and model turns toolsift could not read (passed on as they were).
     pub search_requests: u32,
     pub search_native: u32,
+    /// Requests a `native_search` rule handed to the provider's own tool search.
+    pub search_provider: u32,
     pub search_unsupported: u32,
     pub search_held: u32,
     pub search_released: u32,
@@ -45,6 +47,9 @@ pub struct Metrics {
     pub search_answered: u32,
     pub search_failed: u32,
     pub search_unreadable: u32,
+    /// The filter's own time per search round: reading the model's turn, searching, and
+    /// building and sending the follow-up (model and network time excluded).
+    pub search_round_time_us: u32,
 }
 
 impl Metrics {
@@ -68,6 +73,7 @@ impl Metrics {
             fallback,
             search_requests: counter("toolsift.search.requests")?,
             search_native: counter("toolsift.search.native")?,
+            search_provider: counter("toolsift.search.provider")?,
             search_unsupported: counter("toolsift.search.unsupported")?,
             search_held: counter("toolsift.search.held")?,
             search_released: counter("toolsift.search.released")?,
@@ -75,6 +81,10 @@ impl Metrics {
             search_answered: counter("toolsift.search.answered")?,
             search_failed: counter("toolsift.search.failed")?,
             search_unreadable: counter("toolsift.search.unreadable")?,
+            search_round_time_us: hostcalls::define_metric(
+                MetricType::Histogram,
+                "toolsift.search.round_time_us",
+            )?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,

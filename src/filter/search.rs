@@ -142,6 +142,7 @@ impl Search {
     /// A complete model turn (the first response, or a follow-up's): answer the client or
     /// send the next follow-up. `follow_up`: `text` is a follow-up's answer, not the body held.
     fn turn(&mut self, shared: &Shared, text: &str, follow_up: bool) -> Action {
+        let started = hostcalls::get_current_time().ok();
         let wire = self.session.wire();
         let frames: Vec<Frame> = if self.stream {
             sse::frames(text).0
@@ -171,6 +172,14 @@ impl Search {
             Next::FollowUp(body) => match self.dispatch(shared, &body) {
                 Some(token) => {
                     shared.metrics.add(shared.metrics.search_rounds, 1);
+                    let elapsed = started
+                        .and_then(|s| hostcalls::get_current_time().ok()?.duration_since(s).ok());
+                    if let Some(elapsed) = elapsed {
+                        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+                        shared
+                            .metrics
+                            .record(shared.metrics.search_round_time_us, micros);
+                    }
                     self.state = State::FollowUp(token);
                     Action::Pause
                 }

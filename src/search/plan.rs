@@ -5,7 +5,7 @@
 //! survives the agent loop.
 
 use super::wire::Wire;
-use crate::config::{Config, USE_TOOL_NAME};
+use crate::config::{Config, USE_TOOL_NAME, glob_match};
 use crate::dialect::{CatalogDraft, Dialect, Entry, Layout};
 use crate::json::{find_path, without_member};
 use crate::pipeline::Analysis;
@@ -18,7 +18,22 @@ use std::borrow::Cow;
 pub enum Planned {
     /// The request carries the provider's own tool search: it goes upstream untouched.
     Native,
+    /// A `search.native_search` rule matched the model: the provider searches.
+    Provider(ProviderPlan),
+    /// The gateway answers `find_tools`.
     Search(Plan),
+}
+
+/// A request handed to the provider's own tool search: every tool stays, in its place; the
+/// ones search mode would defer get `defer_loading: true`, and the provider's search tool
+/// comes first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderPlan {
+    pub body: String,
+    /// Function tools the model sees from the start (not deferred).
+    pub shown: usize,
+    /// The `anthropic-beta` value the provider needs, to add to the request's.
+    pub beta: Option<String>,
 }
 
 /// The first request of a search, and what the follow-ups need to know of it.
@@ -212,6 +227,23 @@ pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned>
         }
     }
 
+    if let Some((search_tool, beta)) = provider_search(config, analysis.dialect, body) {
+        let tools = defer_for_provider(container, draft, &visible, &search_tool);
+        // What the provider loads: the client's own `defer_loading`, else ours.
+        let loaded = |i: usize| match texts.get(i) {
+            Some(t) if find_path(t, &["defer_loading"]).is_some() => !client_deferred(t),
+            _ => visible.get(i).copied().unwrap_or(true),
+        };
+        let shown = (0..texts.len())
+            .filter(|&i| is_function(i) && loaded(i))
+            .count();
+        return Some(Planned::Provider(ProviderPlan {
+            body: splice(body, analysis.container.clone(), &tools)?,
+            shown,
+            beta: beta.map(str::to_owned),
+        }));
+    }
+
     let deferred_names: Vec<&str> = (0..texts.len())
         .filter(|&i| !visible.get(i).copied().unwrap_or(true))
         .filter_map(|i| catalog.name(i))
@@ -266,4 +298,211 @@ pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned>
         visible,
         meta_entries: meta,
     }))
+}
+
+/// The provider's search tool entry and the beta it needs, when a `search.native_search` rule
+/// matches the request's model and the dialect can defer tools.
+fn provider_search<'c>(
+    config: &'c Config,
+    dialect: Dialect,
+    body: &str,
+) -> Option<(String, Option<&'c str>)> {
+    let rules = &config.search.native_search;
+    if rules.is_empty() {
+        return None;
+    }
+    let model: String = find_path(body, &["model"])
+        .and_then(|r| body.get(r))
+        .and_then(|raw| serde_json::from_str(raw).ok())?;
+    let rule = rules.iter().find(|r| glob_match(&r.model, &model))?;
+    let provider_default = match dialect {
+        Dialect::Anthropic => Some(format!(
+            r#"{{"type":"{ANTHROPIC_SEARCH_TOOL}","name":"{ANTHROPIC_SEARCH_TOOL_NAME}"}}"#
+        )),
+        Dialect::OpenaiResponses => Some(r#"{"type":"tool_search"}"#.to_owned()),
+        // Chat Completions servers differ: only the operator knows the search tool's shape.
+        Dialect::OpenaiChat => None,
+        // Neither knows `defer_loading`.
+        Dialect::Gemini | Dialect::Bedrock => return None,
+    };
+    let tool = match &rule.tool {
+        Some(tool) => serde_json::Value::Object(tool.clone()).to_string(),
+        None => provider_default?,
+    };
+    let beta = (dialect == Dialect::Anthropic && !rule.anthropic_beta.is_empty())
+        .then_some(rule.anthropic_beta.as_str());
+    Some((tool, beta))
+}
+
+/// Anthropic's BM25 tool search tool: it takes natural-language queries, as `find_tools` does.
+pub const ANTHROPIC_SEARCH_TOOL: &str = "tool_search_tool_bm25_20251119";
+pub const ANTHROPIC_SEARCH_TOOL_NAME: &str = "tool_search_tool_bm25";
+
+/// The tools array (flat: the dialects with deferral) with `search_tool` first and
+/// `defer_loading: true` added to every function tool that is not visible. Every other byte,
+/// separators included, stays; a tool whose `defer_loading` the client set either way is left
+/// as the client wrote it.
+fn defer_for_provider(
+    container: &str,
+    draft: &CatalogDraft,
+    visible: &[bool],
+    search_tool: &str,
+) -> String {
+    let Layout::Flat(array) = &draft.layout else {
+        return container.to_owned();
+    };
+    let mut out = String::with_capacity(container.len() + 24 * visible.len());
+    array.write(container, &mut out, |i, text| {
+        let defer = matches!(draft.entries.get(i), Some(Entry::Function(_)))
+            && !visible.get(i).copied().unwrap_or(true)
+            && find_path(text, &["defer_loading"]).is_none();
+        Some(if defer {
+            Cow::Owned(with_defer(text))
+        } else {
+            Cow::Borrowed(text)
+        })
+    });
+    match out.find('[') {
+        Some(open) => {
+            let rest = out.get(open + 1..).unwrap_or_default();
+            let comma = if rest.trim_start().starts_with(']') {
+                ""
+            } else {
+                ","
+            };
+            format!(
+                "{}{search_tool}{comma}{rest}",
+                out.get(..=open).unwrap_or("[")
+            )
+        }
+        None => out,
+    }
+}
+
+/// A tool object's text with `"defer_loading":true` as its last member.
+fn with_defer(entry: &str) -> String {
+    let trimmed = entry.trim_end();
+    let Some(head) = trimmed.strip_suffix('}') else {
+        return entry.to_owned();
+    };
+    let empty = head
+        .trim_start()
+        .strip_prefix('{')
+        .is_some_and(|inner| inner.trim().is_empty());
+    let comma = if empty { "" } else { "," };
+    format!("{head}{comma}\"defer_loading\":true}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Engine;
+    use serde_json::Value;
+
+    fn planned(config: &str, dialect: Dialect, body: &str) -> Planned {
+        let config = Config::from_json(config.as_bytes()).unwrap();
+        let mut engine = Engine::new(config.clone());
+        let analysis = engine.analyse(dialect, body).unwrap();
+        plan(&config, &analysis, body).unwrap()
+    }
+
+    const RULES: &str = r#"{"mode":"search","min_tools":1,"always_include":["keep_me"],
+        "search":{"native_search":[{"model":"claude-opus-*"},{"model":"gpt-5.4*"},
+        {"model":"router/*","tool":{"type":"openrouter:tool_search"}}]}}"#;
+
+    fn anthropic_body(model: &str) -> String {
+        format!(
+            r#"{{"model":"{model}","max_tokens":9,"messages":[{{"role":"user","content":"weather in Paris"}}],
+"tools": [ {{"name":"get_weather","description":"weather","input_schema":{{"type":"object"}}}},
+  {{"name":"keep_me","input_schema":{{}}}},
+  {{"type":"web_search_20250305","name":"web_search"}},
+  {{"name":"send_email","input_schema":{{}},"defer_loading":false}},
+  {{"name":"get_time","input_schema":{{}} }} ]}}"#
+        )
+    }
+
+    #[test]
+    fn provider_search_defers_in_place_and_adds_its_tool() {
+        let body = anthropic_body("claude-opus-4-5");
+        let Planned::Provider(p) = planned(RULES, Dialect::Anthropic, &body) else {
+            panic!("a native_search rule matches");
+        };
+        assert_eq!(p.beta.as_deref(), Some(crate::config::TOOL_SEARCH_BETA));
+        assert_eq!(
+            p.shown, 2,
+            "keep_me, and send_email the client keeps loaded"
+        );
+        let tools_at = body.find("\"tools\"").unwrap();
+        assert_eq!(
+            p.body.get(..tools_at),
+            body.get(..tools_at),
+            "bytes before the tools"
+        );
+        let expected = r#"[{"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"}, {"name":"get_weather","description":"weather","input_schema":{"type":"object"},"defer_loading":true},
+  {"name":"keep_me","input_schema":{}},
+  {"type":"web_search_20250305","name":"web_search"},
+  {"name":"send_email","input_schema":{},"defer_loading":false},
+  {"name":"get_time","input_schema":{} ,"defer_loading":true} ]}"#;
+        assert_eq!(p.body.get(tools_at + "\"tools\": ".len()..), Some(expected));
+        serde_json::from_str::<Value>(&p.body).unwrap();
+    }
+
+    #[test]
+    fn rules_by_model_and_dialect() {
+        // No rule for the model: the gateway answers `find_tools`.
+        let body = anthropic_body("claude-haiku-4-5");
+        assert!(matches!(
+            planned(RULES, Dialect::Anthropic, &body),
+            Planned::Search(_)
+        ));
+        // OpenAI Responses: its own `tool_search`, no beta header.
+        let responses = r#"{"model":"gpt-5.4-mini","input":"weather in Paris","tools":[
+            {"type":"function","name":"get_weather","parameters":{}},
+            {"type":"function","name":"get_time","parameters":{}}]}"#;
+        let Planned::Provider(p) = planned(RULES, Dialect::OpenaiResponses, responses) else {
+            panic!("gpt-5.4* matches");
+        };
+        assert_eq!(p.beta, None);
+        assert!(
+            p.body.contains(r#""tools":[{"type":"tool_search"},"#),
+            "{}",
+            p.body
+        );
+        assert_eq!(p.body.matches(r#""defer_loading":true"#).count(), 2);
+        // Chat Completions: only with the rule's own tool.
+        let chat = |model: &str| {
+            format!(
+                r#"{{"model":"{model}","messages":[{{"role":"user","content":"weather"}}],"tools":[
+                {{"type":"function","function":{{"name":"get_weather","parameters":{{}}}}}},
+                {{"type":"function","function":{{"name":"get_time","parameters":{{}}}}}}]}}"#
+            )
+        };
+        let Planned::Provider(p) = planned(RULES, Dialect::OpenaiChat, &chat("router/x")) else {
+            panic!("the rule names its tool");
+        };
+        assert!(p.body.contains(r#"[{"type":"openrouter:tool_search"},"#));
+        assert!(
+            p.body.contains(r#""parameters":{}},"defer_loading":true}"#),
+            "{}",
+            p.body
+        );
+        assert!(matches!(
+            planned(
+                r#"{"mode":"search","min_tools":1,"search":{"native_search":[{"model":"*"}]}}"#,
+                Dialect::OpenaiChat,
+                &chat("gpt-4o")
+            ),
+            Planned::Search(_)
+        ));
+    }
+
+    #[test]
+    fn defer_marker() {
+        assert_eq!(with_defer(r#"{"a":1}"#), r#"{"a":1,"defer_loading":true}"#);
+        assert_eq!(with_defer("{ }"), r#"{ "defer_loading":true}"#);
+        assert_eq!(
+            with_defer("{\"a\":1}\n"),
+            "{\"a\":1,\"defer_loading\":true}"
+        );
+    }
 }
