@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Gateway, Response, http, tools_for};
+use common::{EmbedServer, Gateway, Response, http, tools_for};
 use serde_json::{Value, json};
 
 const WANT: &str = "get_current_weather";
@@ -609,4 +609,69 @@ fn native_search_rule_for_another_model() {
         assert!(!entry["body"]["tools"].to_string().contains("defer_loading"));
     }
     assert_eq!(gw.stat("toolsift.search.provider"), 0);
+}
+
+/// With `ranking: hybrid`, the model's own search words are ranked as filter mode ranks a
+/// request: embedded through the Envoy cluster (the real all-MiniLM-L6-v2 server) and fused
+/// with the keyword channels. A paraphrase that shares no word with the tool is found; by
+/// keyword alone it never is.
+#[test]
+fn hybrid_ranking_answers_find_tools() {
+    const WANTED: &str = "send_slack_message";
+    const SEARCH_WORDS: &str = "ping my teammates that the nightly build broke";
+    let embed = EmbedServer::start();
+    let run = |config: Value| {
+        let gw = Gateway::start_with(&search_config(config), &[], |yaml| {
+            yaml.replace("port_value: 18100", &format!("port_value: {}", embed.port))
+        });
+        let (path, mut body) = request("openai_chat", false);
+        body["messages"][1]["content"] = json!("Tell the team about the broken build.");
+        let headers = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", WANTED),
+            ("x-demo-script", "search"),
+            ("x-demo-query", SEARCH_WORDS),
+        ];
+        let r = gw.post(&path, &headers, body.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{}", r.text());
+        (gw, r)
+    };
+
+    let (keyword, r) = run(json!({}));
+    let search = r.header("x-toolsift-search").unwrap();
+    assert!(
+        !search.contains(WANTED),
+        "keyword ranking finds it: {search}"
+    );
+    assert!(!called("openai_chat", &r).contains(&WANTED.to_owned()));
+    assert_eq!(keyword.stat("toolsift.search.hybrid"), 0);
+    drop(keyword);
+
+    let before = embed.stats()["inputs"].as_u64().unwrap();
+    let (hybrid, r) = run(json!({
+        "ranking": "hybrid",
+        "embeddings": {"cluster": "embeddings", "model": "all-MiniLM-L6-v2",
+                       "timeout_ms": 30000, "max_batch": 128}
+    }));
+    let search = r.header("x-toolsift-search").unwrap();
+    assert!(
+        search.starts_with("rounds=1 found=") && search.contains(WANTED),
+        "{search}"
+    );
+    assert!(
+        called("openai_chat", &r).contains(&WANTED.to_owned()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(hybrid.stat("toolsift.search.hybrid"), 1);
+    // The request's call embedded its question and the 80 tools; the search's call only the
+    // model's search words.
+    let tools = common::catalog().len() as u64;
+    assert_eq!(
+        embed.stats()["inputs"].as_u64().unwrap() - before,
+        1 + tools + 1
+    );
+    let log = upstream_log(&hybrid);
+    assert_eq!(tool_names("openai_chat", &log[0]["body"]), ["find_tools"]);
+    assert!(tool_names("openai_chat", &log[1]["body"]).contains(&WANTED.to_owned()));
 }

@@ -560,7 +560,7 @@ impl Context for Filter {
             return;
         };
         if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
-            if search.on_follow_up(&shared, num_headers, body_size) {
+            if search.on_call(&shared, num_headers, body_size) {
                 if let Err(status) = hostcalls::resume_http_response() {
                     log::warn!("cannot resume the response: {status:?}");
                 }

@@ -40,6 +40,8 @@ pub struct Metrics {
     pub search_native: u32,
     /// Requests a `native_search` rule handed to the provider's own tool search.
     pub search_provider: u32,
+    /// `find_tools` / `use_tool` queries ranked with embeddings (`ranking: hybrid`).
+    pub search_hybrid: u32,
     pub search_unsupported: u32,
     pub search_held: u32,
     pub search_released: u32,
@@ -74,6 +76,7 @@ impl Metrics {
             search_requests: counter("toolsift.search.requests")?,
             search_native: counter("toolsift.search.native")?,
             search_provider: counter("toolsift.search.provider")?,
+            search_hybrid: counter("toolsift.search.hybrid")?,
             search_unsupported: counter("toolsift.search.unsupported")?,
             search_held: counter("toolsift.search.held")?,
             search_released: counter("toolsift.search.released")?,

@@ -8,12 +8,15 @@
 //! `allow_on_headers_stop_iteration: true` in the plugin config (Envoy 1.35 and later):
 //! without it, a paused headers callback also stops the body callbacks.
 
-use super::Shared;
+use super::{Shared, vectors};
+use crate::embeddings::{Fallback, Gathered, Slot};
+use crate::pipeline::rank_fused;
 use crate::search::round::{Next, Session};
-use crate::search::{Edits, Frame, sse};
+use crate::search::{Edits, Frame, Reply, sse};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{Action, BufferType, MapType};
-use std::time::Duration;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
 
 /// A request in search mode, from its body phase to its last response byte.
 pub struct Search {
@@ -25,7 +28,22 @@ pub struct Search {
     state: State,
     /// Size of the first response's body, held in Envoy's buffer.
     held: usize,
+    /// A model turn waiting for its search queries' embeddings.
+    pending: Option<Pending>,
 }
+
+/// A model turn whose meta-tool queries are being embedded (hybrid ranking), to be decided when
+/// the embeddings answer.
+struct Pending {
+    reply: Reply,
+    text: String,
+    follow_up: bool,
+    queries: Vec<QueryVectors>,
+}
+
+/// A search query, what is known of its vectors, and the slots its missing ones fill (in the
+/// order of the embeddings call's inputs).
+type QueryVectors = (String, Gathered, Vec<Slot>);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -37,6 +55,8 @@ enum State {
     Released,
     /// A follow-up is out, with this token; the response is paused.
     FollowUp(u32),
+    /// The model's search queries are being embedded, with this token; the response is paused.
+    Embedding(u32),
 }
 
 /// Request headers that belong to one connection or one body, not to the follow-ups.
@@ -62,12 +82,13 @@ impl Search {
             headers,
             state: State::Sent,
             held: 0,
+            pending: None,
         }
     }
 
     pub fn token(&self) -> Option<u32> {
         match self.state {
-            State::FollowUp(token) => Some(token),
+            State::FollowUp(token) | State::Embedding(token) => Some(token),
             _ => None,
         }
     }
@@ -144,13 +165,8 @@ impl Search {
     fn turn(&mut self, shared: &Shared, text: &str, follow_up: bool) -> Action {
         let started = hostcalls::get_current_time().ok();
         let wire = self.session.wire();
-        let frames: Vec<Frame> = if self.stream {
-            sse::frames(text).0
-        } else {
-            Vec::new()
-        };
         let reply = if self.stream {
-            wire.read_stream(&frames)
+            wire.read_stream(&sse::frames(text).0)
         } else {
             wire.read_reply(text)
         };
@@ -158,11 +174,35 @@ impl Search {
             shared.metrics.add(shared.metrics.search_unreadable, 1);
             return self.deliver(shared, text, follow_up, None);
         };
-        match self.session.on_reply(&reply) {
+        if let Some((token, queries)) = self.rank_queries(shared, &reply) {
+            self.pending = Some(Pending {
+                reply,
+                text: text.to_owned(),
+                follow_up,
+                queries,
+            });
+            self.state = State::Embedding(token);
+            return Action::Pause;
+        }
+        self.decide(shared, &reply, text, follow_up, started)
+    }
+
+    /// What follows the model's turn `reply` (read from `text`), its searches ranked.
+    fn decide(
+        &mut self,
+        shared: &Shared,
+        reply: &Reply,
+        text: &str,
+        follow_up: bool,
+        started: Option<SystemTime>,
+    ) -> Action {
+        let wire = self.session.wire();
+        match self.session.on_reply(reply) {
             Next::Deliver(edits) => {
                 let finished = if edits == Edits::default() {
                     None
                 } else if self.stream {
+                    let frames: Vec<Frame> = sse::frames(text).0;
                     wire.finish_stream(&frames, &edits).ok()
                 } else {
                     wire.finish_reply(text, &edits).ok()
@@ -188,6 +228,114 @@ impl Search {
                     Action::Continue
                 }
             },
+        }
+    }
+
+    /// With hybrid ranking, ranks the model's search queries as filter mode ranks a request:
+    /// at once when every vector is known, else after one embeddings call for the queries'
+    /// missing vectors (its token and what it fills are returned). A query of a catalog whose
+    /// tools are not all embedded yet, or whose call cannot be made, is ranked by keyword.
+    fn rank_queries(&mut self, shared: &Shared, reply: &Reply) -> Option<(u32, Vec<QueryVectors>)> {
+        let engine = shared.engine.try_borrow().ok()?;
+        let (source, e) = shared.hybrid(&engine.config)?;
+        let catalog = Rc::clone(self.session.catalog());
+        let metrics = &shared.metrics;
+        let mut waiting = Vec::new();
+        let mut inputs: Vec<String> = Vec::new();
+        for query in self.session.queries(reply) {
+            let gathered = source.gather(&catalog, &query);
+            if !gathered.missing_tools.is_empty() {
+                // Filter mode's request is still embedding the catalog (or handed it to the
+                // background): this search goes by keyword.
+                metrics.add(metrics.embeddings_incomplete, 1);
+                continue;
+            }
+            if let Some((q, t)) = gathered.complete() {
+                let fused = rank_fused(&catalog, &engine.config, &query, &q, &t);
+                metrics.add(metrics.search_hybrid, 1);
+                self.session.set_ranking(query, fused.order);
+                continue;
+            }
+            let (slots, texts) = gathered.plan(&catalog, 0);
+            if slots.is_empty() {
+                // Every vector is known, but of different sizes.
+                metrics.fallback(Fallback::Dimensions);
+                continue;
+            }
+            inputs.extend(texts);
+            waiting.push((query, gathered, slots));
+        }
+        if waiting.is_empty() {
+            return None;
+        }
+        let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        match vectors::dispatch(e, &refs, Duration::from_millis(e.timeout_ms as u64)) {
+            Ok(token) => {
+                metrics.add(metrics.embeddings_calls, 1);
+                metrics.add(metrics.embeddings_inputs, refs.len());
+                Some((token, waiting))
+            }
+            Err(status) => {
+                log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+                metrics.fallback(Fallback::Dispatch);
+                None
+            }
+        }
+    }
+
+    /// The search queries' embeddings answered (or Envoy gave up on them): rank the queries
+    /// that got their vectors, the rest by keyword, and decide the turn. Returns whether the
+    /// response may resume.
+    fn on_query_vectors(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> bool {
+        let Some(pending) = self.pending.take() else {
+            return true;
+        };
+        let started = hostcalls::get_current_time().ok();
+        if let Ok(engine) = shared.engine.try_borrow() {
+            if let Some((source, e)) = shared.hybrid(&engine.config) {
+                let catalog = Rc::clone(self.session.catalog());
+                let inputs = pending.queries.iter().map(|(_, _, s)| s.len()).sum();
+                let known = pending
+                    .queries
+                    .iter()
+                    .find_map(|(_, g, _)| g.known_dimensions());
+                match super::http::read_answer(
+                    num_headers,
+                    body_size,
+                    inputs,
+                    e.dimensions.or(known),
+                ) {
+                    Ok(vectors) => {
+                        let mut vectors = vectors.into_iter();
+                        for (query, mut gathered, slots) in pending.queries {
+                            let part: Vec<Vec<f32>> = vectors.by_ref().take(slots.len()).collect();
+                            source.fill(&catalog, &mut gathered, &slots, part);
+                            if let Some((q, t)) = gathered.complete() {
+                                let fused = rank_fused(&catalog, &engine.config, &query, &q, &t);
+                                shared.metrics.add(shared.metrics.search_hybrid, 1);
+                                self.session.set_ranking(query, fused.order);
+                            }
+                        }
+                    }
+                    Err(reason) => shared.metrics.fallback(reason),
+                }
+            }
+        }
+        self.decide(
+            shared,
+            &pending.reply,
+            &pending.text,
+            pending.follow_up,
+            started,
+        ) == Action::Continue
+    }
+
+    /// A call of this request's answered: the search queries' embeddings, or a follow-up.
+    /// Returns whether the response may resume.
+    pub fn on_call(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> bool {
+        match self.state {
+            State::Embedding(_) => self.on_query_vectors(shared, num_headers, body_size),
+            _ => self.on_follow_up(shared, num_headers, body_size),
         }
     }
 
@@ -232,7 +380,7 @@ impl Search {
     }
 
     /// A follow-up answered (or Envoy gave up on it). Returns whether the response may resume.
-    pub fn on_follow_up(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> bool {
+    fn on_follow_up(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> bool {
         let Some(status) = super::http::call_status(num_headers) else {
             self.fail(shared, "the follow-up request got no response");
             return true;

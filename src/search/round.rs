@@ -12,19 +12,34 @@ use super::plan::{Plan, entry_texts, without_defer};
 use super::wire::Wire;
 use super::{Call, Edits, Reply, ToolResult, Usage};
 use crate::config::{Config, USE_TOOL_NAME};
-use crate::dialect::Layout;
+use crate::dialect::{Layout, MAX_QUERY_BYTES};
 use crate::json::find_path;
 use crate::pipeline::Analysis;
-use crate::rank::Catalog;
+use crate::rank::{Catalog, Scored};
 use crate::rewrite::splice;
+use crate::text::head_and_tail;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::rc::Rc;
 
 /// Tools one search returns unless the model asks for another number.
 pub const DEFAULT_LIMIT: usize = 5;
 /// Tools one search returns at most.
 pub const MAX_LIMIT: usize = 20;
+
+/// The query of a meta-tool call: trimmed, bounded like a request's query (its head and tail
+/// when longer), `None` when missing or empty.
+fn call_query(call: &Call) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Arguments {
+        #[serde(default)]
+        query: Option<Value>,
+    }
+    let args: Arguments = serde_json::from_str(&call.arguments).ok()?;
+    let query = args.query.as_ref()?.as_str()?.trim();
+    (!query.is_empty()).then(|| head_and_tail(query, MAX_QUERY_BYTES))
+}
 
 /// What to do after a model turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +69,9 @@ pub struct Session {
     usage: Vec<Option<Usage>>,
     /// Tools found, in the order they were added.
     found: Vec<String>,
+    /// Rankings of meta-tool queries made outside the session (hybrid ranking, which needs
+    /// the query's embeddings), by query; any other query is ranked by keyword.
+    rankings: Vec<(String, Vec<Scored>)>,
 }
 
 impl Session {
@@ -79,6 +97,43 @@ impl Session {
             rounds: 0,
             usage: Vec::new(),
             found: Vec::new(),
+            rankings: Vec::new(),
+        }
+    }
+
+    pub fn catalog(&self) -> &Rc<Catalog> {
+        &self.catalog
+    }
+
+    /// The queries [`Session::on_reply`] will rank for `reply`: those of the `use_tool` calls,
+    /// and those of the `find_tools` calls when they will be answered (no real call beside
+    /// them, rounds left). Each once, in order.
+    pub fn queries(&self, reply: &Reply) -> Vec<String> {
+        let meta = || reply.calls.iter().filter(|c| self.is_meta(&c.name));
+        let real_calls = reply.calls.len() > meta().count();
+        let searching = !real_calls && self.rounds < self.max_rounds;
+        let mut out: Vec<String> = Vec::new();
+        for call in meta().filter(|c| searching || c.name == USE_TOOL_NAME) {
+            if let Some(query) = call_query(call) {
+                if !out.contains(&query) {
+                    out.push(query);
+                }
+            }
+        }
+        out
+    }
+
+    /// Has `query` ranked by `order` (best first) instead of by keyword.
+    pub fn set_ranking(&mut self, query: String, order: Vec<Scored>) {
+        self.rankings.retain(|(q, _)| *q != query);
+        self.rankings.push((query, order));
+    }
+
+    /// The ranking of `query`: the one set for it, or the keyword one.
+    fn ranking(&self, query: &str) -> Cow<'_, [Scored]> {
+        match self.rankings.iter().find(|(q, _)| q == query) {
+            Some((_, order)) => Cow::Borrowed(order),
+            None => Cow::Owned(self.catalog.index.rank(query)),
         }
     }
 
@@ -204,21 +259,7 @@ impl Session {
 
     /// The tool result of one meta-tool call, and the entries it makes visible.
     fn answer(&self, call: &Call) -> (ToolResult, Vec<usize>) {
-        #[derive(Deserialize)]
-        struct Arguments {
-            #[serde(default)]
-            query: Option<Value>,
-            #[serde(default)]
-            limit: Option<Value>,
-        }
-        let args: Option<Arguments> = serde_json::from_str(&call.arguments).ok();
-        let query = args
-            .as_ref()
-            .and_then(|a| a.query.as_ref())
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .unwrap_or_default();
-        if query.is_empty() {
+        let Some(query) = call_query(call) else {
             let content = json!({
                 "error": format!(
                     "{} needs a query: a few words saying what the tool should do",
@@ -226,16 +267,15 @@ impl Session {
                 )
             });
             return (result(call, &content, true), Vec::new());
-        }
-        let limit = args
-            .as_ref()
-            .and_then(|a| a.limit.as_ref())
-            .and_then(Value::as_f64)
+        };
+        let limit = serde_json::from_str::<Value>(&call.arguments)
+            .ok()
+            .and_then(|a| a.get("limit").and_then(Value::as_f64))
             .map_or(DEFAULT_LIMIT, |l| l.clamp(1.0, MAX_LIMIT as f64) as usize);
-        let found = self.search(query, limit);
+        let found = self.search(&query, limit);
         if call.name == USE_TOOL_NAME {
             // use_tool's params did not fit its best tool: hand the model that tool's schema.
-            let best: Vec<usize> = self.best_tool(query).into_iter().collect();
+            let best: Vec<usize> = self.best_tool(&query).into_iter().collect();
             let content = json!({
                 "tools": best.iter().map(|&e| self.describe(e)).collect::<Vec<_>>(),
                 "note": "The params did not fit this tool's parameters: call it directly."
@@ -259,9 +299,7 @@ impl Session {
 
     /// The best-ranked function tools the model cannot see yet, with some evidence.
     pub fn search(&self, query: &str, limit: usize) -> Vec<usize> {
-        self.catalog
-            .index
-            .rank(query)
+        self.ranking(query)
             .iter()
             .filter(|s| s.score > 0.0)
             .filter(|s| !self.visible.get(s.entry).copied().unwrap_or(true))
@@ -272,9 +310,7 @@ impl Session {
 
     /// The best-ranked function tool of the whole catalog.
     fn best_tool(&self, query: &str) -> Option<usize> {
-        self.catalog
-            .index
-            .rank(query)
+        self.ranking(query)
             .first()
             .filter(|s| s.score > 0.0)
             .map(|s| s.entry)
@@ -283,9 +319,9 @@ impl Session {
     /// `use_tool(query, params)` as a direct call of the best tool, when params fit it.
     fn resolve_use_tool(&self, call: &Call) -> Option<(String, String)> {
         let args: Value = serde_json::from_str(&call.arguments).ok()?;
-        let query = args.get("query")?.as_str()?.trim();
+        let query = call_query(call)?;
         let params = args.get("params")?;
-        let entry = self.best_tool(query)?;
+        let entry = self.best_tool(&query)?;
         let name = self.catalog.name(entry)?;
         let schema = self.describe(entry);
         fits(params, schema.get("parameters")?).then(|| (name.to_owned(), params.to_string()))
