@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-quality-hybrid bench-search clean
+.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-quality-hybrid bench-search clean
 
 all: build
 
@@ -105,7 +105,7 @@ lint-embed:
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid bench-latency-search
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -151,6 +151,12 @@ bench-latency: build $(ENVOY)
 # embeddings call) and a repeated one (none), beside the embeddings service's own time.
 bench-latency-hybrid: build embed $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --hybrid
+
+# The gateway's own time per search round through Envoy (model time excluded): a request the
+# demo upstream's scripted model answers after one find_tools round, the same answered at once,
+# and the follow-up sent to the model directly; 50, 200 and 1,000 tools.
+bench-latency-search: build $(ENVOY)
+	$(CARGO) run --release --example envoy_latency -- --search
 
 clean:
 	$(CARGO) clean

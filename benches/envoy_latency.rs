@@ -9,6 +9,9 @@
 //!
 //! With `--hybrid` (`make bench-latency-hybrid`): hybrid ranking against the real embeddings
 //! server instead; see [`hybrid`].
+//!
+//! With `--search` (`make bench-latency-search`): the gateway's own time per search round in
+//! search mode, against the demo upstream's scripted model; see [`search`].
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -44,6 +47,14 @@ fn main() {
         };
         let stand_in = args.iter().any(|a| a == "--stand-in");
         hybrid::run(&pool, given_sizes, requests, stand_in);
+        return;
+    }
+    if args.iter().any(|a| a == "--search") {
+        let rounds = match args.iter().position(|a| a == "--requests") {
+            Some(i) => args[i + 1].parse().unwrap(),
+            None => search::ROUNDS,
+        };
+        search::run(&pool, given_sizes, rounds);
         return;
     }
     let sizes = given_sizes.unwrap_or_else(|| SIZES.to_vec());
@@ -191,7 +202,7 @@ fn measure(n: usize, bodies: &[String]) -> String {
     let rps_without_again = throughput(plain_port, bodies);
     let ratio = (rps_with + rps_with_again) / (rps_without + rps_without_again);
 
-    let (p50, p99) = filter_histogram(&gw);
+    let (p50, p99) = histogram(&gw, "filter_time_us");
     let rss_after = rss_mb(gw.pid());
     let (m_with, m_without) = (percentile(&mut with, 0.5), percentile(&mut without, 0.5));
     let (p_with, p_without) = (percentile(&mut with, 0.99), percentile(&mut without, 0.99));
@@ -232,11 +243,12 @@ fn throughput(port: u16, bodies: &[String]) -> f64 {
     total as f64 / THROUGHPUT_SECS as f64
 }
 
-/// P50 and P99 of `toolsift.filter_time_us` once the stats flush has published it.
-fn filter_histogram(gw: &Gateway) -> (String, String) {
+/// P50 and P99 of the histogram whose name matches `filter` (a regex matching one histogram,
+/// such as `filter_time_us`) once the stats flush has published it; `?` when it has not.
+fn histogram(gw: &Gateway, filter: &str) -> (String, String) {
     let deadline = Instant::now() + Duration::from_secs(12);
     loop {
-        let text = gw.admin_get("/stats?filter=filter_time_us&format=json");
+        let text = gw.admin_get(&format!("/stats?filter={filter}&format=json"));
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let quantiles = v["stats"]
             .as_array()
@@ -292,6 +304,9 @@ impl Client {
     fn connect(port: u16) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_nodelay(true).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
         Client {
             reader: BufReader::new(stream.try_clone().unwrap()),
             writer: stream,
@@ -305,29 +320,99 @@ impl Client {
 
     /// Like [`Client::post`], to `path` with the header lines `extra` (each ending in CRLF).
     fn send(&mut self, path: &str, extra: &str, body: &str) -> (f64, String) {
+        let (ms, head, _) = self.exchange(path, extra, body).unwrap();
+        (ms, head)
+    }
+
+    /// Like [`Client::send`], with the response body too (sent with `content-length` or
+    /// chunked), and failures returned.
+    fn exchange(
+        &mut self,
+        path: &str,
+        extra: &str,
+        body: &str,
+    ) -> std::io::Result<(f64, String, Vec<u8>)> {
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n",
             body.len()
         );
         let start = Instant::now();
-        self.writer.write_all(head.as_bytes()).unwrap();
-        self.writer.write_all(body.as_bytes()).unwrap();
+        self.writer.write_all(head.as_bytes())?;
+        self.writer.write_all(body.as_bytes())?;
         let mut headers = String::new();
         let mut length = 0usize;
+        let mut chunked = false;
         loop {
             let mut line = String::new();
-            self.reader.read_line(&mut line).unwrap();
+            self.reader.read_line(&mut line)?;
+            if line.is_empty() && headers.is_empty() {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
             if line == "\r\n" || line.is_empty() {
                 break;
             }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap();
+            let lower = line.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                length = v.trim().parse().map_err(std::io::Error::other)?;
+            }
+            if lower
+                .strip_prefix("transfer-encoding:")
+                .is_some_and(|v| v.contains("chunked"))
+            {
+                chunked = true;
             }
             headers.push_str(&line);
         }
-        let mut sink = vec![0u8; length];
-        self.reader.read_exact(&mut sink).unwrap();
-        (start.elapsed().as_secs_f64() * 1000.0, headers)
+        let mut response = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size)?;
+                let size = size.trim();
+                let size = usize::from_str_radix(size.split(';').next().unwrap_or(size), 16)
+                    .map_err(|e| std::io::Error::other(format!("chunk size {size:?}: {e}")))?;
+                if size == 0 {
+                    // Trailers, if any, then the empty line.
+                    loop {
+                        let mut line = String::new();
+                        self.reader.read_line(&mut line)?;
+                        if line == "\r\n" || line.is_empty() {
+                            break;
+                        }
+                    }
+                    break;
+                }
+                let at = response.len();
+                response.resize(at + size, 0);
+                self.reader.read_exact(&mut response[at..])?;
+                let mut crlf = [0u8; 2];
+                self.reader.read_exact(&mut crlf)?;
+            }
+        } else {
+            response.resize(length, 0);
+            self.reader.read_exact(&mut response)?;
+        }
+        Ok((start.elapsed().as_secs_f64() * 1000.0, headers, response))
+    }
+}
+
+/// Failures of the `--hybrid` and `--search` modes, returned rather than panicked: the release
+/// profile aborts on panic, which would leave Envoy and the servers running.
+type Result<T> = std::result::Result<T, String>;
+
+/// A header's value from a response head (names compared case-insensitively).
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then_some(v.trim())
+    })
+}
+
+fn check_ok(head: &str, what: &str) -> Result<()> {
+    if head.starts_with("HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(format!("{what}: not a 200 answer:\n{head}"))
     }
 }
 
@@ -354,7 +439,9 @@ impl Client {
 /// leave Envoy and the embeddings server running.
 mod hybrid {
     use super::common::EmbedServer;
-    use super::{Client, Gateway, QUESTIONS, chat_body, listener_copy, percentile};
+    use super::{
+        Client, Gateway, QUESTIONS, Result, chat_body, check_ok, header, listener_copy, percentile,
+    };
     use serde_json::json;
 
     pub const SIZES: [usize; 3] = [50, 200, 1000];
@@ -383,8 +470,6 @@ mod hybrid {
     const MODEL: &str = "all-MiniLM-L6-v2";
     /// The question of the repeated-question mode.
     const REPEATED: &str = "What is the weather forecast for Lisbon this weekend (ticket 0)";
-
-    type Result<T> = std::result::Result<T, String>;
 
     /// The warm-up listener's configuration: [`CONFIG`] with a timeout long enough to embed
     /// `max_batch` tools; everything the cache keys and sets depend on is the same.
@@ -436,24 +521,8 @@ mod hybrid {
         json!({"model": MODEL, "input": [question], "encoding_format": "float"}).to_string()
     }
 
-    /// A header's value from a response head (names compared case-insensitively).
-    fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-        head.lines().find_map(|line| {
-            let (k, v) = line.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then_some(v.trim())
-        })
-    }
-
     fn x_toolsift(head: &str) -> &str {
         header(head, "x-toolsift").unwrap_or("(none)")
-    }
-
-    fn check_ok(head: &str, what: &str) -> Result<()> {
-        if head.starts_with("HTTP/1.1 200") {
-            Ok(())
-        } else {
-            Err(format!("{what}: not a 200 answer:\n{head}"))
-        }
     }
 
     /// An answer of the measured listener must say it was ranked by hybrid ranking.
@@ -742,6 +811,403 @@ mod hybrid {
             added(new_median),
             added(repeated_median),
             added(new_median) - direct_median,
+        ))
+    }
+}
+
+/// `--search`: the gateway's own time per search round (model time excluded), through the
+/// real Envoy and `.wasm` in search mode (`{"mode":"search"}`, so round 1 shows the model
+/// `find_tools` alone), in front of the demo upstream's scripted model.
+///
+/// For each catalog size, one Envoy (so its histograms cover one size) and three kinds of
+/// request, one of each per round in an order that rotates from round to round:
+/// - **L1**, one search round: the model (script `search`) calls `find_tools` with its own
+///   query (`x-demo-query`, words of the wanted tool's name and description, unlike the user's
+///   question), the filter searches and sends the follow-up, where the model calls the tool it
+///   found (`x-demo-want`). The client must get a 200 calling that tool, no `find_tools`
+///   anywhere in the body, and `x-toolsift-search: rounds=1 …`.
+/// - **L0**, no search round: the same request (another ticket number in the question) with
+///   script `answer`: the model answers at once in text, and the filter lets it through
+///   (`rounds=0`).
+/// - **M**, the model's own time for round 2: the follow-up body the filter sent for that
+///   tool (taken from the upstream's `GET /scripted/log` while choosing the tools), sent to the
+///   upstream directly on a keep-alive connection, without Envoy.
+///
+/// Every request asks a question not asked before, so the request side ranks afresh each time,
+/// and `find_tools`' query differs from the question, so the search ranks afresh too (the
+/// filter remembers the last ranking per catalog). L1 and L0 share one keep-alive connection
+/// (one Envoy worker), M has its own to the upstream. Added time per round = the median over
+/// rounds of L1 − L0 − M of the same round, beside the difference of the three medians. The
+/// filter's own VM time per round is its `toolsift.search.round_time_us` histogram (reading
+/// the model's turn, searching, building and dispatching the follow-up), over every round of
+/// that Envoy (the tool choice and warm-up included). Counters check that every L1 made
+/// exactly one round and that the upstream saw exactly the requests sent.
+///
+/// `--sizes 50,200` and `--requests N` (measured rounds per size) change the defaults
+/// ([`SIZES`], [`ROUNDS`]).
+mod search {
+    use super::common::{Gateway, try_http};
+    use super::{Client, QUESTIONS, Result, chat_body, check_ok, header, histogram, percentile};
+    use serde_json::Value;
+
+    pub const SIZES: [usize; 3] = [50, 200, 1000];
+    /// Measured rounds per catalog size (one L1, one L0 and one M each).
+    pub const ROUNDS: usize = 500;
+    /// Unmeasured rounds first.
+    const WARM_ROUNDS: usize = 40;
+    /// The plugin configuration: search mode, every other setting at its default (`eager_k`
+    /// 0, `max_search_rounds` 3, `find_tools` limit 5).
+    const CONFIG: &str = r#"{"mode":"search"}"#;
+    const PATH: &str = "/v1/chat/completions";
+    /// Wanted tools per size (the rounds cycle through them), chosen among `CANDIDATES` tools
+    /// spread over the catalog: those `find_tools` finds in one round with the query built
+    /// from them.
+    const TARGETS: usize = 24;
+    const CANDIDATES: usize = 64;
+
+    /// A tool the scripted model wants, the query it searches for it with, and the follow-up
+    /// body the filter sent for it.
+    struct Target {
+        want: String,
+        query: String,
+        follow_up: String,
+        /// The follow-up's size as Envoy sent it (its `content-length`).
+        follow_up_bytes: usize,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Case {
+        /// One search round (L1).
+        Round,
+        /// Answered at once (L0).
+        Answer,
+        /// The follow-up sent to the upstream directly (M).
+        Direct,
+    }
+
+    const CASES: [Case; 3] = [Case::Round, Case::Answer, Case::Direct];
+
+    /// Prints the table; exits with status 1 (after stopping every process) on a failure.
+    pub fn run(pool: &[String], sizes: Option<Vec<usize>>, rounds: usize) {
+        let sizes = sizes.unwrap_or_else(|| SIZES.to_vec());
+        if let Err(message) = table(pool, &sizes, rounds) {
+            eprintln!("envoy_latency --search: {message}");
+            std::process::exit(1);
+        }
+    }
+
+    fn table(pool: &[String], sizes: &[usize], rounds: usize) -> Result<()> {
+        println!(
+            "| tools | client body KB | follow-up body KB | L1, one search round: median / p90 (ms) | L0, answered at once: median / p90 (ms) | M, follow-up to the model directly: median / p90 (ms) | added per round: median of L1 − L0 − M (ms) | median L1 − median L0 − median M (ms) | filter VM time per round P50 / P99 (µs) |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let mut ticket = 0usize;
+        for &n in sizes {
+            let row = measure(pool, n, rounds, &mut ticket)?;
+            println!("{row}");
+        }
+        println!();
+        println!(
+            "{rounds} rounds per size after {WARM_ROUNDS} unmeasured, one L1, one L0 and one M \
+             per round in rotating order; L1 and L0 on one keep-alive connection through Envoy \
+             (--concurrency 2, {CONFIG}), M on one to the upstream; VM time = \
+             toolsift.search.round_time_us over every round of that Envoy."
+        );
+        Ok(())
+    }
+
+    /// The header lines of a scripted request.
+    fn scripted(target: &Target, script: &str) -> String {
+        format!(
+            "x-demo-model: scripted\r\nx-demo-want: {}\r\nx-demo-query: {}\r\nx-demo-script: {script}\r\n",
+            target.want, target.query
+        )
+    }
+
+    /// What the model searches with for the tool `name`: the words of its name and the first
+    /// words of its description (ASCII letters and digits only, so it fits a header).
+    fn query_for(name: &str, description: &str) -> String {
+        let words = |text: &str| -> Vec<String> {
+            text.split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(str::to_ascii_lowercase)
+                .collect()
+        };
+        let mut query = words(name);
+        query.extend(words(description).into_iter().take(8));
+        query.join(" ")
+    }
+
+    fn question(ticket: &mut usize) -> String {
+        *ticket += 1;
+        format!("{} (ticket {ticket})", QUESTIONS[*ticket % QUESTIONS.len()])
+    }
+
+    /// The chat response's tool calls, by name.
+    fn calls(body: &[u8]) -> Result<Vec<String>> {
+        let v: Value = serde_json::from_slice(body).map_err(|e| {
+            format!(
+                "response not JSON: {e}: {}",
+                String::from_utf8_lossy(body)
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
+            )
+        })?;
+        Ok(v["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["function"]["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// The client's answer after one search round: a 200 that calls the wanted tool, says
+    /// `rounds=1`, and shows no `find_tools`.
+    fn check_round(head: &str, body: &[u8], want: &str) -> Result<()> {
+        check_ok(head, "L1 (one search round)")?;
+        let search = header(head, "x-toolsift-search").unwrap_or("(none)");
+        if !search.starts_with("rounds=1 ") {
+            return Err(format!("L1: x-toolsift-search: {search}"));
+        }
+        if contains(body, b"find_tools") {
+            return Err(format!(
+                "L1: find_tools reached the client: {}",
+                String::from_utf8_lossy(body)
+            ));
+        }
+        let called = calls(body)?;
+        if called != [want] {
+            return Err(format!("L1: called {called:?}, wanted {want}"));
+        }
+        Ok(())
+    }
+
+    /// The client's answer without a search round: a 200 without tool calls, `rounds=0`. (Its
+    /// text names the tools the model saw, `find_tools` among them.)
+    fn check_answer(head: &str, body: &[u8]) -> Result<()> {
+        check_ok(head, "L0 (answered at once)")?;
+        let search = header(head, "x-toolsift-search").unwrap_or("(none)");
+        if !search.starts_with("rounds=0 ") {
+            return Err(format!("L0: x-toolsift-search: {search}"));
+        }
+        if !calls(body)?.is_empty() {
+            return Err(format!(
+                "L0: not a text answer: {}",
+                String::from_utf8_lossy(body)
+            ));
+        }
+        Ok(())
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    /// `GET /scripted/log` of the upstream.
+    fn upstream_log(gw: &Gateway) -> Result<Vec<Value>> {
+        let r = try_http(gw.upstream.port, "GET", "/scripted/log", &[], b"")
+            .map_err(|e| format!("upstream log: {e}"))?;
+        match serde_json::from_slice::<Value>(&r.body) {
+            Ok(Value::Array(entries)) => Ok(entries),
+            _ => Err(format!("upstream log: {}", r.text())),
+        }
+    }
+
+    fn reset_upstream_log(gw: &Gateway) -> Result<()> {
+        try_http(gw.upstream.port, "POST", "/scripted/log/reset", &[], b"")
+            .map(drop)
+            .map_err(|e| format!("upstream log reset: {e}"))
+    }
+
+    /// Scripted requests the upstream has answered.
+    fn upstream_scripted(gw: &Gateway) -> Result<u64> {
+        let r = try_http(gw.upstream.port, "GET", "/stats", &[], b"")
+            .map_err(|e| format!("upstream stats: {e}"))?;
+        serde_json::from_slice::<Value>(&r.body)
+            .ok()
+            .and_then(|v| v["scripted"]["requests"].as_u64())
+            .ok_or_else(|| format!("upstream stats: {}", r.text()))
+    }
+
+    /// Tools the model finds in one round, with the follow-up body the filter sent for each.
+    fn choose_targets(
+        gw: &Gateway,
+        client: &mut Client,
+        pool: &[String],
+        n: usize,
+        tools: &str,
+        ticket: &mut usize,
+    ) -> Result<Vec<Target>> {
+        let mut targets = Vec::new();
+        let mut rejected = Vec::new();
+        let mut candidates: Vec<usize> = (0..CANDIDATES).map(|i| i * n / CANDIDATES).collect();
+        candidates.dedup();
+        for i in candidates {
+            if targets.len() == TARGETS {
+                break;
+            }
+            let tool: Value = serde_json::from_str(&pool[i]).map_err(|e| e.to_string())?;
+            let function = &tool["function"];
+            let want = function["name"].as_str().unwrap_or_default().to_owned();
+            let query = query_for(&want, function["description"].as_str().unwrap_or(""));
+            let mut target = Target {
+                want,
+                query,
+                follow_up: String::new(),
+                follow_up_bytes: 0,
+            };
+            reset_upstream_log(gw)?;
+            let body = chat_body(tools, &question(ticket));
+            let (_, head, response) = client
+                .exchange(PATH, &scripted(&target, "search"), &body)
+                .map_err(|e| format!("L1: {e}"))?;
+            if let Err(why) = check_round(&head, &response, &target.want) {
+                rejected.push(format!("{} ({why})", target.want));
+                continue;
+            }
+            let log = upstream_log(gw)?;
+            let [_, follow_up] = log.as_slice() else {
+                return Err(format!(
+                    "{} requests reached the upstream for one search round",
+                    log.len()
+                ));
+            };
+            // The log holds the body parsed (keys re-ordered); the same JSON, about the same size.
+            target.follow_up = follow_up["body"].to_string();
+            target.follow_up_bytes = follow_up["headers"]["content-length"]
+                .as_str()
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(target.follow_up.len());
+            targets.push(target);
+        }
+        eprintln!(
+            "{n} tools: {} wanted tools found in one round, {} not: {}",
+            targets.len(),
+            rejected.len(),
+            rejected
+                .iter()
+                .take(3)
+                .map(|r| r.chars().take(200).collect::<String>())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if !targets.is_empty() {
+            let mean =
+                |f: fn(&Target) -> usize| targets.iter().map(f).sum::<usize>() / targets.len();
+            eprintln!(
+                "{n} tools: follow-up bodies: {} bytes sent by the filter, {} bytes as re-sent \
+                 from the upstream's log (mean)",
+                mean(|t| t.follow_up_bytes),
+                mean(|t| t.follow_up.len())
+            );
+        }
+        if targets.len() < TARGETS / 2 {
+            return Err(format!(
+                "{n} tools: only {} tools are found in one round",
+                targets.len()
+            ));
+        }
+        Ok(targets)
+    }
+
+    fn measure(pool: &[String], n: usize, rounds: usize, ticket: &mut usize) -> Result<String> {
+        let tools = pool[..n].join(",\n");
+        let gw = Gateway::start_with(CONFIG, &["--concurrency", "2"], |yaml| yaml);
+        let mut client = Client::connect(gw.port);
+        let mut direct = Client::connect(gw.upstream.port);
+        let targets = choose_targets(&gw, &mut client, pool, n, &tools, ticket)?;
+
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); CASES.len()];
+        let mut before = None;
+        let mut client_bytes = 0;
+        eprintln!("{n} tools: {WARM_ROUNDS} warm-up rounds, then {rounds} measured");
+        for round in 0..WARM_ROUNDS + rounds {
+            let measured = round >= WARM_ROUNDS;
+            if round == WARM_ROUNDS {
+                before = Some((gw.stat("toolsift.search.rounds"), upstream_scripted(&gw)?));
+            }
+            let target = &targets[round % targets.len()];
+            for k in 0..CASES.len() {
+                let c = (round + k) % CASES.len();
+                let (ms, head, body) = match CASES[c] {
+                    Case::Round => {
+                        let body = chat_body(&tools, &question(ticket));
+                        client_bytes = body.len();
+                        let (ms, head, response) = client
+                            .exchange(PATH, &scripted(target, "search"), &body)
+                            .map_err(|e| format!("L1: {e}"))?;
+                        check_round(&head, &response, &target.want)?;
+                        (ms, head, response)
+                    }
+                    Case::Answer => {
+                        let body = chat_body(&tools, &question(ticket));
+                        let (ms, head, response) = client
+                            .exchange(PATH, &scripted(target, "answer"), &body)
+                            .map_err(|e| format!("L0: {e}"))?;
+                        check_answer(&head, &response)?;
+                        (ms, head, response)
+                    }
+                    Case::Direct => direct
+                        .exchange(PATH, &scripted(target, "search"), &target.follow_up)
+                        .map_err(|e| format!("M: {e}"))?,
+                };
+                if CASES[c] == Case::Direct {
+                    check_ok(&head, "M (the follow-up sent directly)")?;
+                    let called = calls(&body)?;
+                    if called != [target.want.as_str()] {
+                        return Err(format!("M: called {called:?}, wanted {}", target.want));
+                    }
+                }
+                if measured {
+                    samples[c].push(ms);
+                }
+            }
+        }
+
+        // Every L1 made exactly one round; the upstream got two requests per L1 and one per
+        // L0 and per M, and nothing else.
+        let Some((rounds_before, upstream_before)) = before else {
+            return Err("no measured rounds".into());
+        };
+        let made = gw.stat("toolsift.search.rounds") - rounds_before;
+        let served = upstream_scripted(&gw)? - upstream_before;
+        let expected = rounds as u64;
+        if (made, served) != (expected, 4 * expected) {
+            return Err(format!(
+                "{n} tools: {made} search rounds and {served} upstream requests for {rounds} \
+                 rounds; expected {expected} and {}",
+                4 * expected
+            ));
+        }
+        let (vm_p50, vm_p99) = histogram(&gw, "search\\.round_time_us");
+
+        let mut added: Vec<f64> = (0..rounds)
+            .map(|j| samples[0][j] - samples[1][j] - samples[2][j])
+            .collect();
+        let added_median = percentile(&mut added, 0.5);
+        let mut cell = |c: usize| {
+            (
+                percentile(&mut samples[c], 0.5),
+                percentile(&mut samples[c], 0.9),
+            )
+        };
+        let (l1, l1_p90) = cell(0);
+        let (l0, l0_p90) = cell(1);
+        let (m, m_p90) = cell(2);
+        let follow_up_kb = targets.iter().map(|t| t.follow_up_bytes).sum::<usize>() as f64
+            / targets.len() as f64
+            / 1024.0;
+        eprintln!(
+            "{n} tools: {} wanted tools; per-round L1 − L0 − M p10 / p90: {:.3} / {:.3} ms",
+            targets.len(),
+            percentile(&mut added, 0.1),
+            percentile(&mut added, 0.9),
+        );
+        Ok(format!(
+            "| {n} | {:.0} | {follow_up_kb:.1} | {l1:.3} / {l1_p90:.3} | {l0:.3} / {l0_p90:.3} | {m:.3} / {m_p90:.3} | **{added_median:+.3}** | {:+.3} | {vm_p50} / {vm_p99} |",
+            client_bytes as f64 / 1024.0,
+            l1 - l0 - m,
         ))
     }
 }
