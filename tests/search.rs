@@ -675,3 +675,80 @@ fn hybrid_ranking_answers_find_tools() {
     assert_eq!(tool_names("openai_chat", &log[0]["body"]), ["find_tools"]);
     assert!(tool_names("openai_chat", &log[1]["body"]).contains(&WANTED.to_owned()));
 }
+
+/// The data of every event of a streamed response, parsed.
+fn events(r: &Response) -> Vec<Value> {
+    r.text()
+        .split("\n\n")
+        .filter_map(|frame| {
+            let data: Vec<&str> = frame
+                .lines()
+                .filter_map(|l| l.trim_end_matches('\r').strip_prefix("data: "))
+                .collect();
+            serde_json::from_str(&data.join("\n")).ok()
+        })
+        .collect()
+}
+
+/// A streamed turn that starts with text and then calls `find_tools` ("Let me look that up."):
+/// the text reaches the client as it comes, the call never does; the gateway answers it and
+/// the next round's stream follows the text in the same response.
+#[test]
+fn text_then_search_in_a_stream() {
+    let gw = Gateway::start(&search_config(json!({})));
+    for dialect in ["anthropic", "openai_chat", "gemini"] {
+        let (path, body) = request(dialect, true);
+        let before = upstream_log(&gw).len();
+        let r = ask(
+            &gw,
+            &path,
+            &body,
+            "text-first",
+            &[("x-demo-chunk-delay-ms", "5")],
+        );
+        assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+        let calls = called(dialect, &r);
+        assert_eq!(calls, [WANT], "{dialect}: {}", r.text());
+        assert!(
+            r.text().contains("look"),
+            "{dialect}: the text (\"Let me look that up.\", in pieces) went through: {}",
+            r.text()
+        );
+        assert_eq!(
+            upstream_log(&gw).len() - before,
+            2,
+            "{dialect}: one follow-up"
+        );
+        let events = events(&r);
+        match dialect {
+            "anthropic" => {
+                // One message, content blocks numbered 0, 1, 2 in order: round 1's text, then
+                // round 2's text and call.
+                let starts: Vec<&Value> = events
+                    .iter()
+                    .filter(|e| e["type"] == "content_block_start")
+                    .collect();
+                let indices: Vec<u64> = starts
+                    .iter()
+                    .map(|e| e["index"].as_u64().unwrap())
+                    .collect();
+                assert_eq!(indices, [0, 1, 2], "{}", r.text());
+                assert_eq!(starts[2]["content_block"]["name"], WANT);
+                let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+                assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
+                assert_eq!(kinds.last(), Some(&"message_stop"));
+            }
+            "openai_chat" => {
+                assert!(
+                    r.text().trim_end().ends_with("data: [DONE]"),
+                    "{}",
+                    r.text()
+                );
+                assert_eq!(r.text().matches("[DONE]").count(), 1);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(gw.stat("toolsift.search.rounds"), 3);
+    assert_eq!(gw.stat("toolsift.search.released"), 3);
+}

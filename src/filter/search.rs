@@ -2,7 +2,9 @@
 //! response is complete (or, for a stream, held only until its first output shows whether it
 //! is a tool call); a `find_tools`-only turn is answered with a follow-up request to the same
 //! cluster with the client's own headers, by `dispatch_http_call`, until the model answers or
-//! calls a real tool; the client then gets that response in place of the first.
+//! calls a real tool; the client then gets that response in place of the first. A stream
+//! released at its first text is watched ([`Watch`]): a meta-tool call after the text is held
+//! and answered the same way, the next round's stream sent as the continuation.
 //!
 //! Holding the response headers until the body decides needs Envoy's
 //! `allow_on_headers_stop_iteration: true` in the plugin config (Envoy 1.35 and later):
@@ -30,6 +32,23 @@ pub struct Search {
     held: usize,
     /// A model turn waiting for its search queries' embeddings.
     pending: Option<Pending>,
+    /// A stream released at its first text, watched for a meta-tool call after it.
+    watch: Option<Watch>,
+}
+
+/// A stream released at its first text that may still call the meta-tool after it (a common
+/// habit: "Let me look that up." and then the call). Complete events pass through as they
+/// come; from the event that starts a meta-tool call on, the rest is held and decided like a
+/// held turn, and what follows (the turn without its searches, or the next round's stream)
+/// is sent as the continuation of the events already sent.
+#[derive(Default)]
+struct Watch {
+    /// The start of an event not yet complete: sent with the chunk that completes it.
+    carry: String,
+    /// The events the client has been sent.
+    sent: Vec<Frame>,
+    /// Everything from the first meta-tool call on.
+    held: Option<String>,
 }
 
 /// A model turn whose meta-tool queries are being embedded (hybrid ranking), to be decided when
@@ -57,6 +76,8 @@ enum State {
     FollowUp(u32),
     /// The model's search queries are being embedded, with this token; the response is paused.
     Embedding(u32),
+    /// A stream released at its first text, passing through while watched ([`Watch`]).
+    Watching,
 }
 
 /// Request headers that belong to one connection or one body, not to the follow-ups.
@@ -83,6 +104,7 @@ impl Search {
             state: State::Sent,
             held: 0,
             pending: None,
+            watch: None,
         }
     }
 
@@ -128,8 +150,10 @@ impl Search {
         body_size: usize,
         end_of_stream: bool,
     ) -> Action {
-        if self.state != State::Holding {
-            return Action::Continue;
+        match self.state {
+            State::Holding => {}
+            State::Watching => return self.watch_chunk(shared, body_size, end_of_stream),
+            _ => return Action::Continue,
         }
         let body = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
             .ok()
@@ -141,6 +165,12 @@ impl Search {
         if self.stream && !end_of_stream {
             let (frames, _) = sse::frames(text);
             return match self.session.wire().opening(&frames) {
+                crate::search::Opening::Answer if self.session.wire().continues_streams() => {
+                    self.release(shared);
+                    self.state = State::Watching;
+                    self.watch = Some(Watch::default());
+                    self.watch_chunk(shared, body_size, false)
+                }
                 crate::search::Opening::Answer => self.release(shared),
                 _ => Action::Pause,
             };
@@ -150,6 +180,76 @@ impl Search {
         }
         self.held = body_size;
         self.turn(shared, text, false)
+    }
+
+    /// A chunk of a watched stream (Envoy's buffer holds just this chunk, or at the release
+    /// everything so far): its complete events go on, up to one that starts a meta-tool call;
+    /// from there on everything is held, and decided at the end of the stream.
+    fn watch_chunk(&mut self, shared: &Shared, body_size: usize, end_of_stream: bool) -> Action {
+        let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let Some(watch) = self.watch.as_mut() else {
+            return Action::Continue;
+        };
+        let Ok(chunk) = std::str::from_utf8(&chunk) else {
+            // Not text: stop watching, and let the rest through as it comes.
+            let carry = std::mem::take(&mut watch.carry);
+            let mut out = carry.into_bytes();
+            out.extend_from_slice(&chunk);
+            set_response_body(body_size, &out);
+            self.watch = None;
+            self.state = State::Released;
+            return Action::Continue;
+        };
+        let out = match &mut watch.held {
+            Some(held) => {
+                held.push_str(chunk);
+                String::new()
+            }
+            None => {
+                let mut data = std::mem::take(&mut watch.carry);
+                data.push_str(chunk);
+                let wire = self.session.wire();
+                let (frames, consumed) = sse::frames_with_ends(&data);
+                let mut start = 0;
+                let mut meta_at = None;
+                for (frame, end) in frames {
+                    let calls = wire.calls_started(&frame);
+                    if calls.iter().any(|name| self.session.is_meta(name)) {
+                        meta_at = Some(start);
+                        break;
+                    }
+                    watch.sent.push(frame);
+                    start = end;
+                }
+                let cut = match meta_at {
+                    Some(at) => at,
+                    None if end_of_stream => data.len(),
+                    None => consumed,
+                };
+                let rest = data.get(cut..).unwrap_or_default().to_owned();
+                if meta_at.is_some() {
+                    shared.metrics.add(shared.metrics.search_held, 1);
+                    watch.held = Some(rest);
+                } else {
+                    watch.carry = rest;
+                }
+                data.truncate(cut);
+                data
+            }
+        };
+        set_response_body(body_size, out.as_bytes());
+        if !end_of_stream || watch.held.is_none() {
+            return Action::Continue;
+        }
+        // The whole turn, the events sent written again (only to be read: the client keeps
+        // the bytes it got), then what was held.
+        let mut text = sse::write_all(&watch.sent);
+        text.push_str(watch.held.as_deref().unwrap_or_default());
+        self.held = 0;
+        self.turn(shared, &text, false)
     }
 
     /// Lets the held response go as it is.
@@ -397,7 +497,15 @@ impl Search {
             shared.metrics.add(shared.metrics.search_failed, 1);
             // The provider's own error reaches the client; Envoy's (reset, timeout, no
             // upstream) is not JSON, and the client gets toolsift's instead.
-            if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() {
+            let json = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
+            if let (true, true, Ok(text)) = (json, self.watch.is_some(), std::str::from_utf8(&body))
+            {
+                // Part of the stream is with the client: its error ends the stream.
+                self.replace_body(error_event(text).as_bytes());
+                self.state = State::Released;
+                return true;
+            }
+            if json {
                 set_response_header(":status", &status);
                 if let Some(content_type) = &content_type {
                     set_response_header("content-type", content_type);
@@ -432,13 +540,30 @@ impl Search {
     ) -> Action {
         self.state = State::Released;
         let replaced = match finished {
-            Some(f) => Some(f.as_bytes()),
+            Some(f) => Some(f),
             // A follow-up's body replaces the first response's even when unchanged.
-            None if follow_up => Some(text.as_bytes()),
+            None if follow_up => Some(text),
             None => None,
         };
-        if let Some(bytes) = replaced {
-            self.replace_body(bytes);
+        if let Some(watch) = &self.watch {
+            // Part of this stream is with the client: send only what follows it.
+            let whole = replaced.unwrap_or(text);
+            let rest = if follow_up {
+                self.session.wire().continue_stream(&watch.sent, whole).ok()
+            } else {
+                Some(sse::after_events(whole, watch.sent.len()).to_owned())
+            };
+            match rest {
+                Some(rest) => self.replace_body(rest.as_bytes()),
+                None => self.replace_body(
+                    error_event(&toolsift_error(
+                        "the next round's stream cannot be continued",
+                    ))
+                    .as_bytes(),
+                ),
+            }
+        } else if let Some(bytes) = replaced {
+            self.replace_body(bytes.as_bytes());
         }
         if self.session.rounds() > 0 {
             shared.metrics.add(shared.metrics.search_answered, 1);
@@ -448,25 +573,19 @@ impl Search {
     }
 
     fn replace_body(&self, bytes: &[u8]) {
-        if let Err(status) =
-            hostcalls::set_buffer(BufferType::HttpResponseBody, 0, self.held, bytes)
-        {
-            log::warn!("cannot replace the response body: {status:?}");
-        }
+        set_response_body(self.held, bytes);
     }
 
     /// The client gets a JSON 502 naming toolsift, never a dangling meta-tool call.
     fn fail(&mut self, shared: &Shared, why: &str) {
         shared.metrics.add(shared.metrics.search_failed, 1);
         self.state = State::Released;
-        let body = serde_json::json!({
-            "error": {
-                "type": "toolsift_error",
-                "code": "search_follow_up_failed",
-                "message": format!("toolsift: tool search: {why}"),
-            }
-        })
-        .to_string();
+        let body = toolsift_error(why);
+        if self.watch.is_some() {
+            // The status went with the stream's start: the stream ends with an error event.
+            self.replace_body(error_event(&body).as_bytes());
+            return;
+        }
         set_response_header(":status", "502");
         set_response_header("content-type", "application/json");
         self.replace_body(body.as_bytes());
@@ -481,6 +600,33 @@ impl Search {
         ) {
             log::debug!("cannot set x-toolsift-search: {status:?}");
         }
+    }
+}
+
+/// toolsift's own error body: `{"error":{"type":"toolsift_error",…}}`.
+fn toolsift_error(why: &str) -> String {
+    serde_json::json!({
+        "type": "error",
+        "error": {
+            "type": "toolsift_error",
+            "code": "search_follow_up_failed",
+            "message": format!("toolsift: tool search: {why}"),
+        }
+    })
+    .to_string()
+}
+
+/// An SSE `error` event carrying the JSON `body`, to end a stream already under way.
+fn error_event(body: &str) -> String {
+    let mut out = String::new();
+    Frame::named("error", body.replace('\n', " ")).write(&mut out);
+    out
+}
+
+/// Replaces the `size` bytes of the response body chunk in Envoy's buffer.
+fn set_response_body(size: usize, bytes: &[u8]) {
+    if let Err(status) = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, size, bytes) {
+        log::warn!("cannot set the response body: {status:?}");
     }
 }
 

@@ -177,7 +177,7 @@ impl Session {
         self.usage.iter().flatten().copied().reduce(Usage::plus)
     }
 
-    fn is_meta(&self, name: &str) -> bool {
+    pub fn is_meta(&self, name: &str) -> bool {
         name == self.tool_name || (self.use_tool && name == USE_TOOL_NAME)
     }
 

@@ -53,6 +53,16 @@ pub fn write_all(frames: &[Frame]) -> String {
 /// at the end is left for the next chunk). Comments (`:`) and unknown fields are skipped;
 /// events without data are dropped, as the SSE specification says.
 pub fn frames(text: &str) -> (Vec<Frame>, usize) {
+    let (framed, consumed) = frames_with_ends(text);
+    (
+        framed.into_iter().map(|(frame, _)| frame).collect(),
+        consumed,
+    )
+}
+
+/// [`frames`], each with the byte offset where it ends in `text` (after its blank line), so
+/// a stream can be cut between events without writing them again.
+pub fn frames_with_ends(text: &str) -> (Vec<(Frame, usize)>, usize) {
     let mut out = Vec::new();
     let mut consumed = 0;
     let mut event: Option<String> = None;
@@ -67,10 +77,11 @@ pub fn frames(text: &str) -> (Vec<Frame>, usize) {
         at += end + 1;
         if line.is_empty() {
             if let Some(data) = data.take() {
-                out.push(Frame {
+                let frame = Frame {
                     event: event.take(),
                     data,
-                });
+                };
+                out.push((frame, at));
             }
             event = None;
             consumed = at;
@@ -95,6 +106,16 @@ pub fn frames(text: &str) -> (Vec<Frame>, usize) {
     (out, consumed)
 }
 
+/// `stream` after its first `n` events, byte for byte.
+pub fn after_events(stream: &str, n: usize) -> &str {
+    if n == 0 {
+        return stream;
+    }
+    let (frames, _) = frames_with_ends(stream);
+    let cut = frames.get(n - 1).map_or(stream.len(), |(_, end)| *end);
+    stream.get(cut..).unwrap_or_default()
+}
+
 /// The elements of a complete JSON-array stream (Gemini's `streamGenerateContent` without
 /// `alt=sse`) as frames; `None` if it is not a complete array.
 pub fn array_frames(text: &str) -> Option<Vec<Frame>> {
@@ -104,6 +125,18 @@ pub fn array_frames(text: &str) -> Option<Vec<Frame>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cut_after_events() {
+        let stream = ": hi\n\nevent: a\ndata: 1\n\ndata: 2\r\n\r\ndata: 3\n\n";
+        assert_eq!(after_events(stream, 0), stream);
+        assert_eq!(after_events(stream, 1), "data: 2\r\n\r\ndata: 3\n\n");
+        assert_eq!(after_events(stream, 2), "data: 3\n\n");
+        assert_eq!(after_events(stream, 3), "");
+        assert_eq!(after_events(stream, 9), "");
+        let (framed, _) = frames_with_ends(stream);
+        assert_eq!(framed[0].0, Frame::named("a", "1"));
+    }
+
     use super::*;
 
     #[test]

@@ -482,6 +482,38 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
     Ok(out)
 }
 
+/// The events of a later round's stream `next` as the continuation of the events `sent`:
+/// without its `message_start` (the client has one), its content blocks numbered after the
+/// ones sent.
+pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, Problem> {
+    let is_start = |frame: &Frame| {
+        parse_object::<Event>(&frame.data).is_ok_and(|e| e.kind == "content_block_start")
+    };
+    let offset = sent.iter().filter(|f| is_start(f)).count();
+    let mut out = String::new();
+    for frame in next {
+        let data = frame.data.as_str();
+        let event: Event = parse_object(data)?;
+        if event.kind == "message_start" {
+            continue;
+        }
+        let data = match event.index {
+            Some(index) if offset > 0 => {
+                let span = find_path(data, &["index"]).ok_or(Problem::BadShape)?;
+                apply_patches(data, vec![(span, (index + offset).to_string())])
+                    .ok_or(Problem::BadShape)?
+            }
+            _ => data.to_owned(),
+        };
+        Frame {
+            event: frame.event.clone(),
+            data,
+        }
+        .write(&mut out);
+    }
+    Ok(out)
+}
+
 /// The index block `index` has once the blocks in `dropped` are gone.
 fn renumbered(index: usize, dropped: &BTreeSet<usize>) -> usize {
     index.saturating_sub(dropped.range(..index).count())
@@ -592,6 +624,47 @@ fn rename_call(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_later_round_continues_the_stream() {
+        let sent = vec![
+            Frame::named(
+                "message_start",
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":9}}}"#,
+            ),
+            Frame::named(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            Frame::named(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+        ];
+        let next = [
+            Frame::named("message_start", r#"{"type":"message_start","message":{}}"#),
+            Frame::named(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"w","input":{}}}"#,
+            ),
+            Frame::named(
+                "content_block_stop",
+                r#"{"index":0,"type":"content_block_stop"}"#,
+            ),
+            Frame::named("message_stop", r#"{"type":"message_stop"}"#),
+        ];
+        let out = continue_stream(&sent, &next).unwrap();
+        assert_eq!(
+            out,
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"w\",\"input\":{}}}\n\n\
+             event: content_block_stop\ndata: {\"index\":1,\"type\":\"content_block_stop\"}\n\n\
+             event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        );
+        assert_eq!(
+            continue_stream(&[], &next[1..2]).unwrap(),
+            write_all(&next[1..2])
+        );
+    }
+
     use super::*;
     use crate::search::sse::write_all;
 

@@ -74,6 +74,73 @@ impl Wire {
         }
     }
 
+    /// The names of the tool calls that start in `frame` of a stream.
+    pub fn calls_started(self, frame: &Frame) -> Vec<String> {
+        let Ok(event) = serde_json::from_str::<Value>(&frame.data) else {
+            return Vec::new();
+        };
+        let at = |v: &Value, key: &str| v.get(key).cloned().unwrap_or(Value::Null);
+        let each = |v: Value| match v {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        };
+        let name = |v: &Value| v.get("name").and_then(Value::as_str).map(str::to_owned);
+        match self.0 {
+            Dialect::Anthropic => {
+                let block = at(&event, "content_block");
+                let starts =
+                    at(&event, "type") == "content_block_start" && at(&block, "type") == "tool_use";
+                if starts {
+                    name(&block).into_iter().collect()
+                } else {
+                    Vec::new()
+                }
+            }
+            Dialect::OpenaiChat => each(at(&event, "choices"))
+                .iter()
+                .flat_map(|c| each(at(&at(c, "delta"), "tool_calls")))
+                .filter_map(|call| name(&at(&call, "function")))
+                .collect(),
+            Dialect::Gemini => each(at(&event, "candidates"))
+                .iter()
+                .flat_map(|c| each(at(&at(c, "content"), "parts")))
+                .filter_map(|part| name(&at(&part, "functionCall")))
+                .collect(),
+            Dialect::OpenaiResponses => {
+                let item = at(&event, "item");
+                let starts = at(&event, "type") == "response.output_item.added"
+                    && at(&item, "type") == "function_call";
+                if starts {
+                    name(&item).into_iter().collect()
+                } else {
+                    Vec::new()
+                }
+            }
+            Dialect::Bedrock => Vec::new(),
+        }
+    }
+
+    /// Whether a stream already partly sent can be continued with another response's stream
+    /// ([`Wire::continue_stream`]).
+    pub fn continues_streams(self) -> bool {
+        matches!(
+            self.0,
+            Dialect::Anthropic | Dialect::OpenaiChat | Dialect::Gemini
+        )
+    }
+
+    /// What to send after the events `sent` so that the client's stream goes on as the
+    /// complete stream `next` (a later round's response) would: Anthropic drops the second
+    /// `message_start` and numbers the new content blocks after the ones sent; OpenAI Chat
+    /// chunks and Gemini candidates simply follow.
+    pub fn continue_stream(self, sent: &[Frame], next: &str) -> Result<String, Problem> {
+        match self.0 {
+            Dialect::Anthropic => anthropic::continue_stream(sent, &super::sse::frames(next).0),
+            Dialect::OpenaiChat | Dialect::Gemini => Ok(next.to_owned()),
+            Dialect::OpenaiResponses | Dialect::Bedrock => Err(Problem::BadShape),
+        }
+    }
+
     /// The conversation items that answer `results`, to append after the assistant turn.
     pub fn tool_results(self, results: &[ToolResult]) -> Vec<String> {
         match self.0 {
