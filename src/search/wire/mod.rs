@@ -123,21 +123,23 @@ impl Wire {
     /// Whether a stream already partly sent can be continued with another response's stream
     /// ([`Wire::continue_stream`]).
     pub fn continues_streams(self) -> bool {
-        matches!(
-            self.0,
-            Dialect::Anthropic | Dialect::OpenaiChat | Dialect::Gemini
-        )
+        !matches!(self.0, Dialect::Bedrock)
     }
 
     /// What to send after the events `sent` so that the client's stream goes on as the
     /// complete stream `next` (a later round's response) would: Anthropic drops the second
-    /// `message_start` and numbers the new content blocks after the ones sent; OpenAI Chat
-    /// chunks and Gemini candidates simply follow.
+    /// `message_start` and numbers the new content blocks after the ones sent; OpenAI
+    /// Responses drops the second `response.created`, numbers items and events on, and puts
+    /// the items sent first in the final response's `output`; OpenAI Chat chunks and Gemini
+    /// candidates simply follow.
     pub fn continue_stream(self, sent: &[Frame], next: &str) -> Result<String, Problem> {
         match self.0 {
             Dialect::Anthropic => anthropic::continue_stream(sent, &super::sse::frames(next).0),
+            Dialect::OpenaiResponses => {
+                openai_responses::continue_stream(sent, &super::sse::frames(next).0)
+            }
             Dialect::OpenaiChat | Dialect::Gemini => Ok(next.to_owned()),
-            Dialect::OpenaiResponses | Dialect::Bedrock => Err(Problem::BadShape),
+            Dialect::Bedrock => Err(Problem::BadShape),
         }
     }
 

@@ -357,6 +357,75 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
     Ok(out)
 }
 
+/// The events of a later round's stream `next` as the continuation of the events `sent`:
+/// without its `response.created` / `response.in_progress` (the client has them), its items
+/// numbered after the ones sent, `sequence_number` going on from the last one sent, and the
+/// final response's `output` starting with the items the client already has.
+pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, Problem> {
+    let mut items_sent: Vec<String> = Vec::new();
+    let mut added = 0u64;
+    let mut sequence = 0u64;
+    for frame in sent {
+        let Ok(event) = serde_json::from_str::<Event>(&frame.data) else {
+            continue;
+        };
+        match event.kind(frame) {
+            "response.output_item.added" => added += 1,
+            "response.output_item.done" => {
+                items_sent.extend(event.item.map(|i| i.get().to_owned()))
+            }
+            _ => {}
+        }
+        if let Some(n) = sequence_number(&frame.data) {
+            sequence = n + 1;
+        }
+    }
+    let mut out = String::new();
+    for frame in next {
+        let data = frame.data.as_str();
+        let event: Event = serde_json::from_str(data).map_err(|e| Problem::of(&e))?;
+        let kind = event.kind(frame);
+        if matches!(kind, "response.created" | "response.in_progress") {
+            continue;
+        }
+        let mut splices = Vec::new();
+        if let (Some(index), Some(span)) = (event.output_index, find_path(data, &["output_index"]))
+        {
+            splices.push((span, (index + added).to_string()));
+        }
+        if let Some(span) = find_path(data, &["sequence_number"]) {
+            splices.push((span, sequence.to_string()));
+            sequence += 1;
+        }
+        if let (false, Some(span)) = (
+            items_sent.is_empty(),
+            find_path(data, &["response", "output"]),
+        ) {
+            let output = data.get(span.clone()).ok_or(Problem::BadShape)?;
+            let inner = output
+                .trim()
+                .strip_prefix('[')
+                .and_then(|o| o.strip_suffix(']'))
+                .ok_or(Problem::BadShape)?;
+            let comma = if inner.trim().is_empty() { "" } else { "," };
+            splices.push((span, format!("[{}{comma}{inner}]", items_sent.join(","))));
+        }
+        let data = apply_patches(data, splices).ok_or(Problem::BadShape)?;
+        Frame {
+            event: frame.event.clone(),
+            data,
+        }
+        .write(&mut out);
+    }
+    Ok(out)
+}
+
+/// An event's `sequence_number`, if it has one.
+fn sequence_number(data: &str) -> Option<u64> {
+    let span = find_path(data, &["sequence_number"])?;
+    data.get(span)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
