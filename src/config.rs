@@ -261,16 +261,6 @@ impl Search {
         }
         Ok(())
     }
-
-    /// Whether a request of `dialect` may need an `anthropic-beta` value added, which must be
-    /// decided while its headers can still change.
-    pub fn may_add_anthropic_beta(&self, dialect: Dialect) -> bool {
-        dialect == Dialect::Anthropic
-            && self
-                .native_search
-                .iter()
-                .any(|r| !r.anthropic_beta.is_empty())
-    }
 }
 
 /// The name of the optional second meta-tool of search mode.

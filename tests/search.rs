@@ -782,3 +782,32 @@ fn text_then_search_in_a_stream() {
     assert_eq!(gw.stat("toolsift.search.rounds"), 4);
     assert_eq!(gw.stat("toolsift.search.released"), 4);
 }
+
+/// A route that rewrites the host and the path and adds a credential (as the shipped
+/// `docs/examples` configs do for api.openai.com): the follow-ups carry what the router sent
+/// upstream, not what the client sent.
+#[test]
+fn follow_ups_carry_the_routers_rewrites() {
+    let gw = Gateway::start_with(&search_config(json!({})), &[], |yaml| {
+        yaml.replace(
+            "                  cluster: llm\n",
+            "                  cluster: llm\n                  host_rewrite_literal: model.internal\n                  prefix_rewrite: \"/openai/\"\n",
+        )
+        .replace(
+            "                  timeout: 300s\n",
+            "                  timeout: 300s\n                request_headers_to_add:\n                - header: { key: x-upstream-key, value: gateway-secret }\n",
+        )
+    });
+    let (_, body) = request("openai_chat", false);
+    let r = ask(&gw, "/v1/chat/completions", &body, "search", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(called("openai_chat", &r).contains(&WANT.to_owned()));
+    let log = upstream_log(&gw);
+    assert_eq!(log.len(), 2);
+    for entry in &log {
+        assert_eq!(entry["path"], "/openai/v1/chat/completions");
+        assert_eq!(entry["headers"]["host"], "model.internal");
+        assert_eq!(entry["headers"]["x-upstream-key"], "gateway-secret");
+        assert_eq!(entry["headers"]["authorization"], "Bearer client-key");
+    }
+}

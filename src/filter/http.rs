@@ -595,21 +595,19 @@ impl HttpContext for Filter {
                 }
                 self.buffering = Some(dialect);
                 self.search_headers = search_headers(&shared, dialect);
-                let may_add_beta = self.search_headers.is_some()
-                    && shared
-                        .engine
-                        .try_borrow()
-                        .is_ok_and(|e| e.config.search.may_add_anthropic_beta(dialect));
-                if may_add_beta {
-                    // A `native_search` rule may add `anthropic-beta`, and only the body names
-                    // the model: the headers wait for the body phase, the one time they may
-                    // still change. This relies on `allow_on_headers_stop_iteration: true`,
-                    // which search mode needs anyway: without it Envoy would also stop the
-                    // body callbacks and the request would hang.
+                if self.search_headers.is_some() {
+                    // Search mode holds the request headers until the body phase, for two
+                    // reasons: a `native_search` rule may add `anthropic-beta`, and only the
+                    // body names the model; and a header map that was held stays readable, so
+                    // the follow-ups can copy the request as the router rewrote it (host, path,
+                    // added credentials). This relies on `allow_on_headers_stop_iteration:
+                    // true`, which search mode's response side needs anyway: without it Envoy
+                    // would also stop the body callbacks and the request would hang.
                     return Action::Pause;
                 }
-                // Otherwise Continue: without `allow_on_headers_stop_iteration`, pausing here
-                // stalls the request until the idle timeout. The body callbacks buffer.
+                // Filter mode: Continue, so no Envoy setting is needed (without
+                // `allow_on_headers_stop_iteration`, pausing here stalls the request until the
+                // idle timeout). The body callbacks buffer.
                 Action::Continue
             }
             Err(reason) => self.skip(&shared, reason.into()),

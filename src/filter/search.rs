@@ -93,10 +93,7 @@ const NOT_FORWARDED: [&str; 7] = [
 
 impl Search {
     pub fn new(session: Session, stream: bool, headers: Vec<(String, String)>) -> Search {
-        let headers = headers
-            .into_iter()
-            .filter(|(name, _)| !NOT_FORWARDED.contains(&name.to_ascii_lowercase().as_str()))
-            .collect();
+        let headers = forwarded(headers);
         Search {
             session,
             stream,
@@ -455,8 +452,17 @@ impl Search {
             log::warn!("search follow-up: the request's upstream cluster is unknown");
             return None;
         };
-        let headers: Vec<(&str, &str)> = self
-            .headers
+        // The request as the router sent it upstream (rewritten host and path, headers the
+        // route adds): the router edits the request's header map in place, and the filter
+        // can still read that map because search mode held the request headers (see
+        // `on_http_request_headers`). The headers seen in the request phase are the fallback.
+        let routed = hostcalls::get_map(MapType::HttpRequestHeaders)
+            .ok()
+            .filter(|map| map.iter().any(|(k, _)| k == ":path"))
+            .map(forwarded);
+        let headers: Vec<(&str, &str)> = routed
+            .as_ref()
+            .unwrap_or(&self.headers)
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
@@ -601,6 +607,14 @@ impl Search {
             log::debug!("cannot set x-toolsift-search: {status:?}");
         }
     }
+}
+
+/// The headers of `headers` a follow-up carries.
+fn forwarded(headers: Vec<(String, String)>) -> Vec<(String, String)> {
+    headers
+        .into_iter()
+        .filter(|(name, _)| !NOT_FORWARDED.contains(&name.to_ascii_lowercase().as_str()))
+        .collect()
 }
 
 /// toolsift's own error body: `{"error":{"type":"toolsift_error",…}}`.
