@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-quality-hybrid bench-search clean
+.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-quality-hybrid bench-search clean
 
 all: build
 
@@ -53,6 +53,14 @@ run-hybrid: build embed $(ENVOY)
 	trap 'kill $$up $$emb 2>/dev/null; wait $$up $$emb 2>/dev/null' EXIT INT TERM; \
 	$(ENVOY) -c envoy-hybrid.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
 
+# The same gateway in search mode (envoy-search.yaml): the model sees `find_tools`, and the
+# gateway answers it; README.md ("Search mode") has a request for the demo's scripted model.
+run-search: build $(ENVOY)
+	@echo "toolsift (search mode): gateway on http://127.0.0.1:10000, admin on http://127.0.0.1:9901 (Ctrl-C stops both)"
+	@./target/release/toolsift-demo-upstream --listen 127.0.0.1:18000 & up=$$!; \
+	trap 'kill $$up 2>/dev/null; wait $$up 2>/dev/null' EXIT INT TERM; \
+	$(ENVOY) -c envoy-search.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
+
 ## Test -------------------------------------------------------------------------------------
 
 test: build $(ENVOY) validate embed test-embed
@@ -66,7 +74,7 @@ integration: build embed $(ENVOY)
 
 # Every shipped Envoy config must load, with the real .wasm and its configuration.
 validate: wasm $(ENVOY)
-	@for f in envoy.yaml envoy-hybrid.yaml docs/examples/*.yaml; do \
+	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml docs/examples/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \
 		$(ENVOY) --mode validate -c $$f --log-level error >/dev/null 2>&1 && echo OK || { \
 			$(ENVOY) --mode validate -c $$f --log-level error; exit 1; }; \

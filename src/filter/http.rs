@@ -656,7 +656,10 @@ impl HttpContext for Filter {
         if let (true, Some(Outcome::Filtered { kept_names, .. })) =
             (engine.config.debug, &self.outcome)
         {
-            add_response_header("x-toolsift-tools", kept_names);
+            // Search mode ranks nothing up front: no empty header.
+            if !kept_names.is_empty() {
+                add_response_header("x-toolsift-tools", kept_names);
+            }
         }
         drop(engine);
         match self.search.as_mut() {
