@@ -43,12 +43,13 @@ pub struct Search {
 /// is sent as the continuation of the events already sent.
 #[derive(Default)]
 struct Watch {
-    /// The start of an event not yet complete: sent with the chunk that completes it.
-    carry: String,
+    /// The start of an event not yet complete (or of a character split between chunks):
+    /// sent with the chunk that completes it.
+    carry: Vec<u8>,
     /// The events the client has been sent.
     sent: Vec<Frame>,
     /// Everything from the first meta-tool call on.
-    held: Option<String>,
+    held: Option<Vec<u8>>,
 }
 
 /// A model turn whose meta-tool queries are being embedded (hybrid ranking), to be decided when
@@ -156,10 +157,11 @@ impl Search {
             .ok()
             .flatten()
             .unwrap_or_default();
-        let Ok(text) = std::str::from_utf8(&body) else {
-            return self.release(shared);
-        };
         if self.stream && !end_of_stream {
+            // A chunk may end inside a character: the events before it decide.
+            let Some(text) = sse::utf8_prefix(&body) else {
+                return self.release(shared);
+            };
             let (frames, _) = sse::frames(text);
             return match self.session.wire().opening(&frames) {
                 crate::search::Opening::Answer if self.session.wire().continues_streams() => {
@@ -175,6 +177,9 @@ impl Search {
         if !end_of_stream {
             return Action::Pause;
         }
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return self.release(shared);
+        };
         self.held = body_size;
         self.turn(shared, text, false)
     }
@@ -190,61 +195,53 @@ impl Search {
         let Some(watch) = self.watch.as_mut() else {
             return Action::Continue;
         };
-        let Ok(chunk) = std::str::from_utf8(&chunk) else {
-            // Not text: stop watching, and let the rest through as it comes.
-            let carry = std::mem::take(&mut watch.carry);
-            let mut out = carry.into_bytes();
-            out.extend_from_slice(&chunk);
-            set_response_body(body_size, &out);
-            self.watch = None;
-            self.state = State::Released;
-            return Action::Continue;
-        };
-        let out = match &mut watch.held {
-            Some(held) => {
-                held.push_str(chunk);
-                String::new()
-            }
-            None => {
-                let mut data = std::mem::take(&mut watch.carry);
-                data.push_str(chunk);
-                let wire = self.session.wire();
-                let (frames, consumed) = sse::frames_with_ends(&data);
-                let mut start = 0;
-                let mut meta_at = None;
-                for (frame, end) in frames {
-                    let calls = wire.calls_started(&frame);
-                    if calls.iter().any(|name| self.session.is_meta(name)) {
-                        meta_at = Some(start);
-                        break;
-                    }
-                    watch.sent.push(frame);
-                    start = end;
+        if let Some(held) = &mut watch.held {
+            held.extend_from_slice(&chunk);
+            set_response_body(body_size, b"");
+        } else {
+            let mut data = std::mem::take(&mut watch.carry);
+            data.extend_from_slice(&chunk);
+            let Some(text) = sse::utf8_prefix(&data) else {
+                // Not text: stop watching, and let the rest through as it comes.
+                set_response_body(body_size, &data);
+                self.watch = None;
+                self.state = State::Released;
+                return Action::Continue;
+            };
+            let wire = self.session.wire();
+            let (frames, consumed) = sse::frames_with_ends(text);
+            let mut start = 0;
+            let mut meta_at = None;
+            for (frame, end) in frames {
+                let calls = wire.calls_started(&frame);
+                if calls.iter().any(|name| self.session.is_meta(name)) {
+                    meta_at = Some(start);
+                    break;
                 }
-                let cut = match meta_at {
-                    Some(at) => at,
-                    None if end_of_stream => data.len(),
-                    None => consumed,
-                };
-                let rest = data.get(cut..).unwrap_or_default().to_owned();
-                if meta_at.is_some() {
-                    shared.metrics.add(shared.metrics.search_held, 1);
-                    watch.held = Some(rest);
-                } else {
-                    watch.carry = rest;
-                }
-                data.truncate(cut);
-                data
+                watch.sent.push(frame);
+                start = end;
             }
-        };
-        set_response_body(body_size, out.as_bytes());
-        if !end_of_stream || watch.held.is_none() {
-            return Action::Continue;
+            let cut = match meta_at {
+                Some(at) => at,
+                None if end_of_stream => data.len(),
+                None => consumed,
+            };
+            let rest = data.split_off(cut.min(data.len()));
+            if meta_at.is_some() {
+                shared.metrics.add(shared.metrics.search_held, 1);
+                watch.held = Some(rest);
+            } else {
+                watch.carry = rest;
+            }
+            set_response_body(body_size, &data);
         }
+        let Some(held) = watch.held.as_ref().filter(|_| end_of_stream) else {
+            return Action::Continue;
+        };
         // The whole turn, the events sent written again (only to be read: the client keeps
         // the bytes it got), then what was held.
         let mut text = sse::write_all(&watch.sent);
-        text.push_str(watch.held.as_deref().unwrap_or_default());
+        text.push_str(&String::from_utf8_lossy(held));
         self.held = 0;
         self.turn(shared, &text, false)
     }

@@ -106,6 +106,18 @@ pub fn frames_with_ends(text: &str) -> (Vec<(Frame, usize)>, usize) {
     (out, consumed)
 }
 
+/// The text of `bytes` up to a character that a chunk boundary cut (its first bytes wait for
+/// the next chunk); `None` if they are not UTF-8.
+pub fn utf8_prefix(bytes: &[u8]) -> Option<&str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Some(text),
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(bytes.get(..e.valid_up_to())?).ok()
+        }
+        Err(_) => None,
+    }
+}
+
 /// `stream` after its first `n` events, byte for byte.
 pub fn after_events(stream: &str, n: usize) -> &str {
     if n == 0 {
@@ -125,6 +137,15 @@ pub fn array_frames(text: &str) -> Option<Vec<Frame>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn text_up_to_a_cut_character() {
+        let text = "data: é\n\n".as_bytes();
+        assert_eq!(utf8_prefix(text), Some("data: é\n\n"));
+        // "é" is two bytes: a chunk that ends after the first waits for the second.
+        assert_eq!(utf8_prefix(&text[..7]), Some("data: "));
+        assert_eq!(utf8_prefix(b"data: \xff\n"), None);
+    }
+
     #[test]
     fn cut_after_events() {
         let stream = ": hi\n\nevent: a\ndata: 1\n\ndata: 2\r\n\r\ndata: 3\n\n";
