@@ -8,7 +8,9 @@
 //! every other byte of the upstream's response.
 
 use super::super::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
-use super::splice::{apply_patches, json_string, parse_object, replace_member, set_member};
+use super::splice::{
+    apply_patches, json_string, parse_object, replace_member, set_member, write_patched,
+};
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path, span_in};
 use crate::rewrite::ArrayLayout;
@@ -472,12 +474,7 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 patches.push((span, new_index.to_string()));
             }
         }
-        let data = apply_patches(data, patches).ok_or(Problem::BadShape)?;
-        Frame {
-            event: frame.event.clone(),
-            data,
-        }
-        .write(&mut out);
+        write_patched(&mut out, frame, patches)?;
     }
     Ok(out)
 }
@@ -497,19 +494,12 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
         if event.kind == "message_start" {
             continue;
         }
-        let data = match event.index {
-            Some(index) if offset > 0 => {
-                let span = find_path(data, &["index"]).ok_or(Problem::BadShape)?;
-                apply_patches(data, vec![(span, (index + offset).to_string())])
-                    .ok_or(Problem::BadShape)?
-            }
-            _ => data.to_owned(),
-        };
-        Frame {
-            event: frame.event.clone(),
-            data,
+        let mut patches = Vec::new();
+        if let (Some(index), true) = (event.index, offset > 0) {
+            let span = find_path(data, &["index"]).ok_or(Problem::BadShape)?;
+            patches.push((span, (index + offset).to_string()));
         }
-        .write(&mut out);
+        write_patched(&mut out, frame, patches)?;
     }
     Ok(out)
 }

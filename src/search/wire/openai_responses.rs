@@ -11,7 +11,7 @@
 use super::super::sse::write_all;
 use super::super::{Edits, Frame, Opening, Reply, ToolResult, Usage};
 use super::openai_chat::{Fate, call, rename_splices, usage_splices};
-use super::splice::apply_patches;
+use super::splice::{apply_patches, write_patched};
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path};
 use crate::rewrite::ArrayLayout;
@@ -347,12 +347,7 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 ));
             }
         }
-        let data = apply_patches(data, splices).ok_or(Problem::BadShape)?;
-        Frame {
-            event: frame.event.clone(),
-            data,
-        }
-        .write(&mut out);
+        write_patched(&mut out, frame, splices)?;
     }
     Ok(out)
 }
@@ -410,12 +405,7 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
             let comma = if inner.trim().is_empty() { "" } else { "," };
             splices.push((span, format!("[{}{comma}{inner}]", items_sent.join(","))));
         }
-        let data = apply_patches(data, splices).ok_or(Problem::BadShape)?;
-        Frame {
-            event: frame.event.clone(),
-            data,
-        }
-        .write(&mut out);
+        write_patched(&mut out, frame, splices)?;
     }
     Ok(out)
 }

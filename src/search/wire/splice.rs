@@ -3,6 +3,7 @@
 
 use crate::dialect::Problem;
 use crate::json::find_path;
+use crate::search::Frame;
 use serde::Deserialize;
 use serde_json::Value;
 use std::ops::Range;
@@ -58,6 +59,21 @@ pub(super) fn replace_member(
         object.start + found.start..object.start + found.end,
         value.to_owned(),
     ))
+}
+
+/// Writes `frame` to `out` as SSE with `patches` applied to its data.
+pub(super) fn write_patched(
+    out: &mut String,
+    frame: &Frame,
+    patches: Vec<Patch>,
+) -> Result<(), Problem> {
+    let data = apply_patches(&frame.data, patches).ok_or(Problem::BadShape)?;
+    Frame {
+        event: frame.event.clone(),
+        data,
+    }
+    .write(out);
+    Ok(())
 }
 
 /// Parses `text` as `T`, which must be written as a JSON object: serde's derived structs would
