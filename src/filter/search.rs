@@ -1,12 +1,14 @@
 //! Search mode in the filter: the response side. The model's turn is read when the upstream
 //! response is complete (or, for a stream, held only until its first output shows whether it
 //! is a tool call); a `find_tools`-only turn is answered with a follow-up request to the same
-//! cluster with the client's own headers, by `dispatch_http_call`, until the model answers or
+//! cluster with the request's headers as the router sent them, by `dispatch_http_call`, until
+//! the model answers or
 //! calls a real tool; the client then gets that response in place of the first. A stream
 //! released at its first text is watched ([`Watch`]): a meta-tool call after the text is held
 //! and answered the same way, the next round's stream sent as the continuation.
 //!
-//! Holding the response headers until the body decides needs Envoy's
+//! Holding the response headers until the body decides (and the request headers until the
+//! request body is read, see `on_http_request_headers`) needs Envoy's
 //! `allow_on_headers_stop_iteration: true` in the plugin config (Envoy 1.35 and later):
 //! without it, a paused headers callback also stops the body callbacks.
 
