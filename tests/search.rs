@@ -785,7 +785,7 @@ fn text_then_search_in_a_stream() {
 
 /// A route that rewrites the host and the path and adds a credential (as the shipped
 /// `docs/examples` configs do for api.openai.com): the follow-ups carry what the router sent
-/// upstream, not what the client sent.
+/// upstream, not what the client sent, and neither asks for a compressed answer.
 #[test]
 fn follow_ups_carry_the_routers_rewrites() {
     let gw = Gateway::start_with(&search_config(json!({})), &[], |yaml| {
@@ -799,12 +799,15 @@ fn follow_ups_carry_the_routers_rewrites() {
         )
     });
     let (_, body) = request("openai_chat", false);
-    let r = ask(&gw, "/v1/chat/completions", &body, "search", &[]);
+    // SDKs offer gzip, and providers use it: search mode asks for the turn uncompressed.
+    let gzip = [("accept-encoding", "gzip, deflate")];
+    let r = ask(&gw, "/v1/chat/completions", &body, "search", &gzip);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(called("openai_chat", &r).contains(&WANT.to_owned()));
     let log = upstream_log(&gw);
     assert_eq!(log.len(), 2);
     for entry in &log {
+        assert_eq!(entry["headers"].get("accept-encoding"), None);
         assert_eq!(entry["path"], "/openai/v1/chat/completions");
         assert_eq!(entry["headers"]["host"], "model.internal");
         assert_eq!(entry["headers"]["x-upstream-key"], "gateway-secret");

@@ -596,6 +596,18 @@ impl HttpContext for Filter {
                 self.buffering = Some(dialect);
                 self.search_headers = search_headers(&shared, dialect);
                 if self.search_headers.is_some() {
+                    // The model's turn must be read: ask for it uncompressed (SDKs offer gzip,
+                    // and providers use it), for the first request and so for every follow-up,
+                    // which copies these headers. An Envoy compressor filter placed before
+                    // toolsift (it sees the response after toolsift) still compresses what
+                    // the client gets.
+                    if let Err(status) = hostcalls::set_map_value(
+                        MapType::HttpRequestHeaders,
+                        "accept-encoding",
+                        None,
+                    ) {
+                        log::debug!("cannot remove accept-encoding: {status:?}");
+                    }
                     // Search mode holds the request headers until the body phase, for two
                     // reasons: a `native_search` rule may add `anthropic-beta`, and only the
                     // body names the model; and a header map that was held stays readable, so

@@ -131,6 +131,14 @@ impl Search {
             self.state = State::Released;
             return Action::Continue;
         }
+        let encoding = header("content-encoding").to_ascii_lowercase();
+        if !matches!(encoding.trim(), "" | "identity") {
+            // Compressed although the request no longer offered it (see
+            // `on_http_request_headers`): toolsift cannot read the turn.
+            shared.metrics.add(shared.metrics.search_unreadable, 1);
+            self.state = State::Released;
+            return Action::Continue;
+        }
         if let Err(status) =
             hostcalls::set_map_value(MapType::HttpResponseHeaders, "content-length", None)
         {
