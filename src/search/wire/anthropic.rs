@@ -497,7 +497,7 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
         let mut patches = Vec::new();
         if let (Some(index), true) = (event.index, offset > 0) {
             let span = find_path(data, &["index"]).ok_or(Problem::BadShape)?;
-            patches.push((span, (index + offset).to_string()));
+            patches.push((span, index.saturating_add(offset).to_string()));
         }
         write_patched(&mut out, frame, patches)?;
     }

@@ -372,7 +372,7 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
             _ => {}
         }
         if let Some(n) = sequence_number(&frame.data) {
-            sequence = n + 1;
+            sequence = n.saturating_add(1);
         }
     }
     let mut out = String::new();
@@ -386,11 +386,11 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
         let mut splices = Vec::new();
         if let (Some(index), Some(span)) = (event.output_index, find_path(data, &["output_index"]))
         {
-            splices.push((span, (index + added).to_string()));
+            splices.push((span, index.saturating_add(added).to_string()));
         }
         if let Some(span) = find_path(data, &["sequence_number"]) {
             splices.push((span, sequence.to_string()));
-            sequence += 1;
+            sequence = sequence.saturating_add(1);
         }
         if let (false, Some(span)) = (
             items_sent.is_empty(),
