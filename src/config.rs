@@ -293,6 +293,11 @@ pub struct Config {
     pub response_header: bool,
     /// Add `x-toolsift-tools` (kept tools in rank order) and log decisions at debug level.
     pub debug: bool,
+    /// Rewrite requests the client signed with AWS SigV4 too. Off by default: the signature
+    /// covers the payload, so a rewritten body fails it (Bedrock answers 403) unless something
+    /// after toolsift signs again (Envoy's `aws_request_signing` filter) or the upstream does
+    /// not check.
+    pub rewrite_signed: bool,
     pub dialect: DialectChoice,
     /// Distinct tool catalogs whose index each worker keeps.
     #[serde(deserialize_with = "whole_number")]
@@ -322,6 +327,7 @@ impl Default for Config {
             max_body_bytes: 16 * 1024 * 1024,
             response_header: true,
             debug: false,
+            rewrite_signed: false,
             dialect: DialectChoice::Auto,
             catalog_cache_size: 16,
             ranking: Ranking::Keyword,

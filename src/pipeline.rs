@@ -33,10 +33,13 @@ pub enum Skip {
     ContentType,
     /// A host call failed; never expected.
     Internal,
+    /// Signed by the client (AWS SigV4 covers the payload): a rewritten body would fail the
+    /// signature check, so it goes upstream as it is (`rewrite_signed` changes that).
+    Signed,
 }
 
 impl Skip {
-    pub const ALL: [Skip; 10] = [
+    pub const ALL: [Skip; 11] = [
         Skip::NotLlm,
         Skip::NoBody,
         Skip::NoTools,
@@ -47,6 +50,7 @@ impl Skip {
         Skip::Compressed,
         Skip::ContentType,
         Skip::Internal,
+        Skip::Signed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +65,7 @@ impl Skip {
             Skip::Compressed => "compressed",
             Skip::ContentType => "content_type",
             Skip::Internal => "internal",
+            Skip::Signed => "signed",
         }
     }
 
@@ -69,7 +74,7 @@ impl Skip {
     pub fn is_error(self) -> bool {
         !matches!(
             self,
-            Skip::NotLlm | Skip::NoBody | Skip::NoTools | Skip::FewTools
+            Skip::NotLlm | Skip::NoBody | Skip::NoTools | Skip::FewTools | Skip::Signed
         )
     }
 }
@@ -172,11 +177,11 @@ impl Analysis {
             .iter()
             .filter(|d| d.verdict.kept())
             .filter_map(|d| {
-                let name = self.catalog.name(d.entry)?;
+                let name = header_safe(self.catalog.name(d.entry)?);
                 Some(
                     match self.fused.as_ref().and_then(|f| f.votes_for(d.entry)) {
                         Some(votes) => format!("{name}({})", fusion::describe(votes)),
-                        None => name.to_owned(),
+                        None => name.into_owned(),
                     },
                 )
             })
@@ -239,11 +244,47 @@ pub struct RequestHeaders {
     pub content_encoding: Option<String>,
     pub content_type: Option<String>,
     pub content_length: Option<String>,
+    /// The request carries an AWS SigV4 signature (header or presigned query).
+    pub signed: bool,
     /// The request has no body.
     pub end_of_stream: bool,
 }
 
+/// What a header value that is not UTF-8 reads as: a value no check accepts (not `POST`, not an
+/// API path, not `identity`, not JSON). Header values are client bytes, and a `content-type`
+/// with a stray byte is no JSON request toolsift should rewrite.
+pub const NOT_TEXT: &str = "\u{FFFD}";
+
 impl RequestHeaders {
+    /// The screening's headers among a request's `(name, value)` pairs, as the host gives them
+    /// (names are lower case in Envoy).
+    pub fn from_pairs(pairs: &[crate::pairs::Pair], end_of_stream: bool) -> RequestHeaders {
+        let text = |name: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| n == name.as_bytes())
+                .map(|(_, v)| {
+                    std::str::from_utf8(v).map_or_else(|_| NOT_TEXT.to_owned(), str::to_owned)
+                })
+        };
+        let path = text(":path");
+        let sigv4 = |v: &str| v.trim_start().starts_with("AWS4-HMAC-SHA256");
+        let signed = text("authorization").is_some_and(|a| sigv4(&a))
+            || path
+                .as_deref()
+                .and_then(|p| p.split_once('?'))
+                .is_some_and(|(_, query)| query.contains("X-Amz-Signature="));
+        RequestHeaders {
+            method: text(":method"),
+            path,
+            content_encoding: text("content-encoding"),
+            content_type: text("content-type"),
+            content_length: text("content-length"),
+            signed,
+            end_of_stream,
+        }
+    }
+
     /// The dialect to read the body as, or why the request goes through unread.
     pub fn screen(&self, config: &Config) -> Result<Dialect, Skip> {
         if self.method.as_deref() != Some("POST") {
@@ -253,6 +294,9 @@ impl RequestHeaders {
         let dialect = config.dialect.resolve(path).ok_or(Skip::NotLlm)?;
         if self.end_of_stream {
             return Err(Skip::NoBody);
+        }
+        if self.signed && !config.rewrite_signed {
+            return Err(Skip::Signed);
         }
         if let Some(encoding) = &self.content_encoding {
             if !encoding.trim().eq_ignore_ascii_case("identity") {
@@ -302,6 +346,25 @@ pub fn header_value(kept: usize, total: usize, skipped: Option<&Skipped>) -> Str
             tools: None,
         }) => format!("skipped={}", reason.name()),
     }
+}
+
+/// A name from a request (a tool name) as it may appear in a response header: letters, digits
+/// and `_-.:/@+~` as they are, every other byte percent-encoded. Names are client data: raw, a
+/// `\r\n` would split the response, and `,` `(` ` ` would break the header's lists.
+pub fn header_safe(name: &str) -> std::borrow::Cow<'_, str> {
+    let safe = |b: u8| b.is_ascii_alphanumeric() || b"_-.:/@+~".contains(&b);
+    if name.bytes().all(safe) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for b in name.bytes() {
+        if safe(b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The JSON error body of `on_error: reject`, in the OpenAI error shape most clients parse.
@@ -555,6 +618,88 @@ mod tests {
     }
 
     #[test]
+    fn screens_header_bytes_that_are_not_text() {
+        let config = Config::default();
+        let pairs = |extra: &[(&str, &[u8])]| -> Vec<crate::pairs::Pair> {
+            let mut pairs: Vec<crate::pairs::Pair> = vec![
+                (b":method".to_vec(), b"POST".to_vec()),
+                (b":path".to_vec(), b"/v1/chat/completions".to_vec()),
+            ];
+            pairs.extend(
+                extra
+                    .iter()
+                    .map(|(n, v)| (n.as_bytes().to_vec(), v.to_vec())),
+            );
+            pairs
+        };
+        let screen = |extra: &[(&str, &[u8])]| {
+            RequestHeaders::from_pairs(&pairs(extra), false).screen(&config)
+        };
+        assert_eq!(
+            screen(&[("content-type", b"application/json")]),
+            Ok(Dialect::OpenaiChat)
+        );
+        // A stray byte in content-type: not JSON, whatever the rest says.
+        assert_eq!(
+            screen(&[("content-type", b"application/json; charset=caf\xe9")]),
+            Err(Skip::ContentType)
+        );
+        assert_eq!(
+            screen(&[("content-encoding", b"gzi\xff")]),
+            Err(Skip::Compressed)
+        );
+        // Headers the screening does not read may hold anything.
+        assert_eq!(screen(&[("x-note", b"\xff\xfe")]), Ok(Dialect::OpenaiChat));
+        let bad_path = vec![
+            (b":method".to_vec(), b"POST".to_vec()),
+            (b":path".to_vec(), b"/v1/chat/completions\xff".to_vec()),
+        ];
+        assert_eq!(
+            RequestHeaders::from_pairs(&bad_path, false).screen(&config),
+            Err(Skip::NotLlm)
+        );
+    }
+
+    #[test]
+    fn signed_requests_pass_unless_configured() {
+        let sigv4 = b"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc";
+        let pairs: Vec<crate::pairs::Pair> = vec![
+            (b":method".to_vec(), b"POST".to_vec()),
+            (
+                b":path".to_vec(),
+                b"/model/amazon.nova-pro-v1:0/converse".to_vec(),
+            ),
+            (b"authorization".to_vec(), sigv4.to_vec()),
+        ];
+        let headers = RequestHeaders::from_pairs(&pairs, false);
+        assert_eq!(headers.screen(&Config::default()), Err(Skip::Signed));
+        let rewrite = Config {
+            rewrite_signed: true,
+            ..Config::default()
+        };
+        assert_eq!(headers.screen(&rewrite), Ok(Dialect::Bedrock));
+        // A presigned URL signs too; a bearer token (Bedrock API keys) does not.
+        let presigned: Vec<crate::pairs::Pair> = vec![(
+            b":path".to_vec(),
+            b"/model/m/converse?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ff".to_vec(),
+        )];
+        assert!(RequestHeaders::from_pairs(&presigned, false).signed);
+        let bearer: Vec<crate::pairs::Pair> = vec![
+            (b":method".to_vec(), b"POST".to_vec()),
+            (b":path".to_vec(), b"/model/m/converse".to_vec()),
+            (b"authorization".to_vec(), b"Bearer ABSKexample".to_vec()),
+        ];
+        assert_eq!(
+            RequestHeaders::from_pairs(&bearer, false).screen(&Config::default()),
+            Ok(Dialect::Bedrock)
+        );
+        assert!(
+            !Skip::Signed.is_error(),
+            "on_error: reject never rejects a signed request"
+        );
+    }
+
+    #[test]
     fn reports() {
         assert_eq!(header_value(5, 60, None), "kept=5 total=60");
         let few = Skipped {
@@ -578,6 +723,21 @@ mod tests {
                 .unwrap()
                 .starts_with("toolsift:")
         );
+    }
+
+    #[test]
+    fn names_in_headers_are_percent_encoded() {
+        assert_eq!(header_safe("get_weather"), "get_weather");
+        assert_eq!(
+            header_safe("mcp:github/list-issues"),
+            "mcp:github/list-issues"
+        );
+        assert_eq!(
+            header_safe("evil\r\nx-injected: yes"),
+            "evil%0D%0Ax-injected:%20yes"
+        );
+        assert_eq!(header_safe("a,b(c)"), "a%2Cb%28c%29");
+        assert_eq!(header_safe("météo"), "m%C3%A9t%C3%A9o");
     }
 
     #[test]

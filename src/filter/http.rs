@@ -8,6 +8,7 @@
 //! at most `timeout_ms`, and is finished in `on_http_call_response` (by keyword if the call
 //! failed). Response headers: report what was done.
 
+use super::host::{self, Buffer, Headers};
 use super::search::Search;
 use super::{Shared, vectors};
 use crate::config::{Mode, OnError};
@@ -16,9 +17,8 @@ use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
     Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
 };
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType, MapType};
+use proxy_wasm::types::Action;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
@@ -102,19 +102,15 @@ impl Filter {
         }
     }
 
-    /// Reads the request headers the screening needs and screens them.
-    fn screen_headers(&self, shared: &Shared, end_of_stream: bool) -> Result<Dialect, Skip> {
-        let header = |name: &str| {
-            hostcalls::get_map_value(MapType::HttpRequestHeaders, name).map_err(|_| Skip::Internal)
-        };
-        let headers = RequestHeaders {
-            method: header(":method")?,
-            path: header(":path")?,
-            content_encoding: header("content-encoding")?,
-            content_type: header("content-type")?,
-            content_length: header("content-length")?,
-            end_of_stream,
-        };
+    /// Screens the request's headers (read as bytes: a value that is not UTF-8 is data, never
+    /// a reason to trap).
+    fn screen_headers(
+        &self,
+        shared: &Shared,
+        pairs: &[crate::pairs::Pair],
+        end_of_stream: bool,
+    ) -> Result<Dialect, Skip> {
+        let headers = RequestHeaders::from_pairs(pairs, end_of_stream);
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         headers.screen(&engine.config)
     }
@@ -148,9 +144,7 @@ impl Filter {
         dialect: Dialect,
         body_size: usize,
     ) -> Result<Step, Skipped> {
-        let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size)
-            .map_err(|_| Skip::Internal)?
-            .unwrap_or_default();
+        let body = host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
         let text = body_text(&body)?;
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         let mut analysis = engine.analyse(dialect, text)?;
@@ -214,13 +208,8 @@ impl Filter {
         }
         let (kept, total) = (analysis.kept(), analysis.total());
         if let Some(rewritten) = analysis.rewrite(text) {
-            hostcalls::set_buffer(
-                BufferType::HttpRequestBody,
-                0,
-                body_len,
-                rewritten.as_bytes(),
-            )
-            .map_err(|_| Skip::Internal)?;
+            host::set_buffer(Buffer::RequestBody, 0, body_len, rewritten.as_bytes())
+                .map_err(|_| Skip::Internal)?;
             metrics.add(metrics.rewritten, 1);
         } else {
             metrics.add(metrics.unchanged, 1);
@@ -394,8 +383,8 @@ impl Filter {
         let body = error_body(skipped.reason);
         // No x-toolsift here: Envoy runs the local reply through on_http_response_headers,
         // which adds it (once) like on any other response.
-        let headers = vec![("content-type", "application/json")];
-        match hostcalls::send_http_response(400, headers, Some(body.as_bytes())) {
+        let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+        match host::send_response(400, &headers, body.as_bytes()) {
             // The local reply ends the stream; nothing more goes upstream.
             Ok(()) => Action::Pause,
             Err(status) => {
@@ -491,7 +480,7 @@ pub(super) fn call_status(num_headers: usize) -> Option<String> {
     if num_headers == 0 {
         return None;
     }
-    hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+    host::header_text(Headers::CallResponse, ":status")
         .ok()
         .flatten()
 }
@@ -511,10 +500,7 @@ pub(super) fn read_answer(
     if let Some(reason) = Fallback::of_status(status.parse::<u16>().ok()) {
         return Err(reason);
     }
-    let answer = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let answer = host::buffer(Buffer::CallResponseBody, 0, body_size).unwrap_or_default();
     parse_response(&answer, inputs, dimensions)
 }
 
@@ -561,7 +547,7 @@ impl Context for Filter {
         };
         if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
             if search.on_call(&shared, num_headers, body_size) {
-                if let Err(status) = hostcalls::resume_http_response() {
+                if let Err(status) = host::resume(host::Stream::Response) {
                     log::warn!("cannot resume the response: {status:?}");
                 }
             }
@@ -572,7 +558,7 @@ impl Context for Filter {
             return;
         };
         if self.resume(&shared, waiting, num_headers, body_size) == Action::Continue {
-            if let Err(status) = hostcalls::resume_http_request() {
+            if let Err(status) = host::resume(host::Stream::Request) {
                 log::warn!("cannot resume the request: {status:?}");
             }
         }
@@ -585,27 +571,22 @@ impl HttpContext for Filter {
             return Action::Continue;
         };
         shared.metrics.add(shared.metrics.requests, 1);
-        match self.screen_headers(&shared, end_of_stream) {
+        let pairs = host::headers(Headers::Request);
+        match self.screen_headers(&shared, &pairs, end_of_stream) {
             Ok(dialect) => {
-                if let Err(status) =
-                    hostcalls::set_map_value(MapType::HttpRequestHeaders, "content-length", None)
-                {
+                if let Err(status) = host::remove_header(Headers::Request, "content-length") {
                     log::warn!("cannot remove content-length: {status:?}");
                     return self.skip(&shared, Skip::Internal.into());
                 }
                 self.buffering = Some(dialect);
-                self.search_headers = search_headers(&shared, dialect);
+                self.search_headers = search_headers(&shared, dialect, pairs);
                 if self.search_headers.is_some() {
                     // The model's turn must be read: ask for it uncompressed (SDKs offer gzip,
                     // and providers use it), for the first request and so for every follow-up,
                     // which copies these headers. An Envoy compressor filter placed before
                     // toolsift (it sees the response after toolsift) still compresses what
                     // the client gets.
-                    if let Err(status) = hostcalls::set_map_value(
-                        MapType::HttpRequestHeaders,
-                        "accept-encoding",
-                        None,
-                    ) {
+                    if let Err(status) = host::remove_header(Headers::Request, "accept-encoding") {
                         log::debug!("cannot remove accept-encoding: {status:?}");
                     }
                     // Search mode holds the request headers until the body phase, for two
@@ -689,26 +670,37 @@ impl HttpContext for Filter {
 }
 
 /// In search mode, the request headers the follow-ups will carry, and whether the path asks
-/// for a stream; `None` in filter mode, and for the streams search mode cannot serve (Bedrock's
-/// binary event stream, Gemini's JSON-array stream), which are filtered instead.
-fn search_headers(shared: &Shared, dialect: Dialect) -> Option<(Vec<(String, String)>, bool)> {
+/// for a stream; `None` in filter mode, and for the requests search mode cannot serve, which
+/// are filtered instead: Bedrock's binary event stream, Gemini's JSON-array stream, and a
+/// request with a header value that is not UTF-8 (the follow-ups could not carry it as it was).
+fn search_headers(
+    shared: &Shared,
+    dialect: Dialect,
+    pairs: Vec<crate::pairs::Pair>,
+) -> Option<(Vec<(String, String)>, bool)> {
     let engine = shared.engine.try_borrow().ok()?;
     if engine.config.mode != Mode::Search {
         return None;
     }
-    let path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path")
-        .ok()
-        .flatten()
+    let headers: Option<Vec<(String, String)>> = pairs
+        .into_iter()
+        .map(|(n, v)| Some((String::from_utf8(n).ok()?, String::from_utf8(v).ok()?)))
+        .collect();
+    let path = headers
+        .as_ref()
+        .and_then(|h| h.iter().find(|(n, _)| n == ":path"))
+        .map(|(_, v)| v.as_str())
         .unwrap_or_default();
     let gemini_stream = path.contains(":streamGenerateContent");
     let unsupported = (dialect == Dialect::Bedrock && path.contains("converse-stream"))
         || (gemini_stream && !path.contains("alt=sse"));
-    if unsupported {
-        shared.metrics.add(shared.metrics.search_unsupported, 1);
-        return None;
+    match headers {
+        Some(headers) if !unsupported => Some((headers, gemini_stream)),
+        _ => {
+            shared.metrics.add(shared.metrics.search_unsupported, 1);
+            None
+        }
     }
-    let headers = hostcalls::get_map(MapType::HttpRequestHeaders).ok()?;
-    Some((headers, gemini_stream))
 }
 
 /// Search mode's request body in place of the client's, counted: `shown` of the request's
@@ -720,7 +712,7 @@ fn replace_request_body(
     body: &str,
     shown: usize,
 ) -> Result<(), Skipped> {
-    hostcalls::set_buffer(BufferType::HttpRequestBody, 0, body_len, body.as_bytes())
+    host::set_buffer(Buffer::RequestBody, 0, body_len, body.as_bytes())
         .map_err(|_| Skip::Internal)?;
     let metrics = &shared.metrics;
     metrics.add(metrics.rewritten, 1);
@@ -733,10 +725,11 @@ fn replace_request_body(
 /// Only possible while the request headers are held (see `on_http_request_headers`).
 fn add_anthropic_beta(beta: &str) {
     const HEADER: &str = "anthropic-beta";
-    let current = hostcalls::get_map_value(MapType::HttpRequestHeaders, HEADER)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let current = match host::header_text(Headers::Request, HEADER) {
+        Ok(current) => current.unwrap_or_default(),
+        // Not text: leave the client's header as it is.
+        Err(()) => return,
+    };
     if current.split(',').any(|b| b.trim() == beta) {
         return;
     }
@@ -745,18 +738,17 @@ fn add_anthropic_beta(beta: &str) {
     } else {
         format!("{current},{beta}")
     };
-    if let Err(status) = hostcalls::set_map_value(MapType::HttpRequestHeaders, HEADER, Some(&value))
-    {
+    if let Err(status) = host::set_header(Headers::Request, HEADER, value.as_bytes()) {
         log::warn!("cannot add {beta} to {HEADER} (are the request headers held?): {status:?}");
     }
 }
 
 fn add_response_header(name: &str, value: &str) {
-    if let Err(status) = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value) {
+    if let Err(status) = host::add_header(Headers::Response, name, value.as_bytes()) {
         log::debug!("cannot add {name}: {status:?}");
     }
 }
 
 fn now() -> Option<SystemTime> {
-    hostcalls::get_current_time().ok()
+    host::now()
 }

@@ -1,10 +1,9 @@
 //! The filter's Envoy stats. Names are fixed and documented in README.md; Envoy shows them as
 //! `wasmcustom.<name>` in `/stats` and as `<name>` with `_` for `.` in `/stats/prometheus`.
 
+use super::host::{self, HostError, MetricKind};
 use crate::embeddings::Fallback;
 use crate::pipeline::Skip;
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{MetricType, Status};
 
 pub struct Metrics {
     pub requests: u32,
@@ -55,8 +54,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn define() -> Result<Metrics, Status> {
-        let counter = |name: &str| hostcalls::define_metric(MetricType::Counter, name);
+    pub fn define() -> Result<Metrics, HostError> {
+        let counter = |name: &str| host::define_metric(MetricKind::Counter, name);
         let skipped = Skip::ALL
             .iter()
             .map(|s| counter(&format!("toolsift.skipped.{}", s.name())))
@@ -84,8 +83,8 @@ impl Metrics {
             search_answered: counter("toolsift.search.answered")?,
             search_failed: counter("toolsift.search.failed")?,
             search_unreadable: counter("toolsift.search.unreadable")?,
-            search_round_time_us: hostcalls::define_metric(
-                MetricType::Histogram,
+            search_round_time_us: host::define_metric(
+                MetricKind::Histogram,
                 "toolsift.search.round_time_us",
             )?,
             requests: counter("toolsift.requests")?,
@@ -97,10 +96,7 @@ impl Metrics {
             tokens_saved: counter("toolsift.tokens_saved")?,
             catalog_cache_hits: counter("toolsift.catalog_cache.hits")?,
             catalog_cache_misses: counter("toolsift.catalog_cache.misses")?,
-            filter_time_us: hostcalls::define_metric(
-                MetricType::Histogram,
-                "toolsift.filter_time_us",
-            )?,
+            filter_time_us: host::define_metric(MetricKind::Histogram, "toolsift.filter_time_us")?,
             skipped,
         })
     }
@@ -111,14 +107,13 @@ impl Metrics {
         if n == 0 {
             return;
         }
-        let n = i64::try_from(n).unwrap_or(i64::MAX);
-        if let Err(status) = hostcalls::increment_metric(metric, n) {
+        if let Err(status) = host::increment_metric(metric, n as u64) {
             log::debug!("increment_metric({metric}) failed: {status:?}");
         }
     }
 
     pub fn record(&self, metric: u32, value: u64) {
-        if let Err(status) = hostcalls::record_metric(metric, value) {
+        if let Err(status) = host::record_metric(metric, value) {
             log::debug!("record_metric({metric}) failed: {status:?}");
         }
     }

@@ -1,8 +1,10 @@
 //! The proxy-wasm adapter: Envoy's callbacks in, [`crate::pipeline`] out. Kept thin: it reads
-//! headers and the buffered body through `hostcalls` (the `Result` forms: the SDK's
-//! convenience getters unwrap, and a panic traps the VM for every request on the worker),
-//! hands the bytes to the engine, and writes back the body, the header and the stats.
+//! headers and the buffered body through [`host`] (the ABI called directly: the SDK's own host
+//! calls panic on non-UTF-8 headers and unexpected statuses, and a panic traps the VM for every
+//! request on the worker), hands the bytes to the engine, and writes back the body, the header
+//! and the stats.
 
+mod host;
 mod http;
 mod metrics;
 mod search;
@@ -12,14 +14,13 @@ use crate::config::Config;
 use crate::embeddings::VectorCache;
 use crate::pipeline::Engine;
 use metrics::Metrics;
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{BufferType, ContextType, LogLevel};
+use proxy_wasm::types::ContextType;
 use std::cell::RefCell;
 use std::rc::Rc;
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    host::init_logging(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
 }}
 
@@ -111,8 +112,8 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
-        let bytes = match hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX) {
-            Ok(bytes) => bytes.unwrap_or_default(),
+        let bytes = match host::buffer(host::Buffer::PluginConfiguration, 0, usize::MAX) {
+            Ok(bytes) => bytes,
             Err(status) => {
                 log::error!("cannot read the plugin configuration: {status:?}");
                 return false;
@@ -134,7 +135,7 @@ impl RootContext for Root {
             }
         };
         if config.debug {
-            proxy_wasm::set_log_level(LogLevel::Debug);
+            log::set_max_level(log::LevelFilter::Debug);
         }
         log::info!(
             "configured: top_k={} min_tools={} ranking={:?}",

@@ -12,13 +12,13 @@
 //! `allow_on_headers_stop_iteration: true` in the plugin config (Envoy 1.35 and later):
 //! without it, a paused headers callback also stops the body callbacks.
 
+use super::host::{self, Buffer, Headers};
 use super::{Shared, vectors};
 use crate::embeddings::{Fallback, Gathered, Slot};
 use crate::pipeline::rank_fused;
 use crate::search::round::{Next, Session};
 use crate::search::{Edits, Frame, Reply, sse};
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{Action, BufferType, MapType};
+use proxy_wasm::types::Action;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
@@ -118,9 +118,8 @@ impl Search {
     /// Response headers: hold them when the body may have to be replaced.
     pub fn on_response_headers(&mut self, shared: &Shared) -> Action {
         let header = |name: &str| {
-            hostcalls::get_map_value(MapType::HttpResponseHeaders, name)
-                .ok()
-                .flatten()
+            host::header(Headers::Response, name)
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
                 .unwrap_or_default()
         };
         let status = header(":status");
@@ -139,9 +138,7 @@ impl Search {
             self.state = State::Released;
             return Action::Continue;
         }
-        if let Err(status) =
-            hostcalls::set_map_value(MapType::HttpResponseHeaders, "content-length", None)
-        {
+        if let Err(status) = host::remove_header(Headers::Response, "content-length") {
             log::warn!("cannot remove the response content-length: {status:?}");
             self.state = State::Released;
             return Action::Continue;
@@ -163,10 +160,7 @@ impl Search {
             State::Watching => return self.watch_chunk(shared, body_size, end_of_stream),
             _ => return Action::Continue,
         }
-        let body = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let body = host::buffer(Buffer::ResponseBody, 0, body_size).unwrap_or_default();
         if self.stream && !end_of_stream {
             // A chunk may end inside a character: the events before it decide.
             let Some(text) = sse::utf8_prefix(&body) else {
@@ -198,10 +192,7 @@ impl Search {
     /// everything so far): its complete events go on, up to one that starts a meta-tool call;
     /// from there on everything is held, and decided at the end of the stream.
     fn watch_chunk(&mut self, shared: &Shared, body_size: usize, end_of_stream: bool) -> Action {
-        let chunk = hostcalls::get_buffer(BufferType::HttpResponseBody, 0, body_size)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
+        let chunk = host::buffer(Buffer::ResponseBody, 0, body_size).unwrap_or_default();
         let Some(watch) = self.watch.as_mut() else {
             return Action::Continue;
         };
@@ -267,7 +258,7 @@ impl Search {
     /// A complete model turn (the first response, or a follow-up's): answer the client or
     /// send the next follow-up. `follow_up`: `text` is a follow-up's answer, not the body held.
     fn turn(&mut self, shared: &Shared, text: &str, follow_up: bool) -> Action {
-        let started = hostcalls::get_current_time().ok();
+        let started = host::now();
         let wire = self.session.wire();
         let reply = if self.stream {
             wire.read_stream(&sse::frames(text).0)
@@ -316,8 +307,7 @@ impl Search {
             Next::FollowUp(body) => match self.dispatch(shared, &body) {
                 Some(token) => {
                     shared.metrics.add(shared.metrics.search_rounds, 1);
-                    let elapsed = started
-                        .and_then(|s| hostcalls::get_current_time().ok()?.duration_since(s).ok());
+                    let elapsed = started.and_then(|s| host::now()?.duration_since(s).ok());
                     if let Some(elapsed) = elapsed {
                         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
                         shared
@@ -394,7 +384,7 @@ impl Search {
         let Some(pending) = self.pending.take() else {
             return true;
         };
-        let started = hostcalls::get_current_time().ok();
+        let started = host::now();
         if let Ok(engine) = shared.engine.try_borrow() {
             if let Some((source, e)) = shared.hybrid(&engine.config) {
                 let catalog = Rc::clone(self.session.catalog());
@@ -447,9 +437,7 @@ impl Search {
     fn dispatch(&self, shared: &Shared, body: &str) -> Option<u32> {
         // The upstream cluster the router picked for this request.
         let property = |path: Vec<&str>| {
-            hostcalls::get_property(path)
-                .ok()
-                .flatten()
+            host::property(&path)
                 .and_then(|c| String::from_utf8(c).ok())
                 .filter(|c| !c.is_empty())
         };
@@ -463,9 +451,13 @@ impl Search {
         // route adds): the router edits the request's header map in place, and the filter
         // can still read that map because search mode held the request headers (see
         // `on_http_request_headers`). The headers seen in the request phase are the fallback.
-        let routed = hostcalls::get_map(MapType::HttpRequestHeaders)
-            .ok()
-            .filter(|map| map.iter().any(|(k, _)| k == ":path"))
+        let routed: Option<Vec<(String, String)>> = Some(host::headers(Headers::Request))
+            .filter(|map| map.iter().any(|(k, _)| k == b":path"))
+            .and_then(|map| {
+                map.into_iter()
+                    .map(|(k, v)| Some((String::from_utf8(k).ok()?, String::from_utf8(v).ok()?)))
+                    .collect()
+            })
             .map(forwarded);
         let headers: Vec<(&str, &str)> = routed
             .as_ref()
@@ -477,11 +469,10 @@ impl Search {
             .engine
             .try_borrow()
             .map_or(120_000, |e| e.config.search.timeout_ms);
-        match hostcalls::dispatch_http_call(
+        match host::dispatch(
             &cluster,
             headers,
-            Some(body.as_bytes()),
-            Vec::new(),
+            body.as_bytes(),
             Duration::from_millis(timeout as u64),
         ) {
             Ok(token) => Some(token),
@@ -498,14 +489,10 @@ impl Search {
             self.fail(shared, "the follow-up request got no response");
             return true;
         };
-        let content_type =
-            hostcalls::get_map_value(MapType::HttpCallResponseHeaders, "content-type")
-                .ok()
-                .flatten();
-        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        let content_type = host::header_text(Headers::CallResponse, "content-type")
             .ok()
-            .flatten()
-            .unwrap_or_default();
+            .flatten();
+        let body = host::buffer(Buffer::CallResponseBody, 0, body_size).unwrap_or_default();
         if !status.starts_with('2') {
             shared.metrics.add(shared.metrics.search_failed, 1);
             // The provider's own error reaches the client; Envoy's (reset, timeout, no
@@ -606,10 +593,10 @@ impl Search {
     }
 
     fn add_header(&self) {
-        if let Err(status) = hostcalls::set_map_value(
-            MapType::HttpResponseHeaders,
+        if let Err(status) = host::set_header(
+            Headers::Response,
             "x-toolsift-search",
-            Some(&self.session.header_value()),
+            self.session.header_value().as_bytes(),
         ) {
             log::debug!("cannot set x-toolsift-search: {status:?}");
         }
@@ -646,13 +633,13 @@ fn error_event(body: &str) -> String {
 
 /// Replaces the `size` bytes of the response body chunk in Envoy's buffer.
 fn set_response_body(size: usize, bytes: &[u8]) {
-    if let Err(status) = hostcalls::set_buffer(BufferType::HttpResponseBody, 0, size, bytes) {
+    if let Err(status) = host::set_buffer(Buffer::ResponseBody, 0, size, bytes) {
         log::warn!("cannot set the response body: {status:?}");
     }
 }
 
 fn set_response_header(name: &str, value: &str) {
-    if let Err(status) = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value)) {
+    if let Err(status) = host::set_header(Headers::Response, name, value.as_bytes()) {
         log::debug!("cannot set {name}: {status:?}");
     }
 }

@@ -1,11 +1,10 @@
 //! Hybrid ranking's two host dependencies: the vector cache over proxy-wasm shared data (one
 //! store for every worker of the VM) and the embeddings call through an Envoy cluster.
 
+use super::host::{self, HostError, HostResult};
 use crate::config::Embeddings;
 use crate::embeddings::{SharedBytes, request_body, tool_texts};
 use crate::rank::Catalog;
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::Status;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -16,13 +15,13 @@ pub struct SharedData;
 
 impl SharedBytes for SharedData {
     fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        hostcalls::get_shared_data(key).unwrap_or((None, None))
+        host::shared_data(key)
     }
 
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
-        match hostcalls::set_shared_data(key, Some(value), cas) {
+        match host::set_shared_data(key, value, cas) {
             Ok(()) => true,
-            Err(Status::CasMismatch) => false,
+            Err(HostError::CAS_MISMATCH) => false,
             Err(status) => {
                 log::debug!("set_shared_data failed: {status:?}");
                 false
@@ -37,7 +36,7 @@ pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Sends one embeddings request; the answer comes to the calling context's
 /// `on_http_call_response`, or Envoy answers 504 after `timeout`.
-pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> Result<u32, Status> {
+pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> HostResult<u32> {
     let body = request_body(&e.model, inputs, e.dimensions);
     let mut headers: Vec<(&str, &str)> = vec![
         (":method", "POST"),
@@ -46,13 +45,7 @@ pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> Result<u3
         ("content-type", "application/json"),
     ];
     headers.extend(e.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    hostcalls::dispatch_http_call(
-        &e.cluster,
-        headers,
-        Some(body.as_bytes()),
-        Vec::new(),
-        timeout,
-    )
+    host::dispatch(&e.cluster, headers, body.as_bytes(), timeout)
 }
 
 /// A new catalog's tools whose vectors a request could not get within `timeout_ms`: the root
@@ -73,7 +66,7 @@ impl Backfill {
         catalog.set_fetching(true);
         self.queued.push((Rc::clone(catalog), entries));
         // Envoy applies a tick period set from a request's context to its root context.
-        if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(10)) {
+        if let Err(status) = host::set_tick_period(Duration::from_millis(10)) {
             log::warn!("cannot schedule the background embeddings call: {status:?}");
         }
     }
@@ -98,7 +91,7 @@ impl Backfill {
             }
             self.settle(&catalog);
         }
-        if let Err(status) = hostcalls::set_tick_period(Duration::ZERO) {
+        if let Err(status) = host::set_tick_period(Duration::ZERO) {
             log::debug!("cannot stop the tick: {status:?}");
         }
         (calls, inputs)

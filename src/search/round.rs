@@ -14,7 +14,7 @@ use super::{Call, Edits, Reply, ToolResult, Usage};
 use crate::config::{Config, USE_TOOL_NAME};
 use crate::dialect::{Layout, MAX_QUERY_BYTES};
 use crate::json::find_path;
-use crate::pipeline::Analysis;
+use crate::pipeline::{Analysis, header_safe};
 use crate::rank::{Catalog, Scored};
 use crate::rewrite::splice;
 use crate::text::head_and_tail;
@@ -164,10 +164,11 @@ impl Session {
                 None => "-".to_owned(),
             })
             .collect();
+        let found: Vec<_> = self.found.iter().map(|n| header_safe(n)).collect();
         format!(
             "rounds={} found={} usage={}",
             self.rounds,
-            self.found.join(","),
+            found.join(","),
             usage.join(",")
         )
     }
