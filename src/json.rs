@@ -22,17 +22,19 @@ pub fn span_in(outer: &str, inner: &str) -> Option<Range<usize>> {
 /// checked, and every other byte of the body still goes through serde. `None` when a key is
 /// absent or the text is not shaped as expected.
 pub fn find_path(text: &str, path: &[&str]) -> Option<Range<usize>> {
-    find_path_with(text, path, |_| None)
+    find_path_with(text, path, |_, _| None)
 }
 
-/// Like [`find_path`], but first asks `known` about the text from the start of the target
-/// value to the end: if it recognises a value it has seen before there, it returns that value's
-/// length and the value is not scanned. (The catalog cache recognises a tools array by its
-/// hash this way, so a cache hit never scans the tools bytes either.)
+/// Like [`find_path`], but first asks `known` about the text from the start of a candidate
+/// value to the end (with that start's byte offset): if it recognises a value it has seen
+/// before there, it returns that value's length and the value is not scanned. (The catalog
+/// cache recognises a tools array by its hash this way, so a cache hit never scans the tools
+/// bytes either.) With a repeated key, `known` may be asked about every occurrence; only the
+/// returned span (the last one) counts.
 pub fn find_path_with(
     text: &str,
     path: &[&str],
-    mut known: impl FnMut(&str) -> Option<usize>,
+    mut known: impl FnMut(usize, &str) -> Option<usize>,
 ) -> Option<Range<usize>> {
     let bytes = text.as_bytes();
     let mut at = 0;
@@ -43,7 +45,7 @@ pub fn find_path_with(
             if !last {
                 return None;
             }
-            let len = known(text.get(start..)?)?;
+            let len = known(start, text.get(start..)?)?;
             Some(start + len)
         })?;
         at = value.start;
@@ -52,8 +54,10 @@ pub fn find_path_with(
     span
 }
 
-/// Finds `key` among the members of the object that starts (after white space) at `from`.
-/// `known` may supply the end of the key's value without a scan.
+/// Finds `key` among the members of the object that starts (after white space) at `from`, the
+/// way JSON parsers read objects: keys are compared decoded (`"tool\u0073"` is `tools`), and of
+/// a repeated key the last occurrence wins. `known` may supply the end of a matching key's value
+/// without a scan.
 fn find_key(
     b: &[u8],
     from: usize,
@@ -68,6 +72,7 @@ fn find_key(
     if b.get(i) == Some(&b'}') {
         return None;
     }
+    let mut found = None;
     loop {
         let key_start = i;
         let key_end = skip_string(b, i)?;
@@ -76,22 +81,37 @@ fn find_key(
             return None;
         }
         let value_start = skip_ws(b, i + 1);
-        // Keys are compared as written: escaped spellings of "tools" are not recognised, and
-        // such a body is then read as having no tools (passed through, never broken).
-        if b.get(key_start + 1..key_end - 1) == Some(key.as_bytes()) {
-            let value_end = match known(value_start) {
+        let value_end = if key_is(b.get(key_start..key_end)?, key) {
+            let end = match known(value_start) {
                 Some(end) => end,
                 None => skip_value(b, value_start)?,
             };
-            return Some(value_start..value_end);
-        }
-        let value_end = skip_value(b, value_start)?;
+            found = Some(value_start..end);
+            end
+        } else {
+            skip_value(b, value_start)?
+        };
         i = skip_ws(b, value_end);
         match b.get(i) {
             Some(b',') => i = skip_ws(b, i + 1),
+            Some(b'}') => return found,
             _ => return None,
         }
     }
+}
+
+/// Whether the JSON string literal `literal` (quotes included) spells `key`.
+fn key_is(literal: &[u8], key: &str) -> bool {
+    let inner = literal
+        .get(1..literal.len().saturating_sub(1))
+        .unwrap_or_default();
+    if !inner.contains(&b'\\') {
+        return inner == key.as_bytes();
+    }
+    std::str::from_utf8(literal)
+        .ok()
+        .and_then(|l| serde_json::from_str::<Cow<str>>(l).ok())
+        .is_some_and(|decoded| decoded == key)
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -258,9 +278,41 @@ mod tests {
         assert_eq!(find_path(r#"{"a": "unterminated"#, &["tools"]), None);
         assert_eq!(find_path("{}", &["tools"]), None);
         // A recognised value is not scanned: its length is taken as given.
-        let known = find_path_with(body, &["toolConfig", "tools"], |rest| {
-            rest.starts_with("[{").then_some(4)
+        let mut asked = Vec::new();
+        let known = find_path_with(body, &["toolConfig", "tools"], |start, rest| {
+            asked.push(start);
+            rest.starts_with("[{").then_some(r#"[{"s":"]}\""}]"#.len())
         });
-        assert_eq!(known.map(|r| &body[r]), Some("[{\"s"));
+        assert_eq!(known.map(|r| &body[r]), Some(r#"[{"s":"]}\""}]"#));
+        assert_eq!(asked.len(), 1);
+    }
+
+    #[test]
+    fn keys_are_read_as_parsers_read_them() {
+        // Repeated key: the last wins, as in JSON.parse, Python's json and Go's encoding/json.
+        let twice = r#"{"tools":[1,2,3],"messages":[],"tools":[4]}"#;
+        assert_eq!(find_path(twice, &["tools"]).map(|r| &twice[r]), Some("[4]"));
+        // Escaped spellings are the same key.
+        let escaped = r#"{"tool\u0073":[5],"model":"m"}"#;
+        assert_eq!(
+            find_path(escaped, &["tools"]).map(|r| &escaped[r]),
+            Some("[5]")
+        );
+        let nested = r#"{"toolConfig":{"tools":[1]},"toolConfig":{"t\u006fols":[2],"x":1}}"#;
+        assert_eq!(
+            find_path(nested, &["toolConfig", "tools"]).map(|r| &nested[r]),
+            Some("[2]")
+        );
+        // Every occurrence may be asked about; only the last one's span is returned.
+        let mut asked = Vec::new();
+        let span = find_path_with(twice, &["tools"], |start, _| {
+            asked.push(start);
+            None
+        });
+        assert_eq!(asked, [9, 39]);
+        assert_eq!(span, Some(39..42));
+        // A key that is only similar is another key.
+        assert_eq!(find_path(r#"{"tools ":[1]}"#, &["tools"]), None);
+        assert_eq!(find_path(r#"{"\"tools":[1]}"#, &["tools"]), None);
     }
 }

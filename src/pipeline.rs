@@ -417,9 +417,9 @@ impl Engine {
         // with it blanked out: on a catalog-cache hit no parser ever reads the tools bytes,
         // which are most of the body.
         let mut recognised = None;
-        let span = crate::json::find_path_with(body, dialect.tools_path(), |rest| {
+        let span = crate::json::find_path_with(body, dialect.tools_path(), |start, rest| {
             let (catalog, len) = self.cache.find_prefix(dialect, rest)?;
-            recognised = Some(catalog);
+            recognised = Some((start, catalog));
             Some(len)
         })
         .ok_or_else(|| {
@@ -432,8 +432,10 @@ impl Engine {
         if container == "null" {
             return Err(Skip::NoTools.into());
         }
+        // A repeated `tools` key: only the last one, which providers read, counts.
+        let recognised = recognised.filter(|(start, _)| *start == span.start);
         let (catalog, cache_hit) = match recognised {
-            Some(catalog) => (catalog, true),
+            Some((_, catalog)) => (catalog, true),
             None => self.cache.get_or_build(dialect, container, self.weights)?,
         };
         let total = catalog.function_count();
@@ -492,6 +494,66 @@ mod tests {
             r#"{{"model":"gpt","messages":[{{"role":"user","content":"{query}"}}],"temperature":0.10,"tools":[{}],"tool_choice":"auto"}}"#,
             tools.join(", ")
         )
+    }
+
+    /// What a provider reads from `body`: its JSON parsed (a repeated key: the last wins, as in
+    /// serde_json's `Value`, Python's json and JSON.parse), the function tools' names.
+    fn provider_tools(body: &str) -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn reports_what_the_provider_reads() {
+        let mut engine = Engine::new(Config::from_json(br#"{"top_k":2,"min_tools":3}"#).unwrap());
+        // Two `tools` keys: the provider reads the last, so that is the one cut.
+        let first = chat_body(25, "run thing number 7");
+        let tools_at = first.find(r#""tools":"#).unwrap();
+        let twice = format!("{}\"tools\":[],{}", &first[..tools_at], &first[tools_at..]);
+        for body in [
+            twice.clone(),
+            format!("{}{}", &twice[..twice.len() - 1], r#","tools":[]}"#),
+        ] {
+            match engine.analyse(Dialect::OpenaiChat, &body) {
+                Ok(analysis) => {
+                    let out = analysis.rewrite(&body).unwrap_or(body.clone());
+                    assert_eq!(provider_tools(&out).len(), analysis.kept());
+                }
+                // Nothing to cut in the array the provider reads: said so, body untouched.
+                Err(skipped) => {
+                    assert_eq!(skipped.reason, Skip::NoTools, "{body}");
+                    assert!(provider_tools(&body).is_empty());
+                }
+            }
+        }
+        // An escaped key is the same key.
+        let escaped =
+            chat_body(25, "run thing number 7").replace(r#""tools":"#, r#""tool\u0073":"#);
+        let analysis = engine.analyse(Dialect::OpenaiChat, &escaped).unwrap();
+        assert_eq!((analysis.kept(), analysis.total()), (2, 25));
+        let out = analysis.rewrite(&escaped).unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(parsed["tools"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_number_serde_cannot_hold_does_not_hide_a_tool() {
+        let mut engine = Engine::new(Config::from_json(br#"{"top_k":2,"min_tools":3}"#).unwrap());
+        let body = chat_body(25, "refund the payment")
+            .replacen(
+                r#""name":"tool_3","description":"Does thing number 3","parameters":{"type":"object","properties":{"x":{"type":"integer"}}}"#,
+                r#""name":"refund_payment","description":"Refund a payment","parameters":{"type":"object","properties":{"amount":{"type":"number","maximum":1e400}}}"#,
+                1,
+            );
+        assert!(body.contains("1e400"));
+        let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        assert_eq!(analysis.total(), 25, "the 1e400 tool is a function tool");
+        assert_eq!(analysis.kept_names()[0], "refund_payment");
     }
 
     #[test]

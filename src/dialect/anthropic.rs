@@ -5,7 +5,6 @@ use super::schema::tool_text;
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -94,8 +93,10 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
         #[serde(borrow, default, rename = "type")]
         kind: Option<Str<'a>>,
         name: Option<String>,
-        description: Option<Value>,
-        input_schema: Option<Value>,
+        #[serde(borrow, default)]
+        description: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        input_schema: Option<&'a RawValue>,
     }
     super::flat_catalog(container, |raw| {
         match serde_json::from_str::<Tool>(raw.get()) {
@@ -105,11 +106,9 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
                 name: Some(name),
                 description,
                 input_schema,
-            }) if matches!(kind.as_deref(), None | Some("custom")) => Entry::Function(tool_text(
-                &name,
-                description.as_ref(),
-                input_schema.as_ref(),
-            )),
+            }) if matches!(kind.as_deref(), None | Some("custom")) => {
+                Entry::Function(tool_text(&name, description, input_schema))
+            }
             // Server and client built-ins: web_search_20250305, bash_20250124, computer_*,
             // text_editor_*, tool_search_tool_*, mcp_toolset, …
             _ => Entry::Builtin,

@@ -5,7 +5,6 @@ use super::schema::tool_text;
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::Str;
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -99,16 +98,22 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
 
 pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
     #[derive(Deserialize)]
-    struct Tool {
-        #[serde(rename = "toolSpec")]
-        tool_spec: Option<Spec>,
+    struct Tool<'a> {
+        #[serde(borrow, rename = "toolSpec")]
+        tool_spec: Option<Spec<'a>>,
     }
     #[derive(Deserialize)]
-    struct Spec {
+    struct Spec<'a> {
         name: Option<String>,
-        description: Option<Value>,
-        #[serde(rename = "inputSchema")]
-        input_schema: Option<Value>,
+        #[serde(borrow, default)]
+        description: Option<&'a RawValue>,
+        #[serde(borrow, default, rename = "inputSchema")]
+        input_schema: Option<InputSchema<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct InputSchema<'a> {
+        #[serde(borrow, default)]
+        json: Option<&'a RawValue>,
     }
     super::flat_catalog(container, |raw| {
         match serde_json::from_str::<Tool>(raw.get()) {
@@ -120,8 +125,8 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
                         input_schema,
                     }),
             }) => {
-                let schema = input_schema.as_ref().and_then(|s| s.get("json"));
-                Entry::Function(tool_text(&name, description.as_ref(), schema))
+                let schema = input_schema.and_then(|s| s.json);
+                Entry::Function(tool_text(&name, description, schema))
             }
             // cachePoint markers and system tools stay where they are.
             _ => Entry::Builtin,

@@ -8,7 +8,6 @@ use super::{CatalogDraft, Choice, Dialect, Entry, Group, Layout, Problem, Reques
 use crate::json::Str;
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
@@ -107,12 +106,19 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
 
 pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
     #[derive(Deserialize)]
-    struct Declaration {
+    struct Declaration<'a> {
         name: Option<String>,
-        description: Option<Value>,
-        parameters: Option<Value>,
-        #[serde(rename = "parametersJsonSchema", alias = "parameters_json_schema")]
-        parameters_json_schema: Option<Value>,
+        #[serde(borrow, default)]
+        description: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        parameters: Option<&'a RawValue>,
+        #[serde(
+            borrow,
+            default,
+            rename = "parametersJsonSchema",
+            alias = "parameters_json_schema"
+        )]
+        parameters_json_schema: Option<&'a RawValue>,
     }
     let tools: Vec<&RawValue> = serde_json::from_str(container).map_err(|_| Problem::BadShape)?;
     let outer = ArrayLayout::of(container, container, &tools).ok_or(Problem::BadShape)?;
@@ -149,8 +155,8 @@ pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
                     parameters,
                     parameters_json_schema,
                 }) => {
-                    let schema = parameters.as_ref().or(parameters_json_schema.as_ref());
-                    Entry::Function(tool_text(&name, description.as_ref(), schema))
+                    let schema = parameters.or(parameters_json_schema);
+                    Entry::Function(tool_text(&name, description, schema))
                 }
                 _ => Entry::Builtin,
             });

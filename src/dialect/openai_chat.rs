@@ -5,7 +5,6 @@ use super::schema::tool_text;
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -125,14 +124,16 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
         kind: Option<Str<'a>>,
-        #[serde(default)]
-        function: Option<Function>,
+        #[serde(borrow, default)]
+        function: Option<Function<'a>>,
     }
     #[derive(Deserialize)]
-    struct Function {
+    struct Function<'a> {
         name: Option<String>,
-        description: Option<Value>,
-        parameters: Option<Value>,
+        #[serde(borrow, default)]
+        description: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        parameters: Option<&'a RawValue>,
     }
     super::flat_catalog(container, |raw| {
         let Ok(tool) = serde_json::from_str::<Tool>(raw.get()) else {
@@ -146,7 +147,7 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
                     description,
                     parameters,
                 }),
-            ) => Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref())),
+            ) => Entry::Function(tool_text(&name, description, parameters)),
             // `custom` tools, and anything newer we do not know: never removed.
             _ => Entry::Builtin,
         }

@@ -5,7 +5,6 @@ use super::schema::tool_text;
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -111,8 +110,10 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
         #[serde(borrow, default, rename = "type")]
         kind: Option<Str<'a>>,
         name: Option<String>,
-        description: Option<Value>,
-        parameters: Option<Value>,
+        #[serde(borrow, default)]
+        description: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        parameters: Option<&'a RawValue>,
     }
     super::flat_catalog(container, |raw| {
         match serde_json::from_str::<Tool>(raw.get()) {
@@ -121,9 +122,7 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
                 name: Some(name),
                 description,
                 parameters,
-            }) if kind == "function" => {
-                Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()))
-            }
+            }) if kind == "function" => Entry::Function(tool_text(&name, description, parameters)),
             // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
             _ => Entry::Builtin,
         }
