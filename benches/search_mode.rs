@@ -31,7 +31,7 @@ use toolsift::dialect::{Dialect, MAX_QUERY_BYTES};
 use toolsift::eval::{Dataset, percentile};
 use toolsift::json::find_path;
 use toolsift::pipeline::{Analysis, Engine};
-use toolsift::search::plan::{Plan, Planned, plan};
+use toolsift::search::plan::{HeaderRoom, Plan, Planned, plan};
 use toolsift::search::round::{Next, Session};
 use toolsift::search::{Call, Reply};
 
@@ -218,7 +218,7 @@ fn tools_of(body: &str) -> &str {
 /// Search mode for one query: the first request, then one `find_tools` call answered.
 fn run(config: &Config, analysis: &Analysis, body: &str, question: &str) -> Run {
     let t0 = Instant::now();
-    let planned = plan(config, analysis, body);
+    let planned = plan(config, analysis, body, HeaderRoom::default());
     let plan_us = t0.elapsed().as_secs_f64() * 1e6;
     let plan: Plan = match planned {
         Some(Planned::Search(p)) => p,

@@ -165,6 +165,12 @@ pub struct Search {
     /// provider's search tool and `defer_loading: true` on the deferred tools instead of the
     /// gateway's `find_tools` loop. The first rule whose `model` matches applies.
     pub native_search: Vec<NativeSearch>,
+    /// Hold the request and response headers until the bodies are read: `native_search` can
+    /// then add `anthropic-beta`, the follow-ups copy the request as the router rewrote it, and
+    /// the response gets `x-toolsift-search` and a failed follow-up's status. Needs Envoy's
+    /// `allow_on_headers_stop_iteration: true` (which Istio's WasmPlugin and Envoy Gateway
+    /// cannot set); without it the filter notices, resumes the request, and stops holding.
+    pub hold_headers: bool,
 }
 
 /// One `search.native_search` rule.
@@ -227,6 +233,7 @@ impl Default for Search {
             use_tool: false,
             timeout_ms: 120_000,
             native_search: Vec::new(),
+            hold_headers: false,
         }
     }
 }

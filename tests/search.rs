@@ -26,6 +26,39 @@ fn search_config(extra: Value) -> String {
     c.to_string()
 }
 
+/// How the gateway is deployed, as far as holding headers goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// `search.hold_headers` with Envoy's `allow_on_headers_stop_iteration: true`: the fuller
+    /// behaviour (x-toolsift-search, a failed follow-up's status, the router's rewrites).
+    Held,
+    /// The default, on an Envoy without the flag (as Istio's WasmPlugin and Envoy Gateway
+    /// install it): nothing is held in a headers callback.
+    Unheld,
+    /// `search.hold_headers` on an Envoy without the flag.
+    Misconfigured,
+}
+
+/// The gateway in search mode with `extra` settings, deployed as `hold` says.
+fn start(hold: Hold, extra: Value) -> Gateway {
+    let mut extra = extra;
+    if hold != Hold::Unheld {
+        if extra.get("search").is_none() {
+            extra["search"] = json!({});
+        }
+        extra["search"]["hold_headers"] = json!(true);
+    }
+    Gateway::start_with(&search_config(extra), &[], move |yaml| {
+        if hold == Hold::Held {
+            yaml
+        } else {
+            let flagged = "allow_on_headers_stop_iteration: true";
+            assert!(yaml.contains(flagged));
+            yaml.replace(flagged, "allow_on_headers_stop_iteration: false")
+        }
+    })
+}
+
 /// A client request of `dialect` asking `QUESTION` with the 80 fixture tools.
 fn request(dialect: &str, stream: bool) -> (String, Value) {
     let tools = tools_for(dialect);
@@ -211,8 +244,8 @@ fn collect_calls(dialect: &str, v: &Value, out: &mut Vec<String>) {
 
 /// Every dialect: the model finds the tool it could not see and calls it; the client never
 /// sees `find_tools`.
-fn finds_and_calls(dialect: &str, stream: bool) {
-    let gw = Gateway::start(&search_config(json!({})));
+fn finds_and_calls(dialect: &str, stream: bool, hold: Hold) {
+    let gw = start(hold, json!({}));
     let (path, body) = request(dialect, stream);
     let r = ask(&gw, &path, &body, "search", &[]);
     assert_eq!(r.status, 200, "{dialect}: {}", r.text());
@@ -227,9 +260,15 @@ fn finds_and_calls(dialect: &str, stream: bool) {
         "{dialect}: {}",
         r.text()
     );
-    let search = r.header("x-toolsift-search").unwrap_or_default().to_owned();
-    assert!(search.starts_with("rounds=1 found="), "{search}");
-    assert!(search.contains(WANT), "{search}");
+    match hold {
+        Hold::Held => {
+            let search = r.header("x-toolsift-search").unwrap_or_default().to_owned();
+            assert!(search.starts_with("rounds=1 found="), "{search}");
+            assert!(search.contains(WANT), "{search}");
+        }
+        // The response headers left before the body was read: only the body tells.
+        _ => assert_eq!(r.header("x-toolsift-search"), None),
+    }
     assert!(r.header("x-toolsift").unwrap().contains("search=search"));
 
     let log = upstream_log(&gw);
@@ -285,57 +324,184 @@ fn finds_and_calls(dialect: &str, stream: bool) {
         "{dialect}: the result names the tools and their parameters: {added}"
     );
     assert_eq!(gw.stat("toolsift.search.rounds"), 1);
+    let log = gw.log_text();
+    assert!(!log.contains("panicked"), "{log}");
+    match hold {
+        Hold::Misconfigured => assert_eq!(gw.stat("toolsift.search.headers_not_held"), 1),
+        _ => assert_eq!(gw.stat("toolsift.search.headers_not_held"), 0),
+    }
 }
 
 #[test]
 fn openai_chat_finds_and_calls() {
-    finds_and_calls("openai_chat", false);
+    finds_and_calls("openai_chat", false, Hold::Held);
+    finds_and_calls("openai_chat", false, Hold::Unheld);
 }
 
 #[test]
 fn openai_responses_finds_and_calls() {
-    finds_and_calls("openai_responses", false);
+    finds_and_calls("openai_responses", false, Hold::Held);
+    finds_and_calls("openai_responses", false, Hold::Unheld);
 }
 
 #[test]
 fn anthropic_finds_and_calls() {
-    finds_and_calls("anthropic", false);
+    finds_and_calls("anthropic", false, Hold::Held);
+    finds_and_calls("anthropic", false, Hold::Unheld);
 }
 
 #[test]
 fn gemini_finds_and_calls() {
-    finds_and_calls("gemini", false);
+    finds_and_calls("gemini", false, Hold::Held);
+    finds_and_calls("gemini", false, Hold::Unheld);
 }
 
 #[test]
 fn bedrock_finds_and_calls() {
-    finds_and_calls("bedrock", false);
+    finds_and_calls("bedrock", false, Hold::Held);
+    finds_and_calls("bedrock", false, Hold::Unheld);
 }
 
 #[test]
 fn openai_chat_stream_finds_and_calls() {
-    finds_and_calls("openai_chat", true);
+    finds_and_calls("openai_chat", true, Hold::Held);
+    finds_and_calls("openai_chat", true, Hold::Unheld);
 }
 
 #[test]
 fn openai_responses_stream_finds_and_calls() {
-    finds_and_calls("openai_responses", true);
+    finds_and_calls("openai_responses", true, Hold::Held);
+    finds_and_calls("openai_responses", true, Hold::Unheld);
 }
 
 #[test]
 fn anthropic_stream_finds_and_calls() {
-    finds_and_calls("anthropic", true);
+    finds_and_calls("anthropic", true, Hold::Held);
+    finds_and_calls("anthropic", true, Hold::Unheld);
 }
 
 #[test]
 fn gemini_stream_finds_and_calls() {
-    finds_and_calls("gemini", true);
+    finds_and_calls("gemini", true, Hold::Held);
+    finds_and_calls("gemini", true, Hold::Unheld);
+}
+
+/// `search.hold_headers` on an Envoy that lacks `allow_on_headers_stop_iteration` (a setting
+/// Istio's WasmPlugin and Envoy Gateway cannot make): the first held request is resumed after
+/// the grace period instead of hanging, the filter says so once at warn and counts it, and no
+/// later request is held.
+#[test]
+fn holding_headers_without_the_flag_degrades_instead_of_hanging() {
+    finds_and_calls("anthropic", true, Hold::Misconfigured);
+    let gw = start(Hold::Misconfigured, json!({}));
+    for (dialect, stream) in [
+        ("openai_chat", false),
+        ("openai_chat", true),
+        ("anthropic", false),
+    ] {
+        let (path, body) = request(dialect, stream);
+        let started = std::time::Instant::now();
+        let r = ask(&gw, &path, &body, "search", &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(called(dialect, &r).contains(&WANT.to_owned()));
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+    assert_eq!(
+        gw.stat("toolsift.search.headers_not_held"),
+        1,
+        "once, then not held"
+    );
+    let log = gw.log_text();
+    assert_eq!(
+        log.matches("allow_on_headers_stop_iteration").count(),
+        1,
+        "{log}"
+    );
+}
+
+/// `response_header: false` only drops toolsift's headers: search mode's response side is
+/// whole, and the client never gets the model's `find_tools` call.
+#[test]
+fn search_mode_does_not_depend_on_the_response_header() {
+    for hold in [Hold::Held, Hold::Unheld] {
+        let gw = start(hold, json!({"response_header": false}));
+        for (dialect, stream) in [("openai_chat", false), ("anthropic", true)] {
+            let (path, body) = request(dialect, stream);
+            let r = ask(&gw, &path, &body, "search", &[]);
+            assert_eq!(r.status, 200, "{}", r.text());
+            let calls = called(dialect, &r);
+            assert!(
+                calls.contains(&WANT.to_owned()),
+                "{hold:?} {dialect}: {}",
+                r.text()
+            );
+            assert!(!calls.iter().any(|c| c == "find_tools"), "{}", r.text());
+            assert_eq!(r.header("x-toolsift"), None);
+        }
+        assert_eq!(gw.stat("toolsift.search.rounds"), 2);
+    }
+}
+
+/// A client tool named like the meta-tool is neither shadowed nor duplicated: the meta-tool
+/// takes another name for that request (the same every turn), and the client's tool stays the
+/// client's.
+#[test]
+fn a_client_tool_named_find_tools_keeps_its_name() {
+    let gw = start(
+        Hold::Unheld,
+        json!({"search": {"eager_k": 0}, "always_include": ["find_tools"]}),
+    );
+    let (path, mut body) = request("openai_chat", false);
+    let own = json!({"type": "function", "function": {"name": "find_tools",
+        "description": "Find tools in the user's workshop inventory",
+        "parameters": {"type": "object", "properties": {"aisle": {"type": "string"}}}}});
+    body["tools"].as_array_mut().unwrap().push(own.clone());
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "search",
+        &[("x-demo-search-tool", "find_tools_2")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        called("openai_chat", &r).contains(&WANT.to_owned()),
+        "{}",
+        r.text()
+    );
+    let log = upstream_log(&gw);
+    assert_eq!(log.len(), 2, "the renamed meta-tool was answered");
+    let first = tool_names("openai_chat", &log[0]["body"]);
+    assert_eq!(
+        first,
+        ["find_tools_2", "find_tools"],
+        "meta-tool first, then the pinned client tool"
+    );
+    let sent_own = log[0]["body"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "find_tools")
+        .unwrap()
+        .clone();
+    assert_eq!(sent_own, own, "the client's tool, as the client wrote it");
+    // The same catalog next turn: the same names.
+    let r = ask(
+        &gw,
+        &path,
+        &body,
+        "search",
+        &[("x-demo-search-tool", "find_tools_2")],
+    );
+    assert_eq!(r.status, 200);
+    let log = upstream_log(&gw);
+    assert_eq!(tool_names("openai_chat", &log[2]["body"]), first);
 }
 
 /// The client's usage counts every round.
 #[test]
 fn usage_counts_every_round() {
-    let gw = Gateway::start(&search_config(json!({})));
+    let gw = start(Hold::Held, json!({}));
     let (path, body) = request("openai_chat", false);
     let r = ask(&gw, &path, &body, "search", &[]);
     let usage = &r.json()["usage"];
@@ -362,7 +528,7 @@ fn usage_counts_every_round() {
 /// client untouched.
 #[test]
 fn answer_streams_through() {
-    let gw = Gateway::start(&search_config(json!({})));
+    let gw = start(Hold::Unheld, json!({}));
     for dialect in ["openai_chat", "anthropic", "openai_responses", "gemini"] {
         let (path, body) = request(dialect, true);
         let r = ask(&gw, &path, &body, "answer", &[]);
@@ -379,7 +545,7 @@ fn answer_streams_through() {
 /// meta-tool, and no `find_tools` call reaches the client.
 #[test]
 fn round_limit() {
-    let gw = Gateway::start(&search_config(json!({"search": {"max_search_rounds": 2}})));
+    let gw = start(Hold::Held, json!({"search": {"max_search_rounds": 2}}));
     let (path, body) = request("anthropic", false);
     let r = ask(&gw, &path, &body, "always-search", &[]);
     assert_eq!(r.status, 200, "{}", r.text());
@@ -399,7 +565,7 @@ fn round_limit() {
 /// `find_tools` beside a real call: the search is removed and the real call returned.
 #[test]
 fn mixed_calls_keep_the_real_one() {
-    let gw = Gateway::start(&search_config(json!({"always_include": ["send_email"]})));
+    let gw = start(Hold::Unheld, json!({"always_include": ["send_email"]}));
     for (dialect, stream) in [("openai_chat", false), ("anthropic", true)] {
         let (path, body) = request(dialect, stream);
         let r = ask(&gw, &path, &body, "mixed", &[]);
@@ -418,7 +584,7 @@ fn mixed_calls_keep_the_real_one() {
 /// could not get one; never a dangling `find_tools` call.
 #[test]
 fn follow_up_failures() {
-    let gw = Gateway::start(&search_config(json!({"search": {"timeout_ms": 300}})));
+    let gw = start(Hold::Held, json!({"search": {"timeout_ms": 300}}));
     let (path, body) = request("openai_chat", false);
     let r = ask(
         &gw,
@@ -429,6 +595,30 @@ fn follow_up_failures() {
     );
     assert_eq!(r.status, 429, "{}", r.text());
     assert!(r.json()["error"]["message"].is_string());
+    // Without held headers the status went with the first response: the provider's error
+    // travels in the body (an `error` event for a stream).
+    let unheld = start(Hold::Unheld, json!({"search": {"timeout_ms": 300}}));
+    let r = ask(
+        &unheld,
+        &path,
+        &body,
+        "search",
+        &[("x-demo-fail-followup", "429")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["error"]["message"].is_string(), "{}", r.text());
+    let (stream_path, stream_body) = request("anthropic", true);
+    let r = ask(
+        &unheld,
+        &stream_path,
+        &stream_body,
+        "search",
+        &[("x-demo-fail-followup", "429")],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("event: error"), "{}", r.text());
+    assert!(!called("anthropic", &r).iter().any(|c| c == "find_tools"));
+    assert_eq!(unheld.stat("toolsift.search.failed"), 2);
 
     let (path, body) = request("openai_chat", true);
     let r = ask(
@@ -453,7 +643,7 @@ fn follow_up_failures() {
 /// tool keeps the flag.
 #[test]
 fn client_marked_deferral() {
-    let gw = Gateway::start(&search_config(json!({"search": {"eager_k": 3}})));
+    let gw = start(Hold::Unheld, json!({"search": {"eager_k": 3}}));
     let (path, mut body) = request("anthropic", false);
     for t in body["tools"].as_array_mut().unwrap() {
         if t["name"] == WANT || t["name"] == "send_email" {
@@ -478,7 +668,7 @@ fn client_marked_deferral() {
 /// A request that carries the provider's own tool search goes upstream untouched.
 #[test]
 fn native_search_passes_through() {
-    let gw = Gateway::start(&search_config(json!({})));
+    let gw = start(Hold::Unheld, json!({}));
     let (path, mut body) = request("anthropic", false);
     let tools = body["tools"].as_array_mut().unwrap();
     for t in tools.iter_mut().skip(3) {
@@ -498,7 +688,7 @@ fn native_search_passes_through() {
 /// `use_tool` whose params fit the best tool becomes a direct call of that tool.
 #[test]
 fn use_tool_becomes_a_direct_call() {
-    let gw = Gateway::start(&search_config(json!({"search": {"use_tool": true}})));
+    let gw = start(Hold::Unheld, json!({"search": {"use_tool": true}}));
     let (path, body) = request("openai_chat", false);
     let args = r#"{"location":"Paris, France"}"#;
     let r = ask(
@@ -522,10 +712,13 @@ fn use_tool_becomes_a_direct_call() {
 /// response comes back untouched: there is no gateway loop.
 #[test]
 fn native_search_rule_hands_over_to_the_provider() {
-    let gw = Gateway::start(&search_config(json!({
-        "always_include": ["send_email"],
-        "search": {"native_search": [{"model": "claude-opus-*"}, {"model": "gpt-5.4*"}]}
-    })));
+    let gw = start(
+        Hold::Held,
+        json!({
+            "always_include": ["send_email"],
+            "search": {"native_search": [{"model": "claude-opus-*"}, {"model": "gpt-5.4*"}]}
+        }),
+    );
     let (path, mut body) = request("anthropic", false);
     body["model"] = json!("claude-opus-4-5");
     let r = ask(
@@ -584,9 +777,10 @@ fn native_search_rule_hands_over_to_the_provider() {
 /// forwarded unchanged.
 #[test]
 fn native_search_rule_for_another_model() {
-    let gw = Gateway::start(&search_config(json!({
-        "search": {"native_search": [{"model": "claude-opus-*"}]}
-    })));
+    let gw = start(
+        Hold::Held,
+        json!({"search": {"native_search": [{"model": "claude-opus-*"}]}}),
+    );
     let (path, body) = request("anthropic", true);
     let r = ask(
         &gw,
@@ -611,6 +805,34 @@ fn native_search_rule_for_another_model() {
     assert_eq!(gw.stat("toolsift.search.provider"), 0);
 }
 
+/// Without held request headers toolsift cannot add `anthropic-beta`: a `native_search` rule
+/// that needs one applies only when the client sent it, and the gateway's own search serves the
+/// other requests (the provider would refuse its search tool without the beta).
+#[test]
+fn native_search_rule_without_held_headers() {
+    let gw = start(
+        Hold::Unheld,
+        json!({"search": {"native_search": [{"model": "claude-opus-*"}]}}),
+    );
+    let (path, mut body) = request("anthropic", false);
+    body["model"] = json!("claude-opus-4-5");
+    let r = ask(&gw, &path, &body, "search", &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("x-toolsift").unwrap().ends_with("search=search"));
+    assert!(called("anthropic", &r).contains(&WANT.to_owned()));
+    let beta = "advanced-tool-use-2025-11-20";
+    let r = ask(&gw, &path, &body, "answer", &[("anthropic-beta", beta)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("x-toolsift").unwrap().ends_with("search=provider"));
+    let log = upstream_log(&gw);
+    let last = log.last().unwrap();
+    assert_eq!(last["headers"]["anthropic-beta"], beta);
+    assert_eq!(
+        last["body"]["tools"][0]["type"],
+        "tool_search_tool_bm25_20251119"
+    );
+}
+
 /// With `ranking: hybrid`, the model's own search words are ranked as filter mode ranks a
 /// request: embedded through the Envoy cluster (the real all-MiniLM-L6-v2 server) and fused
 /// with the keyword channels. A paraphrase that shares no word with the tool is found; by
@@ -621,6 +843,8 @@ fn hybrid_ranking_answers_find_tools() {
     const SEARCH_WORDS: &str = "ping my teammates that the nightly build broke";
     let embed = EmbedServer::start();
     let run = |config: Value| {
+        let mut config = config;
+        config["search"] = json!({"hold_headers": true});
         let gw = Gateway::start_with(&search_config(config), &[], |yaml| {
             yaml.replace("port_value: 18100", &format!("port_value: {}", embed.port))
         });
@@ -695,7 +919,13 @@ fn events(r: &Response) -> Vec<Value> {
 /// the next round's stream follows the text in the same response.
 #[test]
 fn text_then_search_in_a_stream() {
-    let gw = Gateway::start(&search_config(json!({})));
+    for hold in [Hold::Held, Hold::Unheld] {
+        text_then_search(hold);
+    }
+}
+
+fn text_then_search(hold: Hold) {
+    let gw = start(hold, json!({}));
     for dialect in ["anthropic", "openai_chat", "gemini", "openai_responses"] {
         let (path, body) = request(dialect, true);
         let before = upstream_log(&gw).len();
@@ -775,12 +1005,33 @@ fn text_then_search_in_a_stream() {
                     .map(|i| i["type"].as_str().unwrap())
                     .collect();
                 assert_eq!(kinds, ["message", "message", "function_call"]);
+                // One response id from `response.created` to `response.completed` (the
+                // OpenAI SDK refuses a stream whose id changes)...
+                let id = |kind: &str| {
+                    of_kind(kind)[0]["response"]["id"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                };
+                let shown = id("response.created");
+                assert_eq!(id("response.completed"), shown);
+                // ...and a request continuing from it names the response the provider stored,
+                // which holds the answered search.
+                let mut next = body.clone();
+                next["previous_response_id"] = json!(shown);
+                let r = ask(&gw, &path, &next, "answer", &[]);
+                assert_eq!(r.status, 200, "{}", r.text());
+                let received =
+                    upstream_log(&gw).last().unwrap()["body"]["previous_response_id"].clone();
+                assert!(received.is_string(), "{received}");
+                assert_ne!(received, json!(shown), "the alias was followed");
             }
             _ => {}
         }
     }
     assert_eq!(gw.stat("toolsift.search.rounds"), 4);
-    assert_eq!(gw.stat("toolsift.search.released"), 4);
+    // Four text-first streams, and the answer continuing the Responses conversation.
+    assert_eq!(gw.stat("toolsift.search.released"), 5);
 }
 
 /// A route that rewrites the host and the path and adds a credential (as the shipped
@@ -788,7 +1039,8 @@ fn text_then_search_in_a_stream() {
 /// upstream, not what the client sent, and neither asks for a compressed answer.
 #[test]
 fn follow_ups_carry_the_routers_rewrites() {
-    let gw = Gateway::start_with(&search_config(json!({})), &[], |yaml| {
+    let config = search_config(json!({"search": {"hold_headers": true}}));
+    let gw = Gateway::start_with(&config, &[], |yaml| {
         yaml.replace(
             "                  cluster: llm\n",
             "                  cluster: llm\n                  host_rewrite_literal: model.internal\n                  prefix_rewrite: \"/openai/\"\n",

@@ -105,6 +105,7 @@ unsafe extern "C" {
     fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, out_id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
+    fn proxy_set_effective_context(context: u32) -> u32;
 }
 
 /// A host status other than `Ok`.
@@ -355,6 +356,12 @@ pub fn set_tick_period(period: Duration) -> HostResult<()> {
     let millis = u32::try_from(period.as_millis()).unwrap_or(u32::MAX);
     // SAFETY: no pointers.
     status(unsafe { proxy_set_tick_period_milliseconds(millis) })
+}
+
+/// Makes later host calls act on the stream context `context` (from the root context).
+pub fn set_effective_context(context: u32) -> HostResult<()> {
+    // SAFETY: no pointers.
+    status(unsafe { proxy_set_effective_context(context) })
 }
 
 pub fn define_metric(kind: MetricKind, name: &str) -> HostResult<u32> {

@@ -17,6 +17,7 @@ use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
     Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
 };
+use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -24,6 +25,10 @@ use std::time::{Duration, SystemTime};
 
 pub struct Filter {
     shared: Option<Rc<Shared>>,
+    /// This stream's context id (the root context resumes a stalled held request by it).
+    context_id: u32,
+    /// Search mode held the request headers (`search.hold_headers`), and they still are.
+    headers_held: bool,
     /// Set while the request body is being buffered for us.
     buffering: Option<Dialect>,
     /// What happened, for the response headers.
@@ -91,9 +96,11 @@ enum Step {
 }
 
 impl Filter {
-    pub fn new(shared: Option<Rc<Shared>>) -> Filter {
+    pub fn new(shared: Option<Rc<Shared>>, context_id: u32) -> Filter {
         Filter {
             shared,
+            context_id,
+            headers_held: false,
             buffering: None,
             outcome: None,
             waiting: None,
@@ -144,7 +151,13 @@ impl Filter {
         dialect: Dialect,
         body_size: usize,
     ) -> Result<Step, Skipped> {
-        let body = host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
+        let mut body =
+            host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
+        if let Some(resolved) = self.resolve_alias(dialect, &body) {
+            host::set_buffer(Buffer::RequestBody, 0, body.len(), resolved.as_bytes())
+                .map_err(|_| Skip::Internal)?;
+            body = resolved.into_bytes();
+        }
         let text = body_text(&body)?;
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         let mut analysis = engine.analyse(dialect, text)?;
@@ -179,6 +192,21 @@ impl Filter {
         drop(engine);
         self.apply(shared, debug, &analysis, text, body.len(), ranked)?;
         Ok(Step::Done)
+    }
+
+    /// In search mode, an OpenAI Responses body whose `previous_response_id` names a response
+    /// id the client was shown in place of the one the provider stored (see
+    /// [`crate::search::alias`]), with the stored one.
+    fn resolve_alias(&self, dialect: Dialect, body: &[u8]) -> Option<String> {
+        if self.search_headers.is_none() || dialect != Dialect::OpenaiResponses {
+            return None;
+        }
+        let text = std::str::from_utf8(body).ok()?;
+        crate::search::alias::resolve(
+            &super::search::alias_store(),
+            text,
+            super::search::now_seconds(),
+        )
     }
 
     /// Writes the selected tools into the body and records what was done.
@@ -270,7 +298,15 @@ impl Filter {
         let metrics = &shared.metrics;
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let config = &engine.config;
-        let planned = crate::search::plan::plan(config, analysis, text);
+        let beta = headers
+            .iter()
+            .find(|(n, _)| n == "anthropic-beta")
+            .map_or("", |(_, v)| v.as_str());
+        let room = crate::search::plan::HeaderRoom {
+            held: self.headers_held,
+            anthropic_beta: beta,
+        };
+        let planned = crate::search::plan::plan(config, analysis, text, room);
         match planned {
             Some(crate::search::plan::Planned::Native) => {
                 metrics.add(metrics.search_native, 1);
@@ -290,11 +326,10 @@ impl Filter {
                 replace_request_body(shared, analysis, body_len, &plan.body, shown)?;
                 let session = crate::search::round::Session::new(config, analysis, text, plan);
                 metrics.add(metrics.search_requests, 1);
-                self.search = Some(Search::new(
-                    session,
-                    analysis.stream || path_stream,
-                    headers,
-                ));
+                let stream = analysis.stream || path_stream;
+                // Response headers are held only where holding request headers proved to work.
+                let responder = Responder::new(session, stream, self.headers_held);
+                self.search = Some(Search::new(responder, headers));
                 Ok(Some((shown, "search")))
             }
             None => Ok(None),
@@ -546,7 +581,7 @@ impl Context for Filter {
             return;
         };
         if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
-            if search.on_call(&shared, num_headers, body_size) {
+            if search.on_call(&shared, token_id, num_headers, body_size) {
                 if let Err(status) = host::resume(host::Stream::Response) {
                     log::warn!("cannot resume the response: {status:?}");
                 }
@@ -589,14 +624,9 @@ impl HttpContext for Filter {
                     if let Err(status) = host::remove_header(Headers::Request, "accept-encoding") {
                         log::debug!("cannot remove accept-encoding: {status:?}");
                     }
-                    // Search mode holds the request headers until the body phase, for two
-                    // reasons: a `native_search` rule may add `anthropic-beta`, and only the
-                    // body names the model; and a header map that was held stays readable, so
-                    // the follow-ups can copy the request as the router rewrote it (host, path,
-                    // added credentials). This relies on `allow_on_headers_stop_iteration:
-                    // true`, which search mode's response side needs anyway: without it Envoy
-                    // would also stop the body callbacks and the request would hang.
-                    return Action::Pause;
+                    if self.hold_headers(&shared) {
+                        return Action::Pause;
+                    }
                 }
                 // Filter mode: Continue, so no Envoy setting is needed (without
                 // `allow_on_headers_stop_iteration`, pausing here stalls the request until the
@@ -611,6 +641,13 @@ impl HttpContext for Filter {
         let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
+        if self.headers_held {
+            // Still held, unless the root context had to resume them (see `hold_headers`).
+            self.headers_held = shared
+                .watchdog
+                .try_borrow_mut()
+                .is_ok_and(|mut w| w.body_arrived(self.context_id));
+        }
         // `body_size` is the size of everything buffered so far, not of this chunk.
         let too_large = shared
             .engine
@@ -634,29 +671,27 @@ impl HttpContext for Filter {
         self.finish(&shared, dialect, usize::MAX)
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let Some(shared) = self.shared.as_ref() else {
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        let Ok(engine) = shared.engine.try_borrow() else {
-            return Action::Continue;
+        let (response_header, debug) = match shared.engine.try_borrow() {
+            Ok(engine) => (engine.config.response_header, engine.config.debug),
+            Err(_) => (false, false),
         };
-        if !engine.config.response_header || self.outcome.is_none() {
-            return Action::Continue;
-        }
-        let value = self.header_value();
-        add_response_header("x-toolsift", &value);
-        if let (true, Some(Outcome::Filtered { kept_names, .. })) =
-            (engine.config.debug, &self.outcome)
-        {
-            // Search mode ranks nothing up front: no empty header.
-            if !kept_names.is_empty() {
-                add_response_header("x-toolsift-tools", kept_names);
+        if response_header && self.outcome.is_some() {
+            add_response_header("x-toolsift", &self.header_value());
+            if let (true, Some(Outcome::Filtered { kept_names, .. })) = (debug, &self.outcome) {
+                // Search mode ranks nothing up front: no empty header.
+                if !kept_names.is_empty() {
+                    add_response_header("x-toolsift-tools", kept_names);
+                }
             }
         }
-        drop(engine);
+        // Search mode's response side never depends on `response_header`: with it off, the
+        // client would get the model's `find_tools` call.
         match self.search.as_mut() {
-            Some(search) => search.on_response_headers(shared),
+            Some(search) => search.on_response_headers(&shared, end_of_stream),
             None => Action::Continue,
         }
     }
@@ -667,6 +702,62 @@ impl HttpContext for Filter {
         };
         search.on_response_body(shared, body_size, end_of_stream)
     }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        // HTTP/2 responses that end with trailers: the body callback never saw end_of_stream.
+        let (Some(shared), Some(search)) = (self.shared.as_ref(), self.search.as_mut()) else {
+            return Action::Continue;
+        };
+        search.on_response_trailers(shared)
+    }
+
+    fn on_log(&mut self) {
+        if let (true, Some(shared)) = (self.headers_held, &self.shared) {
+            if let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() {
+                watchdog.ended(self.context_id);
+            }
+        }
+    }
+}
+
+impl Filter {
+    /// Search mode with `search.hold_headers`: holds the request headers until the body is read,
+    /// so a `native_search` rule can add `anthropic-beta` (only the body names the model) and
+    /// the follow-ups can copy the request as the router rewrote it (a header map that was held
+    /// stays readable). That needs Envoy's `allow_on_headers_stop_iteration: true`; whether it
+    /// is set shows in the traffic (`crate::search::hold`): until a held request has shown it,
+    /// the root context's tick resumes any held request whose body does not come.
+    fn hold_headers(&mut self, shared: &Shared) -> bool {
+        let wanted = shared
+            .engine
+            .try_borrow()
+            .is_ok_and(|e| e.config.search.hold_headers);
+        let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() else {
+            return false;
+        };
+        if !wanted || !watchdog.may_hold() {
+            return false;
+        }
+        if watchdog.held(self.context_id, now_millis()) {
+            let tick = Duration::from_millis(crate::search::hold::TICK_MS);
+            if let Err(status) = host::set_tick_period(tick) {
+                // Without the tick nothing could resume a stalled request: do not hold.
+                log::warn!("cannot start the tick that watches held requests: {status:?}");
+                watchdog.ended(self.context_id);
+                return false;
+            }
+        }
+        self.headers_held = true;
+        true
+    }
+}
+
+/// Milliseconds since the epoch by Envoy's clock (0 if it cannot be read).
+pub(super) fn now_millis() -> u64 {
+    host::now()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+        .unwrap_or(0)
 }
 
 /// In search mode, the request headers the follow-ups will carry, and whether the path asks

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub search_answered: u32,
     pub search_failed: u32,
     pub search_unreadable: u32,
+    /// Held requests resumed because Envoy did not deliver their body (no
+    /// `allow_on_headers_stop_iteration`).
+    pub search_headers_not_held: u32,
     /// The filter's own time per search round: reading the model's turn, searching, and
     /// building and sending the follow-up (model and network time excluded).
     pub search_round_time_us: u32,
@@ -83,6 +86,7 @@ impl Metrics {
             search_answered: counter("toolsift.search.answered")?,
             search_failed: counter("toolsift.search.failed")?,
             search_unreadable: counter("toolsift.search.unreadable")?,
+            search_headers_not_held: counter("toolsift.search.headers_not_held")?,
             search_round_time_us: host::define_metric(
                 MetricKind::Histogram,
                 "toolsift.search.round_time_us",

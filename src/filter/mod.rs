@@ -13,6 +13,7 @@ mod vectors;
 use crate::config::Config;
 use crate::embeddings::VectorCache;
 use crate::pipeline::Engine;
+use crate::search::hold::Watchdog;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -21,7 +22,9 @@ use std::rc::Rc;
 
 proxy_wasm::main! {{
     host::init_logging(log::LevelFilter::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
+        Box::new(Root { context_id, shared: None })
+    });
 }}
 
 /// What every request on this worker shares: built once in `on_configure`, never cloned.
@@ -33,6 +36,8 @@ pub(crate) struct Shared {
     vectors: Option<(VectorCache<vectors::SharedData>, String)>,
     /// New catalogs' tool vectors being fetched by the root context.
     backfill: RefCell<vectors::Backfill>,
+    /// Search mode's held request headers, and whether Envoy lets them be held.
+    watchdog: RefCell<Watchdog>,
 }
 
 impl Shared {
@@ -56,9 +61,45 @@ impl Shared {
     }
 }
 
-#[derive(Default)]
 struct Root {
+    context_id: u32,
     shared: Option<Rc<Shared>>,
+}
+
+impl Root {
+    /// Resumes the held requests whose body has not come (`crate::search::hold`): Envoy lacks
+    /// `allow_on_headers_stop_iteration`, and they would hang.
+    fn resume_stalled(&self, shared: &Shared) {
+        let stalled = match shared.watchdog.try_borrow_mut() {
+            Ok(mut watchdog) => watchdog.stalled(http::now_millis()),
+            Err(_) => return,
+        };
+        if stalled.is_empty() {
+            return;
+        }
+        for context in &stalled {
+            // A request that ended meanwhile is no longer a context: nothing to resume.
+            if host::set_effective_context(*context).is_ok() {
+                if let Err(status) = host::resume(host::Stream::Request) {
+                    log::debug!("cannot resume held request {context}: {status:?}");
+                }
+            }
+        }
+        if let Err(status) = host::set_effective_context(self.context_id) {
+            log::debug!("cannot return to the root context: {status:?}");
+        }
+        log::warn!(
+            "search.hold_headers: a request whose headers were held got no body within {} ms; \
+             Envoy's Wasm filter config lacks `allow_on_headers_stop_iteration: true` (Istio's \
+             WasmPlugin and Envoy Gateway cannot set it). This worker stops holding headers: \
+             search mode goes on without them (no anthropic-beta for native_search, follow-ups \
+             with the request's headers as the filter saw them, no x-toolsift-search).",
+            crate::search::hold::GRACE_MS
+        );
+        shared
+            .metrics
+            .add(shared.metrics.search_headers_not_held, stalled.len());
+    }
 }
 
 impl Context for Root {
@@ -155,31 +196,43 @@ impl RootContext for Root {
             metrics,
             vectors,
             backfill: RefCell::default(),
+            watchdog: RefCell::default(),
         }));
         true
     }
 
-    /// Sends the background calls requests queued.
+    /// Sends the background calls requests queued, and resumes held requests that stalled.
     fn on_tick(&mut self) {
-        let Some(shared) = &self.shared else {
+        let Some(shared) = self.shared.clone() else {
             return;
         };
-        let (Ok(engine), Ok(mut backfill)) =
+        if let (Ok(engine), Ok(mut backfill)) =
             (shared.engine.try_borrow(), shared.backfill.try_borrow_mut())
-        else {
-            return;
+        {
+            if let Some(e) = &engine.config.embeddings {
+                let (calls, inputs) = backfill.send(e);
+                shared.metrics.add(shared.metrics.embeddings_calls, calls);
+                shared.metrics.add(shared.metrics.embeddings_inputs, inputs);
+            }
+        }
+        self.resume_stalled(&shared);
+        // Tick again only while held requests are watched (a request that queues background
+        // calls sets its own period).
+        let watching = shared.watchdog.try_borrow().is_ok_and(|w| w.watching());
+        let period = if watching {
+            std::time::Duration::from_millis(crate::search::hold::TICK_MS)
+        } else {
+            std::time::Duration::ZERO
         };
-        if let Some(e) = &engine.config.embeddings {
-            let (calls, inputs) = backfill.send(e);
-            shared.metrics.add(shared.metrics.embeddings_calls, calls);
-            shared.metrics.add(shared.metrics.embeddings_inputs, inputs);
+        if let Err(status) = host::set_tick_period(period) {
+            log::debug!("cannot set the tick period: {status:?}");
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         // Returning None here would make the SDK panic; without a configuration the context
         // simply passes everything through.
-        Some(Box::new(http::Filter::new(self.shared.clone())))
+        Some(Box::new(http::Filter::new(self.shared.clone(), context_id)))
     }
 
     fn get_type(&self) -> Option<ContextType> {

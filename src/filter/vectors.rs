@@ -91,9 +91,6 @@ impl Backfill {
             }
             self.settle(&catalog);
         }
-        if let Err(status) = host::set_tick_period(Duration::ZERO) {
-            log::debug!("cannot stop the tick: {status:?}");
-        }
         (calls, inputs)
     }
 

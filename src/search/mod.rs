@@ -10,7 +10,10 @@
 //!
 //! Pure Rust, no proxy-wasm: the filter and the CLI share it.
 
+pub mod alias;
+pub mod hold;
 pub mod plan;
+pub mod respond;
 pub mod round;
 pub mod sse;
 pub mod wire;
@@ -37,10 +40,11 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// The sum, saturating: counts come from the provider and may be anything.
     pub fn plus(self, other: Usage) -> Usage {
         Usage {
-            input: self.input + other.input,
-            output: self.output + other.output,
+            input: self.input.saturating_add(other.input),
+            output: self.output.saturating_add(other.output),
         }
     }
 }

@@ -45,6 +45,59 @@ pub struct Plan {
     pub visible: Vec<bool>,
     /// The meta-tools' entries exactly as written into the tools array.
     pub meta_entries: Vec<String>,
+    /// The meta-tools' names in this request.
+    pub names: MetaNames,
+}
+
+/// The names of a request's meta-tools: `search.tool_name` and `use_tool`, unless a client tool
+/// already has that name. A client tool is never shadowed or duplicated: the meta-tool takes
+/// the first free name of `{name}_2`, `{name}_3`, … (the same for the same catalog, so every turn
+/// of an agent loop sees the same tools).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaNames {
+    pub find: String,
+    /// `None` unless `search.use_tool`.
+    pub use_tool: Option<String>,
+}
+
+impl MetaNames {
+    pub fn for_catalog(config: &Config, taken: impl Fn(&str) -> bool) -> MetaNames {
+        let mut chosen: Vec<String> = Vec::new();
+        let mut free = |base: &str| -> String {
+            let name = std::iter::once(base.to_owned())
+                .chain((2..).map(|n| format!("{base}_{n}")))
+                .find(|n| !taken(n) && !chosen.contains(n))
+                .unwrap_or_else(|| base.to_owned());
+            chosen.push(name.clone());
+            name
+        };
+        let find = free(&config.search.tool_name);
+        let use_tool = config.search.use_tool.then(|| free(USE_TOOL_NAME));
+        MetaNames { find, use_tool }
+    }
+
+    pub fn is_meta(&self, name: &str) -> bool {
+        name == self.find || self.use_tool.as_deref() == Some(name)
+    }
+
+    pub fn is_use_tool(&self, name: &str) -> bool {
+        self.use_tool.as_deref() == Some(name)
+    }
+}
+
+/// What the request's headers leave open to search mode.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeaderRoom<'a> {
+    /// The request headers are held: a header can still be added.
+    pub held: bool,
+    /// The client's own `anthropic-beta` value.
+    pub anthropic_beta: &'a str,
+}
+
+impl HeaderRoom<'_> {
+    fn has_beta(&self, beta: &str) -> bool {
+        self.anthropic_beta.split(',').any(|b| b.trim() == beta)
+    }
 }
 
 impl Plan {
@@ -126,9 +179,14 @@ pub fn entry_texts<'a>(container: &'a str, draft: &CatalogDraft) -> Vec<&'a str>
 }
 
 /// The meta-tools' entries in the dialect's format.
-pub fn meta_entries(config: &Config, dialect: Dialect, deferred_names: &[&str]) -> Vec<String> {
+pub fn meta_entries(
+    config: &Config,
+    names: &MetaNames,
+    dialect: Dialect,
+    deferred_names: &[&str],
+) -> Vec<String> {
     let wire = Wire(dialect);
-    let name = &config.search.tool_name;
+    let name = &names.find;
     let mut description = format!(
         "Search the tools available to you. Your tool list shows only some of them: when you \
          need a tool you do not see, call {name} with a few words saying what the tool should \
@@ -153,7 +211,7 @@ pub fn meta_entries(config: &Config, dialect: Dialect, deferred_names: &[&str]) 
         "required": ["query"]
     });
     let mut out = vec![wire.tool_entry(name, &description, &parameters)];
-    if config.search.use_tool {
+    if let Some(use_tool) = &names.use_tool {
         let parameters = json!({
             "type": "object",
             "properties": {
@@ -167,13 +225,18 @@ pub fn meta_entries(config: &Config, dialect: Dialect, deferred_names: &[&str]) 
              with params when they fit its parameters; otherwise you get its parameters back, \
              as from {name}, and can call it yourself."
         );
-        out.push(wire.tool_entry(USE_TOOL_NAME, &description, &parameters));
+        out.push(wire.tool_entry(use_tool, &description, &parameters));
     }
     out
 }
 
 /// Builds search mode's first request from the client's body and its analysis.
-pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned> {
+pub fn plan(
+    config: &Config,
+    analysis: &Analysis,
+    body: &str,
+    room: HeaderRoom<'_>,
+) -> Option<Planned> {
     let catalog = &analysis.catalog;
     let draft = &catalog.draft;
     let container = body.get(analysis.container.clone())?;
@@ -227,7 +290,7 @@ pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned>
         }
     }
 
-    if let Some((search_tool, beta)) = provider_search(config, analysis.dialect, body) {
+    if let Some((search_tool, beta)) = provider_search(config, analysis.dialect, body, room) {
         let tools = defer_for_provider(container, draft, &visible, &search_tool);
         // What the provider loads: the client's own `defer_loading`, else ours.
         let loaded = |i: usize| match texts.get(i) {
@@ -248,7 +311,10 @@ pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned>
         .filter(|&i| !visible.get(i).copied().unwrap_or(true))
         .filter_map(|i| catalog.name(i))
         .collect();
-    let meta = meta_entries(config, analysis.dialect, &deferred_names);
+    let names = MetaNames::for_catalog(config, |n| {
+        (0..texts.len()).any(|i| catalog.name(i) == Some(n))
+    });
+    let meta = meta_entries(config, &names, analysis.dialect, &deferred_names);
     let shown = order
         .iter()
         .filter_map(|&i| texts.get(i))
@@ -297,15 +363,19 @@ pub fn plan(config: &Config, analysis: &Analysis, body: &str) -> Option<Planned>
         body,
         visible,
         meta_entries: meta,
+        names,
     }))
 }
 
-/// The provider's search tool entry and the beta it needs, when a `search.native_search` rule
-/// matches the request's model and the dialect can defer tools.
+/// The provider's search tool entry and the beta to add, when a `search.native_search` rule
+/// matches the request's model and the dialect can defer tools. A rule whose beta the client did
+/// not send and toolsift cannot add (the request headers are not held) does not apply: the
+/// provider would refuse its search tool, and the gateway's own search serves instead.
 fn provider_search<'c>(
     config: &'c Config,
     dialect: Dialect,
     body: &str,
+    room: HeaderRoom<'_>,
 ) -> Option<(String, Option<&'c str>)> {
     let rules = &config.search.native_search;
     if rules.is_empty() {
@@ -330,7 +400,11 @@ fn provider_search<'c>(
         None => provider_default?,
     };
     let beta = (dialect == Dialect::Anthropic && !rule.anthropic_beta.is_empty())
-        .then_some(rule.anthropic_beta.as_str());
+        .then_some(rule.anthropic_beta.as_str())
+        .filter(|beta| !room.has_beta(beta));
+    if beta.is_some() && !room.held {
+        return None;
+    }
     Some((tool, beta))
 }
 
@@ -403,7 +477,16 @@ mod tests {
         let config = Config::from_json(config.as_bytes()).unwrap();
         let mut engine = Engine::new(config.clone());
         let analysis = engine.analyse(dialect, body).unwrap();
-        plan(&config, &analysis, body).unwrap()
+        plan(
+            &config,
+            &analysis,
+            body,
+            HeaderRoom {
+                held: true,
+                anthropic_beta: "",
+            },
+        )
+        .unwrap()
     }
 
     const RULES: &str = r#"{"mode":"search","min_tools":1,"always_include":["keep_me"],

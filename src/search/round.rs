@@ -8,10 +8,10 @@
 //! so the provider's prompt cache still holds. The last follow-up goes without the meta-tool,
 //! so the model must answer or call a real tool.
 
-use super::plan::{Plan, entry_texts, without_defer};
+use super::plan::{MetaNames, Plan, entry_texts, without_defer};
 use super::wire::Wire;
 use super::{Call, Edits, Reply, ToolResult, Usage};
-use crate::config::{Config, USE_TOOL_NAME};
+use crate::config::Config;
 use crate::dialect::{Layout, MAX_QUERY_BYTES};
 use crate::json::find_path;
 use crate::pipeline::{Analysis, header_safe};
@@ -60,8 +60,7 @@ pub struct Session {
     entries: Vec<String>,
     visible: Vec<bool>,
     meta_entries: Vec<String>,
-    tool_name: String,
-    use_tool: bool,
+    names: MetaNames,
     max_rounds: usize,
     /// Follow-ups sent so far.
     rounds: usize,
@@ -91,8 +90,7 @@ impl Session {
             entries,
             visible: plan.visible,
             meta_entries: plan.meta_entries,
-            tool_name: config.search.tool_name.clone(),
-            use_tool: config.search.use_tool,
+            names: plan.names.clone(),
             max_rounds: config.search.max_search_rounds,
             rounds: 0,
             usage: Vec::new(),
@@ -113,7 +111,7 @@ impl Session {
         let real_calls = reply.calls.len() > meta().count();
         let searching = !real_calls && self.rounds < self.max_rounds;
         let mut out: Vec<String> = Vec::new();
-        for call in meta().filter(|c| searching || c.name == USE_TOOL_NAME) {
+        for call in meta().filter(|c| searching || self.names.is_use_tool(&c.name)) {
             if let Some(query) = call_query(call) {
                 if !out.contains(&query) {
                     out.push(query);
@@ -179,7 +177,7 @@ impl Session {
     }
 
     pub fn is_meta(&self, name: &str) -> bool {
-        name == self.tool_name || (self.use_tool && name == USE_TOOL_NAME)
+        self.names.is_meta(name)
     }
 
     /// Decides what follows the model's turn `reply`.
@@ -208,7 +206,7 @@ impl Session {
                 .collect()
         };
         // A `use_tool` call that resolves is the model's answer: a direct call of that tool.
-        for call in meta.iter().filter(|c| c.name == USE_TOOL_NAME) {
+        for call in meta.iter().filter(|c| self.names.is_use_tool(&c.name)) {
             if let Some((name, params)) = self.resolve_use_tool(call) {
                 return Next::Deliver(Edits {
                     drop: drop_meta(Some(call)),
@@ -274,7 +272,7 @@ impl Session {
             .and_then(|a| a.get("limit").and_then(Value::as_f64))
             .map_or(DEFAULT_LIMIT, |l| l.clamp(1.0, MAX_LIMIT as f64) as usize);
         let found = self.search(&query, limit);
-        if call.name == USE_TOOL_NAME {
+        if self.names.is_use_tool(&call.name) {
             // use_tool's params did not fit its best tool: hand the model that tool's schema.
             let best: Vec<usize> = self.best_tool(&query).into_iter().collect();
             let content = json!({
@@ -381,12 +379,20 @@ impl Session {
             append_to_array(&body, tools_path, &items)?
         };
         if self.rounds + 1 >= self.max_rounds {
+            // The last round goes without the meta-tools, so the model answers or calls a real
+            // tool; unless they are its only tools: an empty tools array is refused by OpenAI
+            // and Anthropic, and Bedrock needs `toolConfig` once the conversation holds tool
+            // calls. A search then is answered by nothing: the client gets the turn without it.
+            let mut without = body.clone();
             for meta in &self.meta_entries {
-                let span = find_path(&body, tools_path)?;
-                let tools = body.get(span.clone())?;
-                if let Some(without) = remove_item(tools, meta) {
-                    body = splice(&body, span, &without)?;
+                let span = find_path(&without, tools_path)?;
+                let tools = without.get(span.clone())?;
+                if let Some(removed) = remove_item(tools, meta) {
+                    without = splice(&without, span, &removed)?;
                 }
+            }
+            if has_tools(&without, tools_path) {
+                body = without;
             }
         }
         Some(body)
@@ -492,6 +498,28 @@ pub fn append_to_array(body: &str, path: &[&str], items: &[String]) -> Option<St
         insert.push_str(item);
     }
     splice(body, close..close, &insert)
+}
+
+/// Whether the tools container at `path` still holds a tool (Gemini: a declaration, or a Tool
+/// object other than an emptied declarations group).
+fn has_tools(body: &str, path: &[&str]) -> bool {
+    let Some(tools) = find_path(body, path).and_then(|span| body.get(span)) else {
+        return false;
+    };
+    let Ok(items) = serde_json::from_str::<Vec<&serde_json::value::RawValue>>(tools) else {
+        return false;
+    };
+    items.iter().any(|item| {
+        let declarations =
+            find_path(item.get(), &["functionDeclarations"]).and_then(|span| item.get().get(span));
+        match declarations {
+            Some(d) => d
+                .trim_start_matches('[')
+                .trim_start()
+                .starts_with(|c| c != ']'),
+            None => true,
+        }
+    })
 }
 
 /// The array text without the item written exactly as `item`, and its separator.

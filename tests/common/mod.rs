@@ -266,6 +266,9 @@ fn spawn_envoy(config: &Path, log: &Path, extra_args: &[&str]) -> Child {
         .arg(config)
         .args(concurrency)
         .args(["--disable-hot-restart", "--log-level", "info"])
+        // Envoy writes its log file in batches (every 10 s by default): a test that reads the
+        // log (a warning, a panic) must see what was logged by then.
+        .args(["--file-flush-interval-msec", "50"])
         .args(extra_args)
         .arg("--log-path")
         .arg(log)

@@ -143,6 +143,17 @@ impl Wire {
         }
     }
 
+    /// The id of the response a whole event stream carries, where the dialect has stored
+    /// responses that later requests name (OpenAI Responses' `previous_response_id`).
+    pub fn stream_response_id(self, frames: &[Frame]) -> Option<String> {
+        match self.0 {
+            Dialect::OpenaiResponses => frames
+                .iter()
+                .find_map(|f| openai_responses::response_id(&f.data)),
+            _ => None,
+        }
+    }
+
     /// The conversation items that answer `results`, to append after the assistant turn.
     pub fn tool_results(self, results: &[ToolResult]) -> Vec<String> {
         match self.0 {

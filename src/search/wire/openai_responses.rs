@@ -11,7 +11,7 @@
 use super::super::sse::write_all;
 use super::super::{Edits, Frame, Opening, Reply, ToolResult, Usage};
 use super::openai_chat::{Fate, call, rename_splices, usage_splices};
-use super::splice::{apply_patches, write_patched};
+use super::splice::{apply_patches, json_string, write_patched};
 use crate::dialect::Problem;
 use crate::json::{Str, array_items, find_path};
 use crate::rewrite::ArrayLayout;
@@ -360,7 +360,13 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
     let mut items_sent: Vec<String> = Vec::new();
     let mut added = 0u64;
     let mut sequence = 0u64;
+    // The client holds this response's id from `response.created`: the continuation keeps it
+    // (the OpenAI SDK refuses a stream whose response id changes).
+    let mut shown_id: Option<String> = None;
     for frame in sent {
+        if shown_id.is_none() {
+            shown_id = response_id(&frame.data);
+        }
         let Ok(event) = serde_json::from_str::<Event>(&frame.data) else {
             continue;
         };
@@ -392,6 +398,9 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
             splices.push((span, sequence.to_string()));
             sequence = sequence.saturating_add(1);
         }
+        if let (Some(id), Some(span)) = (&shown_id, find_path(data, &["response", "id"])) {
+            splices.push((span, json_string(id)));
+        }
         if let (false, Some(span)) = (
             items_sent.is_empty(),
             find_path(data, &["response", "output"]),
@@ -408,6 +417,12 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
         write_patched(&mut out, frame, splices)?;
     }
     Ok(out)
+}
+
+/// The id of the response an event carries (`response.created`, `response.completed`, …).
+pub(super) fn response_id(data: &str) -> Option<String> {
+    let span = find_path(data, &["response", "id"])?;
+    serde_json::from_str(data.get(span)?).ok()
 }
 
 /// An event's `sequence_number`, if it has one.
