@@ -439,6 +439,32 @@ fn stats_and_headers_report_what_was_done() {
     assert_eq!(r.header("x-demo-tool-count"), Some("5"));
 }
 
+/// Tool names are client data: written into a response header they are percent-encoded, so a
+/// name holding CRLF cannot split the response (it did: `x-toolsift-tools: evil\r\nx-injected`).
+#[test]
+fn tool_names_in_headers_cannot_split_the_response() {
+    let gw = Gateway::start(r#"{"debug": true, "top_k": 3}"#);
+    let mut tools = common::catalog();
+    tools.push(serde_json::json!({"type": "function", "function": {
+        "name": "evil\r\nx-injected: yes\r\n\r\n<html>",
+        "description": "Translate a paragraph into German",
+        "parameters": {"type": "object", "properties": {}}}}));
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "translate this paragraph into German"}],
+        "tools": tools,
+    });
+    let r = gw.post("/v1/chat/completions", &[], body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-injected"), None, "{:?}", r.headers);
+    let names = r.header("x-toolsift-tools").unwrap();
+    assert!(
+        names.contains("evil%0D%0Ax-injected:%20yes%0D%0A%0D%0A%3Chtml%3E"),
+        "{names}"
+    );
+    assert!(!gw.log_text().contains("panicked"));
+}
+
 #[test]
 fn invalid_configuration_keeps_envoy_from_starting() {
     for (config, field) in [

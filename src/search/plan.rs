@@ -580,6 +580,79 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_needing_a_beta_toolsift_cannot_add_does_not_apply() {
+        let config = Config::from_json(RULES.as_bytes()).unwrap();
+        let body = anthropic_body("claude-opus-4-5");
+        let mut engine = Engine::new(config.clone());
+        let analysis = engine.analyse(Dialect::Anthropic, &body).unwrap();
+        let plan_with = |held: bool, beta: &str| {
+            let room = HeaderRoom {
+                held,
+                anthropic_beta: beta,
+            };
+            plan(&config, &analysis, &body, room).unwrap()
+        };
+        // Headers not held, no beta from the client: the gateway's own search.
+        assert!(matches!(plan_with(false, ""), Planned::Search(_)));
+        // The client sent the beta: the provider searches, and there is nothing to add.
+        let beta = format!(
+            "prompt-caching-2024-07-31, {}",
+            crate::config::TOOL_SEARCH_BETA
+        );
+        let Planned::Provider(p) = plan_with(false, &beta) else {
+            panic!("the client's beta serves");
+        };
+        assert_eq!(p.beta, None);
+        // Held: toolsift adds it.
+        let Planned::Provider(p) = plan_with(true, "") else {
+            panic!("held headers take the beta");
+        };
+        assert_eq!(p.beta.as_deref(), Some(crate::config::TOOL_SEARCH_BETA));
+    }
+
+    #[test]
+    fn meta_tools_never_shadow_a_client_tool() {
+        let config =
+            Config::from_json(br#"{"mode":"search","min_tools":1,"search":{"use_tool":true}}"#)
+                .unwrap();
+        let taken = ["find_tools", "find_tools_2", "use_tool"];
+        let names = MetaNames::for_catalog(&config, |n| taken.contains(&n));
+        assert_eq!(names.find, "find_tools_3");
+        assert_eq!(names.use_tool.as_deref(), Some("use_tool_2"));
+        assert!(names.is_meta("find_tools_3") && names.is_meta("use_tool_2"));
+        assert!(!names.is_meta("find_tools") && !names.is_meta("use_tool"));
+        let free = MetaNames::for_catalog(&config, |_| false);
+        assert_eq!(
+            (free.find.as_str(), free.use_tool.as_deref()),
+            ("find_tools", Some("use_tool"))
+        );
+        // In a plan: the meta-tool takes the free name; the client's tool stays as written.
+        let body = r#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"find my tools"}],
+"tools":[{"name":"find_tools","description":"Find tools in the workshop","input_schema":{}},
+{"name":"get_weather","input_schema":{}}]}"#;
+        let Planned::Search(plan) = planned(
+            r#"{"mode":"search","min_tools":1,"always_include":["find_tools"]}"#,
+            Dialect::Anthropic,
+            body,
+        ) else {
+            panic!("searched");
+        };
+        assert_eq!(plan.names.find, "find_tools_2");
+        let sent: Value = serde_json::from_str(&plan.body).unwrap();
+        let names: Vec<&str> = sent["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["find_tools_2", "find_tools"]);
+        assert_eq!(
+            sent["tools"][1]["description"],
+            "Find tools in the workshop"
+        );
+    }
+
+    #[test]
     fn defer_marker() {
         assert_eq!(with_defer(r#"{"a":1}"#), r#"{"a":1,"defer_loading":true}"#);
         assert_eq!(with_defer("{ }"), r#"{ "defer_loading":true}"#);

@@ -750,3 +750,7 @@ fn error_event(body: &str) -> String {
     Frame::named("error", body.replace('\n', " ")).write(&mut out);
     out
 }
+
+#[cfg(test)]
+#[path = "respond_tests.rs"]
+mod tests;

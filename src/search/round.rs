@@ -51,6 +51,7 @@ pub enum Next {
 }
 
 /// One request's search, across its rounds.
+#[derive(Clone)]
 pub struct Session {
     wire: Wire,
     /// The last request body sent upstream.
@@ -542,4 +543,273 @@ fn remove_item(array: &str, item: &str) -> Option<String> {
         return splice(array, before - 1..end, "");
     }
     splice(array, start..end, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::Dialect;
+    use crate::pipeline::Engine;
+    use crate::search::plan::{HeaderRoom, Planned, plan};
+
+    /// An OpenAI Chat request with `n` tools (one of them `get_weather`), and its session.
+    fn session(config: &str, n: usize) -> (Session, String) {
+        let config = Config::from_json(config.as_bytes()).unwrap();
+        let mut tools: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"type":"function","function":{{"name":"tool_{i}","description":"Does chore {i}","parameters":{{"type":"object"}}}}}}"#
+                )
+            })
+            .collect();
+        tools.push(r#"{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}"#.to_owned());
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"What is the weather in Paris?"}}],"tools":[{}]}}"#,
+            tools.join(",")
+        );
+        let mut engine = Engine::new(config.clone());
+        let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        let room = HeaderRoom::default();
+        let Some(Planned::Search(plan)) = plan(&config, &analysis, &body, room) else {
+            panic!("planned");
+        };
+        (Session::new(&config, &analysis, &body, plan), body)
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> Call {
+        Call {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn reply(calls: Vec<Call>, usage: (u64, u64)) -> Reply {
+        let turn = calls
+            .iter()
+            .map(|c| {
+                format!(
+                    r#"{{"role":"assistant","tool_calls":[{{"id":"{}","type":"function","function":{{"name":"{}","arguments":{}}}}}]}}"#,
+                    c.id,
+                    c.name,
+                    serde_json::Value::String(c.arguments.clone())
+                )
+            })
+            .collect();
+        Reply {
+            calls,
+            usage: Some(Usage {
+                input: usage.0,
+                output: usage.1,
+            }),
+            turn,
+        }
+    }
+
+    const SEARCH: &str = r#"{"mode":"search","min_tools":3}"#;
+
+    #[test]
+    fn a_search_is_answered_with_a_follow_up_that_only_appends() {
+        let (mut s, _) = session(SEARCH, 30);
+        let first_body = s.body().to_owned();
+        let search = reply(
+            vec![call("c1", "find_tools", r#"{"query":"weather in a city"}"#)],
+            (100, 10),
+        );
+        let Next::FollowUp(body) = s.on_reply(&search) else {
+            panic!("a follow-up");
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        // The conversation: the question, the model's turn, the tool result.
+        let messages = v["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[2]["role"], "tool");
+        assert_eq!(messages[2]["tool_call_id"], "c1");
+        let result: serde_json::Value =
+            serde_json::from_str(messages[2]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(result["tools"][0]["name"], "get_weather");
+        assert_eq!(result["tools"][0]["parameters"]["required"][0], "city");
+        // The tools: the first request's, then what was found, as the client wrote it.
+        let first: serde_json::Value = serde_json::from_str(&first_body).unwrap();
+        let (t1, t2) = (
+            first["tools"].as_array().unwrap(),
+            v["tools"].as_array().unwrap(),
+        );
+        assert_eq!(t2[..t1.len()], t1[..], "prefix-stable");
+        assert!(
+            t2[t1.len()..]
+                .iter()
+                .any(|t| t["function"]["name"] == "get_weather")
+        );
+        assert_eq!(s.found()[0], "get_weather");
+        assert_eq!(s.rounds(), 1);
+        // Then the model calls the tool: delivered, with the usage of both rounds.
+        let done = reply(
+            vec![call("c2", "get_weather", r#"{"city":"Paris"}"#)],
+            (300, 20),
+        );
+        let Next::Deliver(edits) = s.on_reply(&done) else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, Vec::<String>::new());
+        assert_eq!(
+            edits.usage,
+            Some(Usage {
+                input: 400,
+                output: 30
+            })
+        );
+        assert!(
+            s.header_value().starts_with("rounds=1 found=get_weather"),
+            "{}",
+            s.header_value()
+        );
+    }
+
+    #[test]
+    fn an_empty_query_gets_an_error_never_the_catalog() {
+        let (mut s, _) = session(SEARCH, 30);
+        let Next::FollowUp(body) = s.on_reply(&reply(
+            vec![call("c", "find_tools", r#"{"query":"  "}"#)],
+            (1, 1),
+        )) else {
+            panic!("answered");
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let content = v["messages"][2]["content"].as_str().unwrap();
+        assert!(content.contains("needs a query"), "{content}");
+        assert!(s.found().is_empty());
+    }
+
+    #[test]
+    fn searches_beside_real_calls_are_dropped() {
+        let (mut s, _) = session(SEARCH, 30);
+        let mixed = reply(
+            vec![
+                call("c1", "find_tools", r#"{"query":"x"}"#),
+                call("c2", "tool_3", "{}"),
+            ],
+            (5, 5),
+        );
+        assert_eq!(
+            s.on_reply(&mixed),
+            Next::Deliver(Edits {
+                drop: vec!["c1".into()],
+                ..Edits::default()
+            })
+        );
+    }
+
+    #[test]
+    fn the_last_round_goes_without_the_meta_tool_unless_it_is_alone() {
+        // With other tools shown, the last follow-up drops the meta-tool.
+        let (mut s, _) = session(
+            r#"{"mode":"search","min_tools":3,"search":{"max_search_rounds":1}}"#,
+            30,
+        );
+        let Next::FollowUp(body) = s.on_reply(&reply(
+            vec![call("c", "find_tools", r#"{"query":"weather"}"#)],
+            (1, 1),
+        )) else {
+            panic!("answered");
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<&str> = v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            !names.contains(&"find_tools") && names.contains(&"get_weather"),
+            "{names:?}"
+        );
+        // A search that finds nothing leaves the meta-tool alone: it stays, never `"tools":[]`.
+        let (mut s, _) = session(
+            r#"{"mode":"search","min_tools":3,"search":{"max_search_rounds":1}}"#,
+            30,
+        );
+        let Next::FollowUp(body) = s.on_reply(&reply(
+            vec![call("c", "find_tools", r#"{"query":"zzzz qqqq"}"#)],
+            (1, 1),
+        )) else {
+            panic!("answered");
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let names: Vec<&str> = v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["find_tools"]);
+        // Past the last round a stray search is dropped.
+        let stray = reply(
+            vec![call("c9", "find_tools", r#"{"query":"more"}"#)],
+            (1, 1),
+        );
+        let Next::Deliver(edits) = s.on_reply(&stray) else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, ["c9"]);
+    }
+
+    #[test]
+    fn use_tool_with_fitting_params_becomes_the_call() {
+        let (mut s, _) = session(
+            r#"{"mode":"search","min_tools":3,"search":{"use_tool":true}}"#,
+            30,
+        );
+        let fits = reply(
+            vec![call(
+                "u",
+                "use_tool",
+                r#"{"query":"weather in a city","params":{"city":"Paris"}}"#,
+            )],
+            (1, 1),
+        );
+        let Next::Deliver(edits) = s.on_reply(&fits) else {
+            panic!("resolved");
+        };
+        assert_eq!(
+            edits.rename,
+            [(
+                "u".to_owned(),
+                "get_weather".to_owned(),
+                r#"{"city":"Paris"}"#.to_owned()
+            )]
+        );
+        // Params that miss a required key: the tool's schema comes back instead.
+        let (mut s, _) = session(
+            r#"{"mode":"search","min_tools":3,"search":{"use_tool":true}}"#,
+            30,
+        );
+        let missing = reply(
+            vec![call(
+                "u",
+                "use_tool",
+                r#"{"query":"weather in a city","params":{}}"#,
+            )],
+            (1, 1),
+        );
+        assert!(matches!(s.on_reply(&missing), Next::FollowUp(_)));
+    }
+
+    #[test]
+    fn usage_sums_saturate() {
+        let big = Usage {
+            input: u64::MAX - 1,
+            output: 3,
+        };
+        assert_eq!(
+            big.plus(Usage {
+                input: 9,
+                output: 4
+            }),
+            Usage {
+                input: u64::MAX,
+                output: 7
+            }
+        );
+    }
 }

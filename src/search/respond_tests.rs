@@ -1,0 +1,695 @@
+//! The response-side machine against the providers' recorded answers (`../shared/conformance`),
+//! cut into chunks at every byte, through a mock of Envoy's buffering: what a paused callback
+//! keeps stays in the buffer, what a callback lets continue goes to the client.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use super::*;
+use crate::config::Config;
+use crate::dialect::Dialect;
+use crate::embeddings::MemoryBytes;
+use crate::pipeline::Engine;
+use crate::search::plan::{HeaderRoom, Planned, plan};
+use crate::search::wire::Wire;
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+
+/// Envoy as the machine sees it: one response's body buffer, the client's side of it, and the
+/// calls sent.
+#[derive(Default)]
+struct Envoy {
+    /// What Envoy holds (paused callbacks keep it).
+    buffer: RefCell<Vec<u8>>,
+    /// What the client received.
+    client: RefCell<Vec<u8>>,
+    headers: RefCell<Vec<(String, String)>>,
+    follow_ups: RefCell<Vec<String>>,
+    embeddings: RefCell<Vec<Vec<String>>>,
+    events: RefCell<Vec<Event>>,
+    aliases: RefCell<Vec<(String, String)>>,
+    /// Bytes the machine read from the buffer.
+    read: Cell<usize>,
+    /// Refuse to send follow-ups (a cluster that does not exist).
+    refuse_calls: bool,
+}
+
+impl Host for Envoy {
+    type Store = MemoryBytes;
+
+    fn body(&self, start: usize, len: usize) -> Vec<u8> {
+        let buffer = self.buffer.borrow();
+        let end = (start + len).min(buffer.len());
+        let bytes = buffer.get(start.min(end)..end).unwrap_or_default().to_vec();
+        self.read.set(self.read.get() + bytes.len());
+        bytes
+    }
+
+    fn replace_body(&self, len: usize, bytes: &[u8]) {
+        let mut buffer = self.buffer.borrow_mut();
+        let len = len.min(buffer.len());
+        buffer.splice(..len, bytes.iter().copied());
+    }
+
+    fn set_header(&self, name: &str, value: &str) {
+        let mut headers = self.headers.borrow_mut();
+        headers.retain(|(n, _)| n != name);
+        headers.push((name.to_owned(), value.to_owned()));
+    }
+
+    fn send_follow_up(&self, body: &str) -> Option<u32> {
+        if self.refuse_calls {
+            return None;
+        }
+        self.follow_ups.borrow_mut().push(body.to_owned());
+        Some(100 + self.follow_ups.borrow().len() as u32)
+    }
+
+    fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
+        self.embeddings
+            .borrow_mut()
+            .push(inputs.iter().map(|s| s.to_string()).collect());
+        Some(900)
+    }
+
+    fn count(&self, event: Event) {
+        self.events.borrow_mut().push(event);
+    }
+
+    fn now_micros(&self) -> Option<u64> {
+        Some(0)
+    }
+
+    fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>> {
+        None
+    }
+
+    fn remember_alias(&self, shown: &str, real: &str) {
+        self.aliases
+            .borrow_mut()
+            .push((shown.to_owned(), real.to_owned()));
+    }
+}
+
+impl Envoy {
+    /// A body callback with `chunk` arriving: what continues goes to the client.
+    fn feed(&self, machine: &mut Responder, chunk: &[u8], end: bool) -> Flow {
+        self.buffer.borrow_mut().extend_from_slice(chunk);
+        let size = self.buffer.borrow().len();
+        let flow = machine.on_body(self, size, end);
+        if flow == Flow::Continue {
+            self.flush();
+        }
+        flow
+    }
+
+    fn flush(&self) {
+        let bytes: Vec<u8> = self.buffer.borrow_mut().drain(..).collect();
+        self.client.borrow_mut().extend(bytes);
+    }
+
+    /// A call answered; a machine that resumes lets the buffer go.
+    fn answer(&self, machine: &mut Responder, token: u32, answer: Answer) {
+        if machine.on_call(self, token, answer) {
+            self.flush();
+        }
+    }
+
+    fn client_text(&self) -> String {
+        String::from_utf8(self.client.borrow().clone()).unwrap()
+    }
+
+    fn counted(&self, event: Event) -> usize {
+        self.events.borrow().iter().filter(|e| **e == event).count()
+    }
+}
+
+fn conformance(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/conformance")
+        .join(dir)
+}
+
+/// The recorded files of `dir` whose names end with `suffix`, sorted: (name, text).
+fn recordings(dir: &str, suffix: &str) -> Vec<(String, String)> {
+    let path = conformance(dir);
+    let mut out: Vec<(String, String)> = std::fs::read_dir(&path)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (../shared must sit beside the repository)",
+                path.display()
+            )
+        })
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn dialect_dir(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenaiChat => "openai-chat",
+        Dialect::OpenaiResponses => "openai-responses",
+        Dialect::Anthropic => "anthropic-messages",
+        Dialect::Gemini => "gemini",
+        Dialect::Bedrock => "bedrock-converse",
+    }
+}
+
+/// The calls of a recorded answer, read as the machine reads them.
+fn calls_of(dialect: Dialect, text: &str, stream: bool) -> Vec<String> {
+    let wire = Wire(dialect);
+    let reply = if stream {
+        wire.read_stream(&sse::frames(text).0)
+    } else {
+        wire.read_reply(text)
+    };
+    reply
+        .map(|r| r.calls.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default()
+}
+
+/// A search-mode request of `dialect` whose catalog holds `names` and 24 other tools, and the
+/// machine for its response. Sessions are built once per catalog (the tests run thousands).
+fn machine(dialect: Dialect, names: &[String], stream: bool, hold: bool) -> Responder {
+    thread_local! {
+        static BUILT: RefCell<Vec<((Dialect, Vec<String>, bool), Session)>> = const { RefCell::new(Vec::new()) };
+    }
+    let key = (dialect, names.to_vec(), stream);
+    let session = BUILT.with(|built| {
+        let mut built = built.borrow_mut();
+        if let Some((_, s)) = built.iter().find(|(k, _)| *k == key) {
+            return s.clone();
+        }
+        let s = session(dialect, names, stream);
+        built.push((key, s.clone()));
+        s
+    });
+    Responder::new(session, stream, hold)
+}
+
+fn session(dialect: Dialect, names: &[String], stream: bool) -> Session {
+    let config = Config::from_json(br#"{"mode":"search","min_tools":3}"#).unwrap();
+    let wire = Wire(dialect);
+    let params = serde_json::json!({"type":"object","properties":{"q":{"type":"string"}}});
+    let mut entries: Vec<String> = names
+        .iter()
+        .map(|n| wire.tool_entry(n, "A recorded tool", &params))
+        .collect();
+    entries.extend(
+        (0..24).map(|i| wire.tool_entry(&format!("filler_{i}"), "Does filler things", &params)),
+    );
+    let tools = entries.join(",");
+    let body = match dialect {
+        Dialect::OpenaiChat => format!(
+            r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"weather?"}}],"tools":[{tools}]}}"#
+        ),
+        Dialect::OpenaiResponses => {
+            format!(r#"{{"model":"m","stream":{stream},"input":"weather?","tools":[{tools}]}}"#)
+        }
+        Dialect::Anthropic => format!(
+            r#"{{"model":"m","max_tokens":64,"stream":{stream},"messages":[{{"role":"user","content":"weather?"}}],"tools":[{tools}]}}"#
+        ),
+        Dialect::Gemini => format!(
+            r#"{{"contents":[{{"role":"user","parts":[{{"text":"weather?"}}]}}],"tools":[{{"functionDeclarations":[{tools}]}}]}}"#
+        ),
+        Dialect::Bedrock => format!(
+            r#"{{"messages":[{{"role":"user","content":[{{"text":"weather?"}}]}}],"toolConfig":{{"tools":[{tools}]}}}}"#
+        ),
+    };
+    let mut engine = Engine::new(config.clone());
+    let analysis = engine.analyse(dialect, &body).unwrap();
+    let room = HeaderRoom {
+        held: true,
+        anthropic_beta: "",
+    };
+    let Some(Planned::Search(plan)) = plan(&config, &analysis, &body, room) else {
+        panic!("not planned");
+    };
+    Session::new(&config, &analysis, &body, plan)
+}
+
+fn head(content_type: &str) -> Head {
+    Head {
+        status: Some("200".into()),
+        content_type: Some(content_type.into()),
+        content_encoding: None,
+        end_of_stream: false,
+    }
+}
+
+/// What one run of a response through the machine gave.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    client: String,
+    follow_ups: usize,
+    headers: Vec<(String, String)>,
+}
+
+/// Feeds `first` in the chunks `cuts` makes (byte offsets), `ends_with_trailers` or not, and
+/// answers every follow-up with `next` (a whole answer of the same dialect).
+fn run(
+    dialect: Dialect,
+    names: &[String],
+    stream: bool,
+    hold: bool,
+    first: &str,
+    next: &str,
+    cuts: &[usize],
+    ends_with_trailers: bool,
+) -> (Outcome, Envoy) {
+    let mut m = machine(dialect, names, stream, hold);
+    let envoy = Envoy::default();
+    let content_type = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let step = m.on_headers(&envoy, &head(content_type));
+    assert!(step.drop_content_length);
+    assert_eq!(step.flow == Flow::Pause, hold);
+    let bytes = first.as_bytes();
+    let mut at = 0;
+    let mut pieces: Vec<&[u8]> = Vec::new();
+    for &cut in cuts.iter().chain(std::iter::once(&bytes.len())) {
+        pieces.push(&bytes[at..cut]);
+        at = cut;
+    }
+    let last = pieces.len() - 1;
+    for (i, piece) in pieces.iter().enumerate() {
+        let end = i == last && !ends_with_trailers;
+        envoy.feed(&mut m, piece, end);
+    }
+    if ends_with_trailers && m.on_trailers(&envoy) == Flow::Continue {
+        envoy.flush();
+    }
+    // Answer follow-ups until the machine lets the response go.
+    let mut answered = 0;
+    while let Some(token) = m.token() {
+        answered += 1;
+        assert!(answered < 10, "follow-ups never end");
+        let answer = Answer {
+            status: Some(200),
+            content_type: Some(content_type.into()),
+            body: next.as_bytes().to_vec(),
+        };
+        envoy.answer(&mut m, token, answer);
+    }
+    assert!(
+        envoy.buffer.borrow().is_empty(),
+        "nothing left in Envoy's buffer"
+    );
+    // Each byte of the response is read once at most: linear work.
+    assert!(
+        envoy.read.get() <= bytes.len(),
+        "read {} of {} bytes",
+        envoy.read.get(),
+        bytes.len()
+    );
+    let outcome = Outcome {
+        client: envoy.client_text(),
+        follow_ups: envoy.follow_ups.borrow().len(),
+        headers: envoy.headers.borrow().clone(),
+    };
+    (outcome, envoy)
+}
+
+/// Every split of `text` into two chunks, plus one-byte chunks.
+fn splits(text: &str) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = (0..=text.len()).map(|cut| vec![cut]).collect();
+    out.push((1..text.len()).collect());
+    out
+}
+
+/// The recorded answer with every call of `name` made a call of the meta-tool.
+fn as_search(text: &str, name: &str) -> String {
+    text.replace(&format!("\"{name}\""), "\"find_tools\"")
+}
+
+const SSE_DIALECTS: [Dialect; 4] = [
+    Dialect::OpenaiChat,
+    Dialect::OpenaiResponses,
+    Dialect::Anthropic,
+    Dialect::Gemini,
+];
+
+/// Recorded streams with real calls, and text answers: the client gets them byte for byte,
+/// whatever the chunking, held headers or not, trailers or not.
+#[test]
+fn recorded_streams_reach_the_client_unchanged() {
+    for dialect in SSE_DIALECTS {
+        for (name, text) in recordings(dialect_dir(dialect), ".response.sse") {
+            let names = calls_of(dialect, &text, true);
+            // Every chunking; then held headers and trailers, whole and in one-byte chunks.
+            let variants = splits(&text)
+                .into_iter()
+                .map(|cuts| (cuts, false, false))
+                .chain([false, true].into_iter().flat_map(|trailers| {
+                    [Vec::new(), (1..text.len()).collect()]
+                        .into_iter()
+                        .map(move |cuts| (cuts, true, trailers))
+                }));
+            for (cuts, hold, trailers) in variants {
+                let (outcome, _) = run(dialect, &names, true, hold, &text, "", &cuts, trailers);
+                assert_eq!(outcome.follow_ups, 0, "{name}");
+                assert_eq!(outcome.client, text, "{name} cut at {cuts:?}");
+            }
+        }
+    }
+}
+
+/// Recorded streams whose first call is made a `find_tools` call: whatever the chunking (the
+/// call starting in the last chunk included), the client never sees it, one follow-up is sent,
+/// and the client's stream is the same for every chunking.
+#[test]
+fn recorded_streams_calling_find_tools_are_answered() {
+    for dialect in SSE_DIALECTS {
+        let recorded = recordings(dialect_dir(dialect), ".response.sse");
+        let next = recorded
+            .iter()
+            .find(|(n, t)| n.starts_with("text-stream") && calls_of(dialect, t, true).is_empty())
+            .map(|(_, t)| t.clone())
+            .unwrap_or_else(|| panic!("{dialect}: a recorded text stream"));
+        for (name, text) in &recorded {
+            let names = calls_of(dialect, text, true);
+            let Some(first_call) = names.first() else {
+                continue;
+            };
+            let searching = as_search(text, first_call);
+            let mut seen: Option<Outcome> = None;
+            for cuts in splits(&searching) {
+                let (outcome, envoy) = run(
+                    dialect, &names, true, false, &searching, &next, &cuts, false,
+                );
+                let client_calls = calls_of(dialect, &outcome.client, true);
+                assert!(
+                    !client_calls.iter().any(|c| c == "find_tools"),
+                    "{name} cut at {cuts:?}: {}",
+                    outcome.client
+                );
+                let only_search = names.iter().all(|n| n == first_call);
+                assert_eq!(outcome.follow_ups, usize::from(only_search), "{name}");
+                assert!(
+                    !outcome.client.is_empty() && sse::frames(&outcome.client).1 > 0,
+                    "{name}: an event stream"
+                );
+                assert_eq!(envoy.counted(Event::Round(Some(0))), outcome.follow_ups);
+                match &seen {
+                    None => seen = Some(outcome),
+                    Some(first) => assert_eq!(
+                        &outcome, first,
+                        "{name}: the same stream for every chunking (cut at {cuts:?})"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// A stream that starts with text and calls `find_tools` after it: the text goes to the client
+/// as it comes, the call never does, and the next round's stream follows as the continuation.
+/// OpenAI Responses keeps one response id, and the id the provider stored is remembered.
+#[test]
+fn text_first_streams_continue_with_the_next_round() {
+    for (dialect, file, next_file) in [
+        (
+            Dialect::Anthropic,
+            "text-then-parallel-tool-use-stream.response.sse",
+            "text-stream-after-tool-results.response.sse",
+        ),
+        (
+            Dialect::OpenaiResponses,
+            "text-then-function-call-stream.response.sse",
+            "text-stream.response.sse",
+        ),
+        (
+            Dialect::Gemini,
+            "text-then-function-call-stream.response.sse",
+            "text-stream.response.sse",
+        ),
+    ] {
+        let dir = dialect_dir(dialect);
+        let text = std::fs::read_to_string(conformance(dir).join(file)).unwrap();
+        let next = std::fs::read_to_string(conformance(dir).join(next_file)).unwrap();
+        let names = calls_of(dialect, &text, true);
+        // Every call made a search, so the turn is answered with a follow-up.
+        let mut searching = text.clone();
+        for n in &names {
+            searching = as_search(&searching, n);
+        }
+        let (outcome, envoy) = run(dialect, &names, true, false, &searching, &next, &[], false);
+        assert_eq!(outcome.follow_ups, 1, "{dialect}");
+        assert_eq!(
+            envoy.counted(Event::Released),
+            1,
+            "{dialect}: released at its text"
+        );
+        // The client got the first round's events up to the call, then the next round's.
+        let frames = sse::frames(&outcome.client).0;
+        let first = sse::frames(&searching).0;
+        let wire = Wire(dialect);
+        let before_call = first
+            .iter()
+            .take_while(|f| !wire.calls_started(f).iter().any(|c| c == "find_tools"))
+            .count();
+        assert!(before_call > 0);
+        assert_eq!(frames[..before_call], first[..before_call], "{dialect}");
+        assert!(
+            calls_of(dialect, &outcome.client, true).is_empty(),
+            "{dialect}"
+        );
+        if dialect == Dialect::OpenaiResponses {
+            let ids: Vec<String> = frames
+                .iter()
+                .filter_map(|f| {
+                    crate::search::wire::Wire(dialect).stream_response_id(std::slice::from_ref(f))
+                })
+                .collect();
+            assert!(ids.len() >= 2);
+            assert!(
+                ids.iter().all(|id| *id == ids[0]),
+                "one response id: {ids:?}"
+            );
+            let real = wire.stream_response_id(&sse::frames(&next).0).unwrap();
+            assert_eq!(*envoy.aliases.borrow(), [(ids[0].clone(), real)]);
+        }
+    }
+}
+
+/// A recorded thinking prelude holds the stream until the first output decides.
+#[test]
+fn a_thinking_prelude_is_held_until_the_model_decides() {
+    let dir = dialect_dir(Dialect::Anthropic);
+    let text = std::fs::read_to_string(conformance(dir).join("thinking-text-stream.response.sse"))
+        .unwrap();
+    let thinking_end = text.find("\"type\":\"text\"").unwrap();
+    let mut m = machine(Dialect::Anthropic, &[], true, false);
+    let envoy = Envoy::default();
+    m.on_headers(&envoy, &head("text/event-stream"));
+    assert_eq!(
+        envoy.feed(&mut m, &text.as_bytes()[..thinking_end], false),
+        Flow::Pause,
+        "thinking alone decides nothing"
+    );
+    assert!(envoy.client.borrow().is_empty());
+    envoy.feed(&mut m, &text.as_bytes()[thinking_end..], true);
+    assert_eq!(envoy.client_text(), text);
+}
+
+/// Whole (not streamed) recorded answers: real calls go through untouched; a search is
+/// answered and the client gets the follow-up's answer, with held headers its
+/// `x-toolsift-search`, and the usage of both rounds.
+#[test]
+fn recorded_whole_answers() {
+    for dialect in [
+        Dialect::OpenaiChat,
+        Dialect::OpenaiResponses,
+        Dialect::Anthropic,
+        Dialect::Gemini,
+        Dialect::Bedrock,
+    ] {
+        let recorded: Vec<(String, String)> = recordings(dialect_dir(dialect), ".response.json")
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with("error-") && !n.contains("stream"))
+            .collect();
+        for (name, text) in &recorded {
+            let names = calls_of(dialect, text, false);
+            let (outcome, _) = run(
+                dialect,
+                &names,
+                false,
+                true,
+                text,
+                "",
+                &[text.len() / 2],
+                false,
+            );
+            assert_eq!(outcome.client, *text, "{name}: untouched");
+            let Some(first_call) = names.first() else {
+                continue;
+            };
+            if names.iter().any(|n| n != first_call) {
+                continue;
+            }
+            let searching = as_search(text, first_call);
+            for cuts in splits(&searching) {
+                let (outcome, _) =
+                    run(dialect, &names, false, true, &searching, text, &cuts, false);
+                // The follow-up's answer is the recorded one, calling the real tool.
+                assert_eq!(outcome.follow_ups, 1, "{name}");
+                let calls = calls_of(dialect, &outcome.client, false);
+                assert_eq!(calls, names, "{name}: {}", outcome.client);
+                let header = outcome
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == "x-toolsift-search")
+                    .map(|(_, v)| v.clone())
+                    .unwrap();
+                assert!(header.starts_with("rounds=1 "), "{header}");
+            }
+        }
+    }
+}
+
+/// Answers the machine passes untouched: an error status, a compressed body, an empty body.
+#[test]
+fn errors_compressed_and_empty_answers_pass() {
+    let cases = [
+        Head {
+            status: Some("429".into()),
+            content_type: Some("application/json".into()),
+            ..Head::default()
+        },
+        Head {
+            content_encoding: Some("gzip".into()),
+            ..head("application/json")
+        },
+        Head {
+            end_of_stream: true,
+            ..head("application/json")
+        },
+        head("text/html"),
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let mut m = machine(Dialect::OpenaiChat, &[], false, true);
+        let envoy = Envoy::default();
+        let step = m.on_headers(&envoy, case);
+        assert_eq!(
+            step,
+            HeadStep {
+                drop_content_length: false,
+                flow: Flow::Continue
+            },
+            "case {i}"
+        );
+        assert_eq!(envoy.feed(&mut m, b"{\"error\":{}}", true), Flow::Continue);
+        assert_eq!(envoy.client_text(), "{\"error\":{}}");
+        assert_eq!(envoy.counted(Event::Unreadable), usize::from(i == 1));
+    }
+}
+
+/// A failed follow-up: with held headers the client gets the provider's status and error;
+/// without, the error travels in the body (an `error` event for a stream); with no provider
+/// answer, toolsift's own 502 error. Never the `find_tools` call.
+#[test]
+fn failed_follow_ups() {
+    let dir = dialect_dir(Dialect::Anthropic);
+    let stream =
+        std::fs::read_to_string(conformance(dir).join("parallel-tool-use-stream.response.sse"))
+            .unwrap();
+    let names = calls_of(Dialect::Anthropic, &stream, true);
+    let mut searching = stream.clone();
+    for n in &names {
+        searching = as_search(&searching, n);
+    }
+    let provider_error =
+        r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+    for (hold, stream_mode) in [(true, true), (false, true), (true, false), (false, false)] {
+        let text = if stream_mode {
+            searching.clone()
+        } else {
+            std::fs::read_to_string(
+                conformance(dir).join("text-and-parallel-tool-use.response.json"),
+            )
+            .map(|t| {
+                let names = calls_of(Dialect::Anthropic, &t, false);
+                names.iter().fold(t, |t, n| as_search(&t, n))
+            })
+            .unwrap()
+        };
+        for (status, body) in [(Some(429), provider_error), (None, "")] {
+            let mut m = machine(Dialect::Anthropic, &names, stream_mode, hold);
+            let envoy = Envoy::default();
+            m.on_headers(
+                &envoy,
+                &head(if stream_mode {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                }),
+            );
+            envoy.feed(&mut m, text.as_bytes(), true);
+            let token = m.token().expect("a follow-up");
+            let answer = Answer {
+                status,
+                content_type: Some("application/json".into()),
+                body: body.as_bytes().to_vec(),
+            };
+            envoy.answer(&mut m, token, answer);
+            let client = envoy.client_text();
+            assert!(!client.contains("find_tools"), "{client}");
+            let status_header = envoy
+                .headers
+                .borrow()
+                .iter()
+                .find(|(n, _)| n == ":status")
+                .map(|(_, v)| v.clone());
+            match (hold, stream_mode, status) {
+                // Nothing reached the client yet and its headers are held: the real status.
+                (true, _, Some(429)) => {
+                    assert_eq!(status_header.as_deref(), Some("429"));
+                    assert_eq!(client, provider_error);
+                }
+                (true, _, _) => {
+                    assert_eq!(status_header.as_deref(), Some("502"));
+                    assert!(client.contains("toolsift_error"));
+                }
+                (false, true, _) => {
+                    assert!(client.starts_with("event: error\n"), "{client}");
+                    assert_eq!(status_header, None);
+                }
+                (false, false, _) => {
+                    assert_eq!(status_header, None);
+                    assert!(client.contains("error"), "{client}");
+                }
+            }
+            assert_eq!(envoy.counted(Event::Failed), 1);
+        }
+    }
+}
+
+/// A follow-up that cannot be sent (the cluster is gone): toolsift's error, not the call.
+#[test]
+fn a_follow_up_that_cannot_be_sent() {
+    let dir = dialect_dir(Dialect::OpenaiChat);
+    let text = std::fs::read_to_string(conformance(dir).join("tool-call.response.json")).unwrap();
+    let names = calls_of(Dialect::OpenaiChat, &text, false);
+    let searching = as_search(&text, &names[0]);
+    let mut m = machine(Dialect::OpenaiChat, &names, false, true);
+    let envoy = Envoy {
+        refuse_calls: true,
+        ..Envoy::default()
+    };
+    m.on_headers(&envoy, &head("application/json"));
+    envoy.feed(&mut m, searching.as_bytes(), true);
+    assert!(envoy.client_text().contains("toolsift_error"));
+    assert!(!envoy.client_text().contains("find_tools"));
+}
