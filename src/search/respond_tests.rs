@@ -180,8 +180,9 @@ fn calls_of(dialect: Dialect, text: &str, stream: bool) -> Vec<String> {
 /// A search-mode request of `dialect` whose catalog holds `names` and 24 other tools, and the
 /// machine for its response. Sessions are built once per catalog (the tests run thousands).
 fn machine(dialect: Dialect, names: &[String], stream: bool, hold: bool) -> Responder {
+    type Built = Vec<((Dialect, Vec<String>, bool), Session)>;
     thread_local! {
-        static BUILT: RefCell<Vec<((Dialect, Vec<String>, bool), Session)>> = const { RefCell::new(Vec::new()) };
+        static BUILT: RefCell<Built> = const { RefCell::new(Vec::new()) };
     }
     let key = (dialect, names.to_vec(), stream);
     let session = BUILT.with(|built| {
@@ -256,6 +257,7 @@ struct Outcome {
 
 /// Feeds `first` in the chunks `cuts` makes (byte offsets), `ends_with_trailers` or not, and
 /// answers every follow-up with `next` (a whole answer of the same dialect).
+#[allow(clippy::too_many_arguments)] // a test's whole setting, spelled out at each call
 fn run(
     dialect: Dialect,
     names: &[String],
