@@ -465,6 +465,81 @@ fn tool_names_in_headers_cannot_split_the_response() {
     assert!(!gw.log_text().contains("panicked"));
 }
 
+/// The shipped configs log each request as a JSON line with toolsift's decision (filter state
+/// the filter sets), whatever the response headers carry.
+#[test]
+fn the_access_log_says_what_toolsift_did() {
+    let log = std::env::temp_dir().join(format!("toolsift-access-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let to_file = |yaml: String| {
+        yaml.replace(
+            "- name: envoy.access_loggers.stdout",
+            "- name: envoy.access_loggers.file",
+        )
+        .replace(
+            "\"@type\": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+            &format!(
+                "\"@type\": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog\n              path: {}",
+                log.display()
+            ),
+        )
+    };
+    let lines = |n: usize| -> Vec<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            if lines.len() >= n || std::time::Instant::now() > deadline {
+                return lines;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // Filter mode, with the response header off: the log still says.
+    let gw = Gateway::start_with(r#"{"response_header": false}"#, &[], to_file);
+    let (body, _) = request("openai_chat", "translate this paragraph into German");
+    let r = gw.post("/v1/chat/completions", &[], body.as_bytes());
+    assert_eq!(r.header("x-toolsift"), None);
+    let r = gw.post(
+        "/v1/chat/completions",
+        &[("content-encoding", "gzip")],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    let logged = lines(2);
+    assert_eq!(logged[0]["toolsift"], "kept=5 total=80", "{logged:?}");
+    assert_eq!(logged[0]["status"], 200);
+    assert_eq!(logged[1]["toolsift"], "skipped=compressed");
+    drop(gw);
+    // Search mode: the search's rounds and found tools too.
+    let _ = std::fs::remove_file(&log);
+    let config = r#"{"mode": "search"}"#;
+    let gw = Gateway::start_with(config, &[], to_file);
+    let (body, _) = request("anthropic", "What is the current weather in Paris?");
+    let headers = [
+        ("x-demo-model", "scripted"),
+        ("x-demo-want", "get_current_weather"),
+        ("x-demo-script", "search"),
+    ];
+    let r = gw.post("/v1/messages", &headers, body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let logged = lines(1);
+    assert!(
+        logged[0]["toolsift"]
+            .as_str()
+            .unwrap()
+            .ends_with("search=search")
+    );
+    let search = logged[0]["toolsift_search"].as_str().unwrap();
+    assert!(
+        search.starts_with("rounds=1 found=") && search.contains("get_current_weather"),
+        "{search}"
+    );
+}
+
 #[test]
 fn invalid_configuration_keeps_envoy_from_starting() {
     for (config, field) in [

@@ -77,6 +77,12 @@ unsafe extern "C" {
         out_data: *mut *mut u8,
         out_size: *mut usize,
     ) -> u32;
+    fn proxy_set_property(
+        path: *const u8,
+        path_size: usize,
+        value: *const u8,
+        value_size: usize,
+    ) -> u32;
     fn proxy_get_shared_data(
         key: *const u8,
         key_size: usize,
@@ -275,6 +281,13 @@ pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     // SAFETY: the host wrote `data`/`size` (or left them null/0).
     let value = unsafe { owned(data, size) };
     (code == 0).then_some(value)
+}
+
+/// Sets the property `name` of this stream. Envoy keeps it as filter state under
+/// `wasm.<name>`, which access logs print with `%FILTER_STATE(wasm.<name>:PLAIN)%`.
+pub fn set_property(name: &str, value: &[u8]) -> HostResult<()> {
+    // SAFETY: both slices are live for the call.
+    status(unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
 }
 
 /// The shared-data value under `key` and its CAS token; `(None, None)` when absent or

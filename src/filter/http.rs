@@ -679,6 +679,13 @@ impl HttpContext for Filter {
             Ok(engine) => (engine.config.response_header, engine.config.debug),
             Err(_) => (false, false),
         };
+        if self.outcome.is_some() {
+            // For the access log: `%FILTER_STATE(wasm.toolsift:PLAIN)%`.
+            let value = self.header_value();
+            if let Err(status) = host::set_property("toolsift", value.as_bytes()) {
+                log::debug!("cannot record the decision for the access log: {status:?}");
+            }
+        }
         if response_header && self.outcome.is_some() {
             add_response_header("x-toolsift", &self.header_value());
             if let (true, Some(Outcome::Filtered { kept_names, .. })) = (debug, &self.outcome) {

@@ -17,6 +17,8 @@ use std::time::{Duration, UNIX_EPOCH};
 /// A request in search mode, from its body phase to its last response byte.
 pub struct Search {
     responder: Responder,
+    /// The search's outcome was recorded for the access log.
+    recorded: bool,
     /// The client's request headers as the filter saw them, for the follow-ups (credentials,
     /// API version, …), when the routed ones cannot be read.
     headers: Vec<(String, String)>,
@@ -37,6 +39,7 @@ impl Search {
     pub fn new(responder: Responder, headers: Vec<(String, String)>) -> Search {
         Search {
             responder,
+            recorded: false,
             headers: forwarded(headers),
         }
     }
@@ -73,16 +76,33 @@ impl Search {
     }
 
     pub fn on_response_body(&mut self, shared: &Shared, body_size: usize, end: bool) -> Action {
-        match EnvoyHost::new(shared, &self.headers) {
-            Some(envoy) => action(self.responder.on_body(&envoy, body_size, end)),
-            None => Action::Continue,
-        }
+        let flow = match EnvoyHost::new(shared, &self.headers) {
+            Some(envoy) => self.responder.on_body(&envoy, body_size, end),
+            None => Flow::Continue,
+        };
+        self.record();
+        action(flow)
     }
 
     pub fn on_response_trailers(&mut self, shared: &Shared) -> Action {
-        match EnvoyHost::new(shared, &self.headers) {
-            Some(envoy) => action(self.responder.on_trailers(&envoy)),
-            None => Action::Continue,
+        let flow = match EnvoyHost::new(shared, &self.headers) {
+            Some(envoy) => self.responder.on_trailers(&envoy),
+            None => Flow::Continue,
+        };
+        self.record();
+        action(flow)
+    }
+
+    /// Once decided, the search's rounds, found tools and usage, for the access log:
+    /// `%FILTER_STATE(wasm.toolsift_search:PLAIN)%`, as `x-toolsift-search` says them.
+    fn record(&mut self) {
+        if self.recorded || !self.responder.finished() {
+            return;
+        }
+        self.recorded = true;
+        let value = self.responder.session().header_value();
+        if let Err(status) = host::set_property("toolsift_search", value.as_bytes()) {
+            log::debug!("cannot record the search for the access log: {status:?}");
         }
     }
 
@@ -102,10 +122,12 @@ impl Search {
                 .flatten(),
             body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
         };
-        match EnvoyHost::new(shared, &self.headers) {
+        let resume = match EnvoyHost::new(shared, &self.headers) {
             Some(envoy) => self.responder.on_call(&envoy, token, answer),
             None => true,
-        }
+        };
+        self.record();
+        resume
     }
 }
 

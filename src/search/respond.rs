@@ -209,6 +209,11 @@ impl Responder {
         &self.session
     }
 
+    /// The response side has decided: everything from here passes untouched.
+    pub fn finished(&self) -> bool {
+        self.phase == Phase::Passing
+    }
+
     /// The token of the call this response waits for.
     pub fn token(&self) -> Option<u32> {
         match self.phase {
