@@ -680,19 +680,21 @@ impl HttpContext for Filter {
             Err(_) => (false, false),
         };
         if self.outcome.is_some() {
-            // For the access log: `%FILTER_STATE(wasm.toolsift:PLAIN)%`.
             let value = self.header_value();
+            // For the access log: `%FILTER_STATE(wasm.toolsift:PLAIN)%`.
             if let Err(status) = host::set_property("toolsift", value.as_bytes()) {
                 log::debug!("cannot record the decision for the access log: {status:?}");
             }
+            if response_header {
+                add_response_header("x-toolsift", &value);
+            }
         }
-        if response_header && self.outcome.is_some() {
-            add_response_header("x-toolsift", &self.header_value());
-            if let (true, Some(Outcome::Filtered { kept_names, .. })) = (debug, &self.outcome) {
-                // Search mode ranks nothing up front: no empty header.
-                if !kept_names.is_empty() {
-                    add_response_header("x-toolsift-tools", kept_names);
-                }
+        if let (true, true, Some(Outcome::Filtered { kept_names, .. })) =
+            (response_header, debug, &self.outcome)
+        {
+            // Search mode ranks nothing up front: no empty header.
+            if !kept_names.is_empty() {
+                add_response_header("x-toolsift-tools", kept_names);
             }
         }
         // Search mode's response side never depends on `response_header`: with it off, the
