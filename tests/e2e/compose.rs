@@ -183,6 +183,25 @@ impl Project {
         output
     }
 
+    /// `compose config` on another compose file of the repository: it must parse and resolve
+    /// (with its defaults: the official images).
+    pub fn check_file(&self, file: &str) {
+        let output = Command::new(&self.compose[0])
+            .args(&self.compose[1..])
+            .arg("--file")
+            .arg(repo().join(file))
+            .args(["config", "--quiet"])
+            .env_remove("ENVOY_IMAGE")
+            .env_remove("UPSTREAM_IMAGE")
+            .output()
+            .unwrap_or_else(|e| panic!("compose config {file}: {e}"));
+        assert!(
+            output.status.success(),
+            "{file} does not parse:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
     /// The container of a service (`envoy`, `upstream`, `embeddings`).
     pub fn container(&self, service: &str) -> String {
         self.containers
