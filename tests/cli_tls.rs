@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
@@ -169,7 +169,9 @@ fn serve_one(stream: &mut (impl Read + Write), log: &Mutex<Vec<Received>>) -> st
     stream.flush()
 }
 
-fn explain(service: &Service, url: &str, key: Option<&str>, extra: &[&str]) -> Output {
+/// `toolsift explain` of the example request with hybrid ranking from `url`, trusting `ca` (or
+/// the Mozilla roots), with `key` as TOOLSIFT_EMBEDDINGS_API_KEY (or none) and `extra` flags.
+fn explain(url: &str, ca: Option<&Path>, key: Option<&str>, extra: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolsift"));
     command.args([
         "explain",
@@ -177,9 +179,10 @@ fn explain(service: &Service, url: &str, key: Option<&str>, extra: &[&str]) -> O
         url,
         "--embeddings-model",
         "m",
-        "--embeddings-ca-cert",
-        service.ca_pem.to_str().unwrap(),
     ]);
+    if let Some(ca) = ca {
+        command.arg("--embeddings-ca-cert").arg(ca);
+    }
     command.args(extra).arg(EXAMPLE);
     command.env_remove("TOOLSIFT_EMBEDDINGS_API_KEY");
     if let Some(key) = key {
@@ -200,8 +203,8 @@ fn text(out: &Output) -> String {
 fn hybrid_ranking_over_https_with_the_key_from_the_environment() {
     let service = Service::start("ok");
     let out = explain(
-        &service,
         &service.url("localhost"),
+        Some(&service.ca_pem),
         Some(KEY),
         &["--embeddings-header", "X-Team: search-eval"],
     );
@@ -237,7 +240,12 @@ fn hybrid_ranking_over_https_with_the_key_from_the_environment() {
 fn a_rejected_key_is_never_printed_even_when_the_service_quotes_it() {
     let service = Service::start("reject");
     let wrong = "sk-wrong-key-0000000000";
-    let out = explain(&service, &service.url("127.0.0.1"), Some(wrong), &[]);
+    let out = explain(
+        &service.url("127.0.0.1"),
+        Some(&service.ca_pem),
+        Some(wrong),
+        &[],
+    );
     let all = text(&out);
     assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(all.contains("HTTP 401"), "{all}");
@@ -247,8 +255,8 @@ fn a_rejected_key_is_never_printed_even_when_the_service_quotes_it() {
     // A header given on the command line overrides the environment's key, and is not printed
     // either.
     let out = explain(
-        &service,
         &service.url("127.0.0.1"),
+        Some(&service.ca_pem),
         Some(KEY),
         &[
             "--embeddings-header",
@@ -267,18 +275,7 @@ fn a_rejected_key_is_never_printed_even_when_the_service_quotes_it() {
 fn a_certificate_the_client_does_not_trust_is_an_error() {
     let service = Service::start("untrusted");
     // Without --embeddings-ca-cert the Mozilla roots are used, which do not hold this one.
-    let out = Command::new(env!("CARGO_BIN_EXE_toolsift"))
-        .args([
-            "explain",
-            "--embeddings-url",
-            &service.url("localhost"),
-            "--embeddings-model",
-            "m",
-            EXAMPLE,
-        ])
-        .env("TOOLSIFT_EMBEDDINGS_API_KEY", KEY)
-        .output()
-        .unwrap();
+    let out = explain(&service.url("localhost"), None, Some(KEY), &[]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(all.contains("TLS") || all.contains("certificate"), "{all}");
@@ -305,24 +302,23 @@ fn bad_headers_and_certificates_are_refused_clearly() {
             "not a header name",
         ),
     ] {
-        let out = explain(&service, &service.url("localhost"), Some(KEY), extra);
+        let out = explain(
+            &service.url("localhost"),
+            Some(&service.ca_pem),
+            Some(KEY),
+            extra,
+        );
         let all = text(&out);
         assert_eq!(out.status.code(), Some(2), "{all}");
         assert!(all.contains(message), "{all}");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_toolsift"))
-        .args([
-            "explain",
-            "--embeddings-url",
-            &service.url("localhost"),
-            "--embeddings-model",
-            "m",
-            "--embeddings-ca-cert",
-            EXAMPLE,
-            EXAMPLE,
-        ])
-        .output()
-        .unwrap();
+    // A file that holds no certificate.
+    let out = explain(
+        &service.url("localhost"),
+        Some(Path::new(EXAMPLE)),
+        None,
+        &[],
+    );
     let all = text(&out);
     assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(all.contains("--embeddings-ca-cert"), "{all}");
