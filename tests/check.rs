@@ -76,9 +76,8 @@ fn shipped_configs_are_clean() {
 fn search_mode_without_the_header_flag_is_a_warning() {
     let path = variant("search-no-flag", |y| {
         plugin_config(
-            y.replace("allow_on_headers_stop_iteration: true", "")
-                .replace("timeout: 300s", "timeout: 0s"),
-            r#"{"mode": "search"}"#,
+            y.replace("allow_on_headers_stop_iteration: true", ""),
+            r#"{"mode": "search", "search": {"timeout_ms": 60000}}"#,
         )
     });
     let (code, out) = check(&[path.to_str().unwrap()]);
@@ -167,8 +166,9 @@ fn hybrid_ranking_needs_its_cluster() {
 }
 
 #[test]
-fn a_route_timeout_shorter_than_the_follow_ups_is_a_warning() {
-    let path = variant("search-timeout", |y| {
+fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
+    // Envoy's default (300 s) against 6 follow-ups of 60 s.
+    let path = variant("search-idle-default", |y| {
         plugin_config(
             y,
             r#"{"mode": "search", "search": {"timeout_ms": 60000, "max_search_rounds": 6}}"#,
@@ -176,23 +176,43 @@ fn a_route_timeout_shorter_than_the_follow_ups_is_a_warning() {
     });
     let (code, out) = check(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    let line = line_of(&path, "timeout: 300s");
+    let line = line_of(&path, "        typed_config:"); // the connection manager
     assert!(
-        out.contains(&format!(":{line}: warning: search mode: the route timeout 300s is shorter than the search follow-ups may need (search.timeout_ms 60000 × max_search_rounds 6 = 360s)")),
+        out.contains(&format!(":{line}: warning: search mode: the stream idle timeout 300s (Envoy's default) is shorter than the search follow-ups may need (search.timeout_ms 60000 × max_search_rounds 6 = 360s)")),
         "{out}"
     );
-    // Envoy's default (15 s) when the route sets none; none when it is 0s (disabled).
-    let path = variant("search-default-timeout", |y| {
+    // The connection manager's own, and a route's, which replaces it.
+    let hcm_idle = |y: String, idle: &str| {
+        y.replace(
+            "          stat_prefix: llm_ingress\n",
+            &format!("          stat_prefix: llm_ingress\n          stream_idle_timeout: {idle}\n"),
+        )
+    };
+    let path = variant("search-idle-hcm", |y| {
+        plugin_config(hcm_idle(y, "60s"), r#"{"mode": "search"}"#)
+    });
+    let (_, out) = check(&[path.to_str().unwrap()]);
+    let line = line_of(&path, "stream_idle_timeout: 60s");
+    assert!(
+        out.contains(&format!(
+            ":{line}: warning: search mode: the stream idle timeout 60s is shorter"
+        )),
+        "{out}"
+    );
+    let path = variant("search-idle-route", |y| {
         plugin_config(
-            y.replace("                  timeout: 300s\n", ""),
+            hcm_idle(y, "60s").replace(
+                "                  timeout: 300s\n",
+                "                  timeout: 300s\n                  idle_timeout: 400s\n",
+            ),
             r#"{"mode": "search"}"#,
         )
     });
-    let (_, out) = check(&[path.to_str().unwrap()]);
-    assert!(out.contains("route timeout 15s (Envoy's default)"), "{out}");
-    let path = variant("search-no-timeout", |y| {
+    assert_eq!(check(&[path.to_str().unwrap()]).0, 0);
+    // 0s disables it; the route `timeout` bounds only the first answer and is not compared.
+    let path = variant("search-idle-off", |y| {
         plugin_config(
-            y.replace("timeout: 300s", "timeout: 0s"),
+            hcm_idle(y.replace("timeout: 300s", "timeout: 10s"), "0s"),
             r#"{"mode": "search"}"#,
         )
     });

@@ -7,8 +7,10 @@
 //! - search mode without `allow_on_headers_stop_iteration: true`;
 //! - a listener (or virtual host or route) buffer limit below `max_body_bytes`;
 //! - hybrid ranking whose `embeddings.cluster` is not defined;
-//! - a route timeout shorter than the search follow-ups may need
-//!   (`search.timeout_ms` × `search.max_search_rounds`);
+//! - a stream idle timeout shorter than the search follow-ups may need
+//!   (`search.timeout_ms` × `search.max_search_rounds`): no byte moves on the client's stream
+//!   while they run, and Envoy ends an idle stream (its route `timeout` bounds only the first
+//!   answer: measured, a follow-up outlives it);
 //! - a decompressor placed after toolsift in the same filter chain.
 //!
 //! Listener-level rules need the listener: they are applied to `static_resources` only
@@ -36,8 +38,8 @@ const WASM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.
 const HCM_TYPE: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 /// Envoy's default `per_connection_buffer_limit_bytes`.
 const DEFAULT_BUFFER_LIMIT: u64 = 1 << 20;
-/// Envoy's default route timeout.
-const DEFAULT_ROUTE_TIMEOUT_MS: u64 = 15_000;
+/// Envoy's default `stream_idle_timeout` of the HTTP connection manager.
+const DEFAULT_STREAM_IDLE_TIMEOUT_MS: u64 = 300_000;
 
 // ---------------------------------------------------------------------------------------------
 // A YAML tree that keeps each node's line
@@ -477,43 +479,49 @@ fn check_hcm<'a>(
             }
         }
 
-        // Search mode: each route's timeout against what the follow-ups may take.
+        // Search mode: while the gateway waits for its follow-ups, no byte moves on the client's
+        // stream, and Envoy ends a stream idle for longer than the stream idle timeout (504
+        // "stream timeout"; measured). The route's own `timeout` bounds only the first answer.
         if config.mode == Mode::Search {
             let rounds = u64::try_from(config.search.max_search_rounds).unwrap_or(u64::MAX);
             let per_round = u64::try_from(config.search.timeout_ms).unwrap_or(u64::MAX);
             let needed = per_round.saturating_mul(rounds);
+            let hcm_idle = hcm.get("stream_idle_timeout");
+            let mut idle_timeouts: Vec<(usize, Option<u64>, &str)> = Vec::new();
             for host in virtual_hosts {
                 for route in host.get("routes").map(Node::items).unwrap_or_default() {
                     let Some(action) = route.get("route") else {
                         continue;
                     };
-                    let timeout = action.get("timeout");
-                    let (line, ms) = match timeout {
-                        Some(t) => match t.str().and_then(duration_ms) {
-                            Some(ms) => (t.line, ms),
-                            None => continue,
-                        },
-                        None => (action.line, DEFAULT_ROUTE_TIMEOUT_MS),
-                    };
-                    // 0s disables the timeout.
-                    if ms != 0 && ms < needed {
-                        let shown = if timeout.is_some() {
-                            format!("{}s", ms as f64 / 1000.0)
-                        } else {
-                            "15s (Envoy's default)".to_owned()
-                        };
-                        findings.push(Finding {
-                            line,
-                            severity: Severity::Warning,
-                            message: format!(
-                                "search mode: the route timeout {shown} is shorter than the search \
-                                 follow-ups may need (search.timeout_ms {per_round} × \
-                                 max_search_rounds {rounds} = {}s)",
-                                needed as f64 / 1000.0
-                            ),
-                        });
-                    }
+                    // The route's `idle_timeout` replaces the connection manager's.
+                    idle_timeouts.push(match action.get("idle_timeout").or(hcm_idle) {
+                        Some(t) => (t.line, t.str().and_then(duration_ms), ""),
+                        None => (
+                            hcm.line,
+                            Some(DEFAULT_STREAM_IDLE_TIMEOUT_MS),
+                            " (Envoy's default)",
+                        ),
+                    });
                 }
+            }
+            idle_timeouts.dedup_by_key(|(line, _, _)| *line);
+            for (line, ms, default) in idle_timeouts {
+                // 0s disables the timeout; a value that is not a duration is Envoy's business.
+                let Some(ms) = ms.filter(|&ms| ms != 0 && ms < needed) else {
+                    continue;
+                };
+                findings.push(Finding {
+                    line,
+                    severity: Severity::Warning,
+                    message: format!(
+                        "search mode: the stream idle timeout {}s{default} is shorter than the \
+                         search follow-ups may need (search.timeout_ms {per_round} × \
+                         max_search_rounds {rounds} = {}s): no byte reaches the client while \
+                         they run, and Envoy ends the stream with 504 `stream timeout`",
+                        ms as f64 / 1000.0,
+                        needed as f64 / 1000.0
+                    ),
+                });
             }
         }
     }
