@@ -743,7 +743,7 @@ fn hybrid_fails_clearly_when_the_service_does() {
         );
         assert!(stdout(&out).is_empty(), "no keyword results instead");
     }
-    // Both flags or neither; http:// only.
+    // Both flags or neither; http:// or https:// only.
     fails_with(
         &[
             "eval",
@@ -764,11 +764,11 @@ fn hybrid_fails_clearly_when_the_service_does() {
         &[
             "explain",
             "--embeddings-url",
-            "https://api.openai.com/v1/embeddings",
+            "ftp://api.openai.com/v1/embeddings",
             "--embeddings-model",
             MODEL,
             EXAMPLE,
         ],
-        "only http:// URLs are supported",
+        "only http:// and https:// URLs are supported",
     );
 }

@@ -5,10 +5,14 @@
 //! With `--embeddings-url URL --embeddings-model NAME` both rank as the filter does with
 //! `ranking: hybrid`, with vectors from that OpenAI-compatible embeddings service.
 //!
+//! `check` reads Envoy configurations and reports toolsift settings that would misbehave.
+//!
 //! Exit codes: 0 on success (a request the filter would skip is a success: the report says why),
 //! 2 on bad input (missing file, invalid JSON, invalid configuration, unknown dialect, bad flags)
-//! and when the embeddings service of `--embeddings-url` fails.
+//! and when the embeddings service of `--embeddings-url` fails. `check`: 0 clean, 1 findings, 2 a
+//! file that cannot be read.
 
+mod check;
 mod eval_cmd;
 mod explain;
 mod http;
@@ -38,6 +42,9 @@ enum Command {
     Explain(explain::Args),
     /// Measure retrieval quality, kept tokens and ranking time on a dataset.
     Eval(eval_cmd::Args),
+    /// Check Envoy configurations for toolsift settings that would misbehave (exit 1 on
+    /// findings, 2 on a file that cannot be read).
+    Check(check::Args),
 }
 
 /// A failure to report: the message names the problem; the exit code is 2.
@@ -56,6 +63,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Explain(args) => explain::run(&args),
         Command::Eval(args) => eval_cmd::run(&args),
+        Command::Check(args) => return check::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

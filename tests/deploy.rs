@@ -1,0 +1,309 @@
+//! The deployment kit: every manifest under deploy/ validated against the platforms' CRD
+//! schemas (../shared/k8s-crds, read its README), with unknown fields as errors since the API
+//! server prunes or rejects them; and the Wasm OCI image of `make oci` in the layout Istio's
+//! WasmPlugin and Envoy Gateway pull (the "compat" variant: one layer holding `plugin.wasm`).
+//!
+//! What the schemas cannot check is not checked here: CEL rules (`x-kubernetes-validations`)
+//! and references between objects.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use saphyr::{LoadableYamlNode, Scalar, Yaml};
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// YAML (one document) as JSON; mapping keys must be strings.
+fn to_json(node: &Yaml) -> Value {
+    match node {
+        Yaml::Value(Scalar::Null) => Value::Null,
+        Yaml::Value(Scalar::Boolean(b)) => json!(b),
+        Yaml::Value(Scalar::Integer(i)) => json!(i),
+        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
+        Yaml::Value(Scalar::String(s)) => json!(s),
+        Yaml::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
+        Yaml::Mapping(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Yaml::Value(Scalar::String(s)) => s.to_string(),
+                        other => panic!("a mapping key that is not a string: {other:?}"),
+                    };
+                    (key, to_json(v))
+                })
+                .collect(),
+        ),
+        other => panic!("unexpected YAML node {other:?}"),
+    }
+}
+
+fn load_yaml(text: &str) -> Vec<Value> {
+    Yaml::load_from_str(text)
+        .unwrap()
+        .iter()
+        .map(to_json)
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+fn gunzip(path: &Path) -> String {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text
+}
+
+/// A CRD's OpenAPI v3 schema made strict: objects with declared `properties` accept no other
+/// field (unless the schema says `x-kubernetes-preserve-unknown-fields`), `nullable` allows
+/// null, and `metadata` must name the object.
+fn strict(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let preserve = object.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+    if object.contains_key("properties")
+        && !object.contains_key("additionalProperties")
+        && !preserve
+    {
+        object.insert("additionalProperties".into(), json!(false));
+    }
+    if object.remove("nullable") == Some(json!(true)) {
+        if let Some(Value::String(kind)) = object.get("type").cloned() {
+            object.insert("type".into(), json!([kind, "null"]));
+        }
+    }
+    for (key, value) in object.iter_mut() {
+        match key.as_str() {
+            "properties" | "patternProperties" | "definitions" => {
+                if let Some(children) = value.as_object_mut() {
+                    children.values_mut().for_each(strict);
+                }
+            }
+            "enum" | "default" | "example" | "required" => {}
+            _ => match value {
+                Value::Array(items) => items.iter_mut().for_each(strict),
+                Value::Object(_) => strict(value),
+                _ => {}
+            },
+        }
+    }
+}
+
+/// (`group/version`, kind) → the strict schema of every CRD in ../shared/k8s-crds.
+fn schemas() -> BTreeMap<(String, String), Value> {
+    let dir = repo().join("../shared/k8s-crds");
+    let mut out = BTreeMap::new();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the CRD schemas come with the project's shared/ folder)",
+            dir.display()
+        )
+    });
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".yaml.gz") {
+            continue;
+        }
+        for crd in load_yaml(&gunzip(&path)) {
+            if crd["kind"] != "CustomResourceDefinition" {
+                continue;
+            }
+            let group = crd["spec"]["group"].as_str().unwrap();
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap();
+            for version in crd["spec"]["versions"].as_array().unwrap() {
+                let mut schema = version["schema"]["openAPIV3Schema"].clone();
+                strict(&mut schema);
+                // Some CRDs (Istio's) leave the type fields out of their schema.
+                schema["properties"]["apiVersion"] = json!({"type": "string"});
+                schema["properties"]["kind"] = json!({"type": "string"});
+                schema["properties"]["metadata"] = json!({
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string"}}
+                });
+                let api_version = format!("{group}/{}", version["name"].as_str().unwrap());
+                out.insert((api_version, kind.to_owned()), schema);
+            }
+        }
+    }
+    out
+}
+
+fn manifests(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            manifests(&path, out);
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+}
+
+/// Validates one object; returns its errors.
+fn validate(schemas: &BTreeMap<(String, String), Value>, object: &Value) -> Vec<String> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    let Some(schema) = schemas.get(&(api_version.clone(), kind.clone())) else {
+        return vec![format!(
+            "{api_version} {kind}: no CRD schema for it in ../shared/k8s-crds"
+        )];
+    };
+    let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft4)
+        .build(schema)
+        .unwrap_or_else(|e| panic!("schema of {api_version} {kind}: {e}"));
+    validator
+        .iter_errors(object)
+        .map(|e| format!("{kind} at {}: {e}", e.instance_path()))
+        .collect()
+}
+
+#[test]
+fn every_manifest_under_deploy_matches_its_crd_schema() {
+    let schemas = schemas();
+    let mut files = Vec::new();
+    manifests(&repo().join("deploy"), &mut files);
+    files.sort();
+    assert!(files.len() >= 8, "manifests found: {files:?}");
+    let mut errors = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for object in load_yaml(&text) {
+            checked += 1;
+            for error in validate(&schemas, &object) {
+                errors.push(format!("{}: {error}", file.display()));
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    eprintln!("{checked} objects in {} files valid", files.len());
+}
+
+/// The check itself must catch what it is for: an unknown field, a wrong type, a missing
+/// required field, a value outside an enum.
+#[test]
+fn the_schema_check_rejects_mistakes() {
+    let schemas = schemas();
+    let policy = |wasm: Value| {
+        json!({
+            "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+            "kind": "EnvoyExtensionPolicy",
+            "metadata": {"name": "toolsift"},
+            "spec": {
+                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "llm"}],
+                "wasm": [wasm]
+            }
+        })
+    };
+    let good = json!({"name": "toolsift", "code": {"type": "Image", "image": {"url": "r/t:1"}}});
+    assert_eq!(validate(&schemas, &policy(good)), Vec::<String>::new());
+    for bad in [
+        // Not a field of EnvoyExtensionPolicy's Wasm: the flag search mode needs.
+        json!({"name": "t", "allowOnHeadersStopIteration": true, "code": {"type": "Image", "image": {"url": "r/t:1"}}}),
+        json!({"name": "t", "code": {"type": "Image", "image": {"url": 5}}}),
+        json!({"name": "t"}),
+        json!({"name": "t", "code": {"type": "Tarball", "image": {"url": "r/t:1"}}}),
+    ] {
+        assert!(
+            !validate(&schemas, &policy(bad.clone())).is_empty(),
+            "accepted {bad}"
+        );
+    }
+    let plugin = json!({
+        "apiVersion": "extensions.istio.io/v1alpha1",
+        "kind": "WasmPlugin",
+        "metadata": {"name": "toolsift"},
+        "spec": {"url": "oci://r/t:1", "pluginConfig": {"anything": ["goes", 1]}, "phase": "STATS"}
+    });
+    assert_eq!(validate(&schemas, &plugin), Vec::<String>::new());
+    let mut typo = plugin.clone();
+    typo["spec"]["phse"] = json!("STATS");
+    assert!(!validate(&schemas, &typo).is_empty());
+}
+
+/// `make oci`'s archive (`docker save`): one image, one layer, and in it only `plugin.wasm`,
+/// byte for byte the filter `make build` built.
+#[test]
+fn the_oci_archive_holds_plugin_wasm_in_one_layer() {
+    let archive = repo().join("target/oci/toolsift-wasm.tar");
+    assert!(
+        archive.exists(),
+        "{} not found: run `make oci` (make test does it)",
+        archive.display()
+    );
+    let dir = repo().join(format!("target/test-scratch/oci-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let untar = |archive: &Path, into: &Path| {
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(archive)
+            .arg("-C")
+            .arg(into)
+            .status()
+            .unwrap();
+        assert!(status.success(), "tar -xf {}", archive.display());
+    };
+    untar(&archive, &dir);
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let images = manifest.as_array().unwrap();
+    assert_eq!(images.len(), 1, "{manifest}");
+    let layers = images[0]["Layers"].as_array().unwrap();
+    assert_eq!(
+        layers.len(),
+        1,
+        "the compat variant has exactly one layer: {manifest}"
+    );
+    assert!(
+        images[0]["RepoTags"][0]
+            .as_str()
+            .is_some_and(|t| t.contains("/toolsift-wasm:")),
+        "{manifest}"
+    );
+    let layer = dir.join(layers[0].as_str().unwrap());
+    let listing = Command::new("tar").arg("-tf").arg(&layer).output().unwrap();
+    let files: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("./").to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        files,
+        ["plugin.wasm"],
+        "the layer must hold plugin.wasm alone"
+    );
+    let layer_dir = dir.join("layer");
+    std::fs::create_dir_all(&layer_dir).unwrap();
+    untar(&layer, &layer_dir);
+    let plugin = std::fs::read(layer_dir.join("plugin.wasm")).unwrap();
+    assert!(
+        plugin.starts_with(b"\0asm"),
+        "plugin.wasm is not a Wasm module"
+    );
+    let built = std::fs::read(repo().join("target/wasm32-wasip1/release/toolsift.wasm")).unwrap();
+    assert!(
+        plugin == built,
+        "plugin.wasm differs from the filter make built: run `make oci` again"
+    );
+    // The image config: a plain image, no command (the runtime only reads the layer).
+    let config: Value = serde_json::from_slice(
+        &std::fs::read(dir.join(images[0]["Config"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["rootfs"]["diff_ids"].as_array().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
