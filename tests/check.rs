@@ -61,6 +61,7 @@ fn shipped_configs_are_clean() {
     for file in [
         "envoy.yaml",
         "envoy-hybrid.yaml",
+        "envoy-search.yaml",
         "docs/examples/envoy-openai.yaml",
         "docs/examples/envoy-anthropic.yaml",
         "e2e/envoy.yaml",
@@ -73,11 +74,20 @@ fn shipped_configs_are_clean() {
 }
 
 #[test]
-fn search_mode_without_the_header_flag_is_a_warning() {
-    let path = variant("search-no-flag", |y| {
+fn holding_headers_without_the_header_flag_is_a_warning() {
+    // Search mode itself needs no flag.
+    let plain = variant("search-no-flag", |y| {
         plugin_config(
             y.replace("allow_on_headers_stop_iteration: true", ""),
             r#"{"mode": "search", "search": {"timeout_ms": 60000}}"#,
+        )
+    });
+    let (code, out) = check(&[plain.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let path = variant("hold-no-flag", |y| {
+        plugin_config(
+            y.replace("allow_on_headers_stop_iteration: true", ""),
+            r#"{"mode": "search", "search": {"timeout_ms": 60000, "hold_headers": true}}"#,
         )
     });
     let (code, out) = check(&[path.to_str().unwrap()]);
@@ -85,11 +95,10 @@ fn search_mode_without_the_header_flag_is_a_warning() {
     let line = line_of(&path, "              config:"); // the Wasm filter's config
     assert!(
         out.contains(&format!(
-            ":{line}: warning: search mode without `allow_on_headers_stop_iteration: true`"
+            ":{line}: warning: search.hold_headers without `allow_on_headers_stop_iteration: true`"
         )),
         "{out}"
     );
-    assert!(out.contains("are off"), "{out}");
     let (code, out) = check(&["--allow-warnings", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
 }

@@ -4,7 +4,7 @@
 //! finding with its line:
 //!
 //! - a plugin configuration the filter would refuse (Envoy would not start);
-//! - search mode without `allow_on_headers_stop_iteration: true`;
+//! - `search.hold_headers` without `allow_on_headers_stop_iteration: true`;
 //! - a listener (or virtual host or route) buffer limit below `max_body_bytes`;
 //! - hybrid ranking whose `embeddings.cluster` is not defined;
 //! - a stream idle timeout shorter than the search follow-ups may need
@@ -226,6 +226,7 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
     match Config::from_json(json.as_bytes()) {
         Ok(config) => {
             if config.mode == Mode::Search
+                && config.search.hold_headers
                 && !wasm
                     .get("allow_on_headers_stop_iteration")
                     .is_some_and(Node::is_true)
@@ -233,9 +234,9 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
                 findings.push(Finding {
                     line: wasm.line,
                     severity: Severity::Warning,
-                    message: "search mode without `allow_on_headers_stop_iteration: true`: the \
-                              features of search mode that hold the request or response headers \
-                              are off (README.md, Search mode)"
+                    message: "search.hold_headers without `allow_on_headers_stop_iteration: \
+                              true`: each worker's first held request waits 1 s to be resumed, \
+                              then the worker stops holding headers (README.md, Search mode)"
                         .into(),
                 });
             }
