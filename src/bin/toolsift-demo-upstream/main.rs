@@ -39,7 +39,7 @@
 //! real API's JSON array sent element by element). Bedrock's `converse-stream` is refused (400).
 //! Requests are checked as above, and their conversation as the provider would: a tool call
 //! without its result, a result without its call (Chat `tool_calls[].id` and `tool_call_id`;
-//! Responses `call_id`, unless `previous_response_id` is set; Anthropic `tool_use.id` and
+//! Responses `call_id`, in the stored conversation too; Anthropic `tool_use.id` and
 //! `tool_result.tool_use_id` in the next message; Gemini `functionCall` and `functionResponse`
 //! names in the next turn; Bedrock `toolUseId`) or a duplicate tool name is a 400 in the
 //! dialect's error shape. The headers:
@@ -72,6 +72,13 @@
 //! call plus the words of the text. Streams are the provider's event sequences, one body chunk
 //! per event, with arguments in at least two deltas (Gemini: each `functionCall` part whole in
 //! its own chunk, finish reason and usage on the last). Answers carry no `toolsift_demo` report.
+//!
+//! OpenAI Responses are stored as OpenAI stores them (`stored.rs`), whichever model answers:
+//! every answer's id (`resp_demo{SEQ}`) names the conversation it answered plus its output,
+//! unless the request said `"store": false`. A request with `previous_response_id` is read as
+//! that conversation followed by its own `input`; an unknown id is a 400 with code
+//! `previous_response_not_found`, and a `function_call_output` whose `call_id` no call of the
+//! conversation has is a 400 `No tool call found for function call output with call_id …`.
 //!
 //! - `GET /scripted/log`: the scripted requests, oldest first (the latest 200): `[{"path": ...,
 //!   "headers": {lowercased name: value}, "body": parsed JSON}]`; `path` keeps the query string
@@ -120,6 +127,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 mod scripted;
+mod stored;
 
 const USAGE: &str = "\
 usage: toolsift-demo-upstream [--listen ADDR] [--verbose]
@@ -262,6 +270,7 @@ async fn run(options: Options) -> ExitCode {
         verbose: options.verbose,
         stats: Stats::default(),
         scripted_log: scripted::Log::default(),
+        responses: stored::Responses::default(),
     });
     let (shutdown_tx, shutdown_rx) = watch::channel(());
     // Each connection task holds a clone of `drain_tx`; `recv` returns None once all have ended.
@@ -367,6 +376,8 @@ struct Server {
     stats: Stats,
     /// The scripted model's request log, behind `GET /scripted/log`.
     scripted_log: scripted::Log,
+    /// OpenAI Responses answers, for requests that continue them (`previous_response_id`).
+    responses: stored::Responses,
 }
 
 /// Counters behind `GET /stats`.
@@ -552,7 +563,7 @@ async fn serve_llm_request(
     };
     if scripted {
         server.scripted_log.record(parts, Some(&body));
-        return scripted::serve(parts, endpoint, &body, sequence);
+        return scripted::serve(parts, endpoint, &body, sequence, &server.responses);
     }
     if parts
         .headers
@@ -571,6 +582,22 @@ async fn serve_llm_request(
             return rejection_response(Some(dialect), StatusCode::BAD_REQUEST, &rejection);
         }
     };
+    // Responses: the conversation a stored answer holds comes first, and every tool output
+    // must answer a call in it, as OpenAI checks.
+    let resolved = if dialect == Dialect::OpenAiResponses {
+        let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let resolved = server.responses.resolve(&request).and_then(|resolved| {
+            scripted::check_responses_conversation(&resolved).map(|()| resolved)
+        });
+        match resolved {
+            Ok(resolved) => Some(resolved),
+            Err(rejection) => {
+                return rejection_response(Some(dialect), StatusCode::BAD_REQUEST, &rejection);
+            }
+        }
+    } else {
+        None
+    };
 
     let wants_echo = parts
         .headers
@@ -580,6 +607,12 @@ async fn serve_llm_request(
         plain_response(StatusCode::OK, "application/json", body)
     } else {
         let reply = Reply::new(endpoint, &inspection, parts, &body, sequence);
+        if let Some(resolved) = &resolved {
+            let output = [reply.responses_message()];
+            server
+                .responses
+                .keep(resolved, reply.responses_id(), &output);
+        }
         if inspection.stream {
             let mut response = plain_response(StatusCode::OK, "text/event-stream", reply.stream());
             response
@@ -996,7 +1029,7 @@ impl Reply {
             Value::Null
         };
         json!({
-            "id": format!("resp_demo{}", self.sequence),
+            "id": self.responses_id(),
             "object": "response",
             "created_at": self.created,
             "status": status,
@@ -1004,6 +1037,10 @@ impl Reply {
             "output": output,
             "usage": usage,
         })
+    }
+
+    fn responses_id(&self) -> String {
+        format!("resp_demo{}", self.sequence)
     }
 
     fn responses_message(&self) -> Value {
@@ -2891,6 +2928,7 @@ mod tests {
             verbose: false,
             stats: Stats::default(),
             scripted_log: scripted::Log::default(),
+            responses: stored::Responses::default(),
         });
         tokio::spawn(async move {
             let (shutdown_tx, shutdown_rx) = watch::channel(());
