@@ -169,3 +169,39 @@ bench-latency-search: build $(ENVOY)
 clean:
 	$(CARGO) clean
 	rm -f .wasm-target.stamp
+
+## Fuzzing (fuzz/: cargo-fuzz targets; tests/fuzz_regressions.rs replays their corpus in `make test`)
+
+FUZZ_SECONDS ?= 60
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := target/tools/bin/cargo-fuzz
+# cargo-fuzz on the stable toolchain: RUSTC_BOOTSTRAP lets it pass its -Z flags; no sanitizer.
+FUZZ_RUN := PATH=$(CURDIR)/target/tools/bin:$$PATH RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run \
+	--fuzz-dir fuzz --sanitizer none --target-dir target/fuzz
+FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/src/bin/*.rs)))
+
+.PHONY: fuzz fuzz-corpus
+
+$(CARGO_FUZZ):
+	$(CARGO) install --locked --root target/tools cargo-fuzz --version $(CARGO_FUZZ_VERSION)
+
+# Each target for FUZZ_SECONDS, from the committed corpus; what it learns goes to
+# target/fuzz/corpus/ (kept between runs), crashes to fuzz/artifacts/. A crash: minimise it
+# (`cargo fuzz tmin`) into fuzz/regressions/TARGET/, where `make test` replays it.
+fuzz: $(CARGO_FUZZ)
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== fuzz $$t ($(FUZZ_SECONDS) s, log target/fuzz/$$t.log)"; \
+		mkdir -p target/fuzz/corpus/$$t; \
+		$(FUZZ_RUN) $$t target/fuzz/corpus/$$t fuzz/corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -dict=fuzz/json.dict -print_final_stats=1 \
+			> target/fuzz/$$t.log 2>&1; status=$$?; \
+		grep -E '^(Done [0-9]+ runs|stat::number_of_executed_units)' target/fuzz/$$t.log; \
+		if [ $$status != 0 ]; then tail -40 target/fuzz/$$t.log; exit 1; fi; \
+	done
+
+# Adds to the committed corpus only what the last runs found that covers new code.
+fuzz-corpus: $(CARGO_FUZZ)
+	@for t in $(FUZZ_TARGETS); do \
+		$(FUZZ_RUN) $$t fuzz/corpus/$$t target/fuzz/corpus/$$t -- -merge=1 2>&1 | tail -1; \
+	done
+
