@@ -63,8 +63,9 @@ run-search: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate embed test-embed
+test: build $(ENVOY) validate embed test-embed sdk
 	$(CARGO) test --lib --bins --tests
+	$(SDK_PYTEST)
 
 unit:
 	$(CARGO) test --lib --bins
@@ -169,6 +170,23 @@ bench-latency-search: build $(ENVOY)
 clean:
 	$(CARGO) clean
 	rm -f .wasm-target.stamp
+
+## The official SDKs as clients (tests/sdk/, pytest): Envoy with the real .wasm, the demo upstream
+
+SDK_PIP    := openai==3.54.0 anthropic==2.12.0 google-genai==3.4.0 boto3==1.44.5 pytest==9.2.0
+SDK_STAMP  := $(VENV)/.sdk-$(subst ==,-,$(subst $() ,_,$(SDK_PIP)))
+SDK_PYTEST := $(VENV)/bin/python -m pytest tests/sdk -q -p no:cacheprovider
+
+.PHONY: sdk sdk-test
+
+$(SDK_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(SDK_PIP)
+	@touch $@
+
+sdk: $(SDK_STAMP)
+
+sdk-test: build sdk
+	$(SDK_PYTEST)
 
 ## Fuzzing (fuzz/: cargo-fuzz targets; tests/fuzz_regressions.rs replays their corpus in `make test`)
 
