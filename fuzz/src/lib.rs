@@ -181,24 +181,38 @@ fn search_request(dialect: Dialect) -> &'static str {
     }
 }
 
+thread_local! {
+    /// One engine per dialect, kept between inputs: the catalog of [`search_request`] is then
+    /// indexed once, not on every input (only the answer varies).
+    static ENGINES: std::cell::RefCell<Vec<(Dialect, Engine)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A search session over [`search_request`], waiting for the model's first turn.
-fn session(dialect: Dialect) -> (Config, Session) {
+fn session(dialect: Dialect) -> Session {
     let config =
         Config::from_json(br#"{"mode":"search","min_tools":0,"search":{"use_tool":true}}"#)
             .unwrap_or_else(|e| panic!("{e}"));
     let body = search_request(dialect);
-    let mut engine = Engine::new(config.clone());
-    let analysis = engine
-        .analyse(dialect, body)
-        .unwrap_or_else(|e| panic!("{dialect:?}: {e:?}"));
-    let Some(Planned::Search(first)) = plan(&config, &analysis, body) else {
-        panic!("{dialect:?}: no search plan");
-    };
-    let session = Session::new(&config, &analysis, body, first);
-    (config, session)
+    ENGINES.with_borrow_mut(|engines| {
+        let at = match engines.iter().position(|(d, _)| *d == dialect) {
+            Some(at) => at,
+            None => {
+                engines.push((dialect, Engine::new(config.clone())));
+                engines.len() - 1
+            }
+        };
+        let analysis = engines[at]
+            .1
+            .analyse(dialect, body)
+            .unwrap_or_else(|e| panic!("{dialect:?}: {e:?}"));
+        let Some(Planned::Search(first)) = plan(&config, &analysis, body) else {
+            panic!("{dialect:?}: no search plan");
+        };
+        Session::new(&config, &analysis, body, first)
+    })
 }
 
-/// `data[0]` picks the dialect (and whole or streamed), `data[1]` seeds the chunking, the rest
+/// `data[0]` picks the dialect (its low 7 bits) and whole or streamed (its high bit), `data[1]` seeds the chunking, the rest
 /// is a provider's answer. Read as search mode reads it: the model's turn, the session's next
 /// step, and the answer finished for the client (calls removed, usage rewritten); a stream is
 /// also framed chunk by chunk, as it arrives. Nothing panics; a stream framed in chunks has
@@ -208,13 +222,13 @@ pub fn response(data: &[u8]) {
     let [selector, seed, rest @ ..] = data else {
         return;
     };
-    let dialect = Dialect::ALL[usize::from(*selector) % Dialect::ALL.len()];
+    let dialect = Dialect::ALL[usize::from(selector & 0x7f) % Dialect::ALL.len()];
     let streamed = selector & 0x80 != 0;
     let wire = Wire(dialect);
     let Some(text) = sse::utf8_prefix(rest) else {
         return;
     };
-    let (_, mut session) = session(dialect);
+    let mut session = session(dialect);
     if !streamed {
         let Ok(reply) = wire.read_reply(text) else {
             return;
