@@ -5,8 +5,10 @@
 //! `corpus/<target>/` and `regressions/<target>/` through the same function, natively. A
 //! property that does not hold panics, which is what libFuzzer reports as a crash.
 //!
-//! Adding a target: a function here with a line in [`TARGETS`], and `src/bin/<name>.rs` calling
-//! it (two lines, like the others).
+//! Adding a target: a function here with a line in [`TARGETS`], `src/bin/<name>.rs` calling it
+//! (two lines, like the others), and a seed or more in `corpus/<name>/` (the regression test
+//! refuses a target with nothing to replay). `make fuzz` then runs it, `make fuzz-corpus` keeps
+//! what it finds.
 
 use serde_json::value::RawValue;
 use toolsift::config::Config;
