@@ -63,8 +63,9 @@ run-search: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate embed test-embed images oci
-	$(CARGO) test --lib --bins --tests
+test: build $(ENVOY) validate embed test-embed images oci sdk
+	$(CARGO) test --no-fail-fast --lib --bins --tests
+	$(SDK_PYTEST)
 
 unit:
 	$(CARGO) test --lib --bins
@@ -201,3 +202,62 @@ bench-latency-search: build $(ENVOY)
 clean:
 	$(CARGO) clean
 	rm -f .wasm-target.stamp
+
+## The official SDKs as clients (tests/sdk/, pytest): Envoy with the real .wasm, the demo upstream
+
+SDK_PIP    := openai==3.54.0 anthropic==2.12.0 google-genai==3.4.0 boto3==1.44.5 pytest==9.2.0
+SDK_STAMP  := $(VENV)/.sdk-$(subst ==,-,$(subst $() ,_,$(SDK_PIP)))
+SDK_PYTEST := $(VENV)/bin/python -m pytest tests/sdk -q -p no:cacheprovider
+
+.PHONY: sdk sdk-test
+
+$(SDK_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(SDK_PIP)
+	@touch $@
+
+sdk: $(SDK_STAMP)
+
+sdk-test: build sdk
+	$(SDK_PYTEST)
+
+## Fuzzing (fuzz/: cargo-fuzz targets; tests/fuzz_regressions.rs replays their corpus in `make test`)
+
+FUZZ_SECONDS ?= 60
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := target/tools/bin/cargo-fuzz
+# cargo-fuzz on the stable toolchain: RUSTC_BOOTSTRAP lets it pass its -Z flags; no sanitizer.
+FUZZ_RUN := PATH=$(CURDIR)/target/tools/bin:$$PATH RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run \
+	--fuzz-dir fuzz --sanitizer none --target-dir target/fuzz
+FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/src/bin/*.rs)))
+
+.PHONY: fuzz fuzz-corpus
+
+$(CARGO_FUZZ):
+	$(CARGO) install --locked --root target/tools cargo-fuzz --version $(CARGO_FUZZ_VERSION)
+
+# Each target for FUZZ_SECONDS, from the committed corpus; what it learns goes to
+# target/fuzz/corpus/ (kept between runs), crashes to fuzz/artifacts/. A crash: minimise it
+# (`cargo fuzz tmin`) into fuzz/regressions/TARGET/, where `make test` replays it.
+fuzz: $(CARGO_FUZZ)
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== fuzz $$t ($(FUZZ_SECONDS) s, log target/fuzz/$$t.log)"; \
+		mkdir -p target/fuzz/corpus/$$t; \
+		$(FUZZ_RUN) $$t target/fuzz/corpus/$$t fuzz/corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -dict=fuzz/json.dict -print_final_stats=1 \
+			> target/fuzz/$$t.log 2>&1; status=$$?; \
+		grep -E '^(Done [0-9]+ runs|stat::number_of_executed_units)' target/fuzz/$$t.log; \
+		if [ $$status != 0 ]; then grep -A4 -E 'panicked at|^Failing input' target/fuzz/$$t.log; exit 1; fi; \
+	done
+
+# Rebuilds the committed corpus from itself and what the runs found: the inputs that reach the
+# most code per byte, within FUZZ_CORPUS_BYTES per target (the response target twice that).
+FUZZ_CORPUS_BYTES ?= 40000
+fuzz-corpus: $(CARGO_FUZZ)
+	@for t in $(FUZZ_TARGETS); do \
+		budget=$(FUZZ_CORPUS_BYTES); [ $$t = response ] && budget=$$(( 2 * budget )); \
+		rm -rf target/fuzz/merge/$$t; mkdir -p target/fuzz/merge/$$t target/fuzz/corpus/$$t; \
+		$(FUZZ_RUN) $$t target/fuzz/merge/$$t fuzz/corpus/$$t target/fuzz/corpus/$$t -- \
+			-merge=1 -use_counters=0 -merge_control_file=target/fuzz/merge/$$t.control \
+			> target/fuzz/merge/$$t.log 2>&1 || { tail -20 target/fuzz/merge/$$t.log; exit 1; }; \
+		python3 fuzz/minimize.py target/fuzz/merge/$$t.control $$budget fuzz/corpus/$$t || exit 1; \
+	done

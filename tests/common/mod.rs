@@ -430,7 +430,7 @@ pub fn try_http(
 
 /// Reads until the server closes. A reset after a complete response is the server closing
 /// early, not an error.
-fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
+pub fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
     let mut raw = Vec::new();
     let mut buf = [0u8; 65536];
     loop {

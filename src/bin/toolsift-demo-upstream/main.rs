@@ -5,6 +5,17 @@
 //! provider would, so that a filter bug shows up as a 400 rather than as a silent success, and
 //! answers in the provider's own response shape with a report of the tools it received.
 //!
+//! On the LLM paths, request headers change the answer:
+//! - `x-demo-echo: body`: the request body as the answer (after the checks above);
+//!   `x-demo-echo: raw`: the body exactly as it arrived, unread and unchecked (valid JSON or
+//!   not); `x-demo-echo: none`: `{}` without reading the body (for the latency benchmark).
+//! - `x-demo-trailers` (any value): the answer ends with the trailer `x-demo-trailer: done`.
+//!   A request that had trailers gets `x-demo-request-trailers: name=value, …`.
+//!
+//! Bedrock `converse-stream` answers in AWS's binary event-stream framing, as the real API does,
+//! and a Bedrock request signed with SigV4 (`authorization: AWS4-HMAC-SHA256 …`) must carry a
+//! valid signature by the demo's credentials (`sigv4.rs`), else it gets Bedrock's 403.
+//!
 //! It deliberately does not use the toolsift library: it judges the filter's output, so it must
 //! not share the filter's parsing bugs.
 //!
@@ -39,7 +50,7 @@
 //! real API's JSON array sent element by element). Bedrock's `converse-stream` is refused (400).
 //! Requests are checked as above, and their conversation as the provider would: a tool call
 //! without its result, a result without its call (Chat `tool_calls[].id` and `tool_call_id`;
-//! Responses `call_id`, unless `previous_response_id` is set; Anthropic `tool_use.id` and
+//! Responses `call_id`, in the stored conversation too; Anthropic `tool_use.id` and
 //! `tool_result.tool_use_id` in the next message; Gemini `functionCall` and `functionResponse`
 //! names in the next turn; Bedrock `toolUseId`) or a duplicate tool name is a 400 in the
 //! dialect's error shape. The headers:
@@ -72,6 +83,13 @@
 //! call plus the words of the text. Streams are the provider's event sequences, one body chunk
 //! per event, with arguments in at least two deltas (Gemini: each `functionCall` part whole in
 //! its own chunk, finish reason and usage on the last). Answers carry no `toolsift_demo` report.
+//!
+//! OpenAI Responses are stored as OpenAI stores them (`stored.rs`), whichever model answers:
+//! every answer's id (`resp_demo{SEQ}`) names the conversation it answered plus its output,
+//! unless the request said `"store": false`. A request with `previous_response_id` is read as
+//! that conversation followed by its own `input`; an unknown id is a 400 with code
+//! `previous_response_not_found`, and a `function_call_output` whose `call_id` no call of the
+//! conversation has is a 400 `No tool call found for function call output with call_id …`.
 //!
 //! - `GET /scripted/log`: the scripted requests, oldest first (the latest 200): `[{"path": ...,
 //!   "headers": {lowercased name: value}, "body": parsed JSON}]`; `path` keeps the query string
@@ -119,7 +137,10 @@ use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+mod eventstream;
 mod scripted;
+mod sigv4;
+mod stored;
 
 const USAGE: &str = "\
 usage: toolsift-demo-upstream [--listen ADDR] [--verbose]
@@ -159,6 +180,15 @@ const ECHO_HEADER: &str = "x-demo-echo";
 /// latency benchmark uses it so the upstream costs the same whether the body carries 5 tools
 /// or 4,000, and only the gateway's own time differs.
 const ECHO_NONE: &[u8] = b"none";
+/// `x-demo-echo: raw` answers 200 with the request body exactly as it arrived, unread: the tests
+/// of bodies toolsift must pass through untouched, valid JSON or not.
+const ECHO_RAW: &[u8] = b"raw";
+/// On every answer to a request that had trailers: `name=value, …`.
+const REQUEST_TRAILERS_HEADER: &str = "x-demo-request-trailers";
+/// A request with this header gets its answer with the trailer [`TRAILER_NAME`]`: done`
+/// (HTTP/2, or HTTP/1.1 chunked to a client that accepts trailers).
+const SEND_TRAILERS_HEADER: &str = "x-demo-trailers";
+const TRAILER_NAME: &str = "x-demo-trailer";
 const DIALECT_HEADER: &str = "x-demo-dialect";
 const TOOL_COUNT_HEADER: &str = "x-demo-tool-count";
 const TOOLS_HEADER: &str = "x-demo-tools";
@@ -262,6 +292,7 @@ async fn run(options: Options) -> ExitCode {
         verbose: options.verbose,
         stats: Stats::default(),
         scripted_log: scripted::Log::default(),
+        responses: stored::Responses::default(),
     });
     let (shutdown_tx, shutdown_rx) = watch::channel(());
     // Each connection task holds a clone of `drain_tx`; `recv` returns None once all have ended.
@@ -367,6 +398,8 @@ struct Server {
     stats: Stats,
     /// The scripted model's request log, behind `GET /scripted/log`.
     scripted_log: scripted::Log,
+    /// OpenAI Responses answers, for requests that continue them (`previous_response_id`).
+    responses: stored::Responses,
 }
 
 /// Counters behind `GET /stats`.
@@ -541,8 +574,8 @@ async fn serve_llm_request(
             .scripted_requests
             .fetch_add(1, Ordering::Relaxed);
     }
-    let body = match read_body(body).await {
-        Ok(body) => body,
+    let (body, trailers) = match read_body(body).await {
+        Ok(read) => read,
         Err((status, rejection)) => {
             if scripted {
                 server.scripted_log.record(parts, None);
@@ -550,26 +583,78 @@ async fn serve_llm_request(
             return rejection_response(Some(dialect), status, &rejection);
         }
     };
-    if scripted {
-        server.scripted_log.record(parts, Some(&body));
-        return scripted::serve(parts, endpoint, &body, sequence);
-    }
-    if parts
-        .headers
-        .get(ECHO_HEADER)
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(ECHO_NONE))
-    {
+    let echo = parts.headers.get(ECHO_HEADER).map(HeaderValue::as_bytes);
+    if !scripted && echo.is_some_and(|echo| echo.eq_ignore_ascii_case(ECHO_NONE)) {
         return plain_response(
             StatusCode::OK,
             "application/json",
             Bytes::from_static(b"{}"),
         );
     }
+    let signed = if dialect == Dialect::Bedrock {
+        sigv4::check(parts, &body)
+    } else {
+        Ok(())
+    };
+    let mut response = if let Err(refusal) = signed {
+        refusal.response()
+    } else if echo.is_some_and(|echo| echo.eq_ignore_ascii_case(ECHO_RAW)) {
+        plain_response(StatusCode::OK, "application/octet-stream", body.clone())
+    } else if scripted {
+        server.scripted_log.record(parts, Some(&body));
+        scripted::serve(parts, endpoint, &body, sequence, &server.responses)
+    } else {
+        answer_llm_request(parts, body.clone(), endpoint, sequence, server)
+    };
+    if let Some(trailers) = &trailers {
+        let list = trailers
+            .iter()
+            .map(|(name, value)| format!("{name}={}", String::from_utf8_lossy(value.as_bytes())))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let Ok(list) = HeaderValue::try_from(list) {
+            response.headers_mut().insert(REQUEST_TRAILERS_HEADER, list);
+        }
+    }
+    if parts.headers.contains_key(SEND_TRAILERS_HEADER) {
+        response.body_mut().trailers = Some(HeaderMap::from_iter([(
+            HeaderName::from_static(TRAILER_NAME),
+            HeaderValue::from_static("done"),
+        )]));
+    }
+    response
+}
+
+/// The answer of the model that is not scripted: the demo's report of what it received.
+fn answer_llm_request(
+    parts: &Parts,
+    body: Bytes,
+    endpoint: &Endpoint,
+    sequence: u64,
+    server: &Server,
+) -> Response<ReplyBody> {
+    let dialect = endpoint.dialect;
     let inspection = match inspect_request(endpoint, &body) {
         Ok(inspection) => inspection,
         Err(rejection) => {
             return rejection_response(Some(dialect), StatusCode::BAD_REQUEST, &rejection);
         }
+    };
+    // Responses: the conversation a stored answer holds comes first, and every tool output
+    // must answer a call in it, as OpenAI checks.
+    let resolved = if dialect == Dialect::OpenAiResponses {
+        let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let resolved = server.responses.resolve(&request).and_then(|resolved| {
+            scripted::check_responses_conversation(&resolved).map(|()| resolved)
+        });
+        match resolved {
+            Ok(resolved) => Some(resolved),
+            Err(rejection) => {
+                return rejection_response(Some(dialect), StatusCode::BAD_REQUEST, &rejection);
+            }
+        }
+    } else {
+        None
     };
 
     let wants_echo = parts
@@ -580,8 +665,19 @@ async fn serve_llm_request(
         plain_response(StatusCode::OK, "application/json", body)
     } else {
         let reply = Reply::new(endpoint, &inspection, parts, &body, sequence);
+        if let Some(resolved) = &resolved {
+            let output = [reply.responses_message()];
+            server
+                .responses
+                .keep(resolved, reply.responses_id(), &output);
+        }
         if inspection.stream {
-            let mut response = plain_response(StatusCode::OK, "text/event-stream", reply.stream());
+            let content_type = if dialect == Dialect::Bedrock {
+                eventstream::CONTENT_TYPE
+            } else {
+                "text/event-stream"
+            };
+            let mut response = plain_response(StatusCode::OK, content_type, reply.stream());
             response
                 .headers_mut()
                 .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -594,9 +690,13 @@ async fn serve_llm_request(
     response
 }
 
-async fn read_body(body: Incoming) -> Result<Bytes, (StatusCode, Rejection)> {
+/// The body and its trailers, if any.
+async fn read_body(body: Incoming) -> Result<(Bytes, Option<HeaderMap>), (StatusCode, Rejection)> {
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
+        Ok(collected) => {
+            let trailers = collected.trailers().cloned();
+            Ok((collected.to_bytes(), trailers))
+        }
         Err(err) if err.is::<LengthLimitError>() => Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::new(format!(
@@ -661,6 +761,8 @@ struct ReplyBody {
     /// The pause under way, if any.
     pause: Option<Pin<Box<tokio::time::Sleep>>>,
     started: bool,
+    /// Sent after the last chunk.
+    trailers: Option<HeaderMap>,
 }
 
 impl ReplyBody {
@@ -671,6 +773,7 @@ impl ReplyBody {
             gap: Duration::ZERO,
             pause: None,
             started: false,
+            trailers: None,
         }
     }
 
@@ -712,11 +815,18 @@ impl Body for ReplyBody {
             this.pause = None;
         }
         this.started = true;
-        Poll::Ready(this.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        if let Some(chunk) = this.chunks.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        Poll::Ready(
+            this.trailers
+                .take()
+                .map(|trailers| Ok(Frame::trailers(trailers))),
+        )
     }
 
     fn is_end_stream(&self) -> bool {
-        self.chunks.is_empty()
+        self.chunks.is_empty() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -996,7 +1106,7 @@ impl Reply {
             Value::Null
         };
         json!({
-            "id": format!("resp_demo{}", self.sequence),
+            "id": self.responses_id(),
             "object": "response",
             "created_at": self.created,
             "status": status,
@@ -1004,6 +1114,10 @@ impl Reply {
             "output": output,
             "usage": usage,
         })
+    }
+
+    fn responses_id(&self) -> String {
+        format!("resp_demo{}", self.sequence)
     }
 
     fn responses_message(&self) -> Value {
@@ -1127,32 +1241,28 @@ impl Reply {
         vec![sse_event(None, &first), sse_event(None, &last)]
     }
 
-    /// Real `ConverseStream` answers in AWS's binary `application/vnd.amazon.eventstream` framing.
-    /// The demo sends the same events as SSE instead, so one text parser reads every dialect:
-    /// `event:` is the eventstream `:event-type` header, and `data:` is the event as the AWS SDKs
-    /// present it (`{"contentBlockDelta": {...}}`).
+    /// `ConverseStream`'s events in AWS's binary event-stream framing, each payload the
+    /// event's member as the AWS SDKs present it (`{"contentBlockIndex":0,"delta":{...}}` for a
+    /// `contentBlockDelta`).
     fn bedrock_stream(&self) -> Vec<Bytes> {
-        let mut message_start = json!({ "messageStart": { "role": "assistant" } });
+        let mut message_start = json!({ "role": "assistant" });
         with_demo_report(&mut message_start, &self.demo);
-        vec![
-            sse_event(Some("messageStart"), &message_start),
-            sse_event(
-                Some("contentBlockDelta"),
-                &json!({ "contentBlockDelta": { "contentBlockIndex": 0, "delta": { "text": self.text } } }),
+        [
+            ("messageStart", message_start),
+            (
+                "contentBlockDelta",
+                json!({ "contentBlockIndex": 0, "delta": { "text": self.text } }),
             ),
-            sse_event(
-                Some("contentBlockStop"),
-                &json!({ "contentBlockStop": { "contentBlockIndex": 0 } }),
-            ),
-            sse_event(
-                Some("messageStop"),
-                &json!({ "messageStop": { "stopReason": "end_turn" } }),
-            ),
-            sse_event(
-                Some("metadata"),
-                &json!({ "metadata": { "usage": self.bedrock_usage(), "metrics": { "latencyMs": 0 } } }),
+            ("contentBlockStop", json!({ "contentBlockIndex": 0 })),
+            ("messageStop", json!({ "stopReason": "end_turn" })),
+            (
+                "metadata",
+                json!({ "usage": self.bedrock_usage(), "metrics": { "latencyMs": 0 } }),
             ),
         ]
+        .iter()
+        .map(|(kind, payload)| eventstream::event(kind, payload.to_string().as_bytes()))
+        .collect()
     }
 }
 
@@ -1451,7 +1561,7 @@ async fn serve_embeddings(
     stats.record(parts.uri.path());
     stats.embeddings_requests.fetch_add(1, Ordering::Relaxed);
     let body = match read_body(body).await {
-        Ok(body) => body,
+        Ok((body, _trailers)) => body,
         Err((status, rejection)) => {
             stats.record_embeddings_body(None);
             return Ok(rejection_response(None, status, &rejection));
@@ -2891,6 +3001,7 @@ mod tests {
             verbose: false,
             stats: Stats::default(),
             scripted_log: scripted::Log::default(),
+            responses: stored::Responses::default(),
         });
         tokio::spawn(async move {
             let (shutdown_tx, shutdown_rx) = watch::channel(());
@@ -3011,6 +3122,18 @@ mod tests {
         );
         assert_eq!(stats["by_path"]["/embeddings/ok"], 2);
         assert_eq!(stats["by_path"]["/embeddings/slow"], 1);
+    }
+
+    #[tokio::test]
+    async fn echoes_raw_bodies_unread() {
+        let address = start_server().await;
+        let raw = [("x-demo-echo", "raw")];
+        let chat = "/v1/chat/completions";
+        let (status, head, body) = exchange_with(address, "POST", chat, &raw, "{not json").await;
+        assert_eq!((status, body.as_str()), (200, "{not json"));
+        assert!(head.contains("content-type: application/octet-stream"));
+        let (status, _, _) = exchange(address, "POST", chat, "{not json").await;
+        assert_eq!(status, 400);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ use hyper::http::request::Parts;
 use hyper::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
+use super::stored::Responses;
 use super::{
     DEFAULT_MODEL, Dialect, Endpoint, Rejection, ReplyBody, add_demo_headers, inspect_request,
     json_response, plain_response, rejection_response, sse_event, summary_sentence, with_member,
@@ -529,8 +530,9 @@ fn chat_history(request: &Value) -> Result<History, Rejection> {
 }
 
 /// Responses: each `function_call.call_id` must be answered by a later `function_call_output`
-/// with that `call_id`, and each output must answer an earlier call (unless the request
-/// continues a stored response with `previous_response_id`, which may hold the call).
+/// with that `call_id`, and each output must answer an earlier call. `request` is read as
+/// [`stored::Responses::resolve`](super::stored::Responses::resolve) returns it: a stored
+/// conversation that `previous_response_id` continues is already in `input`.
 fn responses_history(request: &Value) -> Result<History, Rejection> {
     let mut history = History::default();
     let items = match request.get("input") {
@@ -547,9 +549,6 @@ fn responses_history(request: &Value) -> Result<History, Rejection> {
             ));
         }
     };
-    let chained = request
-        .get("previous_response_id")
-        .is_some_and(Value::is_string);
     // Call ids in order, and whether each has been answered.
     let mut calls: Vec<(String, bool)> = Vec::new();
     for (index, item) in items.iter().enumerate() {
@@ -578,13 +577,12 @@ fn responses_history(request: &Value) -> Result<History, Rejection> {
                     .find(|(call, answered)| call == id && !answered)
                 {
                     Some((_, answered)) => *answered = true,
-                    None if chained => {}
                     None => {
                         return Err(rejection(
                             format!(
                                 "No tool call found for function call output with call_id {id}."
                             ),
-                            format!("{path}.call_id"),
+                            "input".to_owned(),
                         ));
                     }
                 }
@@ -600,6 +598,11 @@ fn responses_history(request: &Value) -> Result<History, Rejection> {
         ));
     }
     Ok(history)
+}
+
+/// [`responses_history`]'s checks alone, for requests the scripted model does not answer.
+pub(super) fn check_responses_conversation(request: &Value) -> Result<(), Rejection> {
+    responses_history(request).map(|_| ())
 }
 
 /// Anthropic and Bedrock: the tool uses of an assistant message must each be answered by a
@@ -851,6 +854,7 @@ fn respond(
     query: Option<&str>,
     body: &[u8],
     sequence: u64,
+    responses: &Responses,
     tools: &mut Vec<String>,
 ) -> Outcome {
     let bad = |rejection| Outcome::Rejected(StatusCode::BAD_REQUEST, rejection);
@@ -869,7 +873,13 @@ fn respond(
         Err(rejection) => return bad(rejection),
     };
     // `inspect_request` accepted it, so it is a JSON object.
-    let request: Value = serde_json::from_slice(body).unwrap_or_default();
+    let mut request: Value = serde_json::from_slice(body).unwrap_or_default();
+    if dialect == Dialect::OpenAiResponses {
+        request = match responses.resolve(&request) {
+            Ok(resolved) => resolved,
+            Err(rejection) => return bad(rejection),
+        };
+    }
     let history = match read_history(dialect, &request) {
         Ok(history) => history,
         Err(rejection) => return bad(rejection),
@@ -913,6 +923,15 @@ fn respond(
             .saturating_add(u64::try_from(words).unwrap_or(u64::MAX)),
         include_usage: inspection.include_usage,
     };
+    if dialect == Dialect::OpenAiResponses {
+        let answer = turn.responses_object(true);
+        let output = answer.get("output").and_then(Value::as_array);
+        responses.keep(
+            &request,
+            turn.responses_id(),
+            output.map_or(&[], Vec::as_slice),
+        );
+    }
     if !inspection.stream {
         return Outcome::Whole(turn.whole());
     }
@@ -934,12 +953,14 @@ fn respond(
     }
 }
 
-/// Serves one scripted request whose body has been read.
+/// Serves one scripted request whose body has been read; OpenAI Responses answers are kept in
+/// `responses`.
 pub(super) fn serve(
     parts: &Parts,
     endpoint: &Endpoint,
     body: &[u8],
     sequence: u64,
+    responses: &Responses,
 ) -> Response<ReplyBody> {
     let dialect = endpoint.dialect;
     let mut tools = Vec::new();
@@ -949,6 +970,7 @@ pub(super) fn serve(
         parts.uri.query(),
         body,
         sequence,
+        responses,
         &mut tools,
     );
     let mut response = match outcome {
@@ -1236,6 +1258,10 @@ impl Turn {
         })
     }
 
+    fn responses_id(&self) -> String {
+        format!("resp_demo{}", self.sequence)
+    }
+
     fn responses_call(&self, index: usize, call: &PlannedCall, done: bool) -> Value {
         json!({
             "type": "function_call",
@@ -1268,7 +1294,7 @@ impl Turn {
             Value::Null
         };
         json!({
-            "id": format!("resp_demo{}", self.sequence),
+            "id": self.responses_id(),
             "object": "response",
             "created_at": self.created,
             "status": if done { "completed" } else { "in_progress" },
@@ -1633,6 +1659,7 @@ mod tests {
             query,
             body.as_bytes(),
             7,
+            &Responses::default(),
             &mut Vec::new(),
         )
     }
@@ -1976,9 +2003,9 @@ mod tests {
         );
         let early = json!({ "input": [user, output("a"), call("a")] });
         assert!(responses_history(&early).is_err());
-        // A stored response may hold the call.
-        let chained = json!({ "previous_response_id": "resp_1", "input": [output("a")] });
-        assert_eq!(responses_history(&chained).unwrap().tool_results, 1);
+        // A call only a stored response holds is checked once the store resolved the request.
+        let orphan = json!({ "input": [output("a")] });
+        assert!(responses_history(&orphan).is_err());
         let text = json!({ "input": "just text" });
         assert_eq!(
             responses_history(&text).unwrap().user_text.as_deref(),
@@ -2482,5 +2509,65 @@ mod tests {
         assert_eq!(snapshot[0]["body"], json!({}));
         assert_eq!(log.clear(), LOG_CAPACITY);
         assert_eq!(log.snapshot(), json!([]));
+    }
+
+    #[test]
+    fn responses_continue_stored_answers_as_openai_does() {
+        let store = Responses::default();
+        let path = "/v1/responses";
+        let want = [("x-demo-model", "scripted"), ("x-demo-want", "get_weather")];
+        let endpoint = Endpoint::detect(path).unwrap();
+        let ask = |body: Value, sequence: u64| {
+            respond(
+                &headers(&want),
+                &endpoint,
+                None,
+                body.to_string().as_bytes(),
+                sequence,
+                &store,
+                &mut Vec::new(),
+            )
+        };
+        let tools = json!([{ "type": "function", "name": "find_tools", "parameters": {} },
+                           { "type": "function", "name": "get_weather", "parameters": {} }]);
+        let Outcome::Whole(first) = ask(json!({ "input": "weather?", "tools": tools }), 1) else {
+            panic!("expected an answer");
+        };
+        assert_eq!(first["id"], "resp_demo1");
+        assert_eq!(first["output"][0]["call_id"], "call_1_0");
+
+        // The stored conversation comes first: its call is answered by the new input.
+        let output =
+            |id: &str| json!({ "type": "function_call_output", "call_id": id, "output": "sunny" });
+        let next = json!({ "previous_response_id": "resp_demo1", "input": [output("call_1_0")], "tools": tools });
+        let Outcome::Whole(second) = ask(next, 2) else {
+            panic!("expected an answer");
+        };
+        assert_eq!(second["id"], "resp_demo2");
+
+        // An output whose call no conversation holds, and an id never given out.
+        let stray = json!({ "previous_response_id": "resp_demo2", "input": [output("call_9_0")], "tools": tools });
+        let Outcome::Rejected(_, rejection) = ask(stray, 3) else {
+            panic!("expected a rejection");
+        };
+        assert_eq!(
+            rejection.message,
+            "No tool call found for function call output with call_id call_9_0."
+        );
+        let unknown = json!({ "previous_response_id": "resp_nope", "input": "hi", "tools": tools });
+        let Outcome::Rejected(_, rejection) = ask(unknown, 4) else {
+            panic!("expected a rejection");
+        };
+        assert_eq!(rejection.code, Some("previous_response_not_found"));
+        // resp_demo2 ends in a call: continuing it without the call's output is refused too.
+        let unanswered = json!({ "previous_response_id": "resp_demo2", "input": "and tomorrow?", "tools": tools });
+        let Outcome::Rejected(_, rejection) = ask(unanswered, 5) else {
+            panic!("expected a rejection");
+        };
+        assert!(
+            rejection.message.contains("call_2_0"),
+            "{}",
+            rejection.message
+        );
     }
 }

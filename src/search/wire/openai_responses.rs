@@ -328,8 +328,9 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 .filter(|i| i.dropped && i.output_index.is_some_and(|at| at < index))
                 .count() as u64;
             if let (true, Some(span)) = (dropped_before > 0, find_path(data, &["output_index"])) {
-                // Clients index their copy of `output` by it, so it must stay 0..n.
-                splices.push((span, (index - dropped_before).to_string()));
+                // Clients index their copy of `output` by it, so it must stay 0..n. A stream
+                // can give several items one index: more may be dropped before than `index`.
+                splices.push((span, index.saturating_sub(dropped_before).to_string()));
             }
         }
         if let Some(raw) = event.response {

@@ -1,0 +1,358 @@
+//! The properties the fuzz targets check, one function per target.
+//!
+//! cargo-fuzz runs each through its target in `src/bin/` (`make fuzz`); the regression test
+//! (`tests/fuzz_regressions.rs`, in `make test`) includes this file and replays every input of
+//! `corpus/<target>/` and `regressions/<target>/` through the same function, natively. A
+//! property that does not hold panics, which is what libFuzzer reports as a crash.
+//!
+//! Adding a target: a function here with a line in [`TARGETS`], `src/bin/<name>.rs` calling it
+//! (two lines, like the others), and a seed or more in `corpus/<name>/` (the regression test
+//! refuses a target with nothing to replay). `make fuzz` then runs it, `make fuzz-corpus` keeps
+//! what it finds.
+
+use serde_json::value::RawValue;
+use toolsift::config::Config;
+use toolsift::dialect::Dialect;
+use toolsift::pipeline::{Analysis, Engine, body_text};
+use toolsift::search::plan::{Planned, entry_texts, plan};
+use toolsift::search::round::{Next, Session};
+use toolsift::search::sse::{self, Frame};
+use toolsift::search::wire::Wire;
+use toolsift::search::{Edits, Reply};
+
+/// A target's property: panics when it does not hold for the input.
+pub type Property = fn(&[u8]);
+
+/// Every target: its name (the file in `src/bin/`, the folders in `corpus/` and
+/// `regressions/`) and its property.
+pub const TARGETS: &[(&str, Property)] = &[
+    ("request_openai_chat", request_openai_chat),
+    ("request_openai_responses", request_openai_responses),
+    ("request_anthropic", request_anthropic),
+    ("request_gemini", request_gemini),
+    ("request_bedrock", request_bedrock),
+    ("response", response),
+    ("config", config),
+];
+
+pub fn request_openai_chat(data: &[u8]) {
+    request(Dialect::OpenaiChat, data);
+}
+
+pub fn request_openai_responses(data: &[u8]) {
+    request(Dialect::OpenaiResponses, data);
+}
+
+pub fn request_anthropic(data: &[u8]) {
+    request(Dialect::Anthropic, data);
+}
+
+pub fn request_gemini(data: &[u8]) {
+    request(Dialect::Gemini, data);
+}
+
+pub fn request_bedrock(data: &[u8]) {
+    request(Dialect::Bedrock, data);
+}
+
+/// Filter mode keeping one tool, and search mode with every meta-tool and a native-search
+/// rule (models named `*native*`), so that most requests with tools are rewritten.
+const REQUEST_CONFIGS: [&str; 2] = [
+    r#"{"top_k": 1, "min_tools": 0}"#,
+    r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "use_tool": true,
+        "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]}}"#,
+];
+
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<&RawValue>(text).is_ok()
+}
+
+/// One request body through the request path: analysed, then rewritten (filter mode) or
+/// planned (search mode). Nothing panics; what goes upstream is JSON when the body was; the
+/// bytes outside the tools container are the client's; the kept tools are byte-identical to
+/// the client's, in the client's order; the same body analysed again (a catalog-cache hit)
+/// is decided the same way.
+fn request(dialect: Dialect, data: &[u8]) {
+    let Ok(body) = body_text(data) else {
+        return;
+    };
+    let valid = is_json(body);
+    for text in REQUEST_CONFIGS {
+        let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let mut engine = Engine::new(config.clone());
+        let Ok(analysis) = engine.analyse(dialect, body) else {
+            continue;
+        };
+        let container = body
+            .get(analysis.container.clone())
+            .unwrap_or_else(|| panic!("container {:?} outside the body", analysis.container));
+        let again = engine
+            .analyse(dialect, body)
+            .unwrap_or_else(|e| panic!("analysed once, refused the second time: {e:?}"));
+        assert_eq!(again.container, analysis.container);
+        assert_eq!(
+            again.selection.keep, analysis.selection.keep,
+            "cache hit decided otherwise"
+        );
+        match config.mode {
+            toolsift::config::Mode::Filter => {
+                if let Some(out) = analysis.rewrite(body) {
+                    check_rewrite(dialect, &analysis, body, container, &out, valid);
+                }
+            }
+            toolsift::config::Mode::Search => check_plan(&config, &analysis, body, valid),
+        }
+    }
+}
+
+fn check_rewrite(
+    dialect: Dialect,
+    analysis: &Analysis,
+    body: &str,
+    container: &str,
+    out: &str,
+    valid: bool,
+) {
+    assert!(
+        !valid || is_json(out),
+        "rewrite of valid JSON is not JSON: {out}"
+    );
+    let range = &analysis.container;
+    let (before, after) = (&body[..range.start], &body[range.end..]);
+    assert!(out.starts_with(before), "bytes before the tools changed");
+    assert!(out.ends_with(after), "bytes after the tools changed");
+    assert!(out.len() >= before.len() + after.len());
+    let new_container = &out[before.len()..out.len() - after.len()];
+    let texts = entry_texts(container, &analysis.catalog.draft);
+    let kept: Vec<&str> = texts
+        .iter()
+        .zip(&analysis.selection.keep)
+        .filter(|(_, keep)| **keep)
+        .map(|(text, _)| *text)
+        .collect();
+    let draft = dialect
+        .catalog(new_container)
+        .unwrap_or_else(|e| panic!("rewritten tools unreadable ({e:?}): {new_container}"));
+    assert_eq!(
+        entry_texts(new_container, &draft),
+        kept,
+        "the tools sent are not the kept tools, byte for byte and in order"
+    );
+}
+
+fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
+    let out = match plan(config, analysis, body) {
+        None | Some(Planned::Native) => return,
+        Some(Planned::Provider(provider)) => provider.body,
+        Some(Planned::Search(search)) => search.body,
+    };
+    assert!(
+        !valid || is_json(&out),
+        "search plan of valid JSON is not JSON: {out}"
+    );
+    let range = &analysis.container;
+    assert!(
+        out.starts_with(&body[..range.start]),
+        "bytes before the tools changed"
+    );
+    assert!(
+        out.ends_with(&body[range.end..]),
+        "bytes after the tools changed"
+    );
+}
+
+/// A small request per dialect whose search session the `response` target answers: three tools,
+/// the meta-tools `find_tools` and `use_tool` in front of them.
+fn search_request(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenaiChat => {
+            r#"{"model":"m","messages":[{"role":"user","content":"weather in Paris"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},{"type":"function","function":{"name":"send_email","description":"Send an email","parameters":{"type":"object","properties":{"to":{"type":"string"}}}}},{"type":"function","function":{"name":"list_files","description":"List files in a folder"}}]}"#
+        }
+        Dialect::OpenaiResponses => {
+            r#"{"model":"m","input":"weather in Paris","tools":[{"type":"function","name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},{"type":"function","name":"send_email","description":"Send an email","parameters":{"type":"object","properties":{"to":{"type":"string"}}}},{"type":"function","name":"list_files","description":"List files in a folder","parameters":{}}]}"#
+        }
+        Dialect::Anthropic => {
+            r#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"weather in Paris"}],"tools":[{"name":"get_weather","description":"Current weather for a city","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},{"name":"send_email","description":"Send an email","input_schema":{"type":"object","properties":{"to":{"type":"string"}}}},{"name":"list_files","description":"List files in a folder","input_schema":{"type":"object"}}]}"#
+        }
+        Dialect::Gemini => {
+            r#"{"contents":[{"role":"user","parts":[{"text":"weather in Paris"}]}],"tools":[{"functionDeclarations":[{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},{"name":"send_email","description":"Send an email","parameters":{"type":"object","properties":{"to":{"type":"string"}}}},{"name":"list_files","description":"List files in a folder"}]}]}"#
+        }
+        Dialect::Bedrock => {
+            r#"{"messages":[{"role":"user","content":[{"text":"weather in Paris"}]}],"toolConfig":{"tools":[{"toolSpec":{"name":"get_weather","description":"Current weather for a city","inputSchema":{"json":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}},{"toolSpec":{"name":"send_email","description":"Send an email","inputSchema":{"json":{"type":"object","properties":{"to":{"type":"string"}}}}}},{"toolSpec":{"name":"list_files","description":"List files in a folder","inputSchema":{"json":{"type":"object"}}}}]}}"#
+        }
+    }
+}
+
+thread_local! {
+    /// One engine per dialect, kept between inputs: the catalog of [`search_request`] is then
+    /// indexed once, not on every input (only the answer varies).
+    static ENGINES: std::cell::RefCell<Vec<(Dialect, Engine)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A search session over [`search_request`], waiting for the model's first turn.
+fn session(dialect: Dialect) -> Session {
+    let config =
+        Config::from_json(br#"{"mode":"search","min_tools":0,"search":{"use_tool":true}}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let body = search_request(dialect);
+    ENGINES.with_borrow_mut(|engines| {
+        let at = match engines.iter().position(|(d, _)| *d == dialect) {
+            Some(at) => at,
+            None => {
+                engines.push((dialect, Engine::new(config.clone())));
+                engines.len() - 1
+            }
+        };
+        let analysis = engines[at]
+            .1
+            .analyse(dialect, body)
+            .unwrap_or_else(|e| panic!("{dialect:?}: {e:?}"));
+        let Some(Planned::Search(first)) = plan(&config, &analysis, body) else {
+            panic!("{dialect:?}: no search plan");
+        };
+        Session::new(&config, &analysis, body, first)
+    })
+}
+
+/// `data[0]` picks the dialect (its low 7 bits) and whole or streamed (its high bit), `data[1]` seeds the chunking, the rest
+/// is a provider's answer. Read as search mode reads it: the model's turn, the session's next
+/// step, and the answer finished for the client (calls removed, usage rewritten); a stream is
+/// also framed chunk by chunk, as it arrives. Nothing panics; a stream framed in chunks has
+/// the frames of the whole; every conversation item read from a turn is JSON; a follow-up is
+/// a JSON request of the dialect; what the client gets is JSON when the answer was.
+pub fn response(data: &[u8]) {
+    let [selector, seed, rest @ ..] = data else {
+        return;
+    };
+    let dialect = Dialect::ALL[usize::from(selector & 0x7f) % Dialect::ALL.len()];
+    let streamed = selector & 0x80 != 0;
+    let wire = Wire(dialect);
+    let Some(text) = sse::utf8_prefix(rest) else {
+        return;
+    };
+    let mut session = session(dialect);
+    if !streamed {
+        let Ok(reply) = wire.read_reply(text) else {
+            return;
+        };
+        let edits = check_turn(dialect, &mut session, &reply);
+        if let Ok(out) = wire.finish_reply(text, &edits) {
+            assert!(
+                !is_json(text) || is_json(&out),
+                "finished answer is not JSON: {out}"
+            );
+        }
+        return;
+    }
+    let sse_frames = sse::frames(text).0;
+    if std::str::from_utf8(rest).is_ok() {
+        assert_eq!(
+            framed_in_chunks(rest, *seed),
+            sse_frames,
+            "frames read in chunks differ from the whole stream's"
+        );
+    }
+    // Gemini without `alt=sse` streams one JSON array.
+    let whole = match sse::array_frames(text) {
+        Some(array) if dialect == Dialect::Gemini => array,
+        _ => sse_frames,
+    };
+    for n in 0..=whole.len() {
+        let _ = wire.opening(&whole[..n]);
+        let rest_of = sse::after_events(text, n);
+        assert!(text.ends_with(rest_of));
+    }
+    for frame in &whole {
+        let _ = wire.calls_started(frame);
+    }
+    let half = whole.len() / 2;
+    if wire.continues_streams() {
+        if let Ok(out) = wire.continue_stream(&whole[..half], text) {
+            let _ = sse::frames(&out);
+        }
+    }
+    let Ok(reply) = wire.read_stream(&whole) else {
+        return;
+    };
+    let edits = check_turn(dialect, &mut session, &reply);
+    if let Ok(out) = wire.finish_stream(&whole, &edits) {
+        let is_event = |data: &str| data == "[DONE]" || is_json(data);
+        let (finished, used) = sse::frames(&out);
+        assert_eq!(used, out.len(), "finished stream ends inside an event");
+        if whole.iter().all(|frame| is_event(&frame.data)) {
+            for frame in finished {
+                assert!(
+                    is_event(&frame.data),
+                    "finished stream has an event that is not JSON: {}",
+                    frame.data
+                );
+            }
+        }
+    }
+}
+
+/// The frames of `bytes` read as they arrive in chunks of 1 to 64 bytes, sizes drawn from
+/// `seed`: each chunk is appended to what is pending, and the complete events are taken.
+fn framed_in_chunks(bytes: &[u8], seed: u8) -> Vec<Frame> {
+    let mut state = u32::from(seed) | 1;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let size = 1 + (state >> 16) as usize % 64;
+        let end = (at + size).min(bytes.len());
+        pending.extend_from_slice(&bytes[at..end]);
+        at = end;
+        let Some(text) = sse::utf8_prefix(&pending) else {
+            return frames;
+        };
+        let (new, used) = sse::frames(text);
+        frames.extend(new);
+        pending.drain(..used);
+    }
+    frames
+}
+
+/// The session's step after `reply`: follow-ups must be JSON requests of the dialect, and the
+/// turn's conversation items JSON. Returns the edits the client's answer gets (on a follow-up,
+/// those that would drop every call).
+fn check_turn(dialect: Dialect, session: &mut Session, reply: &Reply) -> Edits {
+    for item in &reply.turn {
+        assert!(
+            is_json(item),
+            "conversation item read from the turn is not JSON: {item}"
+        );
+    }
+    let _ = session.queries(reply);
+    match session.on_reply(reply) {
+        Next::Deliver(edits) => edits,
+        Next::FollowUp(body) => {
+            assert!(is_json(&body), "follow-up is not JSON: {body}");
+            dialect.parse(&body).unwrap_or_else(|e| {
+                panic!("follow-up is not a {dialect:?} request ({e:?}): {body}")
+            });
+            Edits {
+                drop: reply.calls.iter().map(|c| c.id.clone()).collect(),
+                rename: Vec::new(),
+                usage: reply.usage,
+            }
+        }
+    }
+}
+
+/// A plugin configuration: parsed without panicking, and when accepted, an engine built from it
+/// reads a small request of every dialect (and plans it in search mode) without panicking.
+pub fn config(data: &[u8]) {
+    let Ok(config) = Config::from_json(data) else {
+        return;
+    };
+    let mut engine = Engine::new(config.clone());
+    for dialect in Dialect::ALL {
+        let body = search_request(dialect);
+        if let Ok(analysis) = engine.analyse(dialect, body) {
+            let _ = analysis.rewrite(body);
+            let _ = plan(&config, &analysis, body);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+"""The official SDKs as clients of the real gateway: Envoy (from .venv) with the real
+toolsift.wasm in front of the demo upstream, both started here like tests/common/mod.rs starts
+them, and the SDKs' own parsers and stream accumulators judging every answer.
+
+`make sdk-test` (part of `make test`) builds everything first; a missing piece fails, never skips.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
+WASM = REPO / "target/wasm32-wasip1/release/toolsift.wasm"
+UPSTREAM = REPO / "target/release/toolsift-demo-upstream"
+
+QUESTION = "What is the current weather in Paris?"
+WANT = "get_current_weather"
+FILTER = {"debug": True}
+SEARCH = {"mode": "search", "debug": True}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render_envoy_yaml(config, port, admin, upstream):
+    """The shipped envoy.yaml with test ports, the absolute wasm path and `config` as the plugin
+    configuration (the block under `value: |`), as tests/common/mod.rs renders it."""
+    lines = (REPO / "envoy.yaml").read_text().splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line.strip() == "value: |":
+            indent = len(line) - len(line.lstrip())
+            out.append(line)
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                i += 1
+            out.append(" " * (indent + 2) + json.dumps(config))
+            continue
+        line = line.replace("port_value: 10000", f"port_value: {port}")
+        line = line.replace("port_value: 9901", f"port_value: {admin}")
+        line = line.replace("port_value: 18000", f"port_value: {upstream}")
+        out.append(line.replace("target/wasm32-wasip1/release/toolsift.wasm", str(WASM)))
+    return "\n".join(out) + "\n"
+
+
+class Gateway:
+    """The demo upstream and Envoy with toolsift configured by `config`; `url` is the gateway."""
+
+    def __init__(self, config, scratch):
+        for path in (ENVOY, WASM, UPSTREAM):
+            assert path.exists(), f"{path} is missing: run `make build envoy` (make test does it)"
+        self.upstream = subprocess.Popen(
+            [UPSTREAM, "--listen", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        # "demo upstream listening on 127.0.0.1:PORT"
+        line = self.upstream.stderr.readline().decode()
+        self.upstream_port = int(line.rsplit(":", 1)[1])
+        self.port, self.admin = free_port(), free_port()
+        scratch.mkdir(parents=True, exist_ok=True)
+        yaml = scratch / "envoy.yaml"
+        yaml.write_text(render_envoy_yaml(config, self.port, self.admin, self.upstream_port))
+        self.log = scratch / "envoy.log"
+        self.envoy = subprocess.Popen(
+            [ENVOY, "-c", yaml, "--concurrency", "1", "--disable-hot-restart", "--log-level", "info",
+             "--log-path", self.log],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not self._ready():
+            assert time.monotonic() < deadline, f"Envoy did not become ready:\n{self.log_text()}"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _ready(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/ready", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stat(self, name):
+        """A toolsift counter from Envoy's /stats (0 when never incremented)."""
+        url = f"http://127.0.0.1:{self.admin}/stats?filter=^wasmcustom\\.{re.escape(name)}$"
+        with urllib.request.urlopen(url) as r:
+            for line in r.read().decode().splitlines():
+                key, _, value = line.partition(": ")
+                if key == f"wasmcustom.{name}":
+                    return int(value)
+        return 0
+
+    def upstream_log(self):
+        """What the scripted model received, oldest first."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.upstream_port}/scripted/log") as r:
+            return json.load(r)
+
+    def log_text(self):
+        return self.log.read_text() if self.log.exists() else ""
+
+    def close(self):
+        for process in (self.envoy, self.upstream):
+            process.kill()
+            process.wait()
+        assert "panicked" not in self.log_text(), self.log_text()
+
+
+def _gateway(config, request, tmp_path_factory):
+    gateway = Gateway(config, tmp_path_factory.mktemp(request.fixturename))
+    yield gateway
+    gateway.close()
+
+
+@pytest.fixture(scope="session")
+def filter_gw(request, tmp_path_factory):
+    yield from _gateway(FILTER, request, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def search_gw(request, tmp_path_factory):
+    yield from _gateway(SEARCH, request, tmp_path_factory)
+
+
+def catalog():
+    """The 80 fixture tools in OpenAI Chat Completions form."""
+    return json.loads((REPO / "tests/fixtures/catalog.json").read_text())
+
+
+def functions():
+    """Each fixture tool's {name, description, parameters}."""
+    return [tool["function"] for tool in catalog()]
+
+
+def scripted(script="search"):
+    """Request headers that make the demo upstream's scripted model want WANT."""
+    return {"x-demo-model": "scripted", "x-demo-want": WANT, "x-demo-script": script}
+
+
+def received_tools(text):
+    """The tool names of the demo upstream's answer `demo upstream received N tools: a, b, …`."""
+    match = re.fullmatch(r"demo upstream received (\d+) tools?(?:: (.*))?", text.strip())
+    assert match, text
+    names = match.group(2).split(", ") if match.group(2) else []
+    assert len(names) == int(match.group(1)), text
+    return names
+
+
+class Recorder:
+    """The headers of the last HTTP response a client received (an httpx event hook), for the
+    SDK calls that return only the parsed answer."""
+
+    def __init__(self):
+        self.headers = None
+
+    def hook(self, response):
+        self.headers = response.headers
+
+    def header(self, name):
+        assert self.headers is not None, "no response received"
+        return self.headers.get(name)
