@@ -14,11 +14,17 @@ use serde_json::value::RawValue;
 use toolsift::config::Config;
 use toolsift::dialect::Dialect;
 use toolsift::pipeline::{Analysis, Engine, body_text};
-use toolsift::search::plan::{Planned, entry_texts, plan};
+use toolsift::search::plan::{HeaderRoom, Planned, entry_texts, plan};
 use toolsift::search::round::{Next, Session};
 use toolsift::search::sse::{self, Frame};
 use toolsift::search::wire::Wire;
 use toolsift::search::{Edits, Reply};
+
+/// Plans as with held request headers: every `native_search` rule can apply.
+const HELD: HeaderRoom<'static> = HeaderRoom {
+    held: true,
+    anthropic_beta: "",
+};
 
 /// A target's property: panics when it does not hold for the input.
 pub type Property = fn(&[u8]);
@@ -141,7 +147,7 @@ fn check_rewrite(
 }
 
 fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
-    let out = match plan(config, analysis, body) {
+    let out = match plan(config, analysis, body, HELD) {
         None | Some(Planned::Native) => return,
         Some(Planned::Provider(provider)) => provider.body,
         Some(Planned::Search(search)) => search.body,
@@ -207,7 +213,7 @@ fn session(dialect: Dialect) -> Session {
             .1
             .analyse(dialect, body)
             .unwrap_or_else(|e| panic!("{dialect:?}: {e:?}"));
-        let Some(Planned::Search(first)) = plan(&config, &analysis, body) else {
+        let Some(Planned::Search(first)) = plan(&config, &analysis, body, HELD) else {
             panic!("{dialect:?}: no search plan");
         };
         Session::new(&config, &analysis, body, first)
@@ -352,7 +358,7 @@ pub fn config(data: &[u8]) {
         let body = search_request(dialect);
         if let Ok(analysis) = engine.analyse(dialect, body) {
             let _ = analysis.rewrite(body);
-            let _ = plan(&config, &analysis, body);
+            let _ = plan(&config, &analysis, body, HELD);
         }
     }
 }

@@ -146,12 +146,25 @@ def scripted(script="search"):
     return {"x-demo-model": "scripted", "x-demo-want": WANT, "x-demo-script": script}
 
 
-def received_tools(text):
-    """The tool names of the demo upstream's answer `demo upstream received N tools: a, b, …`."""
-    match = re.fullmatch(r"demo upstream received (\d+) tools?(?:: (.*))?", text.strip())
+def received(text):
+    """How many tools the demo upstream's answer `demo upstream received N tools: a, b, …` says
+    it received, and the names it lists (the first 20 of a longer list, which ends with
+    `... (M more)`)."""
+    match = re.fullmatch(
+        r"demo upstream received (\d+) tools?(?:: (.*?))?(?:, \.\.\. \((\d+) more\))?",
+        text.strip(),
+    )
     assert match, text
     names = match.group(2).split(", ") if match.group(2) else []
-    assert len(names) == int(match.group(1)), text
+    count = int(match.group(1))
+    assert len(names) + int(match.group(3) or 0) == count, text
+    return count, names
+
+
+def received_tools(text):
+    """The tool names the demo upstream's answer lists (every one: a short list)."""
+    count, names = received(text)
+    assert len(names) == count, text
     return names
 
 
