@@ -250,11 +250,12 @@ fuzz: $(CARGO_FUZZ)
 	done
 
 # Rebuilds the committed corpus from itself and what the runs found: the inputs that reach the
-# most code per byte, within FUZZ_CORPUS_BYTES per target (the response target twice that).
+# most code per byte, within FUZZ_CORPUS_BYTES per target (the response and respond targets
+# twice that).
 FUZZ_CORPUS_BYTES ?= 40000
 fuzz-corpus: $(CARGO_FUZZ)
 	@for t in $(FUZZ_TARGETS); do \
-		budget=$(FUZZ_CORPUS_BYTES); [ $$t = response ] && budget=$$(( 2 * budget )); \
+		budget=$(FUZZ_CORPUS_BYTES); case $$t in response|respond) budget=$$(( 2 * budget ));; esac; \
 		rm -rf target/fuzz/merge/$$t; mkdir -p target/fuzz/merge/$$t target/fuzz/corpus/$$t; \
 		$(FUZZ_RUN) $$t target/fuzz/merge/$$t fuzz/corpus/$$t target/fuzz/corpus/$$t -- \
 			-merge=1 -use_counters=0 -merge_control_file=target/fuzz/merge/$$t.control \

@@ -15,6 +15,8 @@ use toolsift::config::Config;
 use toolsift::dialect::Dialect;
 use toolsift::pipeline::{Analysis, Engine, body_text};
 use toolsift::search::plan::{HeaderRoom, Planned, entry_texts, plan};
+use toolsift::search::respond::{Answer, Flow, Head, Responder};
+use toolsift::search::respond_model::Envoy;
 use toolsift::search::round::{Next, Session};
 use toolsift::search::sse::{self, Frame};
 use toolsift::search::wire::Wire;
@@ -38,6 +40,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("request_gemini", request_gemini),
     ("request_bedrock", request_bedrock),
     ("response", response),
+    ("respond", respond),
     ("config", config),
 ];
 
@@ -344,6 +347,92 @@ fn check_turn(dialect: Dialect, session: &mut Session, reply: &Reply) -> Edits {
                 usage: reply.usage,
             }
         }
+    }
+}
+
+/// Search mode's response side (`toolsift::search::respond`) driven through a model of Envoy's
+/// buffering. `data[0]`: the dialect (low 4 bits), streamed (bit 4), held headers (bit 5), ends
+/// with trailers (bit 6); `data[1]` seeds the chunking; the rest is the model's first answer and,
+/// after a 0xFF byte (never in UTF-8), the answer every follow-up gets. Nothing panics; Envoy's
+/// buffer is empty at the end (what was held went out); every byte of the answer is read from
+/// Envoy once at most; follow-ups stop; an answer that calls no meta-tool reaches the client
+/// byte for byte, whatever the chunking.
+pub fn respond(data: &[u8]) {
+    let [selector, seed, rest @ ..] = data else {
+        return;
+    };
+    let dialect = Dialect::ALL[usize::from(selector & 0x0f) % Dialect::ALL.len()];
+    let (streamed, hold, trailers) = (
+        selector & 0x10 != 0,
+        selector & 0x20 != 0,
+        selector & 0x40 != 0,
+    );
+    let (first, next) = match rest.iter().position(|b| *b == 0xff) {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, rest),
+    };
+    let mut machine = Responder::new(session(dialect), streamed, hold);
+    let envoy = Envoy::default();
+    let content_type = if streamed {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let head = Head {
+        status: Some("200".into()),
+        content_type: Some(content_type.into()),
+        content_encoding: None,
+        end_of_stream: false,
+    };
+    machine.on_headers(&envoy, &head);
+    let mut state = u32::from(*seed) | 1;
+    let mut at = 0;
+    loop {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let size = 1 + (state >> 16) as usize % 97;
+        let end = (at + size).min(first.len());
+        let last = end == first.len();
+        envoy.feed(&mut machine, &first[at..end], last && !trailers);
+        at = end;
+        if last {
+            break;
+        }
+    }
+    if trailers && machine.on_trailers(&envoy) == Flow::Continue {
+        envoy.flush();
+    }
+    let mut follow_ups = 0;
+    while let Some(token) = machine.token() {
+        follow_ups += 1;
+        assert!(follow_ups <= 10, "follow-ups never stop");
+        let answer = Answer {
+            status: Some(200),
+            content_type: Some(content_type.into()),
+            body: next.to_vec(),
+        };
+        envoy.answer(&mut machine, token, answer);
+    }
+    assert!(envoy.buffer.borrow().is_empty(), "Envoy still holds bytes");
+    assert!(envoy.read.get() <= first.len(), "bytes read twice");
+    let wire = Wire(dialect);
+    let Ok(text) = std::str::from_utf8(first) else {
+        return;
+    };
+    let reply = if streamed {
+        wire.read_stream(&sse::frames(text).0)
+    } else {
+        wire.read_reply(text)
+    };
+    let meta = |name: &str| name == "find_tools" || name == "use_tool";
+    if reply.is_ok_and(|r| !r.calls.iter().any(|c| meta(&c.name)))
+        && !text.contains("find_tools")
+        && !text.contains("use_tool")
+    {
+        assert_eq!(
+            envoy.client_text(),
+            text,
+            "an answer without searches changed"
+        );
     }
 }
 

@@ -14,6 +14,8 @@ pub mod alias;
 pub mod hold;
 pub mod plan;
 pub mod respond;
+#[doc(hidden)]
+pub mod respond_model;
 pub mod round;
 pub mod sse;
 pub mod wire;
