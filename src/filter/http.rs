@@ -40,6 +40,8 @@ pub struct Filter {
     search_headers: Option<(Vec<(String, String)>, bool)>,
     /// Search mode: the request's search, from its body phase on.
     search: Option<Search>,
+    /// A request on an MCP route (`mcp.paths`).
+    mcp: Option<super::mcp::McpRequest>,
 }
 
 enum Outcome {
@@ -106,6 +108,7 @@ impl Filter {
             waiting: None,
             search_headers: None,
             search: None,
+            mcp: None,
         }
     }
 
@@ -580,6 +583,14 @@ impl Context for Filter {
         let Some(shared) = self.shared.clone() else {
             return;
         };
+        if let Some(mcp) = self.mcp.as_mut().filter(|m| m.token() == Some(token_id)) {
+            if mcp.on_call(&shared, token_id, num_headers, body_size) {
+                if let Err(status) = host::resume(host::Stream::Request) {
+                    log::warn!("cannot resume the request: {status:?}");
+                }
+            }
+            return;
+        }
         if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
             if search.on_call(&shared, token_id, num_headers, body_size) {
                 if let Err(status) = host::resume(host::Stream::Response) {
@@ -607,6 +618,11 @@ impl HttpContext for Filter {
         };
         shared.metrics.add(shared.metrics.requests, 1);
         let pairs = host::headers(Headers::Request);
+        if let Some(mcp) = super::mcp::route(&shared, &pairs, end_of_stream) {
+            // MCP routes: the body callbacks read the message; nothing is held here.
+            self.mcp = Some(mcp);
+            return Action::Continue;
+        }
         match self.screen_headers(&shared, &pairs, end_of_stream) {
             Ok(dialect) => {
                 if let Err(status) = host::remove_header(Headers::Request, "content-length") {
@@ -638,6 +654,9 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
+            return mcp.on_body(&shared, body_size, end_of_stream);
+        }
         let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
@@ -664,6 +683,9 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
+            return mcp.on_body(&shared, usize::MAX, true);
+        }
         // With trailers (HTTP/2, gRPC-web), the body callback never sees end_of_stream.
         let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
@@ -679,6 +701,10 @@ impl HttpContext for Filter {
             Ok(engine) => (engine.config.response_header, engine.config.debug),
             Err(_) => (false, false),
         };
+        if let Some(mcp) = self.mcp.as_mut() {
+            mcp.on_response_headers(response_header);
+            return Action::Continue;
+        }
         if self.outcome.is_some() {
             // For the access log: `%FILTER_STATE(wasm.toolsift:PLAIN)%`.
             let value = self.header_value();
@@ -704,6 +730,9 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let (Some(shared), Some(mcp)) = (self.shared.as_ref(), self.mcp.as_mut()) {
+            return mcp.on_response_body(shared, body_size);
+        }
         let (Some(shared), Some(search)) = (self.shared.as_ref(), self.search.as_mut()) else {
             return Action::Continue;
         };

@@ -176,6 +176,11 @@ impl Exchange {
         }
     }
 
+    /// The server's identity, once the route's cluster is known.
+    pub fn set_server(&mut self, server: &str) {
+        server.clone_into(&mut self.head.server);
+    }
+
     /// The token of the call this request waits for.
     pub fn token(&self) -> Option<u32> {
         match self.state {

@@ -223,6 +223,65 @@ pub fn stream_notifications(text: &str) -> (Vec<String>, usize) {
     (reply.notifications, consumed)
 }
 
+/// Watches a server's event stream as it passes to the client, for
+/// `notifications/tools/list_changed`.
+#[derive(Debug, Default)]
+pub struct StreamWatch {
+    /// The start of an event not complete yet.
+    carry: Vec<u8>,
+}
+
+/// The most a watched stream's unfinished event may hold before the watch gives it up.
+const MAX_CARRY: usize = 1 << 20;
+
+impl StreamWatch {
+    /// Reads the next chunk; whether it completed a tools list-changed notification.
+    pub fn feed(&mut self, chunk: &[u8]) -> bool {
+        self.carry.extend_from_slice(chunk);
+        let Some(text) = sse::utf8_prefix(&self.carry) else {
+            self.carry.clear();
+            return false;
+        };
+        let (methods, consumed) = stream_notifications(text);
+        self.carry.drain(..consumed.min(self.carry.len()));
+        if self.carry.len() > MAX_CARRY {
+            self.carry.clear();
+        }
+        methods.iter().any(|m| m == TOOLS_LIST_CHANGED)
+    }
+}
+
+/// A header value as MCP's transport writes it: as it is when it is printable ASCII without
+/// white space at its ends, else `=?base64?…?=` (the SDK decodes both).
+pub fn header_value(value: &str) -> String {
+    let plain = value.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && value.trim() == value
+        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    if plain {
+        return value.to_owned();
+    }
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::from("=?base64?");
+    for chunk in value.as_bytes().chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                let index = ((n >> shift) & 63) as usize;
+                out.push(char::from(ALPHABET.get(index).copied().unwrap_or(b'A')));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out.push_str("?=");
+    out
+}
+
 /// The method of the server's list-changed notification for tools.
 pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
 
@@ -367,6 +426,32 @@ mod tests {
                 .outcome
                 .is_none()
         );
+    }
+
+    #[test]
+    fn header_values_are_plain_or_base64() {
+        assert_eq!(header_value("get_weather"), "get_weather");
+        assert_eq!(header_value("héllo"), "=?base64?aMOpbGxv?=");
+        assert_eq!(header_value(" a"), "=?base64?IGE=?=");
+        assert_eq!(header_value("a\r\nb"), "=?base64?YQ0KYg==?=");
+        assert_eq!(header_value("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
+        assert_eq!(header_value(""), "");
+    }
+
+    #[test]
+    fn watches_a_stream_cut_anywhere() {
+        let stream = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n\
+                      event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
+        for cut in 0..stream.len() {
+            let mut watch = StreamWatch::default();
+            let seen =
+                watch.feed(&stream.as_bytes()[..cut]) | watch.feed(&stream.as_bytes()[cut..]);
+            assert!(seen, "cut at {cut}");
+        }
+        let mut watch = StreamWatch::default();
+        assert!(!watch.feed(b"\xff\xfe data: x\n\n"));
+        assert!(!watch.feed(&vec![b'a'; MAX_CARRY + 1]));
+        assert!(watch.carry.is_empty());
     }
 
     #[test]
