@@ -111,19 +111,23 @@ class McpServer(Process):
 
 class Envoy(Process):
     """Envoy running `template` with the plugin configuration `config` (`None`: no toolsift),
-    its upstream ports mapped by `upstreams` (template port → test port)."""
+    its upstream ports mapped by `upstreams` (template port → test port); `edit` may change the
+    rendered YAML (given it and the ports)."""
 
-    def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], concurrency: int = 1):
+    def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], edit=None):
         for piece in (ENVOY, WASM):
             assert piece.exists(), f"{piece} not found: run `make mcp-test` (make test does it)"
         self.port, self.admin = free_port(), free_port()
         ports = {10000: self.port, 9901: self.admin, **upstreams}
+        yaml = render(template, config, ports)
+        if edit is not None:
+            yaml = edit(yaml, ports)
         SCRATCH.mkdir(parents=True, exist_ok=True)
         path = SCRATCH / f"envoy-mcp-{self.port}.yaml"
-        path.write_text(render(template, config, ports))
+        path.write_text(yaml)
         log = SCRATCH / f"envoy-mcp-{self.port}.log"
         super().__init__(
-            [str(ENVOY), "-c", str(path), "--concurrency", str(concurrency), "--disable-hot-restart",
+            [str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
              "--log-level", "warn", "--file-flush-interval-msec", "50"],
             log,
         )
@@ -151,23 +155,6 @@ class Envoy(Process):
                 if key == f"wasmcustom.{name}":
                     return int(value)
         return 0
-
-
-@pytest.fixture(scope="module")
-def stack(request):
-    """Starts what a test module's `STACK` describes; yields (servers, envoy)."""
-    spec = request.module.STACK
-    servers = [McpServer(*args) for args in spec["servers"]]
-    upstreams = {template_port: s.port for template_port, s in zip(spec["template_ports"], servers)}
-    envoy = None
-    try:
-        envoy = Envoy(spec["template"], spec["config"], upstreams)
-        yield servers, envoy
-    finally:
-        if envoy is not None:
-            envoy.stop()
-        for s in servers:
-            s.stop()
 
 
 def run(coro):

@@ -197,6 +197,9 @@ def main() -> None:
     app.state.test = server.test_state  # type: ignore[attr-defined]
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: uvicorn writes a response's head and body separately, and
+    # with Nagle the body would wait for the peer's delayed ACK (40 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", args.port))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
