@@ -320,6 +320,8 @@ pub struct Config {
     pub channel_weights: ChannelWeights,
     /// MCP routes: `find_tools` answered over MCP (see [`Mcp`]).
     pub mcp: Option<Mcp>,
+    /// `_tool_gating` for LLM requests (see [`Gating`]).
+    pub gating: Option<Gating>,
 }
 
 impl Default for Config {
@@ -344,6 +346,7 @@ impl Default for Config {
             rrf_k: 1.0,
             channel_weights: ChannelWeights::default(),
             mcp: None,
+            gating: None,
         }
     }
 }
@@ -455,6 +458,9 @@ impl Config {
         }
         if let Some(m) = &self.mcp {
             m.check()?;
+        }
+        if let Some(g) = &self.gating {
+            g.mcp.check()?;
         }
         self.search.check()
     }
@@ -586,6 +592,106 @@ impl Mcp {
     pub fn matches(&self, path: &str) -> bool {
         let path = path.split(['?', '#']).next().unwrap_or_default();
         self.paths.iter().any(|p| glob_match(p, path))
+    }
+}
+
+/// `_tool_gating` for LLM requests: the latest user text goes to an MCP server's gating tool
+/// before the tools are chosen (filter mode).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gating {
+    pub mcp: GatingMcp,
+    /// What a claim does.
+    #[serde(default)]
+    pub claim: ClaimMode,
+}
+
+/// What a `_tool_gating` claim does to an LLM request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimMode {
+    /// `tool_choice` names the claimed tool (in the dialect's form).
+    #[default]
+    ToolChoice,
+    /// The gateway answers with a call of the claimed tool, without calling the model
+    /// (non-streaming requests; streaming ones get `tool_choice`).
+    Answer,
+}
+
+/// The MCP server whose `_tool_gating` tool LLM requests consult.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatingMcp {
+    /// The Envoy cluster of the MCP server.
+    pub cluster: String,
+    #[serde(default = "default_mcp_path")]
+    pub path: String,
+    /// `:authority` of the call; the cluster name when unset.
+    #[serde(default)]
+    pub authority: Option<String>,
+    /// Extra request headers, for example `{"authorization": "Bearer …"}`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The longest a request waits for the verdict; then it goes on without it.
+    #[serde(
+        default = "default_gating_timeout_ms",
+        deserialize_with = "whole_number"
+    )]
+    pub timeout_ms: usize,
+    /// The gating tool's argument that gets the text.
+    #[serde(default = "default_gating_argument")]
+    pub argument: String,
+}
+
+fn default_mcp_path() -> String {
+    "/mcp".to_owned()
+}
+fn default_gating_timeout_ms() -> usize {
+    300
+}
+fn default_gating_argument() -> String {
+    "query".to_owned()
+}
+
+impl GatingMcp {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.cluster.trim().is_empty() {
+            return Err(invalid("gating.mcp.cluster", "must name an Envoy cluster"));
+        }
+        if !self.path.starts_with('/') {
+            return Err(invalid("gating.mcp.path", "must start with `/`"));
+        }
+        if self
+            .authority
+            .as_deref()
+            .is_some_and(|a| a.trim().is_empty())
+        {
+            return Err(invalid("gating.mcp.authority", "must not be empty"));
+        }
+        for name in self.headers.keys() {
+            let valid = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
+            if !valid {
+                return Err(invalid(
+                    &format!("gating.mcp.headers.{name}"),
+                    "not a valid header name (pseudo-headers such as :path are set by toolsift)",
+                ));
+            }
+        }
+        if !(1..=60_000).contains(&self.timeout_ms) {
+            return Err(invalid("gating.mcp.timeout_ms", "must be 1..=60000"));
+        }
+        if self.argument.trim().is_empty() {
+            return Err(invalid("gating.mcp.argument", "must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// The authority the call is sent to.
+    pub fn authority(&self) -> &str {
+        self.authority.as_deref().unwrap_or(&self.cluster)
     }
 }
 
@@ -779,6 +885,40 @@ mod tests {
         assert!(err(r#"{"mcp":{"cache_bytes":0}}"#).contains("`mcp.cache_bytes`"));
         assert!(err(r#"{"mcp":{"max_pages":0}}"#).contains("`mcp.max_pages`"));
         assert!(err(r#"{"mcp":{"path":"/mcp"}}"#).contains("unknown field `path`"));
+    }
+
+    #[test]
+    fn gating_settings() {
+        let c = Config::from_json(br#"{"gating":{"mcp":{"cluster":"tools"},"claim":"answer"}}"#)
+            .unwrap();
+        let g = c.gating.unwrap();
+        assert_eq!(g.claim, ClaimMode::Answer);
+        assert_eq!(
+            (g.mcp.path.as_str(), g.mcp.authority(), g.mcp.timeout_ms),
+            ("/mcp", "tools", 300)
+        );
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(err(r#"{"gating":{"mcp":{"cluster":" "}}}"#).contains("`gating.mcp.cluster`"));
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","path":"mcp"}}}"#).contains("`gating.mcp.path`")
+        );
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","timeout_ms":0}}}"#)
+                .contains("`gating.mcp.timeout_ms`")
+        );
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","headers":{":path":"/"}}}}"#)
+                .contains("`gating.mcp.headers.:path`")
+        );
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c"},"claim":"model"}}"#)
+                .contains("field `gating.claim`: unknown variant")
+        );
+        assert!(err(r#"{"gating":{"claim":"answer"}}"#).contains("missing field `mcp`"));
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","argument":""}}}"#)
+                .contains("`gating.mcp.argument`")
+        );
     }
 
     #[test]

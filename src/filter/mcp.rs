@@ -32,6 +32,7 @@ pub struct McpMetrics {
     gating_failed: u32,
     gating_excluded: u32,
     gating_claimed: u32,
+    gating_answered: u32,
     list_changed: u32,
 }
 
@@ -53,6 +54,7 @@ impl McpMetrics {
             gating_failed: counter("toolsift.mcp.gating.failed")?,
             gating_excluded: counter("toolsift.mcp.gating.excluded")?,
             gating_claimed: counter("toolsift.mcp.gating.claimed")?,
+            gating_answered: counter("toolsift.mcp.gating.answered")?,
             list_changed: counter("toolsift.mcp.list_changed")?,
         })
     }
@@ -444,4 +446,65 @@ pub fn route(
     let path = std::str::from_utf8(&path.1).ok()?;
     mcp.matches(path)
         .then(|| McpRequest::new(pairs, end_of_stream))
+}
+
+/// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.
+/// Returns its token; `None` when gating is off or the call cannot be sent (the request goes
+/// on without it).
+pub fn send_gating(config: &crate::config::Config, text: &str) -> Option<u32> {
+    if config.mode != crate::config::Mode::Filter || text.trim().is_empty() {
+        return None;
+    }
+    let gating = &config.gating.as_ref()?.mcp;
+    let (extra, body) = crate::mcp::llm::gating_call(gating, text);
+    let mut headers: Vec<(&str, &str)> = vec![
+        (":method", "POST"),
+        (":path", &gating.path),
+        (":authority", gating.authority()),
+    ];
+    headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let timeout = Duration::from_millis(gating.timeout_ms as u64);
+    match host::dispatch(&gating.cluster, headers, body.as_bytes(), timeout) {
+        Ok(token) => Some(token),
+        Err(status) => {
+            log::debug!("gating call to {} failed: {status:?}", gating.cluster);
+            None
+        }
+    }
+}
+
+/// The verdict of the gating call that answered (counted); `None` without one.
+pub fn read_gating(
+    shared: &Shared,
+    num_headers: usize,
+    size: usize,
+) -> Option<crate::mcp::gating::Verdict> {
+    let status = super::http::call_status(num_headers).and_then(|s| s.parse().ok());
+    let content_type = (num_headers > 0)
+        .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
+        .flatten()
+        .flatten()
+        .unwrap_or_default();
+    let body = host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default();
+    let verdict = crate::mcp::llm::read_answer(status, &content_type, &body);
+    if let Some(m) = &shared.mcp_metrics {
+        shared.metrics.add(m.gating_calls, 1);
+        match &verdict {
+            None => shared.metrics.add(m.gating_failed, 1),
+            Some(v) => {
+                shared.metrics.add(m.gating_excluded, v.exclude.len());
+                if v.claim.is_some() {
+                    shared.metrics.add(m.gating_claimed, 1);
+                }
+            }
+        }
+    }
+    verdict
+}
+
+/// A claim answered without the model.
+pub fn count_claim(shared: &Shared) {
+    if let Some(m) = &shared.mcp_metrics {
+        shared.metrics.add(m.gating_answered, 1);
+    }
 }

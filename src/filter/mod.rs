@@ -179,7 +179,8 @@ impl RootContext for Root {
                 return false;
             }
         };
-        let mcp_metrics = match config.mcp.as_ref().map(|_| mcp::McpMetrics::define()) {
+        let wanted = config.mcp.is_some() || config.gating.is_some();
+        let mcp_metrics = match wanted.then(mcp::McpMetrics::define) {
             Some(Err(status)) => {
                 log::error!("cannot define the MCP stats: {status:?}");
                 return false;

@@ -149,10 +149,14 @@ class Envoy(Process):
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def stat(self, name: str) -> int:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/stats?filter=wasmcustom", timeout=5) as r:
+        """A toolsift counter (its name without `wasmcustom.`)."""
+        return self.envoy_stat(f"wasmcustom.{name}")
+
+    def envoy_stat(self, name: str) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/stats?usedonly", timeout=5) as r:
             for line in r.read().decode().splitlines():
                 key, _, value = line.partition(": ")
-                if key == f"wasmcustom.{name}":
+                if key == name:
                     return int(value)
         return 0
 
