@@ -31,6 +31,11 @@ use std::rc::Rc;
 /// tools they listed.
 pub const CALL_TOOL: &str = "call_tool";
 
+/// The JSON-RPC ids of the gateway's own requests: numbers (Envoy's mcp_router answers a
+/// string id as if it were 0), far from the small ones clients count up from.
+pub const LIST_ID: u64 = 7_400_000_000;
+pub const GATING_ID: &str = "7400000999";
+
 /// The first protocol revision without sessions, whose results carry `resultType`.
 pub const MODERN_REVISION: &str = "2026-07-28";
 
@@ -261,7 +266,7 @@ impl Exchange {
         pages: Vec<Page>,
         cursor: Option<&str>,
     ) -> Step {
-        let page_id = format!("\"toolsift-list-{}\"", pages.len() + 1);
+        let page_id = (LIST_ID + pages.len() as u64 + 1).to_string();
         let mut params = Map::new();
         if let Some(cursor) = cursor {
             params.insert("cursor".into(), Value::String(cursor.to_owned()));
@@ -298,11 +303,7 @@ impl Exchange {
                 self.on_page(host, cache, settings, &page_id, pages, &answer)
             }
             State::Gating { catalog, .. } => {
-                let reply = message::server_reply(
-                    &answer.content_type,
-                    &answer.body,
-                    "\"toolsift-gating\"",
-                );
+                let reply = message::server_reply(&answer.content_type, &answer.body, GATING_ID);
                 self.note_notifications(host, &reply.notifications);
                 let verdict = match (answer.status, reply.outcome) {
                     (Some(200), Some(Outcome::Result(result))) => gating::verdict(&result),
@@ -435,12 +436,7 @@ impl Exchange {
                         serde_json::from_str(&gating::arguments(&tool.raw, &query))
                             .unwrap_or(Value::Null);
                     params.insert("arguments".into(), arguments);
-                    let body = request_body(
-                        "\"toolsift-gating\"",
-                        "tools/call",
-                        params,
-                        self.meta.as_deref(),
-                    );
+                    let body = request_body(GATING_ID, "tools/call", params, self.meta.as_deref());
                     host.count(Event::GatingCalled);
                     let timeout = settings.mcp.gating_timeout_ms as u64;
                     match host.send(&body, "tools/call", Some(catalog::GATING_TOOL), timeout) {

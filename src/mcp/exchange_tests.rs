@@ -387,7 +387,7 @@ fn gating_excludes_and_claims() {
     let body = call(9, "find_tools", r#"{"query":"weather alerts"}"#);
     let verdict = |answer: &str| {
         sse(&[format!(
-            r#"{{"jsonrpc":"2.0","id":"toolsift-gating","result":{answer}}}"#
+            r#"{{"jsonrpc":"2.0","id":7400000999,"result":{answer}}}"#
         )])
     };
     let run = |s: &mut Setup, answer: CallAnswer| {
@@ -461,7 +461,7 @@ fn without_a_catalog_requests_pass_or_get_an_error() {
         CallAnswer {
             status: Some(200),
             content_type: "application/json".into(),
-            body: br#"{"jsonrpc":"2.0","id":"toolsift-list-1","error":{"code":1,"message":"no"}}"#
+            body: br#"{"jsonrpc":"2.0","id":7400000001,"error":{"code":1,"message":"no"}}"#
                 .to_vec(),
         },
         CallAnswer {
@@ -472,7 +472,7 @@ fn without_a_catalog_requests_pass_or_get_an_error() {
         CallAnswer {
             status: Some(200),
             content_type: "application/json".into(),
-            body: br#"{"jsonrpc":"2.0","id":"toolsift-list-1","result":{"tools":5}}"#.to_vec(),
+            body: br#"{"jsonrpc":"2.0","id":7400000001,"result":{"tools":5}}"#.to_vec(),
         },
     ] {
         for (body, passes) in [
@@ -570,7 +570,7 @@ fn ttl_zero_is_never_cached_and_names_stay_stable() {
     };
     exchange.on_body(&host, &mut s.cache, &settings, LIST.as_bytes());
     let answer = list_answer(
-        r#""toolsift-list-1""#,
+        "7400000001",
         &catalog_tools(),
         None,
         r#","ttlMs":0,"cacheScope":"public""#,

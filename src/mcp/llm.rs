@@ -13,8 +13,7 @@ use crate::rewrite::splice;
 use crate::select::select;
 use serde_json::{Value, json};
 
-/// The JSON-RPC id of the gating call.
-pub const GATING_ID: &str = "\"toolsift-gating\"";
+use super::exchange::GATING_ID;
 
 /// The gating call for `text`: its headers (besides the pseudo-headers the host sets) and body,
 /// on the 2026-07-28 revision (no session to open first).
@@ -23,7 +22,7 @@ pub fn gating_call(settings: &GatingMcp, text: &str) -> (Vec<(String, String)>, 
     arguments.insert(settings.argument.clone(), Value::String(text.to_owned()));
     let body = json!({
         "jsonrpc": "2.0",
-        "id": "toolsift-gating",
+        "id": 7_400_000_999u64,
         "method": "tools/call",
         "params": {
             "name": super::catalog::GATING_TOOL,
@@ -434,7 +433,7 @@ mod tests {
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["params"]["arguments"], json!({"query": "hello"}));
         assert!(headers.contains(&("authorization".into(), "Bearer t".into())));
-        let ok = br#"{"jsonrpc":"2.0","id":"toolsift-gating","result":{"structuredContent":{"exclude":["a"]}}}"#;
+        let ok = br#"{"jsonrpc":"2.0","id":7400000999,"result":{"structuredContent":{"exclude":["a"]}}}"#;
         assert_eq!(
             read_answer(Some(200), "application/json", ok)
                 .unwrap()
