@@ -471,38 +471,57 @@ impl Config {
     }
 }
 
+/// The settings every service called through an Envoy cluster has (`at`: the section's path).
+fn check_service(
+    at: &str,
+    cluster: &str,
+    path: &str,
+    authority: Option<&str>,
+    headers: &std::collections::BTreeMap<String, String>,
+    timeout_ms: usize,
+) -> Result<(), ConfigError> {
+    if cluster.trim().is_empty() {
+        return Err(invalid(
+            &format!("{at}.cluster"),
+            "must name an Envoy cluster",
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(invalid(&format!("{at}.path"), "must start with `/`"));
+    }
+    if authority.is_some_and(|a| a.trim().is_empty()) {
+        return Err(invalid(&format!("{at}.authority"), "must not be empty"));
+    }
+    for name in headers.keys() {
+        let valid = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
+        if !valid {
+            return Err(invalid(
+                &format!("{at}.headers.{name}"),
+                "not a valid header name (pseudo-headers such as :path are set by toolsift)",
+            ));
+        }
+    }
+    if !(1..=60_000).contains(&timeout_ms) {
+        return Err(invalid(&format!("{at}.timeout_ms"), "must be 1..=60000"));
+    }
+    Ok(())
+}
+
 impl Embeddings {
     fn check(&self) -> Result<(), ConfigError> {
-        if self.cluster.trim().is_empty() {
-            return Err(invalid("embeddings.cluster", "must name an Envoy cluster"));
-        }
+        check_service(
+            "embeddings",
+            &self.cluster,
+            &self.path,
+            self.authority.as_deref(),
+            &self.headers,
+            self.timeout_ms,
+        )?;
         if self.model.trim().is_empty() {
             return Err(invalid("embeddings.model", "must not be empty"));
-        }
-        if !self.path.starts_with('/') {
-            return Err(invalid("embeddings.path", "must start with `/`"));
-        }
-        if self
-            .authority
-            .as_deref()
-            .is_some_and(|a| a.trim().is_empty())
-        {
-            return Err(invalid("embeddings.authority", "must not be empty"));
-        }
-        for name in self.headers.keys() {
-            let valid = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
-            if !valid {
-                return Err(invalid(
-                    &format!("embeddings.headers.{name}"),
-                    "not a valid header name (pseudo-headers such as :path are set by toolsift)",
-                ));
-            }
-        }
-        if !(1..=60_000).contains(&self.timeout_ms) {
-            return Err(invalid("embeddings.timeout_ms", "must be 1..=60000"));
         }
         if self.dimensions.is_some_and(|d| !(1..=16_384).contains(&d)) {
             return Err(invalid("embeddings.dimensions", "must be 1..=16384"));
@@ -655,34 +674,14 @@ fn default_gating_argument() -> String {
 
 impl GatingMcp {
     fn check(&self) -> Result<(), ConfigError> {
-        if self.cluster.trim().is_empty() {
-            return Err(invalid("gating.mcp.cluster", "must name an Envoy cluster"));
-        }
-        if !self.path.starts_with('/') {
-            return Err(invalid("gating.mcp.path", "must start with `/`"));
-        }
-        if self
-            .authority
-            .as_deref()
-            .is_some_and(|a| a.trim().is_empty())
-        {
-            return Err(invalid("gating.mcp.authority", "must not be empty"));
-        }
-        for name in self.headers.keys() {
-            let valid = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
-            if !valid {
-                return Err(invalid(
-                    &format!("gating.mcp.headers.{name}"),
-                    "not a valid header name (pseudo-headers such as :path are set by toolsift)",
-                ));
-            }
-        }
-        if !(1..=60_000).contains(&self.timeout_ms) {
-            return Err(invalid("gating.mcp.timeout_ms", "must be 1..=60000"));
-        }
+        check_service(
+            "gating.mcp",
+            &self.cluster,
+            &self.path,
+            self.authority.as_deref(),
+            &self.headers,
+            self.timeout_ms,
+        )?;
         if self.argument.trim().is_empty() {
             return Err(invalid("gating.mcp.argument", "must not be empty"));
         }

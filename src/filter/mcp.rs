@@ -186,15 +186,7 @@ impl McpRequest {
         num_headers: usize,
         size: usize,
     ) -> bool {
-        let answer = CallAnswer {
-            status: super::http::call_status(num_headers).and_then(|s| s.parse().ok()),
-            content_type: (num_headers > 0)
-                .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
-                .flatten()
-                .flatten()
-                .unwrap_or_default(),
-            body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
-        };
+        let answer = call_answer(num_headers, size);
         let step = match (
             EnvoyHost::new(shared, &self.headers, self.method_headers),
             shared.mcp_cache.try_borrow_mut(),
@@ -251,6 +243,19 @@ impl McpRequest {
             }
         }
         Action::Continue
+    }
+}
+
+/// The answer of the current `on_http_call_response`.
+fn call_answer(num_headers: usize, size: usize) -> CallAnswer {
+    CallAnswer {
+        status: super::http::call_status(num_headers).and_then(|s| s.parse().ok()),
+        content_type: (num_headers > 0)
+            .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
+            .flatten()
+            .flatten()
+            .unwrap_or_default(),
+        body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
     }
 }
 
@@ -479,14 +484,8 @@ pub fn read_gating(
     num_headers: usize,
     size: usize,
 ) -> Option<crate::mcp::gating::Verdict> {
-    let status = super::http::call_status(num_headers).and_then(|s| s.parse().ok());
-    let content_type = (num_headers > 0)
-        .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
-        .flatten()
-        .flatten()
-        .unwrap_or_default();
-    let body = host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default();
-    let verdict = crate::mcp::llm::read_answer(status, &content_type, &body);
+    let answer = call_answer(num_headers, size);
+    let verdict = crate::mcp::llm::read_answer(answer.status, &answer.content_type, &answer.body);
     if let Some(m) = &shared.mcp_metrics {
         shared.metrics.add(m.gating_calls, 1);
         match &verdict {
