@@ -31,6 +31,23 @@ use std::rc::Rc;
 /// tools they listed.
 pub const CALL_TOOL: &str = "call_tool";
 
+/// The resource in which the gateway says what its search can do.
+pub const CAPABILITIES_URI: &str = "toolsift://capabilities";
+
+/// The gateway's resource, as `resources/list` shows it.
+fn capabilities_resource(config: &Config) -> Value {
+    json!({
+        "uri": CAPABILITIES_URI,
+        "name": "toolsift-capabilities",
+        "title": "toolsift: tool search in the gateway",
+        "description": format!(
+            "What this gateway's {} can do: its search backends (keyword), limits and meta-tools.",
+            config.search.tool_name
+        ),
+        "mimeType": "application/json"
+    })
+}
+
 /// The JSON-RPC ids of the gateway's own requests: numbers (Envoy's mcp_router answers a
 /// string id as if it were 0), far from the small ones clients count up from.
 pub const LIST_ID: u64 = 7_400_000_000;
@@ -148,6 +165,10 @@ enum State {
     Calling {
         token: u32,
     },
+    /// The server's `resources/list` is out.
+    Resources {
+        token: u32,
+    },
     Done,
 }
 
@@ -191,7 +212,8 @@ impl Exchange {
         match self.state {
             State::Fetching { token, .. }
             | State::Gating { token, .. }
-            | State::Calling { token } => Some(token),
+            | State::Calling { token }
+            | State::Resources { token } => Some(token),
             _ => None,
         }
     }
@@ -233,6 +255,15 @@ impl Exchange {
                 } else {
                     Want::Direct { name }
                 }
+            }
+            // The first page of the server's resources, with the gateway's own added.
+            "resources/list" if params.cursor.is_none() => {
+                self.request = Some(request);
+                return self.list_resources(host, settings, body);
+            }
+            "resources/read" if params.uri.as_deref() == Some(CAPABILITIES_URI) => {
+                self.request = Some(request);
+                return self.capabilities(host, settings);
             }
             _ => return Step::Pass,
         };
@@ -315,6 +346,7 @@ impl Exchange {
                 self.find(host, settings, &catalog, verdict.as_ref())
             }
             State::Calling { .. } => self.deliver_call(host, answer),
+            State::Resources { .. } => self.deliver_resources(host, settings, &answer),
             State::Idle | State::Done => Step::Pass,
         }
     }
@@ -506,9 +538,8 @@ impl Exchange {
         let mut result = Map::new();
         result.insert("tools".into(), Value::Array(tools));
         if self.head.modern() {
-            if let Some(ttl) = catalog.ttl_ms {
-                result.insert("ttlMs".into(), ttl.into());
-            }
+            // Required of list results from 2026-07-28 on: the server's hints, echoed.
+            result.insert("ttlMs".into(), catalog.ttl_ms.unwrap_or(0).into());
             let scope = if catalog.public == Some(true) {
                 "public"
             } else {
@@ -645,6 +676,84 @@ impl Exchange {
                 "toolsift: cannot send the call to the server",
             ),
         }
+    }
+
+    /// Sends the client's `resources/list` on to the server, to add the gateway's own resource
+    /// to its answer.
+    fn list_resources<H: Host>(&mut self, host: &H, settings: &Settings, body: &[u8]) -> Step {
+        let Ok(body) = std::str::from_utf8(body) else {
+            return Step::Pass;
+        };
+        match host.send(body, "resources/list", None, settings.mcp.timeout_ms as u64) {
+            Some(token) => {
+                self.state = State::Resources { token };
+                Step::Wait
+            }
+            None => Step::Pass,
+        }
+    }
+
+    /// The server's resources (none when it has no resources, or did not answer), then the
+    /// gateway's `toolsift://capabilities`.
+    fn deliver_resources<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        answer: &CallAnswer,
+    ) -> Step {
+        let id = self
+            .request
+            .as_ref()
+            .map_or("null", |r| r.id.as_str())
+            .to_owned();
+        let reply = message::server_reply(&answer.content_type, &answer.body, &id);
+        self.note_notifications(host, &reply.notifications);
+        let mut result = match reply.outcome {
+            Some(Outcome::Result(result)) => {
+                serde_json::from_str::<Map<String, Value>>(&result).unwrap_or_default()
+            }
+            _ => Map::new(),
+        };
+        result.remove("resultType");
+        let resources = result
+            .entry("resources")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(list) = resources.as_array_mut() {
+            list.push(capabilities_resource(settings.config));
+        }
+        if self.head.modern() {
+            // Required of list results from 2026-07-28 on; without the server's, never cached.
+            result.entry("ttlMs").or_insert_with(|| 0.into());
+            result
+                .entry("cacheScope")
+                .or_insert_with(|| "private".into());
+        }
+        self.outcome = Some("mcp=resources/list".to_owned());
+        self.result(host, Value::Object(result))
+    }
+
+    /// `resources/read toolsift://capabilities`: what this gateway's search can do.
+    fn capabilities<H: Host>(&mut self, host: &H, settings: &Settings) -> Step {
+        let text = json!({
+            "gateway": "toolsift",
+            "version": env!("CARGO_PKG_VERSION"),
+            "meta_tools": {"find": settings.config.search.tool_name, "call": CALL_TOOL},
+            "search": {
+                "backends": ["keyword"],
+                "ranking": "bm25",
+                "limit": {"default": DEFAULT_LIMIT, "max": MAX_LIMIT},
+                "empty_query": "error"
+            },
+            "tool_gating": "_tool_gating",
+            "schema_version": "_meta.toolsift/schemaVersion"
+        });
+        let result = json!({"contents": [{
+            "uri": CAPABILITIES_URI,
+            "mimeType": "application/json",
+            "text": text.to_string()
+        }]});
+        self.outcome = Some("mcp=capabilities".to_owned());
+        self.result(host, result)
     }
 
     /// The server answered `call_tool`'s call: that is the client's answer.

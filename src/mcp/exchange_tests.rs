@@ -521,7 +521,8 @@ fn everything_else_passes_untouched() {
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
         r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
-        r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#,
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
         "not json",
@@ -585,4 +586,66 @@ fn ttl_zero_is_never_cached_and_names_stay_stable() {
         (result["ttlMs"].as_u64(), result["cacheScope"].as_str()),
         (Some(0), Some("public"))
     );
+}
+
+#[test]
+fn resources_list_adds_the_capabilities_and_read_answers_it() {
+    let s = Setup::new(r#"{"mcp":{}}"#);
+    let settings = s.settings();
+    let list = r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#;
+    for (answer, count) in [
+        (
+            CallAnswer {
+                status: Some(200),
+                content_type: "application/json".into(),
+                body: br#"{"jsonrpc":"2.0","id":4,"result":{"resources":[{"uri":"file:///a","name":"a"}]}}"#
+                    .to_vec(),
+            },
+            2,
+        ),
+        (
+            CallAnswer {
+                status: Some(404),
+                content_type: "application/json".into(),
+                body: br#"{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"Method not found"}}"#
+                    .to_vec(),
+            },
+            1,
+        ),
+        (CallAnswer::default(), 1),
+    ] {
+        let host = Mock::default();
+        let mut exchange = Exchange::new(Head::default());
+        let mut cache = CatalogCache::new(1);
+        assert_eq!(exchange.on_body(&host, &mut cache, &settings, list.as_bytes()), Step::Wait);
+        assert_eq!(host.sent.borrow()[0].0, list, "the client's request, as it was");
+        assert_eq!(exchange.on_call(&host, &mut cache, &settings, 1, answer), Step::Answered);
+        let (status, answer) = host.answer();
+        let resources = answer["result"]["resources"].as_array().unwrap();
+        assert_eq!((status, resources.len()), (200, count));
+        assert_eq!(resources[count - 1]["uri"], CAPABILITIES_URI);
+    }
+    // Later pages are the server's alone.
+    let host = Mock::default();
+    let page = r#"{"jsonrpc":"2.0","id":5,"method":"resources/list","params":{"cursor":"2"}}"#;
+    let step = Exchange::new(Head::default()).on_body(
+        &host,
+        &mut CatalogCache::new(1),
+        &settings,
+        page.as_bytes(),
+    );
+    assert_eq!(step, Step::Pass);
+    let read = r#"{"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"toolsift://capabilities"}}"#;
+    let mut exchange = Exchange::new(Head {
+        revision: MODERN_REVISION.into(),
+        ..Head::default()
+    });
+    assert_eq!(
+        exchange.on_body(&host, &mut CatalogCache::new(1), &settings, read.as_bytes()),
+        Step::Answered
+    );
+    let contents = &host.answer().1["result"]["contents"][0];
+    let text: Value = serde_json::from_str(contents["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text["search"]["backends"], json!(["keyword"]));
+    assert!(host.sent.borrow().is_empty());
 }

@@ -80,6 +80,8 @@ pub struct Params {
     pub meta: Option<String>,
     /// `cursor` of a list request.
     pub cursor: Option<String>,
+    /// `uri` of `resources/read`.
+    pub uri: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -92,6 +94,8 @@ struct RawParams<'a> {
     meta: Option<&'a RawValue>,
     #[serde(borrow, default)]
     cursor: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    uri: Option<&'a RawValue>,
 }
 
 impl Request {
@@ -122,6 +126,7 @@ impl Request {
             arguments: object(raw.arguments)?,
             meta: object(raw.meta)?,
             cursor: string(raw.cursor)?,
+            uri: string(raw.uri)?,
         })
     }
 }

@@ -153,3 +153,21 @@ def test_an_unknown_tool_is_an_error_and_never_reaches_the_server(gateway, mode,
     assert "find_tools" in error.message
     assert server.calls() == []
     assert envoy.stat("toolsift.mcp.unknown_tool") == refused + 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_gateway_says_what_its_search_can_do(gateway, mode):
+    """`toolsift://capabilities`, listed among the server's resources (this server has none)."""
+    server, envoy = gateway
+
+    async def main():
+        async with Client(envoy.url, mode=mode) as client:
+            listed = await client.list_resources()
+            read = await client.read_resource("toolsift://capabilities")
+            return [str(r.uri) for r in listed.resources], read
+
+    uris, read = run(main())
+    assert uris == ["toolsift://capabilities"]
+    capabilities = json.loads(read.contents[0].text)
+    assert capabilities["search"]["backends"] == ["keyword"]
+    assert capabilities["meta_tools"] == {"find": "find_tools", "call": "call_tool"}
