@@ -343,7 +343,7 @@ impl Exchange {
                 if verdict.is_none() {
                     host.count(Event::GatingFailed);
                 }
-                self.find(host, settings, &catalog, verdict.as_ref())
+                self.find(host, &catalog, verdict.as_ref())
             }
             State::Calling { .. } => self.deliver_call(host, answer),
             State::Resources { .. } => self.deliver_resources(host, settings, &answer),
@@ -481,11 +481,11 @@ impl Exchange {
                         }
                         None => {
                             host.count(Event::GatingFailed);
-                            self.find(host, settings, catalog, None)
+                            self.find(host, catalog, None)
                         }
                     }
                 }
-                None => self.find(host, settings, catalog, None),
+                None => self.find(host, catalog, None),
             },
             Want::CallTool { name, arguments } => {
                 host.count(Event::CallTool);
@@ -565,7 +565,6 @@ impl Exchange {
     fn find<H: Host>(
         &mut self,
         host: &H,
-        settings: &Settings,
         catalog: &ServerCatalog,
         verdict: Option<&Verdict>,
     ) -> Step {
@@ -626,7 +625,6 @@ impl Exchange {
         } else {
             json!({"query": query, "tools": tools})
         };
-        let _ = settings;
         let result = json!({
             "content": [{"type": "text", "text": structured.to_string()}],
             "structuredContent": structured,
