@@ -181,7 +181,7 @@ $(MCP_STAMP): $(ENVOY)
 mcp-sdk: $(MCP_STAMP)
 
 # The SDK's client against SDK-built servers through the real Envoy and .wasm (tests/mcp/).
-mcp-test: wasm mcp-sdk
+mcp-test: wasm native embed mcp-sdk
 	$(MCP_PYTEST)
 
 # The demo: an SDK-built MCP server with 250 livemcpbench tools on 127.0.0.1:18200, Envoy with

@@ -11,7 +11,7 @@
 use super::Shared;
 use super::host::{self, Buffer, Headers, MetricKind};
 use crate::mcp::catalog::CatalogCache;
-use crate::mcp::exchange::{CallAnswer, Event, Exchange, Head, Host, Settings, Step};
+use crate::mcp::exchange::{CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step};
 use crate::mcp::message::{StreamWatch, header_value};
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
@@ -344,6 +344,28 @@ impl<'a> EnvoyHost<'a> {
 }
 
 impl Host for EnvoyHost<'_> {
+    type Store = super::vectors::SharedData;
+
+    fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>> {
+        let (source, embeddings) = self.shared.hybrid(&self.engine.config)?;
+        Some(Hybrid {
+            source,
+            embeddings,
+            config: &self.engine.config,
+        })
+    }
+
+    fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
+        let e = self.engine.config.embeddings.as_ref()?;
+        match super::vectors::dispatch(e, inputs, Duration::from_millis(e.timeout_ms as u64)) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+                None
+            }
+        }
+    }
+
     fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
         let Some(cluster) = upstream_cluster() else {
             log::warn!("mcp: the request's upstream cluster is unknown");
@@ -430,6 +452,13 @@ impl Host for EnvoyHost<'_> {
             Event::Excluded(n) => metrics.add(m.gating_excluded, n),
             Event::Claimed => metrics.add(m.gating_claimed, 1),
             Event::ListChanged => metrics.add(m.list_changed, 1),
+            Event::RankedHybrid => metrics.add(metrics.ranked_hybrid, 1),
+            Event::RankedKeyword => metrics.add(metrics.ranked_keyword, 1),
+            Event::EmbeddingsCall(inputs) => {
+                metrics.add(metrics.embeddings_calls, 1);
+                metrics.add(metrics.embeddings_inputs, inputs);
+            }
+            Event::Fallback(reason) => metrics.fallback(reason),
         }
     }
 }

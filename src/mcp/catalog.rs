@@ -104,6 +104,8 @@ pub struct ServerCatalog {
 pub struct Found {
     /// Place in [`ServerCatalog::tools`].
     pub tool: usize,
+    /// Entry in the ranking index ([`ServerCatalog::index`]); `None` for a tool put in by hand.
+    pub entry: Option<usize>,
     pub score: f32,
 }
 
@@ -153,19 +155,29 @@ impl ServerCatalog {
         self.rankable.len()
     }
 
+    /// The ranking index over the findable tools (what hybrid ranking embeds and fuses).
+    pub fn index(&self) -> Option<&Catalog> {
+        self.ranked.as_ref()
+    }
+
     /// The tools with some evidence for `query`, best first (equal scores keep the server's
     /// order).
     pub fn rank(&self, query: &str) -> Vec<Found> {
-        let Some(ranked) = &self.ranked else {
-            return Vec::new();
-        };
-        ranked
-            .rank(query)
+        match &self.ranked {
+            Some(ranked) => self.found_in(&ranked.rank(query)),
+            None => Vec::new(),
+        }
+    }
+
+    /// The tools of a ranking of [`ServerCatalog::index`] with some evidence, in its order.
+    pub fn found_in(&self, order: &[crate::rank::Scored]) -> Vec<Found> {
+        order
             .iter()
             .filter(|s| s.score > 0.0)
             .filter_map(|s| {
                 Some(Found {
                     tool: *self.rankable.get(s.entry)?,
+                    entry: Some(s.entry),
                     score: s.score,
                 })
             })

@@ -22,7 +22,10 @@ use super::catalog::{self, CatalogCache, Key, Page, ServerCatalog, page};
 use super::gating::{self, Verdict};
 use super::message::{self, Incoming, Outcome, Request, TOOLS_LIST_CHANGED};
 use crate::config::Config;
-use crate::pipeline::header_safe;
+use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
+use crate::fusion::{Channel, Fused};
+use crate::pipeline::{header_safe, rank_fused};
+pub use crate::search::respond::Hybrid;
 use crate::search::round::{DEFAULT_LIMIT, MAX_LIMIT};
 use serde_json::{Map, Value, json};
 use std::rc::Rc;
@@ -58,6 +61,7 @@ pub const MODERN_REVISION: &str = "2026-07-28";
 
 /// What the gateway needs of the host (Envoy).
 pub trait Host {
+    type Store: SharedBytes;
     /// Sends a JSON-RPC request to the MCP server the client's request goes to, with the
     /// client's headers (session, credentials) and, for clients that send them, `Mcp-Method:
     /// method` and `Mcp-Name: name`. Returns the call's token.
@@ -71,6 +75,10 @@ pub trait Host {
     /// The server's tool list changed: raise its generation.
     fn tools_changed(&self, server: &str);
     fn count(&self, event: Event);
+    /// Hybrid ranking's vector source and settings; `None` with keyword ranking.
+    fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>>;
+    /// Sends an embeddings request for `inputs`.
+    fn send_embeddings(&self, inputs: &[&str]) -> Option<u32>;
 }
 
 /// What the gateway counts.
@@ -95,6 +103,14 @@ pub enum Event {
     Excluded(usize),
     Claimed,
     ListChanged,
+    /// `ranking: hybrid`: a `find_tools` query ranked with embeddings, or by keyword instead
+    /// (the service failed, or the catalog's tools are not all embedded yet).
+    RankedHybrid,
+    RankedKeyword,
+    /// An embeddings call with this many inputs.
+    EmbeddingsCall(usize),
+    /// Why a `find_tools` query went by keyword.
+    Fallback(Fallback),
 }
 
 /// The request's headers that matter here.
@@ -169,6 +185,14 @@ enum State {
     Resources {
         token: u32,
     },
+    /// `find_tools`'s query (and some of the catalog's tools) being embedded.
+    Embedding {
+        token: u32,
+        catalog: Rc<ServerCatalog>,
+        verdict: Option<Verdict>,
+        gathered: Gathered,
+        slots: Vec<Slot>,
+    },
     Done,
 }
 
@@ -213,7 +237,8 @@ impl Exchange {
             State::Fetching { token, .. }
             | State::Gating { token, .. }
             | State::Calling { token }
-            | State::Resources { token } => Some(token),
+            | State::Resources { token }
+            | State::Embedding { token, .. } => Some(token),
             _ => None,
         }
     }
@@ -343,7 +368,17 @@ impl Exchange {
                 if verdict.is_none() {
                     host.count(Event::GatingFailed);
                 }
-                self.find(host, &catalog, verdict.as_ref())
+                self.find(host, &catalog, verdict)
+            }
+            State::Embedding {
+                catalog,
+                verdict,
+                mut gathered,
+                slots,
+                ..
+            } => {
+                let fused = self.with_vectors(host, &catalog, &mut gathered, &slots, &answer);
+                self.answer_find(host, &catalog, verdict.as_ref(), fused.as_ref())
             }
             State::Calling { .. } => self.deliver_call(host, answer),
             State::Resources { .. } => self.deliver_resources(host, settings, &answer),
@@ -565,8 +600,108 @@ impl Exchange {
     fn find<H: Host>(
         &mut self,
         host: &H,
+        catalog: &Rc<ServerCatalog>,
+        verdict: Option<Verdict>,
+    ) -> Step {
+        let (Some(hybrid), Some(index), Some(query)) =
+            (host.hybrid(), catalog.index(), self.query())
+        else {
+            return self.answer_find(host, catalog, verdict.as_ref(), None);
+        };
+        let gathered = hybrid.source.gather(index, &query);
+        if let Some((q, t)) = gathered.complete() {
+            let fused = rank_fused(index, hybrid.config, &query, &q, &t);
+            host.count(Event::RankedHybrid);
+            return self.answer_find(host, catalog, verdict.as_ref(), Some(&fused));
+        }
+        // The query's vectors, and as many of the catalog's missing tools as one call takes: a
+        // big catalog is embedded over several searches, ranked by keyword until it is whole.
+        let (slots, inputs) = gathered.plan(index, hybrid.embeddings.max_batch);
+        let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let token = (!slots.is_empty())
+            .then(|| host.send_embeddings(&refs))
+            .flatten();
+        match token {
+            Some(token) => {
+                host.count(Event::EmbeddingsCall(refs.len()));
+                self.state = State::Embedding {
+                    token,
+                    catalog: Rc::clone(catalog),
+                    verdict,
+                    gathered,
+                    slots,
+                };
+                Step::Wait
+            }
+            None => {
+                host.count(Event::RankedKeyword);
+                host.count(Event::Fallback(if slots.is_empty() {
+                    Fallback::Dimensions
+                } else {
+                    Fallback::Dispatch
+                }));
+                self.answer_find(host, catalog, verdict.as_ref(), None)
+            }
+        }
+    }
+
+    /// `find_tools`'s query.
+    fn query(&self) -> Option<String> {
+        match &self.want {
+            Some(Want::Find { query, .. }) => query.clone(),
+            _ => None,
+        }
+    }
+
+    /// The embeddings call answered: the fused ranking, when every vector is in.
+    fn with_vectors<H: Host>(
+        &self,
+        host: &H,
+        catalog: &ServerCatalog,
+        gathered: &mut Gathered,
+        slots: &[Slot],
+        answer: &CallAnswer,
+    ) -> Option<Fused> {
+        let (hybrid, index, query) = (host.hybrid()?, catalog.index()?, self.query()?);
+        let vectors = match Fallback::of_status(answer.status) {
+            Some(reason) => Err(reason),
+            None => parse_response(
+                &answer.body,
+                slots.len(),
+                hybrid
+                    .embeddings
+                    .dimensions
+                    .or_else(|| gathered.known_dimensions()),
+            ),
+        };
+        let fused = match vectors {
+            Ok(vectors) => {
+                hybrid.source.fill(index, gathered, slots, vectors);
+                gathered
+                    .complete()
+                    .map(|(q, t)| rank_fused(index, hybrid.config, &query, &q, &t))
+            }
+            Err(reason) => {
+                host.count(Event::Fallback(reason));
+                None
+            }
+        };
+        host.count(if fused.is_some() {
+            Event::RankedHybrid
+        } else {
+            Event::RankedKeyword
+        });
+        fused
+    }
+
+    /// Answers `find_tools` with the catalog ranked for the query (`fused`: with hybrid
+    /// ranking's channels), after the gating verdict.
+    fn answer_find<H: Host>(
+        &mut self,
+        host: &H,
         catalog: &ServerCatalog,
         verdict: Option<&Verdict>,
+        fused: Option<&Fused>,
     ) -> Step {
         host.count(Event::FindTools);
         let (query, limit) = match &self.want {
@@ -576,7 +711,10 @@ impl Exchange {
             }) => (q.clone(), *limit),
             _ => return Step::Pass,
         };
-        let mut found = catalog.rank(&query);
+        let mut found = match fused {
+            Some(fused) => catalog.found_in(&fused.order),
+            None => catalog.rank(&query),
+        };
         let mut gating_note = String::new();
         if let Some(verdict) = verdict {
             let before = found.len();
@@ -596,11 +734,16 @@ impl Exchange {
                             .iter()
                             .find(|f| f.tool == claimed)
                             .map_or(0.0, |f| f.score);
+                        let entry = found
+                            .iter()
+                            .find(|f| f.tool == claimed)
+                            .and_then(|f| f.entry);
                         found.retain(|f| f.tool != claimed);
                         found.insert(
                             0,
                             super::catalog::Found {
                                 tool: claimed,
+                                entry,
                                 score,
                             },
                         );
@@ -611,9 +754,25 @@ impl Exchange {
             }
         }
         found.truncate(limit);
+        let matched = |f: &super::catalog::Found| -> Vec<&'static str> {
+            match (fused, f.entry) {
+                (Some(fused), Some(entry)) => fused
+                    .votes_for(entry)
+                    .map(|votes| {
+                        Channel::ALL
+                            .iter()
+                            .zip(votes)
+                            .filter(|(_, v)| v.is_some())
+                            .map(|(c, _)| c.name())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                _ => vec!["bm25"],
+            }
+        };
         let tools: Vec<Value> = found
             .iter()
-            .filter_map(|f| Some(describe(catalog.tools.get(f.tool)?, f.score)))
+            .filter_map(|f| Some(describe(catalog.tools.get(f.tool)?, f.score, &matched(f))))
             .collect();
         let names: Vec<String> = found
             .iter()
@@ -737,8 +896,7 @@ impl Exchange {
             "version": env!("CARGO_PKG_VERSION"),
             "meta_tools": {"find": settings.config.search.tool_name, "call": CALL_TOOL},
             "search": {
-                "backends": ["keyword"],
-                "ranking": "bm25",
+                "backends": backends(settings.config).1,
                 "limit": {"default": DEFAULT_LIMIT, "max": MAX_LIMIT},
                 "empty_query": "error"
             },
@@ -910,7 +1068,7 @@ fn without_progress_token(meta: &str) -> String {
 
 /// A found tool as `find_tools` returns it: the server's definition, its score, and a schema
 /// version (a hash of the definition) in `_meta`, so a client can tell a stale cached schema.
-fn describe(tool: &super::catalog::Tool, score: f32) -> Value {
+fn describe(tool: &super::catalog::Tool, score: f32, matched: &[&str]) -> Value {
     let mut object = serde_json::from_str::<Map<String, Value>>(&tool.raw).unwrap_or_default();
     let version = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(tool.raw.as_bytes()));
     let meta = object
@@ -919,20 +1077,33 @@ fn describe(tool: &super::catalog::Tool, score: f32) -> Value {
     if let Some(meta) = meta.as_object_mut() {
         meta.insert("toolsift/schemaVersion".into(), Value::String(version));
     }
-    let score = (f64::from(score) * 1000.0).round() / 1000.0;
+    // Rounded to what tells tools apart: BM25 scores are ~1-50, fused ones ~0.01-3.
+    let score = (f64::from(score) * 10_000.0).round() / 10_000.0;
     object.insert("score".into(), json!(score));
-    object.insert("matched".into(), json!(["bm25"]));
+    object.insert("matched".into(), json!(matched));
     Value::Object(object)
 }
 
-fn find_tool_definition(find: &str, call: &str, total: usize, _config: &Config) -> Value {
+/// The search backends `find_tools` ranks with.
+fn backends(config: &Config) -> (&'static str, Value) {
+    match config.ranking {
+        crate::config::Ranking::Keyword => ("keyword (BM25)", json!(["keyword"])),
+        crate::config::Ranking::Hybrid => (
+            "keyword (BM25) and embeddings, fused (hybrid)",
+            json!(["keyword", "embeddings"]),
+        ),
+    }
+}
+
+fn find_tool_definition(find: &str, call: &str, total: usize, config: &Config) -> Value {
+    let backends = backends(config).0;
     json!({
         "name": find,
         "title": "Find tools",
         "description": format!(
             "Search this server's {total} tools by what they should do, and get the best matches \
              with their input schemas. Then call one by its name, or with {call}. Search backends: \
-             keyword (BM25)."
+             {backends}."
         ),
         "inputSchema": {
             "type": "object",

@@ -7,8 +7,17 @@ use std::cell::RefCell;
 /// A request the gateway sent: body, method, name, timeout.
 type Sent = (String, String, Option<String>, u64);
 
+/// Hybrid ranking's pieces: the vector cache, the embeddings settings, the configuration.
+type Vectors = (
+    crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
+    crate::config::Embeddings,
+    Config,
+);
+
 #[derive(Default)]
 struct Mock {
+    vectors: Option<Vectors>,
+    embedded: RefCell<Vec<Vec<String>>>,
     sent: RefCell<Vec<Sent>>,
     answered: RefCell<Vec<(u16, String, String)>>,
     events: RefCell<Vec<Event>>,
@@ -18,6 +27,27 @@ struct Mock {
 }
 
 impl Host for Mock {
+    type Store = crate::embeddings::MemoryBytes;
+
+    fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>> {
+        let (cache, embeddings, config) = self.vectors.as_ref()?;
+        Some(Hybrid {
+            source: crate::embeddings::Source {
+                provider: "test",
+                model: &embeddings.model,
+                cache,
+            },
+            embeddings,
+            config,
+        })
+    }
+
+    fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
+        let mut embedded = self.embedded.borrow_mut();
+        embedded.push(inputs.iter().map(|i| (*i).to_owned()).collect());
+        Some(1000 + embedded.len() as u32)
+    }
+
     fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
         if self.refuse {
             return None;
@@ -143,7 +173,8 @@ impl Setup {
         let mut page = 0;
         while step == Step::Wait {
             let sent = host.last_sent();
-            if sent["method"] != "tools/list" {
+            let waits_for_it = exchange.token() == Some(host.sent.borrow().len() as u32);
+            if sent["method"] != "tools/list" || !waits_for_it {
                 break;
             }
             let id = sent["id"].to_string();
@@ -648,4 +679,115 @@ fn resources_list_adds_the_capabilities_and_read_answers_it() {
     let text: Value = serde_json::from_str(contents["text"].as_str().unwrap()).unwrap();
     assert_eq!(text["search"]["backends"], json!(["keyword"]));
     assert!(host.sent.borrow().is_empty());
+}
+
+/// A vector for `text`: a hashed bag of its words (texts that share words are near).
+fn bag(text: &str) -> Vec<f32> {
+    let mut v = vec![0.0f32; 16];
+    for word in text
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let h = xxhash_rust::xxh3::xxh3_64(word.as_bytes()) as usize;
+        v[h % 16] += 1.0;
+    }
+    v[0] += 0.01;
+    v
+}
+
+#[test]
+fn hybrid_ranking_embeds_the_catalog_and_fuses_the_channels() {
+    let config = Config::from_json(
+        br#"{"ranking":"hybrid","embeddings":{"cluster":"e","model":"m","max_batch":3},"mcp":{}}"#,
+    )
+    .unwrap();
+    let embeddings = config.embeddings.clone().unwrap();
+    let mut s = Setup::new(r#"{"mcp":{}}"#);
+    s.config = config.clone();
+    let cache =
+        crate::embeddings::VectorCache::new(crate::embeddings::MemoryBytes::default(), 100, "v.");
+    let host = Mock {
+        vectors: Some((cache, embeddings, config)),
+        ..Mock::default()
+    };
+    let body = call(
+        2,
+        "find_tools",
+        r#"{"query":"storm warnings for my region"}"#,
+    );
+    let answer_embeddings = |inputs: &[String]| {
+        CallAnswer {
+        status: Some(200),
+        content_type: "application/json".into(),
+        body: json!({"data": inputs.iter().enumerate().map(|(i, t)| json!({"index": i, "embedding": bag(t)})).collect::<Vec<_>>()})
+            .to_string()
+            .into_bytes(),
+    }
+    };
+    // Five tools, three per call: the first search embeds the query and three tools, and goes
+    // by keyword; the second embeds the rest and is fused.
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let (mut exchange, step) = s.run(&host, "2025-11-25", &body, &[catalog_tools()]);
+        if step == Step::Wait {
+            let inputs = host.embedded.borrow().last().cloned().unwrap();
+            let token = exchange.token().unwrap();
+            let settings = Settings {
+                config: &s.config,
+                mcp: &s.mcp,
+            };
+            let step = exchange.on_call(
+                &host,
+                &mut s.cache,
+                &settings,
+                token,
+                answer_embeddings(&inputs),
+            );
+            assert_eq!(step, Step::Answered);
+        }
+        let found = host.answer().1["result"]["structuredContent"]["tools"].clone();
+        rounds.push(found);
+    }
+    let calls = host.embedded.borrow().clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0].len(), 4, "the query and max_batch tools");
+    assert_eq!(calls[1].len(), 2, "the last two tools");
+    assert_eq!(
+        rounds[0][0]["matched"],
+        json!(["bm25"]),
+        "keyword while incomplete"
+    );
+    let matched = rounds[1][0]["matched"].as_array().unwrap();
+    assert!(matched.contains(&json!("vector")), "{matched:?}");
+    assert_eq!(rounds[1], rounds[2], "the third search needs no call");
+    assert!(host.events.borrow().contains(&Event::RankedHybrid));
+    // A failing service: by keyword.
+    let (mut exchange, _) = s.run(
+        &host,
+        "2025-11-25",
+        &call(3, "find_tools", r#"{"query":"new words entirely"}"#),
+        &[],
+    );
+    let token = exchange.token().unwrap();
+    let settings = Settings {
+        config: &s.config,
+        mcp: &s.mcp,
+    };
+    let step = exchange.on_call(
+        &host,
+        &mut s.cache,
+        &settings,
+        token,
+        CallAnswer {
+            status: Some(503),
+            ..CallAnswer::default()
+        },
+    );
+    assert_eq!(step, Step::Answered);
+    assert!(
+        host.events
+            .borrow()
+            .contains(&Event::Fallback(Fallback::Status))
+    );
 }
