@@ -858,13 +858,7 @@ impl Exchange {
         settings: &Settings,
         answer: &CallAnswer,
     ) -> Step {
-        let id = self
-            .request
-            .as_ref()
-            .map_or("null", |r| r.id.as_str())
-            .to_owned();
-        let reply = message::server_reply(&answer.content_type, &answer.body, &id);
-        self.note_notifications(host, &reply.notifications);
+        let reply = self.server_reply(host, answer);
         let mut result = match reply.outcome {
             Some(Outcome::Result(result)) => {
                 serde_json::from_str::<Map<String, Value>>(&result).unwrap_or_default()
@@ -922,13 +916,7 @@ impl Exchange {
                 "toolsift: the server did not answer the call in time",
             );
         };
-        let id = self
-            .request
-            .as_ref()
-            .map_or("null", |r| r.id.as_str())
-            .to_owned();
-        let reply = message::server_reply(&answer.content_type, &answer.body, &id);
-        self.note_notifications(host, &reply.notifications);
+        self.server_reply(host, &answer);
         let content_type = if answer.content_type.is_empty() {
             "application/json"
         } else {
@@ -972,6 +960,15 @@ impl Exchange {
         host.respond(200, "application/json", body.as_bytes());
         self.state = State::Done;
         Step::Answered
+    }
+
+    /// The server's answer to the client's own request (sent on by the gateway), its
+    /// notifications noted.
+    fn server_reply<H: Host>(&self, host: &H, answer: &CallAnswer) -> message::ServerReply {
+        let id = self.request.as_ref().map_or("null", |r| r.id.as_str());
+        let reply = message::server_reply(&answer.content_type, &answer.body, id);
+        self.note_notifications(host, &reply.notifications);
+        reply
     }
 
     fn note_notifications<H: Host>(&self, host: &H, notifications: &[String]) {
