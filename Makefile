@@ -63,7 +63,7 @@ run-search: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate embed test-embed images oci sdk
+test: build $(ENVOY) validate embed test-embed images oci sdk mcp-test
 	$(CARGO) test --no-fail-fast --lib --bins --tests
 	$(SDK_PYTEST)
 
@@ -76,9 +76,9 @@ integration: build embed $(ENVOY)
 # Every shipped Envoy config must load, with the real .wasm and its configuration, and pass
 # `toolsift check` (e2e/envoy.yaml and the Istio EnvoyFilter only the latter: their .wasm path
 # and clusters exist in their containers).
-CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml
+CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml
 validate: wasm native $(ENVOY)
-	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml docs/examples/*.yaml; do \
+	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \
 		$(ENVOY) --mode validate -c $$f --log-level error >/dev/null 2>&1 && echo OK || { \
 			$(ENVOY) --mode validate -c $$f --log-level error; exit 1; }; \
@@ -198,6 +198,37 @@ bench-latency-hybrid: build embed $(ENVOY)
 # and the follow-up sent to the model directly; 50, 200 and 1,000 tools.
 bench-latency-search: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --search
+
+## MCP (issue 14): toolsift in front of MCP servers built with the official Python SDK ----------
+
+MCP_PIP    := mcp==2.3.0 pytest==9.2.0
+MCP_STAMP  := $(VENV)/.mcp-$(subst ==,-,$(subst $() ,_,$(MCP_PIP)))
+MCP_PYTEST := $(VENV)/bin/python -m pytest tests/mcp -q -p no:cacheprovider
+
+.PHONY: mcp-sdk mcp-test run-mcp bench-mcp
+
+$(MCP_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(MCP_PIP)
+	@touch $@
+
+mcp-sdk: $(MCP_STAMP)
+
+# The SDK's client against SDK-built servers through the real Envoy and .wasm (tests/mcp/).
+mcp-test: wasm native embed mcp-sdk
+	$(MCP_PYTEST)
+
+# The demo: an SDK-built MCP server with 250 livemcpbench tools on 127.0.0.1:18200, Envoy with
+# toolsift (envoy-mcp.yaml) on 127.0.0.1:10000; README.md ("MCP") shows a session.
+run-mcp: wasm mcp-sdk
+	@echo "toolsift (MCP): gateway on http://127.0.0.1:10000/mcp, admin on http://127.0.0.1:9901 (Ctrl-C stops both)"
+	@$(VENV)/bin/python tests/mcp/server.py --port 18200 --count 250 & srv=$$!; \
+	trap 'kill $$srv 2>/dev/null; wait $$srv 2>/dev/null' EXIT INT TERM; \
+	$(ENVOY) -c envoy-mcp.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
+
+# Tokens of tools/list and the gateway's added time (tools/list cached, find_tools), 200 and
+# 2,000 tools, against the same Envoy without toolsift (docs/BENCHMARKS.md, "MCP").
+bench-mcp: wasm mcp-sdk
+	$(VENV)/bin/python tests/mcp/bench.py
 
 clean:
 	$(CARGO) clean

@@ -318,6 +318,10 @@ pub struct Config {
     /// (`docs/tuning-notes.md`).
     pub rrf_k: f32,
     pub channel_weights: ChannelWeights,
+    /// MCP routes: `find_tools` answered over MCP (see [`Mcp`]).
+    pub mcp: Option<Mcp>,
+    /// `_tool_gating` for LLM requests (see [`Gating`]).
+    pub gating: Option<Gating>,
 }
 
 impl Default for Config {
@@ -341,6 +345,8 @@ impl Default for Config {
             embeddings: None,
             rrf_k: 1.0,
             channel_weights: ChannelWeights::default(),
+            mcp: None,
+            gating: None,
         }
     }
 }
@@ -450,6 +456,12 @@ impl Config {
         if let Some(e) = &self.embeddings {
             e.check()?;
         }
+        if let Some(m) = &self.mcp {
+            m.check()?;
+        }
+        if let Some(g) = &self.gating {
+            g.mcp.check()?;
+        }
         self.search.check()
     }
 
@@ -459,38 +471,57 @@ impl Config {
     }
 }
 
+/// The settings every service called through an Envoy cluster has (`at`: the section's path).
+fn check_service(
+    at: &str,
+    cluster: &str,
+    path: &str,
+    authority: Option<&str>,
+    headers: &std::collections::BTreeMap<String, String>,
+    timeout_ms: usize,
+) -> Result<(), ConfigError> {
+    if cluster.trim().is_empty() {
+        return Err(invalid(
+            &format!("{at}.cluster"),
+            "must name an Envoy cluster",
+        ));
+    }
+    if !path.starts_with('/') {
+        return Err(invalid(&format!("{at}.path"), "must start with `/`"));
+    }
+    if authority.is_some_and(|a| a.trim().is_empty()) {
+        return Err(invalid(&format!("{at}.authority"), "must not be empty"));
+    }
+    for name in headers.keys() {
+        let valid = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
+        if !valid {
+            return Err(invalid(
+                &format!("{at}.headers.{name}"),
+                "not a valid header name (pseudo-headers such as :path are set by toolsift)",
+            ));
+        }
+    }
+    if !(1..=60_000).contains(&timeout_ms) {
+        return Err(invalid(&format!("{at}.timeout_ms"), "must be 1..=60000"));
+    }
+    Ok(())
+}
+
 impl Embeddings {
     fn check(&self) -> Result<(), ConfigError> {
-        if self.cluster.trim().is_empty() {
-            return Err(invalid("embeddings.cluster", "must name an Envoy cluster"));
-        }
+        check_service(
+            "embeddings",
+            &self.cluster,
+            &self.path,
+            self.authority.as_deref(),
+            &self.headers,
+            self.timeout_ms,
+        )?;
         if self.model.trim().is_empty() {
             return Err(invalid("embeddings.model", "must not be empty"));
-        }
-        if !self.path.starts_with('/') {
-            return Err(invalid("embeddings.path", "must start with `/`"));
-        }
-        if self
-            .authority
-            .as_deref()
-            .is_some_and(|a| a.trim().is_empty())
-        {
-            return Err(invalid("embeddings.authority", "must not be empty"));
-        }
-        for name in self.headers.keys() {
-            let valid = !name.is_empty()
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
-            if !valid {
-                return Err(invalid(
-                    &format!("embeddings.headers.{name}"),
-                    "not a valid header name (pseudo-headers such as :path are set by toolsift)",
-                ));
-            }
-        }
-        if !(1..=60_000).contains(&self.timeout_ms) {
-            return Err(invalid("embeddings.timeout_ms", "must be 1..=60000"));
         }
         if self.dimensions.is_some_and(|d| !(1..=16_384).contains(&d)) {
             return Err(invalid("embeddings.dimensions", "must be 1..=16384"));
@@ -500,6 +531,159 @@ impl Embeddings {
         }
         if !(1..=2048).contains(&self.max_batch) {
             return Err(invalid("embeddings.max_batch", "must be 1..=2048"));
+        }
+        Ok(())
+    }
+
+    /// The authority the call is sent to.
+    pub fn authority(&self) -> &str {
+        self.authority.as_deref().unwrap_or(&self.cluster)
+    }
+}
+
+/// MCP routes (`mcp`): requests whose path matches `paths` are MCP's Streamable HTTP transport,
+/// and get search mode over MCP: `tools/list` shows `find_tools` and `call_tool`, the gateway
+/// answers them from the server's catalog (see `crate::mcp`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Mcp {
+    /// Glob patterns (`*`, `?`) over the request path (without its query).
+    pub paths: Vec<String>,
+    /// The longest a catalog page or a `call_tool` call may take.
+    #[serde(deserialize_with = "whole_number")]
+    pub timeout_ms: usize,
+    /// The longest the `_tool_gating` call may take before `find_tools` is answered without it.
+    #[serde(deserialize_with = "whole_number")]
+    pub gating_timeout_ms: usize,
+    /// How long a catalog stays cached when the server gives no `ttlMs` (2025-11-25 servers).
+    #[serde(deserialize_with = "whole_number")]
+    pub catalog_ttl_ms: usize,
+    /// Bytes of catalogs each worker keeps (least recently used evicted).
+    #[serde(deserialize_with = "whole_number")]
+    pub cache_bytes: usize,
+    /// `tools/list` pages read at most per catalog.
+    #[serde(deserialize_with = "whole_number")]
+    pub max_pages: usize,
+}
+
+impl Default for Mcp {
+    fn default() -> Self {
+        Mcp {
+            paths: vec!["/mcp".to_owned()],
+            timeout_ms: 30_000,
+            gating_timeout_ms: 1_000,
+            catalog_ttl_ms: 60_000,
+            cache_bytes: 32 * 1024 * 1024,
+            max_pages: 100,
+        }
+    }
+}
+
+impl Mcp {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.paths.is_empty() {
+            return Err(invalid("mcp.paths", "must name at least one path pattern"));
+        }
+        for (i, p) in self.paths.iter().enumerate() {
+            if !p.starts_with('/') && !p.starts_with('*') {
+                return Err(invalid(
+                    &format!("mcp.paths[{i}]"),
+                    "must start with `/` or `*`",
+                ));
+            }
+        }
+        if !(1..=600_000).contains(&self.timeout_ms) {
+            return Err(invalid("mcp.timeout_ms", "must be 1..=600000"));
+        }
+        if !(1..=60_000).contains(&self.gating_timeout_ms) {
+            return Err(invalid("mcp.gating_timeout_ms", "must be 1..=60000"));
+        }
+        if self.cache_bytes == 0 {
+            return Err(invalid("mcp.cache_bytes", "must be at least 1"));
+        }
+        if !(1..=10_000).contains(&self.max_pages) {
+            return Err(invalid("mcp.max_pages", "must be 1..=10000"));
+        }
+        Ok(())
+    }
+
+    /// Whether a request to `path` is on an MCP route.
+    pub fn matches(&self, path: &str) -> bool {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        self.paths.iter().any(|p| glob_match(p, path))
+    }
+}
+
+/// `_tool_gating` for LLM requests: the latest user text goes to an MCP server's gating tool
+/// before the tools are chosen (filter mode).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gating {
+    pub mcp: GatingMcp,
+    /// What a claim does.
+    #[serde(default)]
+    pub claim: ClaimMode,
+}
+
+/// What a `_tool_gating` claim does to an LLM request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClaimMode {
+    /// `tool_choice` names the claimed tool (in the dialect's form).
+    #[default]
+    ToolChoice,
+    /// The gateway answers with a call of the claimed tool, without calling the model
+    /// (non-streaming requests; streaming ones get `tool_choice`).
+    Answer,
+}
+
+/// The MCP server whose `_tool_gating` tool LLM requests consult.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatingMcp {
+    /// The Envoy cluster of the MCP server.
+    pub cluster: String,
+    #[serde(default = "default_mcp_path")]
+    pub path: String,
+    /// `:authority` of the call; the cluster name when unset.
+    #[serde(default)]
+    pub authority: Option<String>,
+    /// Extra request headers, for example `{"authorization": "Bearer …"}`.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The longest a request waits for the verdict; then it goes on without it.
+    #[serde(
+        default = "default_gating_timeout_ms",
+        deserialize_with = "whole_number"
+    )]
+    pub timeout_ms: usize,
+    /// The gating tool's argument that gets the text.
+    #[serde(default = "default_gating_argument")]
+    pub argument: String,
+}
+
+fn default_mcp_path() -> String {
+    "/mcp".to_owned()
+}
+fn default_gating_timeout_ms() -> usize {
+    300
+}
+fn default_gating_argument() -> String {
+    "query".to_owned()
+}
+
+impl GatingMcp {
+    fn check(&self) -> Result<(), ConfigError> {
+        check_service(
+            "gating.mcp",
+            &self.cluster,
+            &self.path,
+            self.authority.as_deref(),
+            &self.headers,
+            self.timeout_ms,
+        )?;
+        if self.argument.trim().is_empty() {
+            return Err(invalid("gating.mcp.argument", "must not be empty"));
         }
         Ok(())
     }
@@ -670,6 +854,70 @@ mod tests {
         );
         assert!(err(&rule(r#"{"models":"m"}"#)).contains("unknown field `models`"));
         assert!(err(&rule(r#"{}"#)).contains("missing field `model`"));
+    }
+
+    #[test]
+    fn mcp_settings() {
+        let c =
+            Config::from_json(br#"{"mcp":{"paths":["/mcp","/servers/*/mcp"],"timeout_ms":5000}}"#)
+                .unwrap();
+        let m = c.mcp.unwrap();
+        assert_eq!(
+            (m.timeout_ms, m.gating_timeout_ms, m.max_pages),
+            (5000, 1000, 100)
+        );
+        assert!(m.matches("/mcp") && m.matches("/servers/github/mcp?x=1") && !m.matches("/mcpx"));
+        assert_eq!(
+            Config::from_json(br#"{"mcp":{}}"#)
+                .unwrap()
+                .mcp
+                .unwrap()
+                .paths,
+            ["/mcp"]
+        );
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(err(r#"{"mcp":{"paths":[]}}"#).contains("`mcp.paths`"));
+        assert!(err(r#"{"mcp":{"paths":["mcp"]}}"#).contains("`mcp.paths[0]`"));
+        assert!(err(r#"{"mcp":{"paths":"/mcp"}}"#).contains("field `mcp.paths`: invalid type"));
+        assert!(err(r#"{"mcp":{"timeout_ms":0}}"#).contains("`mcp.timeout_ms`"));
+        assert!(err(r#"{"mcp":{"gating_timeout_ms":0}}"#).contains("`mcp.gating_timeout_ms`"));
+        assert!(err(r#"{"mcp":{"cache_bytes":0}}"#).contains("`mcp.cache_bytes`"));
+        assert!(err(r#"{"mcp":{"max_pages":0}}"#).contains("`mcp.max_pages`"));
+        assert!(err(r#"{"mcp":{"path":"/mcp"}}"#).contains("unknown field `path`"));
+    }
+
+    #[test]
+    fn gating_settings() {
+        let c = Config::from_json(br#"{"gating":{"mcp":{"cluster":"tools"},"claim":"answer"}}"#)
+            .unwrap();
+        let g = c.gating.unwrap();
+        assert_eq!(g.claim, ClaimMode::Answer);
+        assert_eq!(
+            (g.mcp.path.as_str(), g.mcp.authority(), g.mcp.timeout_ms),
+            ("/mcp", "tools", 300)
+        );
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(err(r#"{"gating":{"mcp":{"cluster":" "}}}"#).contains("`gating.mcp.cluster`"));
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","path":"mcp"}}}"#).contains("`gating.mcp.path`")
+        );
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","timeout_ms":0}}}"#)
+                .contains("`gating.mcp.timeout_ms`")
+        );
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","headers":{":path":"/"}}}}"#)
+                .contains("`gating.mcp.headers.:path`")
+        );
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c"},"claim":"model"}}"#)
+                .contains("field `gating.claim`: unknown variant")
+        );
+        assert!(err(r#"{"gating":{"claim":"answer"}}"#).contains("missing field `mcp`"));
+        assert!(
+            err(r#"{"gating":{"mcp":{"cluster":"c","argument":""}}}"#)
+                .contains("`gating.mcp.argument`")
+        );
     }
 
     #[test]

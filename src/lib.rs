@@ -17,6 +17,7 @@ pub mod embeddings;
 pub mod eval;
 pub mod fusion;
 pub mod json;
+pub mod mcp;
 pub mod pairs;
 pub mod pipeline;
 pub mod rank;

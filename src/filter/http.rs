@@ -40,6 +40,22 @@ pub struct Filter {
     search_headers: Option<(Vec<(String, String)>, bool)>,
     /// Search mode: the request's search, from its body phase on.
     search: Option<Search>,
+    /// A request on an MCP route (`mcp.paths`).
+    mcp: Option<super::mcp::McpRequest>,
+    /// `gating.mcp`: the gating server was asked (once per request), the request waiting for
+    /// its verdict, the verdict, and what it did.
+    gating_asked: bool,
+    gating: Option<GatingWait>,
+    verdict: Option<crate::mcp::gating::Verdict>,
+    gated: Option<crate::mcp::llm::Gated>,
+}
+
+/// A request waiting for its `_tool_gating` verdict.
+struct GatingWait {
+    token: u32,
+    dialect: Dialect,
+    analysis: Analysis,
+    body: Vec<u8>,
 }
 
 enum Outcome {
@@ -106,6 +122,11 @@ impl Filter {
             waiting: None,
             search_headers: None,
             search: None,
+            mcp: None,
+            gating_asked: false,
+            gating: None,
+            verdict: None,
+            gated: None,
         }
     }
 
@@ -160,7 +181,7 @@ impl Filter {
         }
         let text = body_text(&body)?;
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
-        let mut analysis = engine.analyse(dialect, text)?;
+        let analysis = engine.analyse(dialect, text)?;
         let metrics = &shared.metrics;
         metrics.add(
             if analysis.cache_hit {
@@ -170,6 +191,34 @@ impl Filter {
             },
             1,
         );
+        // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
+        if !self.gating_asked && self.search_headers.is_none() {
+            self.gating_asked = true;
+            if let Some(token) = super::mcp::send_gating(&engine.config, &analysis.query) {
+                drop(engine);
+                self.gating = Some(GatingWait {
+                    token,
+                    dialect,
+                    analysis,
+                    body,
+                });
+                return Ok(Step::Waiting);
+            }
+        }
+        drop(engine);
+        self.rank_and_apply(shared, dialect, analysis, body)
+    }
+
+    /// Ranks (hybrid when configured, which may wait for an embeddings call) and writes the
+    /// selection into the body.
+    fn rank_and_apply(
+        &mut self,
+        shared: &Shared,
+        dialect: Dialect,
+        mut analysis: Analysis,
+        body: Vec<u8>,
+    ) -> Result<Step, Skipped> {
+        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let config = &engine.config;
         let ranked = match shared.hybrid(config) {
             Some((source, e)) => match start_hybrid(shared, &source, config, e, &mut analysis) {
@@ -189,8 +238,11 @@ impl Filter {
             None => Ranked::Keyword,
         };
         let debug = config.debug;
+        self.gate(config, &mut analysis);
         drop(engine);
+        let text = body_text(&body)?;
         self.apply(shared, debug, &analysis, text, body.len(), ranked)?;
+        self.claim_tool_choice(dialect);
         Ok(Step::Done)
     }
 
@@ -385,10 +437,12 @@ impl Filter {
                 }
                 None => Ranked::Keyword,
             };
+            self.gate(config, &mut analysis);
             (config.debug, ranked)
         };
         let result = body_text(&body)
             .and_then(|text| self.apply(shared, debug, &analysis, text, body.len(), ranked));
+        self.claim_tool_choice(analysis.dialect);
         match result {
             Ok(()) => Action::Continue,
             Err(skipped) => self.skip(shared, skipped),
@@ -441,7 +495,12 @@ impl Filter {
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
-                header_value(*kept, *total, None) + &ranked.header_suffix() + &mode
+                let gating = self
+                    .gated
+                    .as_ref()
+                    .map(|g| g.header_suffix())
+                    .unwrap_or_default();
+                header_value(*kept, *total, None) + &ranked.header_suffix() + &mode + &gating
             }
             Some(Outcome::Skipped(skipped)) => {
                 let n = skipped.tools;
@@ -580,6 +639,22 @@ impl Context for Filter {
         let Some(shared) = self.shared.clone() else {
             return;
         };
+        if let Some(wait) = self.gating.take_if(|g| g.token == token_id) {
+            if self.on_gating(&shared, wait, num_headers, body_size) == Action::Continue {
+                if let Err(status) = host::resume(host::Stream::Request) {
+                    log::warn!("cannot resume the request: {status:?}");
+                }
+            }
+            return;
+        }
+        if let Some(mcp) = self.mcp.as_mut().filter(|m| m.token() == Some(token_id)) {
+            if mcp.on_call(&shared, token_id, num_headers, body_size) {
+                if let Err(status) = host::resume(host::Stream::Request) {
+                    log::warn!("cannot resume the request: {status:?}");
+                }
+            }
+            return;
+        }
         if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
             if search.on_call(&shared, token_id, num_headers, body_size) {
                 if let Err(status) = host::resume(host::Stream::Response) {
@@ -607,6 +682,11 @@ impl HttpContext for Filter {
         };
         shared.metrics.add(shared.metrics.requests, 1);
         let pairs = host::headers(Headers::Request);
+        if let Some(mcp) = super::mcp::route(&shared, &pairs, end_of_stream) {
+            // MCP routes: the body callbacks read the message; nothing is held here.
+            self.mcp = Some(mcp);
+            return Action::Continue;
+        }
         match self.screen_headers(&shared, &pairs, end_of_stream) {
             Ok(dialect) => {
                 if let Err(status) = host::remove_header(Headers::Request, "content-length") {
@@ -638,6 +718,9 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
+            return mcp.on_body(&shared, body_size, end_of_stream);
+        }
         let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
@@ -664,6 +747,9 @@ impl HttpContext for Filter {
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
+            return mcp.on_body(&shared, usize::MAX, true);
+        }
         // With trailers (HTTP/2, gRPC-web), the body callback never sees end_of_stream.
         let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
@@ -679,6 +765,10 @@ impl HttpContext for Filter {
             Ok(engine) => (engine.config.response_header, engine.config.debug),
             Err(_) => (false, false),
         };
+        if let Some(mcp) = self.mcp.as_mut() {
+            mcp.on_response_headers(response_header);
+            return Action::Continue;
+        }
         if self.outcome.is_some() {
             let value = self.header_value();
             // For the access log: `%FILTER_STATE(wasm.toolsift:PLAIN)%`.
@@ -706,6 +796,9 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let (Some(shared), Some(mcp)) = (self.shared.as_ref(), self.mcp.as_mut()) {
+            return mcp.on_response_body(shared, body_size);
+        }
         let (Some(shared), Some(search)) = (self.shared.as_ref(), self.search.as_mut()) else {
             return Action::Continue;
         };
@@ -758,6 +851,95 @@ impl Filter {
         }
         self.headers_held = true;
         true
+    }
+}
+
+impl Filter {
+    /// `gating.mcp`: the verdict came (or the call failed: the request goes on without it).
+    /// A claim under `gating.claim: "answer"` is answered here, without the model.
+    fn on_gating(
+        &mut self,
+        shared: &Shared,
+        wait: GatingWait,
+        num_headers: usize,
+        body_size: usize,
+    ) -> Action {
+        let GatingWait {
+            dialect,
+            analysis,
+            body,
+            ..
+        } = wait;
+        let verdict = super::mcp::read_gating(shared, num_headers, body_size);
+        let answer = shared.engine.try_borrow().is_ok_and(|e| {
+            e.config
+                .gating
+                .as_ref()
+                .is_some_and(|g| g.claim == crate::config::ClaimMode::Answer)
+        });
+        let claim = verdict.as_ref().and_then(|v| v.claim.as_ref()).filter(|c| {
+            answer
+                && !analysis.stream
+                && (0..analysis.catalog.draft.entries.len())
+                    .any(|e| analysis.catalog.name(e) == Some(c.name.as_str()))
+        });
+        if let Some(claim) = claim {
+            let model = std::str::from_utf8(&body)
+                .map(crate::mcp::llm::model_of)
+                .unwrap_or_default();
+            let reply = crate::mcp::llm::claimed_answer(dialect, claim, &model);
+            let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+            if host::send_response(200, &headers, reply.as_bytes()).is_ok() {
+                super::mcp::count_claim(shared);
+                self.gated = Some(crate::mcp::llm::Gated {
+                    excluded: 0,
+                    claimed: Some(claim.clone()),
+                });
+                self.outcome = Some(Outcome::Filtered {
+                    kept: 0,
+                    total: analysis.total(),
+                    ranked: Ranked::Keyword,
+                    search: None,
+                    kept_names: String::new(),
+                });
+                return Action::Pause;
+            }
+        }
+        self.verdict = verdict;
+        match self.rank_and_apply(shared, dialect, analysis, body) {
+            Ok(Step::Done) => Action::Continue,
+            Ok(Step::Waiting) => Action::Pause,
+            Err(skipped) => self.skip(shared, skipped),
+        }
+    }
+
+    /// Applies the `_tool_gating` verdict, if any, to the selection.
+    fn gate(&mut self, config: &crate::config::Config, analysis: &mut Analysis) {
+        if let Some(verdict) = &self.verdict {
+            self.gated = Some(crate::mcp::llm::apply(analysis, config, verdict));
+        }
+    }
+
+    /// A claim (`gating.claim: "tool_choice"`, or a stream under `"answer"`): `tool_choice`
+    /// names the claimed tool in the body the upstream gets.
+    fn claim_tool_choice(&self, dialect: Dialect) {
+        let Some(claim) = self.gated.as_ref().and_then(|g| g.claimed.as_ref()) else {
+            return;
+        };
+        let body = host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return;
+        };
+        match crate::mcp::llm::with_tool_choice(dialect, text, &claim.name) {
+            Some(chosen) => {
+                if let Err(status) =
+                    host::set_buffer(Buffer::RequestBody, 0, body.len(), chosen.as_bytes())
+                {
+                    log::warn!("cannot write the claimed tool_choice: {status:?}");
+                }
+            }
+            None => log::debug!("gating: no tool_choice could be written for the claim"),
+        }
     }
 }
 

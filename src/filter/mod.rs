@@ -6,6 +6,7 @@
 
 mod host;
 mod http;
+mod mcp;
 mod metrics;
 mod search;
 mod vectors;
@@ -38,6 +39,9 @@ pub(crate) struct Shared {
     backfill: RefCell<vectors::Backfill>,
     /// Search mode's held request headers, and whether Envoy lets them be held.
     watchdog: RefCell<Watchdog>,
+    /// MCP routes: this worker's server catalogs, and the MCP stats (`None` without `mcp`).
+    mcp_cache: RefCell<crate::mcp::catalog::CatalogCache>,
+    mcp_metrics: Option<mcp::McpMetrics>,
 }
 
 impl Shared {
@@ -175,6 +179,15 @@ impl RootContext for Root {
                 return false;
             }
         };
+        let wanted = config.mcp.is_some() || config.gating.is_some();
+        let mcp_metrics = match wanted.then(mcp::McpMetrics::define) {
+            Some(Err(status)) => {
+                log::error!("cannot define the MCP stats: {status:?}");
+                return false;
+            }
+            Some(Ok(m)) => Some(m),
+            None => None,
+        };
         if config.debug {
             log::set_max_level(log::LevelFilter::Debug);
         }
@@ -191,7 +204,10 @@ impl RootContext for Root {
             )),
             _ => None,
         };
+        let mcp_cache = RefCell::new(mcp::cache(&config));
         self.shared = Some(Rc::new(Shared {
+            mcp_cache,
+            mcp_metrics,
             engine: RefCell::new(Engine::new(config)),
             metrics,
             vectors,

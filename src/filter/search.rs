@@ -216,14 +216,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
-        let e = self.engine.config.embeddings.as_ref()?;
-        match vectors::dispatch(e, inputs, Duration::from_millis(e.timeout_ms as u64)) {
-            Ok(token) => Some(token),
-            Err(status) => {
-                log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
-                None
-            }
-        }
+        vectors::send(&self.engine.config, inputs)
     }
 
     fn count(&self, event: Event) {

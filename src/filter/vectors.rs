@@ -36,6 +36,19 @@ pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Sends one embeddings request; the answer comes to the calling context's
 /// `on_http_call_response`, or Envoy answers 504 after `timeout`.
+/// Sends an embeddings call for `inputs` under `config`'s embeddings settings (bounded by their
+/// `timeout_ms`); `None` when hybrid ranking is off or the call cannot be made.
+pub fn send(config: &crate::config::Config, inputs: &[&str]) -> Option<u32> {
+    let e = config.embeddings.as_ref()?;
+    match dispatch(e, inputs, Duration::from_millis(e.timeout_ms as u64)) {
+        Ok(token) => Some(token),
+        Err(status) => {
+            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+            None
+        }
+    }
+}
+
 pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> HostResult<u32> {
     let body = request_body(&e.model, inputs, e.dimensions);
     let mut headers: Vec<(&str, &str)> = vec![

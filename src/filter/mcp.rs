@@ -1,0 +1,531 @@
+//! MCP routes in Envoy: [`crate::mcp::exchange`] decides, this module reads what Envoy hands
+//! over and carries out what the machine asks ([`EnvoyHost`]).
+//!
+//! Nothing is held in a headers callback (Istio's `WasmPlugin` and Envoy Gateway cannot allow
+//! it): the request headers go on at once, the body is buffered in the body callbacks, and a
+//! request the gateway answers is answered with a local reply (Envoy then resets the upstream
+//! request it had started, before any body was sent). The gateway's own requests (catalog
+//! pages, `_tool_gating`, `call_tool`'s call) go to the cluster the router chose, with the
+//! client's headers: its session (`Mcp-Session-Id`), credentials and protocol version.
+
+use super::Shared;
+use super::host::{self, Buffer, Headers, MetricKind};
+use crate::mcp::catalog::CatalogCache;
+use crate::mcp::exchange::{CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step};
+use crate::mcp::message::{StreamWatch, header_value};
+use proxy_wasm::types::Action;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The MCP stats (README's table lists them).
+pub struct McpMetrics {
+    tools_list: u32,
+    tokens_saved: u32,
+    find_tools: u32,
+    call_tool: u32,
+    direct: u32,
+    unknown: u32,
+    catalog_hits: u32,
+    catalog_fetches: u32,
+    catalog_pages: u32,
+    catalog_failed: u32,
+    gating_calls: u32,
+    gating_failed: u32,
+    gating_excluded: u32,
+    gating_claimed: u32,
+    gating_answered: u32,
+    list_changed: u32,
+}
+
+impl McpMetrics {
+    pub fn define() -> Result<McpMetrics, host::HostError> {
+        let counter = |name: &str| host::define_metric(MetricKind::Counter, name);
+        Ok(McpMetrics {
+            tools_list: counter("toolsift.mcp.tools_list")?,
+            tokens_saved: counter("toolsift.mcp.tokens_saved")?,
+            find_tools: counter("toolsift.mcp.find_tools")?,
+            call_tool: counter("toolsift.mcp.call_tool")?,
+            direct: counter("toolsift.mcp.direct_calls")?,
+            unknown: counter("toolsift.mcp.unknown_tool")?,
+            catalog_hits: counter("toolsift.mcp.catalog.hits")?,
+            catalog_fetches: counter("toolsift.mcp.catalog.fetches")?,
+            catalog_pages: counter("toolsift.mcp.catalog.pages")?,
+            catalog_failed: counter("toolsift.mcp.catalog.failed")?,
+            gating_calls: counter("toolsift.mcp.gating.calls")?,
+            gating_failed: counter("toolsift.mcp.gating.failed")?,
+            gating_excluded: counter("toolsift.mcp.gating.excluded")?,
+            gating_claimed: counter("toolsift.mcp.gating.claimed")?,
+            gating_answered: counter("toolsift.mcp.gating.answered")?,
+            list_changed: counter("toolsift.mcp.list_changed")?,
+        })
+    }
+}
+
+/// Request headers that belong to one connection or one body, or that the gateway sets itself.
+const NOT_FORWARDED: [&str; 10] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "expect",
+    "accept-encoding",
+    "mcp-method",
+    "mcp-name",
+];
+
+/// A request on an MCP route, from its headers to its last response byte.
+pub struct McpRequest {
+    exchange: Exchange,
+    /// The client's headers (those that are text), for the gateway's own requests.
+    headers: Vec<(String, String)>,
+    /// The client speaks a revision that names methods in headers (`Mcp-Method`).
+    method_headers: bool,
+    /// A POST whose body is being read.
+    buffering: bool,
+    /// The response is an event stream being watched for `tools/list_changed`.
+    watch: Option<StreamWatch>,
+    server: String,
+    recorded: bool,
+}
+
+impl McpRequest {
+    /// A request to an MCP path, from its headers.
+    pub fn new(pairs: &[crate::pairs::Pair], end_of_stream: bool) -> McpRequest {
+        let text = |(n, v): &crate::pairs::Pair| {
+            Some((
+                String::from_utf8(n.clone()).ok()?,
+                String::from_utf8(v.clone()).ok()?,
+            ))
+        };
+        let all: Vec<(String, String)> = pairs.iter().filter_map(text).collect();
+        let get = |name: &str| all.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        let auth: Vec<u8> = ["authorization", "cookie"]
+            .iter()
+            .flat_map(|name| {
+                pairs
+                    .iter()
+                    .filter(move |(n, _)| n == name.as_bytes())
+                    .flat_map(|(_, v)| v.iter().copied().chain([0]))
+            })
+            .collect();
+        let auth = if auth.is_empty() {
+            0
+        } else {
+            xxhash_rust::xxh3::xxh3_64(&auth)
+        };
+        let authority = get(":authority").unwrap_or_default();
+        let post = get(":method").as_deref() == Some("POST");
+        let head = Head {
+            server: authority.clone(),
+            revision: get("mcp-protocol-version").unwrap_or_default(),
+            auth,
+        };
+        McpRequest {
+            exchange: Exchange::new(head),
+            method_headers: get("mcp-method").is_some(),
+            headers: all
+                .into_iter()
+                .filter(|(n, _)| !NOT_FORWARDED.contains(&n.as_str()))
+                .collect(),
+            buffering: post && !end_of_stream,
+            watch: None,
+            server: authority,
+            recorded: false,
+        }
+    }
+
+    pub fn token(&self) -> Option<u32> {
+        self.exchange.token()
+    }
+
+    /// A request body callback (`body_size`: everything buffered so far).
+    pub fn on_body(&mut self, shared: &Shared, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.buffering {
+            return Action::Continue;
+        }
+        let max = shared
+            .engine
+            .try_borrow()
+            .map_or(0, |e| e.config.max_body_bytes);
+        // usize::MAX: called from the trailers callback, whatever was buffered.
+        if body_size != usize::MAX && body_size > max {
+            self.buffering = false;
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.buffering = false;
+        let body = host::buffer(Buffer::RequestBody, 0, body_size).unwrap_or_default();
+        // The cluster the router chose is known once the headers went on.
+        let cluster = upstream_cluster().unwrap_or_default();
+        self.server = format!("{cluster}|{}", self.server);
+        self.exchange.set_server(&self.server);
+        let step = match (
+            EnvoyHost::new(shared, &self.headers, self.method_headers),
+            shared.mcp_cache.try_borrow_mut(),
+        ) {
+            (Some(envoy), Ok(mut cache)) => match envoy.settings() {
+                Some(settings) => self.exchange.on_body(&envoy, &mut cache, &settings, &body),
+                None => Step::Pass,
+            },
+            _ => Step::Pass,
+        };
+        match step {
+            Step::Pass => Action::Continue,
+            Step::Wait | Step::Answered => Action::Pause,
+        }
+    }
+
+    /// A call this request sent was answered. Returns whether the request goes on upstream.
+    pub fn on_call(
+        &mut self,
+        shared: &Shared,
+        token: u32,
+        num_headers: usize,
+        size: usize,
+    ) -> bool {
+        let answer = call_answer(num_headers, size);
+        let step = match (
+            EnvoyHost::new(shared, &self.headers, self.method_headers),
+            shared.mcp_cache.try_borrow_mut(),
+        ) {
+            (Some(envoy), Ok(mut cache)) => match envoy.settings() {
+                Some(settings) => self
+                    .exchange
+                    .on_call(&envoy, &mut cache, &settings, token, answer),
+                None => Step::Pass,
+            },
+            _ => Step::Pass,
+        };
+        step == Step::Pass
+    }
+
+    /// The response headers (of the server's answer, or of the gateway's local one).
+    pub fn on_response_headers(&mut self, response_header: bool) {
+        if let Some(value) = self.exchange.header_value() {
+            if !self.recorded {
+                self.recorded = true;
+                if let Err(status) = host::set_property("toolsift", value.as_bytes()) {
+                    log::debug!("cannot record the decision for the access log: {status:?}");
+                }
+            }
+            if response_header {
+                if let Err(status) =
+                    host::add_header(Headers::Response, "x-toolsift", value.as_bytes())
+                {
+                    log::debug!("cannot add x-toolsift: {status:?}");
+                }
+            }
+        }
+        let content_type = host::header(Headers::Response, "content-type").unwrap_or_default();
+        let stream = String::from_utf8_lossy(&content_type)
+            .to_ascii_lowercase()
+            .contains("text/event-stream");
+        if stream {
+            self.watch = Some(StreamWatch::default());
+        }
+    }
+
+    /// A response body chunk passing to the client: watched for `tools/list_changed`.
+    pub fn on_response_body(&mut self, shared: &Shared, body_size: usize) -> Action {
+        let Some(watch) = self.watch.as_mut() else {
+            return Action::Continue;
+        };
+        let chunk = host::buffer(Buffer::ResponseBody, 0, body_size).unwrap_or_default();
+        if watch.feed(&chunk) {
+            if self.server.contains('|') || set_server_late(&mut self.server) {
+                bump_generation(&self.server);
+            }
+            if let Some(m) = &shared.mcp_metrics {
+                shared.metrics.add(m.list_changed, 1);
+            }
+        }
+        Action::Continue
+    }
+}
+
+/// The answer of the current `on_http_call_response`.
+fn call_answer(num_headers: usize, size: usize) -> CallAnswer {
+    CallAnswer {
+        status: super::http::call_status(num_headers).and_then(|s| s.parse().ok()),
+        content_type: (num_headers > 0)
+            .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
+            .flatten()
+            .flatten()
+            .unwrap_or_default(),
+        body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
+    }
+}
+
+/// A stream watched without a body phase (a GET) learns its cluster in the response.
+fn set_server_late(server: &mut String) -> bool {
+    match upstream_cluster() {
+        Some(cluster) => {
+            *server = format!("{cluster}|{server}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// The upstream cluster the router picked for this request.
+fn upstream_cluster() -> Option<String> {
+    let property = |path: &[&str]| {
+        host::property(path)
+            .and_then(|c| String::from_utf8(c).ok())
+            .filter(|c| !c.is_empty())
+    };
+    property(&["xds", "cluster_name"]).or_else(|| property(&["cluster_name"]))
+}
+
+/// The shared-data key of a server's tool-list generation.
+fn generation_key(server: &str) -> String {
+    format!(
+        "toolsift.mcp.generation.{:016x}",
+        xxhash_rust::xxh3::xxh3_64(server.as_bytes())
+    )
+}
+
+fn read_generation(server: &str) -> (u64, Option<u32>) {
+    let (value, cas) = host::shared_data(&generation_key(server));
+    let generation = value
+        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+        .map_or(0, u64::from_le_bytes);
+    (generation, cas)
+}
+
+/// Raises a server's generation in shared data, so every worker drops its catalog.
+fn bump_generation(server: &str) {
+    let key = generation_key(server);
+    for _ in 0..8 {
+        let (generation, cas) = read_generation(server);
+        let next = generation.wrapping_add(1).to_le_bytes();
+        match host::set_shared_data(&key, &next, cas) {
+            Err(host::HostError::CAS_MISMATCH) => continue,
+            Err(status) => {
+                log::debug!("cannot record the list change: {status:?}");
+                return;
+            }
+            Ok(()) => return,
+        }
+    }
+}
+
+/// The machine's host: Envoy, for the callback at hand.
+struct EnvoyHost<'a> {
+    shared: &'a Shared,
+    engine: std::cell::Ref<'a, crate::pipeline::Engine>,
+    headers: &'a [(String, String)],
+    method_headers: bool,
+}
+
+impl<'a> EnvoyHost<'a> {
+    fn new(
+        shared: &'a Shared,
+        headers: &'a [(String, String)],
+        method_headers: bool,
+    ) -> Option<EnvoyHost<'a>> {
+        Some(EnvoyHost {
+            shared,
+            engine: shared.engine.try_borrow().ok()?,
+            headers,
+            method_headers,
+        })
+    }
+
+    fn settings(&self) -> Option<Settings<'_>> {
+        Some(Settings {
+            config: &self.engine.config,
+            mcp: self.engine.config.mcp.as_ref()?,
+        })
+    }
+}
+
+impl Host for EnvoyHost<'_> {
+    type Store = super::vectors::SharedData;
+
+    fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>> {
+        let (source, embeddings) = self.shared.hybrid(&self.engine.config)?;
+        Some(Hybrid {
+            source,
+            embeddings,
+            config: &self.engine.config,
+        })
+    }
+
+    fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
+        super::vectors::send(&self.engine.config, inputs)
+    }
+
+    fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
+        let Some(cluster) = upstream_cluster() else {
+            log::warn!("mcp: the request's upstream cluster is unknown");
+            return None;
+        };
+        let name = name.map(header_value);
+        let mut headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n != ":method" && n != "content-type")
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        headers.push((":method", "POST"));
+        headers.push(("content-type", "application/json"));
+        if !headers.iter().any(|(n, _)| *n == "accept") {
+            headers.push(("accept", "application/json, text/event-stream"));
+        }
+        if self.method_headers {
+            headers.push(("mcp-method", method));
+            if let Some(name) = &name {
+                headers.push(("mcp-name", name));
+            }
+        }
+        match host::dispatch(
+            &cluster,
+            headers,
+            body.as_bytes(),
+            Duration::from_millis(timeout_ms),
+        ) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log::warn!("mcp: {method} to {cluster} could not be sent: {status:?}");
+                None
+            }
+        }
+    }
+
+    fn respond(&self, status: u16, content_type: &str, body: &[u8]) {
+        let headers: [(&str, &[u8]); 2] = [
+            ("content-type", content_type.as_bytes()),
+            ("cache-control", b"no-cache"),
+        ];
+        if let Err(e) = host::send_response(u32::from(status), &headers, body) {
+            log::warn!("mcp: cannot answer the request: {e:?}");
+        }
+    }
+
+    fn now_millis(&self) -> u64 {
+        host::now()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .and_then(|d| u64::try_from(d.as_millis()).ok())
+            .unwrap_or(0)
+    }
+
+    fn generation(&self, server: &str) -> u64 {
+        read_generation(server).0
+    }
+
+    fn tools_changed(&self, server: &str) {
+        bump_generation(server);
+    }
+
+    fn count(&self, event: Event) {
+        let (Some(m), metrics) = (&self.shared.mcp_metrics, &self.shared.metrics) else {
+            return;
+        };
+        match event {
+            Event::Listed { tokens_saved } => {
+                metrics.add(m.tools_list, 1);
+                metrics.add(m.tokens_saved, tokens_saved);
+            }
+            Event::FindTools => metrics.add(m.find_tools, 1),
+            Event::CallTool => metrics.add(m.call_tool, 1),
+            Event::Direct => metrics.add(m.direct, 1),
+            Event::Unknown => metrics.add(m.unknown, 1),
+            Event::CatalogHit => metrics.add(m.catalog_hits, 1),
+            Event::CatalogFetched(pages) => {
+                metrics.add(m.catalog_fetches, 1);
+                metrics.add(m.catalog_pages, pages);
+            }
+            Event::CatalogFailed => metrics.add(m.catalog_failed, 1),
+            Event::GatingCalled => metrics.add(m.gating_calls, 1),
+            Event::GatingFailed => metrics.add(m.gating_failed, 1),
+            Event::Excluded(n) => metrics.add(m.gating_excluded, n),
+            Event::Claimed => metrics.add(m.gating_claimed, 1),
+            Event::ListChanged => metrics.add(m.list_changed, 1),
+            Event::RankedHybrid => metrics.add(metrics.ranked_hybrid, 1),
+            Event::RankedKeyword => metrics.add(metrics.ranked_keyword, 1),
+            Event::EmbeddingsCall(inputs) => {
+                metrics.add(metrics.embeddings_calls, 1);
+                metrics.add(metrics.embeddings_inputs, inputs);
+            }
+            Event::Fallback(reason) => metrics.fallback(reason),
+        }
+    }
+}
+
+/// The catalog cache of a worker, for `mcp.cache_bytes`.
+pub fn cache(config: &crate::config::Config) -> CatalogCache {
+    CatalogCache::new(config.mcp.as_ref().map_or(0, |m| m.cache_bytes))
+}
+
+/// The request as an MCP request, when its path is one of `mcp.paths`.
+pub fn route(
+    shared: &Shared,
+    pairs: &[crate::pairs::Pair],
+    end_of_stream: bool,
+) -> Option<McpRequest> {
+    let engine = shared.engine.try_borrow().ok()?;
+    let mcp = engine.config.mcp.as_ref()?;
+    let path = pairs.iter().find(|(n, _)| n == b":path")?;
+    let path = std::str::from_utf8(&path.1).ok()?;
+    mcp.matches(path)
+        .then(|| McpRequest::new(pairs, end_of_stream))
+}
+
+/// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.
+/// Returns its token; `None` when gating is off or the call cannot be sent (the request goes
+/// on without it).
+pub fn send_gating(config: &crate::config::Config, text: &str) -> Option<u32> {
+    if config.mode != crate::config::Mode::Filter || text.trim().is_empty() {
+        return None;
+    }
+    let gating = &config.gating.as_ref()?.mcp;
+    let (extra, body) = crate::mcp::llm::gating_call(gating, text);
+    let mut headers: Vec<(&str, &str)> = vec![
+        (":method", "POST"),
+        (":path", &gating.path),
+        (":authority", gating.authority()),
+    ];
+    headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let timeout = Duration::from_millis(gating.timeout_ms as u64);
+    match host::dispatch(&gating.cluster, headers, body.as_bytes(), timeout) {
+        Ok(token) => Some(token),
+        Err(status) => {
+            log::debug!("gating call to {} failed: {status:?}", gating.cluster);
+            None
+        }
+    }
+}
+
+/// The verdict of the gating call that answered (counted); `None` without one.
+pub fn read_gating(
+    shared: &Shared,
+    num_headers: usize,
+    size: usize,
+) -> Option<crate::mcp::gating::Verdict> {
+    let answer = call_answer(num_headers, size);
+    let verdict = crate::mcp::llm::read_answer(answer.status, &answer.content_type, &answer.body);
+    if let Some(m) = &shared.mcp_metrics {
+        shared.metrics.add(m.gating_calls, 1);
+        match &verdict {
+            None => shared.metrics.add(m.gating_failed, 1),
+            Some(v) => {
+                shared.metrics.add(m.gating_excluded, v.exclude.len());
+                if v.claim.is_some() {
+                    shared.metrics.add(m.gating_claimed, 1);
+                }
+            }
+        }
+    }
+    verdict
+}
+
+/// A claim answered without the model.
+pub fn count_claim(shared: &Shared) {
+    if let Some(m) = &shared.mcp_metrics {
+        shared.metrics.add(m.gating_answered, 1);
+    }
+}

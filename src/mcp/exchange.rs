@@ -1,0 +1,1136 @@
+//! One client request on an MCP route, as a state machine: the body in, then the answers to
+//! the requests the gateway sends the server; out, what Envoy should do with the client's
+//! request, through a small [`Host`] trait (the filter implements it over proxy-wasm; the
+//! tests over a recording mock).
+//!
+//! - `tools/list` is answered by the gateway: `find_tools`, `call_tool` and the
+//!   `always_include` tools.
+//! - `tools/call find_tools` is answered by the gateway: the server's catalog ranked against the
+//!   query (after `_tool_gating`, when the server has it).
+//! - `tools/call call_tool` becomes the named tool's `tools/call`, sent by the gateway with the
+//!   client's id, headers and `_meta`; the server's answer is the client's.
+//! - `tools/call` of a tool the server listed passes through; of any other tool, it is a
+//!   JSON-RPC error naming `find_tools`, and the server never sees the call.
+//! - Everything else (other methods, notifications, batches, responses) passes through.
+//!
+//! The catalog (every page, following `nextCursor`) is fetched from the server the request goes
+//! to, with the client's session and credentials, and cached ([`super::catalog`]). When it
+//! cannot be had, requests pass through (the client then sees the server as it is), except
+//! `find_tools` and `call_tool`, which only the gateway knows: they get an error.
+
+use super::catalog::{self, CatalogCache, Key, Page, ServerCatalog, page};
+use super::gating::{self, Verdict};
+use super::message::{self, Incoming, Outcome, Request, TOOLS_LIST_CHANGED};
+use crate::config::Config;
+use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
+use crate::fusion::{Channel, Fused};
+use crate::pipeline::{header_safe, rank_fused};
+pub use crate::search::respond::Hybrid;
+use crate::search::round::{DEFAULT_LIMIT, MAX_LIMIT};
+use serde_json::{Map, Value, json};
+use std::rc::Rc;
+
+/// The second meta-tool: calls a tool `find_tools` returned, for clients that only call
+/// tools they listed.
+pub const CALL_TOOL: &str = "call_tool";
+
+/// The resource in which the gateway says what its search can do.
+pub const CAPABILITIES_URI: &str = "toolsift://capabilities";
+
+/// The gateway's resource, as `resources/list` shows it.
+fn capabilities_resource(config: &Config) -> Value {
+    json!({
+        "uri": CAPABILITIES_URI,
+        "name": "toolsift-capabilities",
+        "title": "toolsift: tool search in the gateway",
+        "description": format!(
+            "What this gateway's {} can do: its search backends (keyword), limits and meta-tools.",
+            config.search.tool_name
+        ),
+        "mimeType": "application/json"
+    })
+}
+
+/// The JSON-RPC ids of the gateway's own requests: numbers (Envoy's mcp_router answers a
+/// string id as if it were 0), far from the small ones clients count up from.
+pub const LIST_ID: u64 = 7_400_000_000;
+pub const GATING_ID: &str = "7400000999";
+
+/// The first protocol revision without sessions, whose results carry `resultType`.
+pub const MODERN_REVISION: &str = "2026-07-28";
+
+/// What the gateway needs of the host (Envoy).
+pub trait Host {
+    type Store: SharedBytes;
+    /// Sends a JSON-RPC request to the MCP server the client's request goes to, with the
+    /// client's headers (session, credentials) and, for clients that send them, `Mcp-Method:
+    /// method` and `Mcp-Name: name`. Returns the call's token.
+    fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32>;
+    /// Answers the client's request.
+    fn respond(&self, status: u16, content_type: &str, body: &[u8]);
+    /// Milliseconds since the epoch.
+    fn now_millis(&self) -> u64;
+    /// The server's tool-list generation, shared by every worker.
+    fn generation(&self, server: &str) -> u64;
+    /// The server's tool list changed: raise its generation.
+    fn tools_changed(&self, server: &str);
+    fn count(&self, event: Event);
+    /// Hybrid ranking's vector source and settings; `None` with keyword ranking.
+    fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>>;
+    /// Sends an embeddings request for `inputs`.
+    fn send_embeddings(&self, inputs: &[&str]) -> Option<u32>;
+}
+
+/// What the gateway counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `tools/list` answered by the gateway; the estimated tokens it saved the client.
+    Listed {
+        tokens_saved: usize,
+    },
+    FindTools,
+    CallTool,
+    /// A direct call of a listed tool, passed through.
+    Direct,
+    /// A call of a tool the server did not list (or the gating tool), refused.
+    Unknown,
+    CatalogHit,
+    /// A catalog fetched: its pages.
+    CatalogFetched(usize),
+    CatalogFailed,
+    GatingCalled,
+    GatingFailed,
+    Excluded(usize),
+    Claimed,
+    ListChanged,
+    /// `ranking: hybrid`: a `find_tools` query ranked with embeddings, or by keyword instead
+    /// (the service failed, or the catalog's tools are not all embedded yet).
+    RankedHybrid,
+    RankedKeyword,
+    /// An embeddings call with this many inputs.
+    EmbeddingsCall(usize),
+    /// Why a `find_tools` query went by keyword.
+    Fallback(Fallback),
+}
+
+/// The request's headers that matter here.
+#[derive(Debug, Clone, Default)]
+pub struct Head {
+    /// The server's identity: the cluster and authority the request goes to.
+    pub server: String,
+    /// `MCP-Protocol-Version` ("" when absent).
+    pub revision: String,
+    /// A hash of the authorization context (`authorization`, `cookie`), 0 for none.
+    pub auth: u64,
+}
+
+impl Head {
+    pub fn modern(&self) -> bool {
+        self.revision.as_str() >= MODERN_REVISION
+    }
+}
+
+/// A call's answer, as `on_http_call_response` sees it.
+#[derive(Debug, Clone, Default)]
+pub struct CallAnswer {
+    /// `None`: no response (reset, timeout).
+    pub status: Option<u16>,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+/// What Envoy does with the client's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// It goes upstream as it is (resumed, if it was waiting).
+    Pass,
+    /// It waits for a call the gateway sent.
+    Wait,
+    /// The gateway answered it.
+    Answered,
+}
+
+/// What the client asked the gateway for.
+#[derive(Debug, Clone)]
+enum Want {
+    List,
+    Find {
+        query: Option<String>,
+        limit: usize,
+    },
+    CallTool {
+        name: Option<String>,
+        arguments: Option<String>,
+    },
+    Direct {
+        name: String,
+    },
+}
+
+enum State {
+    Idle,
+    Fetching {
+        token: u32,
+        page_id: String,
+        pages: Vec<Page>,
+    },
+    Gating {
+        token: u32,
+        catalog: Rc<ServerCatalog>,
+    },
+    Calling {
+        token: u32,
+    },
+    /// The server's `resources/list` is out.
+    Resources {
+        token: u32,
+    },
+    /// `find_tools`'s query (and some of the catalog's tools) being embedded.
+    Embedding {
+        token: u32,
+        catalog: Rc<ServerCatalog>,
+        verdict: Option<Verdict>,
+        gathered: Gathered,
+        slots: Vec<Slot>,
+    },
+    Done,
+}
+
+/// The settings an exchange reads.
+pub struct Settings<'a> {
+    pub config: &'a Config,
+    pub mcp: &'a crate::config::Mcp,
+}
+
+/// One client request on an MCP route.
+pub struct Exchange {
+    head: Head,
+    request: Option<Request>,
+    /// The request's `params._meta` (the 2026-07-28 envelope), for the gateway's own requests.
+    meta: Option<String>,
+    want: Option<Want>,
+    state: State,
+    /// What was done, for `x-toolsift`.
+    outcome: Option<String>,
+}
+
+impl Exchange {
+    pub fn new(head: Head) -> Exchange {
+        Exchange {
+            head,
+            request: None,
+            meta: None,
+            want: None,
+            state: State::Idle,
+            outcome: None,
+        }
+    }
+
+    /// The server's identity, once the route's cluster is known.
+    pub fn set_server(&mut self, server: &str) {
+        server.clone_into(&mut self.head.server);
+    }
+
+    /// The token of the call this request waits for.
+    pub fn token(&self) -> Option<u32> {
+        match self.state {
+            State::Fetching { token, .. }
+            | State::Gating { token, .. }
+            | State::Calling { token }
+            | State::Resources { token }
+            | State::Embedding { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
+    /// What `x-toolsift` says about this request, once something was done.
+    pub fn header_value(&self) -> Option<&str> {
+        self.outcome.as_deref()
+    }
+
+    /// The client's whole body.
+    pub fn on_body<H: Host>(
+        &mut self,
+        host: &H,
+        cache: &mut CatalogCache,
+        settings: &Settings,
+        body: &[u8],
+    ) -> Step {
+        let Incoming::Request(request) = message::incoming(body) else {
+            return Step::Pass;
+        };
+        let Some(params) = request.params() else {
+            return Step::Pass;
+        };
+        let want = match request.method.as_str() {
+            "tools/list" => Want::List,
+            "tools/call" => {
+                let Some(name) = params.name.clone() else {
+                    return Step::Pass;
+                };
+                let find = &settings.config.search.tool_name;
+                if name == *find
+                    || name == CALL_TOOL
+                    || is_numbered(&name, find)
+                    || is_numbered(&name, CALL_TOOL)
+                {
+                    // A meta-tool, or a server tool that shares its name: which it is depends on
+                    // the catalog.
+                    meta_want(&name, params.arguments.as_deref())
+                } else {
+                    Want::Direct { name }
+                }
+            }
+            // The first page of the server's resources, with the gateway's own added.
+            "resources/list" if params.cursor.is_none() => {
+                self.request = Some(request);
+                return self.list_resources(host, settings, body);
+            }
+            "resources/read" if params.uri.as_deref() == Some(CAPABILITIES_URI) => {
+                self.request = Some(request);
+                return self.capabilities(host, settings);
+            }
+            _ => return Step::Pass,
+        };
+        self.meta = params.meta.as_deref().map(without_progress_token);
+        self.request = Some(request);
+        self.want = Some(want);
+        let key = self.key();
+        let now = host.now_millis();
+        let generation = host.generation(&self.head.server);
+        match cache.get(&key, self.head.auth, now, generation) {
+            Some(catalog) => {
+                host.count(Event::CatalogHit);
+                self.with_catalog(host, settings, &catalog)
+            }
+            None => self.fetch_page(host, settings, Vec::new(), None),
+        }
+    }
+
+    fn key(&self) -> Key {
+        Key {
+            server: self.head.server.clone(),
+            revision: self.head.revision.clone(),
+        }
+    }
+
+    /// Asks the server for one page of its tools.
+    fn fetch_page<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        pages: Vec<Page>,
+        cursor: Option<&str>,
+    ) -> Step {
+        let page_id = (LIST_ID + pages.len() as u64 + 1).to_string();
+        let mut params = Map::new();
+        if let Some(cursor) = cursor {
+            params.insert("cursor".into(), Value::String(cursor.to_owned()));
+        }
+        let body = request_body(&page_id, "tools/list", params, self.meta.as_deref());
+        match host.send(&body, "tools/list", None, settings.mcp.timeout_ms as u64) {
+            Some(token) => {
+                self.state = State::Fetching {
+                    token,
+                    page_id,
+                    pages,
+                };
+                Step::Wait
+            }
+            None => self.no_catalog(host, None),
+        }
+    }
+
+    /// A call the gateway sent was answered.
+    pub fn on_call<H: Host>(
+        &mut self,
+        host: &H,
+        cache: &mut CatalogCache,
+        settings: &Settings,
+        token: u32,
+        answer: CallAnswer,
+    ) -> Step {
+        if self.token() != Some(token) {
+            return Step::Wait;
+        }
+        let state = std::mem::replace(&mut self.state, State::Done);
+        match state {
+            State::Fetching { page_id, pages, .. } => {
+                self.on_page(host, cache, settings, &page_id, pages, &answer)
+            }
+            State::Gating { catalog, .. } => {
+                let reply = message::server_reply(&answer.content_type, &answer.body, GATING_ID);
+                self.note_notifications(host, &reply.notifications);
+                let verdict = match (answer.status, reply.outcome) {
+                    (Some(200), Some(Outcome::Result(result))) => gating::verdict(&result),
+                    _ => None,
+                };
+                if verdict.is_none() {
+                    host.count(Event::GatingFailed);
+                }
+                self.find(host, &catalog, verdict)
+            }
+            State::Embedding {
+                catalog,
+                verdict,
+                mut gathered,
+                slots,
+                ..
+            } => {
+                let fused = self.with_vectors(host, &catalog, &mut gathered, &slots, &answer);
+                self.answer_find(host, &catalog, verdict.as_ref(), fused.as_ref())
+            }
+            State::Calling { .. } => self.deliver_call(host, answer),
+            State::Resources { .. } => self.deliver_resources(host, settings, &answer),
+            State::Idle | State::Done => Step::Pass,
+        }
+    }
+
+    fn on_page<H: Host>(
+        &mut self,
+        host: &H,
+        cache: &mut CatalogCache,
+        settings: &Settings,
+        page_id: &str,
+        mut pages: Vec<Page>,
+        answer: &CallAnswer,
+    ) -> Step {
+        let reply = message::server_reply(&answer.content_type, &answer.body, page_id);
+        self.note_notifications(host, &reply.notifications);
+        let read = match (answer.status, reply.outcome) {
+            (Some(200), Some(Outcome::Result(result))) => page(&result),
+            _ => None,
+        };
+        let Some(read) = read else {
+            return self.no_catalog(host, answer.status);
+        };
+        let cursor = read.next_cursor.clone();
+        pages.push(read);
+        if let Some(cursor) = cursor {
+            if pages.len() < settings.mcp.max_pages {
+                return self.fetch_page(host, settings, pages, Some(&cursor));
+            }
+            log::warn!(
+                "mcp: {} has more than mcp.max_pages ({}) pages of tools; the rest are left out",
+                self.head.server,
+                settings.mcp.max_pages
+            );
+        }
+        host.count(Event::CatalogFetched(pages.len()));
+        let catalog = Rc::new(ServerCatalog::build(pages));
+        let ttl = catalog.ttl_ms.unwrap_or(settings.mcp.catalog_ttl_ms as u64);
+        if ttl > 0 {
+            let now = host.now_millis();
+            let generation = host.generation(&self.head.server);
+            cache.put(
+                self.key(),
+                self.head.auth,
+                Rc::clone(&catalog),
+                now.saturating_add(ttl),
+                generation,
+            );
+        }
+        self.with_catalog(host, settings, &catalog)
+    }
+
+    /// The catalog could not be had (`status`: the server's answer, if any).
+    fn no_catalog<H: Host>(&mut self, host: &H, status: Option<u16>) -> Step {
+        host.count(Event::CatalogFailed);
+        self.outcome = Some("mcp=pass reason=no_catalog".to_owned());
+        match self.want {
+            Some(Want::List | Want::Direct { .. }) | None => Step::Pass,
+            Some(Want::Find { .. } | Want::CallTool { .. }) => {
+                // Keep the server's refusal (401, 404: a session gone) visible to the client.
+                let status = status.filter(|s| !(200..300).contains(s)).unwrap_or(200);
+                let message = format!(
+                    "toolsift: cannot read the server's tools ({})",
+                    match status {
+                        200 => "no answer".to_owned(),
+                        s => format!("HTTP {s}"),
+                    }
+                );
+                self.error(host, status, -32603, &message)
+            }
+        }
+    }
+
+    fn with_catalog<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        catalog: &Rc<ServerCatalog>,
+    ) -> Step {
+        let names = Names::for_catalog(settings.config, catalog);
+        let Some(want) = self.want.clone() else {
+            return Step::Pass;
+        };
+        // A server tool whose name the meta-tools would have taken is called directly.
+        let want = match want {
+            Want::Find { .. } | Want::CallTool { .. } => match self.called_name() {
+                Some(name) if name != names.find && name != names.call => Want::Direct { name },
+                _ => want,
+            },
+            other => other,
+        };
+        match want {
+            Want::List => self.list(host, settings, catalog, &names),
+            Want::Direct { name } => {
+                if catalog.callable(&name) {
+                    host.count(Event::Direct);
+                    self.outcome = Some(format!("mcp=call tool={}", header_safe(&name)));
+                    Step::Pass
+                } else {
+                    self.unknown(host, &names, &name)
+                }
+            }
+            Want::Find { query: None, .. } => {
+                host.count(Event::FindTools);
+                let text = format!(
+                    "{} needs a query: a few words saying what the tool should do",
+                    names.find
+                );
+                let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+                self.outcome = Some("mcp=find_tools error=no_query".to_owned());
+                self.result(host, result)
+            }
+            Want::Find {
+                query: Some(query), ..
+            } => match catalog.gating.and_then(|g| catalog.tools.get(g)) {
+                Some(tool) => {
+                    let mut params = Map::new();
+                    params.insert("name".into(), Value::String(catalog::GATING_TOOL.into()));
+                    let arguments: Value =
+                        serde_json::from_str(&gating::arguments(&tool.raw, &query))
+                            .unwrap_or(Value::Null);
+                    params.insert("arguments".into(), arguments);
+                    let body = request_body(GATING_ID, "tools/call", params, self.meta.as_deref());
+                    host.count(Event::GatingCalled);
+                    let timeout = settings.mcp.gating_timeout_ms as u64;
+                    match host.send(&body, "tools/call", Some(catalog::GATING_TOOL), timeout) {
+                        Some(token) => {
+                            self.state = State::Gating {
+                                token,
+                                catalog: Rc::clone(catalog),
+                            };
+                            Step::Wait
+                        }
+                        None => {
+                            host.count(Event::GatingFailed);
+                            self.find(host, catalog, None)
+                        }
+                    }
+                }
+                None => self.find(host, catalog, None),
+            },
+            Want::CallTool { name, arguments } => {
+                host.count(Event::CallTool);
+                let Some(name) = name.filter(|n| catalog.callable(n)) else {
+                    let name = self
+                        .want
+                        .as_ref()
+                        .and_then(|w| match w {
+                            Want::CallTool { name, .. } => name.clone(),
+                            _ => None,
+                        })
+                        .unwrap_or_default();
+                    return self.unknown(host, &names, &name);
+                };
+                self.call(host, settings, &name, arguments.as_deref())
+            }
+        }
+    }
+
+    /// The `name` of the client's `tools/call`.
+    fn called_name(&self) -> Option<String> {
+        self.request.as_ref()?.params()?.name
+    }
+
+    fn list<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        catalog: &ServerCatalog,
+        names: &Names,
+    ) -> Step {
+        let mut tools = vec![
+            find_tool_definition(
+                &names.find,
+                &names.call,
+                catalog.findable(),
+                settings.config,
+            ),
+            call_tool_definition(&names.call, &names.find),
+        ];
+        let mut shown = 0;
+        for tool in &catalog.tools {
+            if tool.name != catalog::GATING_TOOL && settings.config.always_includes(&tool.name) {
+                if let Ok(raw) = serde_json::from_str::<Value>(&tool.raw) {
+                    tools.push(raw);
+                    shown += 1;
+                }
+            }
+        }
+        let mut result = Map::new();
+        result.insert("tools".into(), Value::Array(tools));
+        if self.head.modern() {
+            // Required of list results from 2026-07-28 on: the server's hints, echoed.
+            result.insert("ttlMs".into(), catalog.ttl_ms.unwrap_or(0).into());
+            let scope = if catalog.public == Some(true) {
+                "public"
+            } else {
+                "private"
+            };
+            result.insert("cacheScope".into(), scope.into());
+        }
+        let result = Value::Object(result);
+        let full: usize = catalog.tools.iter().map(|t| t.raw.len()).sum();
+        let ours = result.to_string().len();
+        host.count(Event::Listed {
+            tokens_saved: crate::rank::estimate_tokens(full)
+                .saturating_sub(crate::rank::estimate_tokens(ours)),
+        });
+        self.outcome = Some(format!(
+            "mcp=tools/list kept={shown} total={}",
+            catalog.findable()
+        ));
+        self.result(host, result)
+    }
+
+    /// Answers `find_tools` with the catalog ranked for the query, after the gating verdict.
+    fn find<H: Host>(
+        &mut self,
+        host: &H,
+        catalog: &Rc<ServerCatalog>,
+        verdict: Option<Verdict>,
+    ) -> Step {
+        let (Some(hybrid), Some(index), Some(query)) =
+            (host.hybrid(), catalog.index(), self.query())
+        else {
+            return self.answer_find(host, catalog, verdict.as_ref(), None);
+        };
+        let gathered = hybrid.source.gather(index, &query);
+        if let Some((q, t)) = gathered.complete() {
+            let fused = rank_fused(index, hybrid.config, &query, &q, &t);
+            host.count(Event::RankedHybrid);
+            return self.answer_find(host, catalog, verdict.as_ref(), Some(&fused));
+        }
+        // The query's vectors, and as many of the catalog's missing tools as one call takes: a
+        // big catalog is embedded over several searches, ranked by keyword until it is whole.
+        let (slots, inputs) = gathered.plan(index, hybrid.embeddings.max_batch);
+        let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let token = (!slots.is_empty())
+            .then(|| host.send_embeddings(&refs))
+            .flatten();
+        match token {
+            Some(token) => {
+                host.count(Event::EmbeddingsCall(refs.len()));
+                self.state = State::Embedding {
+                    token,
+                    catalog: Rc::clone(catalog),
+                    verdict,
+                    gathered,
+                    slots,
+                };
+                Step::Wait
+            }
+            None => {
+                host.count(Event::RankedKeyword);
+                host.count(Event::Fallback(if slots.is_empty() {
+                    Fallback::Dimensions
+                } else {
+                    Fallback::Dispatch
+                }));
+                self.answer_find(host, catalog, verdict.as_ref(), None)
+            }
+        }
+    }
+
+    /// `find_tools`'s query.
+    fn query(&self) -> Option<String> {
+        match &self.want {
+            Some(Want::Find { query, .. }) => query.clone(),
+            _ => None,
+        }
+    }
+
+    /// The embeddings call answered: the fused ranking, when every vector is in.
+    fn with_vectors<H: Host>(
+        &self,
+        host: &H,
+        catalog: &ServerCatalog,
+        gathered: &mut Gathered,
+        slots: &[Slot],
+        answer: &CallAnswer,
+    ) -> Option<Fused> {
+        let (hybrid, index, query) = (host.hybrid()?, catalog.index()?, self.query()?);
+        let vectors = match Fallback::of_status(answer.status) {
+            Some(reason) => Err(reason),
+            None => parse_response(
+                &answer.body,
+                slots.len(),
+                hybrid
+                    .embeddings
+                    .dimensions
+                    .or_else(|| gathered.known_dimensions()),
+            ),
+        };
+        let fused = match vectors {
+            Ok(vectors) => {
+                hybrid.source.fill(index, gathered, slots, vectors);
+                gathered
+                    .complete()
+                    .map(|(q, t)| rank_fused(index, hybrid.config, &query, &q, &t))
+            }
+            Err(reason) => {
+                host.count(Event::Fallback(reason));
+                None
+            }
+        };
+        host.count(if fused.is_some() {
+            Event::RankedHybrid
+        } else {
+            Event::RankedKeyword
+        });
+        fused
+    }
+
+    /// Answers `find_tools` with the catalog ranked for the query (`fused`: with hybrid
+    /// ranking's channels), after the gating verdict.
+    fn answer_find<H: Host>(
+        &mut self,
+        host: &H,
+        catalog: &ServerCatalog,
+        verdict: Option<&Verdict>,
+        fused: Option<&Fused>,
+    ) -> Step {
+        host.count(Event::FindTools);
+        let (query, limit) = match &self.want {
+            Some(Want::Find {
+                query: Some(q),
+                limit,
+            }) => (q.clone(), *limit),
+            _ => return Step::Pass,
+        };
+        let mut found = match fused {
+            Some(fused) => catalog.found_in(&fused.order),
+            None => catalog.rank(&query),
+        };
+        let mut gating_note = String::new();
+        if let Some(verdict) = verdict {
+            let before = found.len();
+            found.retain(|f| {
+                catalog
+                    .tools
+                    .get(f.tool)
+                    .is_none_or(|t| !verdict.exclude.contains(&t.name))
+            });
+            host.count(Event::Excluded(before - found.len()));
+            gating_note = format!(" gating=excluded:{}", verdict.exclude.len());
+            if let Some(claim) = &verdict.claim {
+                if catalog.callable(&claim.name) {
+                    let claimed = catalog.tools.iter().position(|t| t.name == claim.name);
+                    if let Some(claimed) = claimed {
+                        let score = found
+                            .iter()
+                            .find(|f| f.tool == claimed)
+                            .map_or(0.0, |f| f.score);
+                        let entry = found
+                            .iter()
+                            .find(|f| f.tool == claimed)
+                            .and_then(|f| f.entry);
+                        found.retain(|f| f.tool != claimed);
+                        found.insert(
+                            0,
+                            super::catalog::Found {
+                                tool: claimed,
+                                entry,
+                                score,
+                            },
+                        );
+                        host.count(Event::Claimed);
+                        gating_note.push_str(&format!(",claimed:{}", header_safe(&claim.name)));
+                    }
+                }
+            }
+        }
+        found.truncate(limit);
+        let matched = |f: &super::catalog::Found| -> Vec<&'static str> {
+            match (fused, f.entry) {
+                (Some(fused), Some(entry)) => fused
+                    .votes_for(entry)
+                    .map(|votes| {
+                        Channel::ALL
+                            .iter()
+                            .zip(votes)
+                            .filter(|(_, v)| v.is_some())
+                            .map(|(c, _)| c.name())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                _ => vec!["bm25"],
+            }
+        };
+        let tools: Vec<Value> = found
+            .iter()
+            .filter_map(|f| Some(describe(catalog.tools.get(f.tool)?, f.score, &matched(f))))
+            .collect();
+        let names: Vec<String> = found
+            .iter()
+            .filter_map(|f| catalog.tools.get(f.tool))
+            .map(|t| header_safe(&t.name).into_owned())
+            .collect();
+        let structured = if tools.is_empty() {
+            json!({"query": query, "tools": [], "note": "No tool matched; try other words."})
+        } else {
+            json!({"query": query, "tools": tools})
+        };
+        let result = json!({
+            "content": [{"type": "text", "text": structured.to_string()}],
+            "structuredContent": structured,
+            "isError": false,
+        });
+        self.outcome = Some(format!(
+            "mcp=find_tools found={} total={}{gating_note}",
+            names.join(","),
+            catalog.findable()
+        ));
+        self.result(host, result)
+    }
+
+    /// Sends the real `tools/call` for `call_tool`, with the client's id.
+    fn call<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        name: &str,
+        arguments: Option<&str>,
+    ) -> Step {
+        let Some(id) = self.request.as_ref().map(|r| r.id.clone()) else {
+            return Step::Pass;
+        };
+        let mut params = Map::new();
+        params.insert("name".into(), Value::String(name.to_owned()));
+        let arguments = arguments
+            .and_then(|a| serde_json::from_str::<Value>(a).ok())
+            .unwrap_or_else(|| json!({}));
+        params.insert("arguments".into(), arguments);
+        let body = request_body(&id, "tools/call", params, self.meta.as_deref());
+        self.outcome = Some(format!("mcp=call_tool tool={}", header_safe(name)));
+        match host.send(
+            &body,
+            "tools/call",
+            Some(name),
+            settings.mcp.timeout_ms as u64,
+        ) {
+            Some(token) => {
+                self.state = State::Calling { token };
+                Step::Wait
+            }
+            None => self.error(
+                host,
+                200,
+                -32603,
+                "toolsift: cannot send the call to the server",
+            ),
+        }
+    }
+
+    /// Sends the client's `resources/list` on to the server, to add the gateway's own resource
+    /// to its answer.
+    fn list_resources<H: Host>(&mut self, host: &H, settings: &Settings, body: &[u8]) -> Step {
+        let Ok(body) = std::str::from_utf8(body) else {
+            return Step::Pass;
+        };
+        match host.send(body, "resources/list", None, settings.mcp.timeout_ms as u64) {
+            Some(token) => {
+                self.state = State::Resources { token };
+                Step::Wait
+            }
+            None => Step::Pass,
+        }
+    }
+
+    /// The server's resources (none when it has no resources, or did not answer), then the
+    /// gateway's `toolsift://capabilities`.
+    fn deliver_resources<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        answer: &CallAnswer,
+    ) -> Step {
+        let reply = self.server_reply(host, answer);
+        let mut result = match reply.outcome {
+            Some(Outcome::Result(result)) => {
+                serde_json::from_str::<Map<String, Value>>(&result).unwrap_or_default()
+            }
+            _ => Map::new(),
+        };
+        result.remove("resultType");
+        let resources = result
+            .entry("resources")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(list) = resources.as_array_mut() {
+            list.push(capabilities_resource(settings.config));
+        }
+        if self.head.modern() {
+            // Required of list results from 2026-07-28 on; without the server's, never cached.
+            result.entry("ttlMs").or_insert_with(|| 0.into());
+            result
+                .entry("cacheScope")
+                .or_insert_with(|| "private".into());
+        }
+        self.outcome = Some("mcp=resources/list".to_owned());
+        self.result(host, Value::Object(result))
+    }
+
+    /// `resources/read toolsift://capabilities`: what this gateway's search can do.
+    fn capabilities<H: Host>(&mut self, host: &H, settings: &Settings) -> Step {
+        let text = json!({
+            "gateway": "toolsift",
+            "version": env!("CARGO_PKG_VERSION"),
+            "meta_tools": {"find": settings.config.search.tool_name, "call": CALL_TOOL},
+            "search": {
+                "backends": backends(settings.config).1,
+                "limit": {"default": DEFAULT_LIMIT, "max": MAX_LIMIT},
+                "empty_query": "error"
+            },
+            "tool_gating": "_tool_gating",
+            "schema_version": "_meta.toolsift/schemaVersion"
+        });
+        let result = json!({"contents": [{
+            "uri": CAPABILITIES_URI,
+            "mimeType": "application/json",
+            "text": text.to_string()
+        }]});
+        self.outcome = Some("mcp=capabilities".to_owned());
+        self.result(host, result)
+    }
+
+    /// The server answered `call_tool`'s call: that is the client's answer.
+    fn deliver_call<H: Host>(&mut self, host: &H, answer: CallAnswer) -> Step {
+        let Some(status) = answer.status else {
+            return self.error(
+                host,
+                200,
+                -32603,
+                "toolsift: the server did not answer the call in time",
+            );
+        };
+        self.server_reply(host, &answer);
+        let content_type = if answer.content_type.is_empty() {
+            "application/json"
+        } else {
+            &answer.content_type
+        };
+        host.respond(status, content_type, &answer.body);
+        self.state = State::Done;
+        Step::Answered
+    }
+
+    fn unknown<H: Host>(&mut self, host: &H, names: &Names, name: &str) -> Step {
+        host.count(Event::Unknown);
+        let message = format!(
+            "Unknown tool: {name}. Search this server's tools with {}, then call one it returns (by its name, or with {}).",
+            names.find, names.call
+        );
+        self.outcome = Some(format!("mcp=refused tool={}", header_safe(name)));
+        // The status the 2026-07-28 transport gives invalid params; 200 before it.
+        let status = if self.head.modern() { 400 } else { 200 };
+        self.error(host, status, -32602, &message)
+    }
+
+    /// Answers with a JSON-RPC error.
+    fn error<H: Host>(&mut self, host: &H, status: u16, code: i64, message: &str) -> Step {
+        let id = self.request.as_ref().map_or("null", |r| r.id.as_str());
+        let error = json!({"code": code, "message": message});
+        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}");
+        host.respond(status, "application/json", body.as_bytes());
+        self.state = State::Done;
+        Step::Answered
+    }
+
+    /// Answers with a JSON-RPC result.
+    fn result<H: Host>(&mut self, host: &H, mut result: Value) -> Step {
+        if let (true, Some(object)) = (self.head.modern(), result.as_object_mut()) {
+            // Required of every result from 2026-07-28 on.
+            object.insert("resultType".into(), "complete".into());
+        }
+        let id = self.request.as_ref().map_or("null", |r| r.id.as_str());
+        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}");
+        host.respond(200, "application/json", body.as_bytes());
+        self.state = State::Done;
+        Step::Answered
+    }
+
+    /// The server's answer to the client's own request (sent on by the gateway), its
+    /// notifications noted.
+    fn server_reply<H: Host>(&self, host: &H, answer: &CallAnswer) -> message::ServerReply {
+        let id = self.request.as_ref().map_or("null", |r| r.id.as_str());
+        let reply = message::server_reply(&answer.content_type, &answer.body, id);
+        self.note_notifications(host, &reply.notifications);
+        reply
+    }
+
+    fn note_notifications<H: Host>(&self, host: &H, notifications: &[String]) {
+        if notifications.iter().any(|m| m == TOOLS_LIST_CHANGED) {
+            host.count(Event::ListChanged);
+            host.tools_changed(&self.head.server);
+        }
+    }
+}
+
+/// The meta-tools' names for one catalog: `search.tool_name` and `call_tool`, unless a server
+/// tool already has the name; then `{name}_2`, `{name}_3`, … (a server tool is never shadowed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub find: String,
+    pub call: String,
+}
+
+impl Names {
+    pub fn for_catalog(config: &Config, catalog: &ServerCatalog) -> Names {
+        let free = |base: &str, also_taken: Option<&str>| {
+            std::iter::once(base.to_owned())
+                .chain((2..).map(|n| format!("{base}_{n}")))
+                .find(|n| catalog.tool(n).is_none() && Some(n.as_str()) != also_taken)
+                .unwrap_or_else(|| base.to_owned())
+        };
+        let find = free(&config.search.tool_name, None);
+        let call = free(CALL_TOOL, Some(&find));
+        Names { find, call }
+    }
+}
+
+/// `name` is `base_N` for some number N ≥ 2.
+fn is_numbered(name: &str, base: &str) -> bool {
+    name.strip_prefix(base)
+        .and_then(|rest| rest.strip_prefix('_'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What a meta-tool call asks for, read from its arguments.
+fn meta_want(name: &str, arguments: Option<&str>) -> Want {
+    let args: Value = arguments
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or(Value::Null);
+    if name.starts_with(CALL_TOOL) {
+        return Want::CallTool {
+            name: args.get("name").and_then(Value::as_str).map(str::to_owned),
+            arguments: args
+                .get("arguments")
+                .filter(|a| a.is_object())
+                .map(Value::to_string),
+        };
+    }
+    let query = args
+        .get("query")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|q| !q.is_empty())
+        .map(|q| crate::text::head_and_tail(q, crate::dialect::MAX_QUERY_BYTES));
+    let limit = args
+        .get("limit")
+        .and_then(Value::as_f64)
+        .map_or(DEFAULT_LIMIT, |l| l.clamp(1.0, MAX_LIMIT as f64) as usize);
+    Want::Find { query, limit }
+}
+
+/// A JSON-RPC request the gateway sends, with the client's `_meta`.
+fn request_body(
+    id: &str,
+    method: &str,
+    mut params: Map<String, Value>,
+    meta: Option<&str>,
+) -> String {
+    if let Some(meta) = meta.and_then(|m| serde_json::from_str::<Value>(m).ok()) {
+        params.insert("_meta".into(), meta);
+    }
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{},\"params\":{}}}",
+        Value::String(method.to_owned()),
+        Value::Object(params)
+    )
+}
+
+/// `_meta` without `progressToken`, which belongs to the client's own request.
+fn without_progress_token(meta: &str) -> String {
+    match serde_json::from_str::<Map<String, Value>>(meta) {
+        Ok(mut m) => {
+            m.remove("progressToken");
+            Value::Object(m).to_string()
+        }
+        Err(_) => "{}".to_owned(),
+    }
+}
+
+/// A found tool as `find_tools` returns it: the server's definition, its score, and a schema
+/// version (a hash of the definition) in `_meta`, so a client can tell a stale cached schema.
+fn describe(tool: &super::catalog::Tool, score: f32, matched: &[&str]) -> Value {
+    let mut object = serde_json::from_str::<Map<String, Value>>(&tool.raw).unwrap_or_default();
+    let version = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(tool.raw.as_bytes()));
+    let meta = object
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert("toolsift/schemaVersion".into(), Value::String(version));
+    }
+    // Rounded to what tells tools apart: BM25 scores are ~1-50, fused ones ~0.01-3.
+    let score = (f64::from(score) * 10_000.0).round() / 10_000.0;
+    object.insert("score".into(), json!(score));
+    object.insert("matched".into(), json!(matched));
+    Value::Object(object)
+}
+
+/// The search backends `find_tools` ranks with.
+fn backends(config: &Config) -> (&'static str, Value) {
+    match config.ranking {
+        crate::config::Ranking::Keyword => ("keyword (BM25)", json!(["keyword"])),
+        crate::config::Ranking::Hybrid => (
+            "keyword (BM25) and embeddings, fused (hybrid)",
+            json!(["keyword", "embeddings"]),
+        ),
+    }
+}
+
+fn find_tool_definition(find: &str, call: &str, total: usize, config: &Config) -> Value {
+    let backends = backends(config).0;
+    json!({
+        "name": find,
+        "title": "Find tools",
+        "description": format!(
+            "Search this server's {total} tools by what they should do, and get the best matches \
+             with their input schemas. Then call one by its name, or with {call}. Search backends: \
+             {backends}."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What the tool should do, in a few words."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
+                          "description": "How many tools to return."}
+            },
+            "required": ["query"]
+        },
+        "annotations": {"readOnlyHint": true}
+    })
+}
+
+fn call_tool_definition(call: &str, find: &str) -> Value {
+    json!({
+        "name": call,
+        "title": "Call a tool",
+        "description": format!("Call a tool that {find} returned, by its name, with its arguments."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": format!("The tool's name, as {find} returned it.")},
+                "arguments": {"type": "object", "description": "The tool's arguments, as its input schema says."}
+            },
+            "required": ["name"]
+        }
+    })
+}
+
+#[cfg(test)]
+#[path = "exchange_tests.rs"]
+mod tests;

@@ -1,0 +1,77 @@
+//! MCP: toolsift in front of MCP servers (the Streamable HTTP transport, protocol revisions
+//! 2025-11-25 and 2026-07-28). A client that lists the server's tools sees `find_tools` and
+//! `call_tool`; the gateway answers `find_tools` from the server's whole catalog, ranked with
+//! the same code as LLM requests' tools, and turns `call_tool` into the real call. Calls of
+//! tools the server did not list never reach it.
+//!
+//! [`message`] reads JSON-RPC messages (client requests, server answers in JSON or SSE),
+//! [`catalog`] the server's `tools/list` pages and the cache, [`gating`] the `_tool_gating`
+//! convention, and [`exchange`] is one client request's state machine behind a host trait;
+//! [`llm`] applies `_tool_gating` to LLM requests (`gating.mcp`).
+//! Pure Rust, no proxy-wasm: `filter/mcp.rs` is the adapter.
+
+pub mod catalog;
+pub mod exchange;
+pub mod gating;
+pub mod llm;
+pub mod message;
+
+#[cfg(test)]
+mod hostile {
+    //! Every parser of this module over mutations of real messages: each byte flipped, each
+    //! prefix, bytes inserted. Nothing a client or a server sends may panic.
+    #![allow(clippy::indexing_slicing)]
+
+    use super::*;
+
+    const SAMPLES: [&str; 5] = [
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"call_tool","arguments":{"name":"a","arguments":{"x":[1,2,{"y":"\u00e9"}]}},"_meta":{"progressToken":1}}}"#,
+        r#"{"tools":[{"name":"a","description":"d","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}}}],"nextCursor":"2","ttlMs":5,"cacheScope":"public"}"#,
+        "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n",
+        r#"{"content":[{"type":"text","text":"{\"exclude\":[\"a\"],\"claim\":{\"name\":\"b\",\"arguments\":{}}}"}],"structuredContent":{"exclude":["a"],"claim":"b"}}"#,
+        r#"{"name":"_tool_gating","inputSchema":{"type":"object","properties":{"m":{"type":"string"}},"required":["m"]}}"#,
+    ];
+
+    fn every_parser(bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        if let message::Incoming::Request(r) = message::incoming(bytes) {
+            let _ = r.params();
+        }
+        let _ = message::server_reply("text/event-stream", bytes, "7");
+        let _ = message::server_reply("application/json", bytes, "7");
+        let _ = message::stream_notifications(&text);
+        message::StreamWatch::default().feed(bytes);
+        let _ = message::header_value(&text);
+        if let Some(page) = catalog::page(&text) {
+            let c = catalog::ServerCatalog::build(vec![page]);
+            let _ = c.rank(&text);
+        }
+        let _ = gating::verdict(&text);
+        let _ = gating::arguments(&text, &text);
+        for dialect in crate::dialect::Dialect::ALL {
+            let _ = llm::with_tool_choice(dialect, &text, "x");
+        }
+    }
+
+    #[test]
+    fn mutated_messages_never_panic() {
+        for sample in SAMPLES {
+            let bytes = sample.as_bytes();
+            for cut in 0..=bytes.len() {
+                every_parser(&bytes[..cut]);
+            }
+            for at in 0..bytes.len() {
+                for flip in [0x01u8, 0x20, 0x80, 0xff] {
+                    let mut mutated = bytes.to_vec();
+                    mutated[at] ^= flip;
+                    every_parser(&mutated);
+                }
+                for insert in [b'{', b'"', b'\\', b'\n', b']'] {
+                    let mut mutated = bytes.to_vec();
+                    mutated.insert(at, insert);
+                    every_parser(&mutated);
+                }
+            }
+        }
+    }
+}

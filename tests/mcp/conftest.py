@@ -1,0 +1,165 @@
+"""MCP through the real gateway: Envoy (from .venv) with the real toolsift.wasm in front of MCP
+servers built with the official Python SDK (tests/mcp/server.py), driven by the SDK's own client
+over both protocol revisions. Started here, killed when the test module ends.
+
+`make mcp-test` (part of `make test`) builds and installs everything first; a missing piece fails,
+never skips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
+WASM = REPO / "target/wasm32-wasip1/release/toolsift.wasm"
+SERVER = REPO / "tests/mcp/server.py"
+SCRATCH = REPO / "target/test-scratch"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render(template: str, config: dict[str, Any] | None, ports: dict[int, int]) -> str:
+    """`template` (an Envoy config of the repository) with test ports, the absolute wasm path and
+    `config` as the plugin configuration (the block under `value: |`); `None` removes the
+    toolsift filter (the same Envoy without it)."""
+    lines = (REPO / template).read_text().splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if config is None and line.strip() == "- name: toolsift":
+            indent = len(line) - len(line.lstrip())
+            while i < len(lines) and len(lines[i]) - len(lines[i].lstrip()) > indent:
+                i += 1
+            continue
+        if line.strip() == "value: |":
+            indent = len(line) - len(line.lstrip())
+            out.append(line)
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                i += 1
+            out.append(" " * (indent + 2) + json.dumps(config))
+            continue
+        for old, new in ports.items():
+            line = line.replace(f"port_value: {old}", f"port_value: {new}")
+        out.append(line.replace("target/wasm32-wasip1/release/toolsift.wasm", str(WASM)))
+    return "\n".join(out) + "\n"
+
+
+class Process:
+    def __init__(self, args: list[str], log: Path):
+        self.log = log
+        self.file = open(log, "w")
+        self.proc = subprocess.Popen(args, stdout=self.file, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.file.close()
+
+
+class McpServer(Process):
+    """tests/mcp/server.py on a free port, with `args` (see its docstring)."""
+
+    def __init__(self, *args: str):
+        self.port = free_port()
+        SCRATCH.mkdir(parents=True, exist_ok=True)
+        log = SCRATCH / f"mcp-server-{self.port}.log"
+        super().__init__([sys.executable, str(SERVER), "--port", str(self.port), *args], log)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if "listening on" in log.read_text():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"the MCP server did not start:\n{log.read_text()}")
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+            return json.load(r)
+
+    def calls(self) -> list[dict[str, Any]]:
+        return self.get("/test/calls")
+
+    def counts(self) -> dict[str, int]:
+        return self.get("/test/lists")
+
+    def reset(self) -> None:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/test/reset", method="POST", data=b"")
+        urllib.request.urlopen(req, timeout=10).read()
+
+
+class Envoy(Process):
+    """Envoy running `template` with the plugin configuration `config` (`None`: no toolsift),
+    its upstream ports mapped by `upstreams` (template port → test port); `edit` may change the
+    rendered YAML (given it and the ports)."""
+
+    def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], edit=None):
+        for piece in (ENVOY, WASM):
+            assert piece.exists(), f"{piece} not found: run `make mcp-test` (make test does it)"
+        self.port, self.admin = free_port(), free_port()
+        ports = {10000: self.port, 9901: self.admin, **upstreams}
+        yaml = render(template, config, ports)
+        if edit is not None:
+            yaml = edit(yaml, ports)
+        SCRATCH.mkdir(parents=True, exist_ok=True)
+        path = SCRATCH / f"envoy-mcp-{self.port}.yaml"
+        path.write_text(yaml)
+        log = SCRATCH / f"envoy-mcp-{self.port}.log"
+        super().__init__(
+            [str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+             "--log-level", "warn", "--file-flush-interval-msec", "50"],
+            log,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"Envoy did not become ready:\n{log.read_text()}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stat(self, name: str) -> int:
+        """A toolsift counter (its name without `wasmcustom.`)."""
+        return self.envoy_stat(f"wasmcustom.{name}")
+
+    def envoy_stat(self, name: str) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/stats?usedonly", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                key, _, value = line.partition(": ")
+                if key == name:
+                    return int(value)
+        return 0
+
+
+def run(coro):
+    return asyncio.run(coro)

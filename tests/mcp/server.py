@@ -1,0 +1,212 @@
+"""An MCP server built with the official Python SDK (`mcp` on PyPI), for toolsift's tests,
+demo and benchmarks.
+
+Its tools are a real catalog: the first `--count` tools of a shared dataset
+(`../shared/datasets/<name>/tools.jsonl`, OpenAI function format), served as MCP tools
+(`name`, `description`, `inputSchema`). Calling a tool records the call and answers with the
+tool's name and arguments, so a test can tell which calls reached the server.
+
+Options a test turns on:
+- `--gating RULES.json`: also expose `_tool_gating` (see below).
+- `--toolset N`: also expose `enable_toolset`, which adds N more dataset tools and sends
+  `notifications/tools/list_changed` (as servers with dynamic toolsets do).
+- `--json-response`: legacy-revision answers as JSON instead of SSE.
+- `--ttl-ms`, `--cache-scope`: the 2026-07-28 caching hints on `tools/list`.
+- `--page-size`: tools per `tools/list` page (pagination by `nextCursor`).
+
+`GET /test/calls` lists the calls received (`[{"tool", "arguments"}]`), `GET /test/lists`
+counts the `tools/list` requests; `POST /test/reset` clears both.
+
+Run: `.venv/bin/python tests/mcp/server.py --port 18200 --dataset livemcpbench --count 250`.
+The line "mcp server listening on 127.0.0.1:PORT" on stderr says it is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import uvicorn
+from mcp.server import CacheHint, Server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+DATASETS = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
+
+
+def load_tools(dataset: str, start: int, count: int) -> list[types.Tool]:
+    tools = []
+    with open(DATASETS / dataset / "tools.jsonl", encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i < start:
+                continue
+            if len(tools) >= count:
+                break
+            function = json.loads(line)["function"]
+            schema = function.get("parameters") or {"type": "object", "properties": {}}
+            if schema.get("type") != "object":
+                schema = {"type": "object", "properties": {}}
+            tools.append(
+                types.Tool(
+                    name=function["name"],
+                    description=function.get("description") or None,
+                    input_schema=schema,
+                )
+            )
+    return tools
+
+
+GATING_TOOL = types.Tool(
+    name="_tool_gating",
+    description="Tool gating: given the turn's text, says which tools to exclude and which one claims it.",
+    input_schema={
+        "type": "object",
+        "properties": {"query": {"type": "string"}, "tools": {"type": "array", "items": {"type": "string"}}},
+        "required": ["query"],
+    },
+)
+
+
+def gating_answer(rules: list[dict[str, Any]], query: str) -> dict[str, Any]:
+    """`{"exclude": [...], "claim": name?}` from rules `{"match": regex, "exclude": [...], "claim": name}`."""
+    exclude: list[str] = []
+    claim = None
+    for rule in rules:
+        if re.search(rule["match"], query, re.IGNORECASE):
+            exclude.extend(rule.get("exclude", []))
+            claim = claim or rule.get("claim")
+    answer: dict[str, Any] = {"exclude": exclude}
+    if claim:
+        answer["claim"] = claim
+    return answer
+
+
+def build(args: argparse.Namespace) -> Server:
+    tools = load_tools(args.dataset, 0, args.count)
+    extra = load_tools(args.dataset, args.count, args.toolset) if args.toolset else []
+    rules = json.loads(Path(args.gating).read_text()) if args.gating else None
+    state: dict[str, Any] = {"calls": [], "lists": 0, "gating": 0}
+
+    def listed() -> list[types.Tool]:
+        out = list(tools)
+        if rules is not None:
+            out.append(GATING_TOOL)
+        if extra and not state.get("enabled"):
+            out.append(
+                types.Tool(
+                    name="enable_toolset",
+                    description="Enable the extra toolset: adds its tools to this server's tool list.",
+                    input_schema={"type": "object", "properties": {}},
+                )
+            )
+        if state.get("enabled"):
+            out.extend(extra)
+        return out
+
+    async def on_list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        state["lists"] += 1
+        all_tools = listed()
+        start = int(params.cursor) if params and params.cursor else 0
+        page = all_tools[start : start + args.page_size]
+        following = start + args.page_size
+        cursor = str(following) if following < len(all_tools) else None
+        return types.ListToolsResult(tools=page, next_cursor=cursor)
+
+    async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        if params.name == "_tool_gating" and rules is not None:
+            state["gating"] += 1
+            answer = gating_answer(rules, str(arguments.get("query", "")))
+            return types.CallToolResult(
+                content=[types.TextContent(text=json.dumps(answer))], structured_content=answer
+            )
+        if params.name == "enable_toolset" and extra:
+            state["enabled"] = True
+            state["calls"].append({"tool": params.name, "arguments": arguments})
+            # Request-scoped: it rides this call's response stream (SSE), before the result.
+            await ctx.session.send_notification(types.ToolListChangedNotification(), ctx.request_id)
+            return types.CallToolResult(content=[types.TextContent(text=f"enabled {len(extra)} tools")])
+        if not any(t.name == params.name for t in listed()):
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        state["calls"].append({"tool": params.name, "arguments": arguments})
+        result = {"server": args.name, "tool": params.name, "arguments": arguments}
+        return types.CallToolResult(
+            content=[types.TextContent(text=f"{args.name}: {params.name} ran with {json.dumps(arguments)}")],
+            structured_content=result,
+        )
+
+    hints = {"tools/list": CacheHint(ttl_ms=args.ttl_ms, scope=args.cache_scope)}
+    server = Server(args.name, version="1.0", on_list_tools=on_list_tools, on_call_tool=on_call_tool, cache_hints=hints)
+    server.test_state = state  # type: ignore[attr-defined]
+    return server
+
+
+async def calls(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.state.test["calls"])
+
+
+async def lists(request: Request) -> JSONResponse:
+    state = request.app.state.test
+    return JSONResponse({"lists": state["lists"], "gating": state["gating"]})
+
+
+async def reset(request: Request) -> JSONResponse:
+    state = request.app.state.test
+    state["calls"].clear()
+    state["lists"] = 0
+    state["gating"] = 0
+    return JSONResponse({})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--name", default="catalog")
+    parser.add_argument("--dataset", default="livemcpbench")
+    parser.add_argument("--count", type=int, default=250)
+    parser.add_argument("--toolset", type=int, default=0)
+    parser.add_argument("--gating")
+    parser.add_argument("--json-response", action="store_true")
+    parser.add_argument("--ttl-ms", type=int, default=60_000)
+    parser.add_argument("--cache-scope", choices=["public", "private"], default="public")
+    parser.add_argument("--page-size", type=int, default=100)
+    args = parser.parse_args()
+    server = build(args)
+    app = server.streamable_http_app(
+        json_response=args.json_response,
+        # Envoy keeps the client's Host; the SDK's DNS-rebinding guard accepts only these.
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "localhost"],
+        ),
+        custom_starlette_routes=[
+            Route("/test/calls", calls, methods=["GET"]),
+            Route("/test/lists", lists, methods=["GET"]),
+            Route("/test/reset", reset, methods=["POST"]),
+        ],
+    )
+    app.state.test = server.test_state  # type: ignore[attr-defined]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: uvicorn writes a response's head and body separately, and
+    # with Nagle the body would wait for the peer's delayed ACK (40 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", args.port))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    uv = uvicorn.Server(config)
+    print(f"mcp server listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    uv.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
