@@ -228,6 +228,18 @@ impl Gateway {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log once it holds `needle` (Envoy writes its log file in batches), or after 10 s.
+    pub fn log_containing(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log_text();
+            if log.contains(needle) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
         let mut all = vec![("content-type", "application/json")];
         all.extend_from_slice(headers);
