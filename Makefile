@@ -180,13 +180,16 @@ bench-tokens:
 bench-search:
 	$(CARGO) run --release --example search_mode
 
-# Native micro-benchmarks (criterion) of catalog building, ranking and the cache-hit path.
+# Native micro-benchmarks (criterion) of catalog reading and assembly, ranking and the cache-hit path.
 bench-micro:
 	$(CARGO) run --release --example micro -- --bench
 
-# Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools.
+# Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools, for
+# the same catalog every request, a new catalog of known tools and one of never-seen tools;
+# then Envoy's memory while 10,000 distinct catalogs arrive, under two cache bounds.
 bench-latency: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency
+	$(CARGO) run --release --example envoy_latency -- --memory
 
 # Added latency of hybrid ranking through Envoy (warm tool-vector cache): a new question (one
 # embeddings call) and a repeated one (none), beside the embeddings service's own time.

@@ -2,10 +2,13 @@
 //! (with toolsift) and a copy of it without the filter; requests alternate between the two in
 //! rounds, so both see the same machine noise. Run with `make bench-latency`.
 //!
-//! For each catalog size: a fresh Envoy (so the filter's histogram covers one size), warm-up,
-//! then alternating rounds of sequential requests on one keep-alive connection per listener
-//! (latency), then a short closed-loop run on two connections per listener (throughput), then
-//! the filter's own time from its histogram and the Envoy process's resident memory.
+//! For each catalog size and each kind of catalog ([`Catalogs`]: the same every request, a new
+//! one of known tools, a new one of never-seen tools): a fresh Envoy (so the filter's
+//! histograms cover one row), warm-up, then alternating rounds of sequential requests on one
+//! keep-alive connection per listener (latency), then alternating short closed-loop runs on
+//! two and on eight connections per listener (throughput, the median ratio of five pairs),
+//! then the filter's own time and its phases from its histograms and the Envoy process's
+//! resident memory. With `--memory`: Envoy's memory while 10,000 distinct catalogs arrive.
 //!
 //! With `--hybrid` (`make bench-latency-hybrid`): hybrid ranking against the real embeddings
 //! server instead; see [`hybrid`].
@@ -30,8 +33,12 @@ use std::time::{Duration, Instant};
 
 const SIZES: [usize; 4] = [50, 200, 1000, 4000];
 const ROUNDS: usize = 6;
-const PER_ROUND: usize = 200;
-const THROUGHPUT_SECS: u64 = 3;
+const THROUGHPUT_SECS: u64 = 2;
+/// Alternating filter / no-filter throughput runs per row; the ratio is their median.
+const THROUGHPUT_PAIRS: usize = 5;
+/// Catalogs the memory run (`--memory`) sends, and its catalog size.
+const MEMORY_CATALOGS: usize = 10_000;
+const MEMORY_TOOLS: usize = 200;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -57,15 +64,137 @@ fn main() {
         search::run(&pool, given_sizes, rounds);
         return;
     }
+    if args.iter().any(|a| a == "--memory") {
+        let bounds: Vec<usize> = match args.iter().position(|a| a == "--cache-mb") {
+            Some(i) => args[i + 1].split(',').map(|s| s.parse().unwrap()).collect(),
+            None => vec![16, 64],
+        };
+        memory(&pool, &bounds);
+        return;
+    }
+    let kinds: Vec<Catalogs> = match args.iter().position(|a| a == "--catalogs") {
+        Some(i) => args[i + 1].split(',').map(Catalogs::parse).collect(),
+        None => Catalogs::ALL.to_vec(),
+    };
     let sizes = given_sizes.unwrap_or_else(|| SIZES.to_vec());
+    println!("load before: {}", load());
     println!(
-        "| tools | body KB | median filter / plain (ms) | added median (ms) | p99 filter / plain (ms) | added p99 (ms) | req/s ratio | filter time P50 / P99 (µs) | Envoy RSS before → after (MB) |"
+        "| tools | catalog of each request | body KB | median filter / plain (ms) | added median (ms) | p99 filter / plain (ms) | added p99 (ms) | req/s ratio, 2 / 8 connections | filter time P50 / P99 (µs) | P50 read / analyse / write (µs) | Envoy RSS before → after (MiB) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in sizes {
-        let bodies = request_bodies(&pool, n);
-        let row = measure(n, &bodies);
-        println!("{row}");
+        for &kind in &kinds {
+            let row = measure(&pool, n, kind);
+            println!("{row}");
+        }
+    }
+    println!("load after: {}", load());
+}
+
+/// The machine's load averages (`/proc/loadavg`), to read beside the numbers: the machine is
+/// shared.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Which tools arrays a row's requests carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Catalogs {
+    /// The same tools array in every request, as an agent loop sends it (a new question each).
+    Same,
+    /// A tools array never seen as a whole, made of tools all seen before in other arrays:
+    /// a window sliding over a pool of `n + KNOWN_WINDOWS` tools, every window sent once
+    /// before measuring. More windows than `catalog_cache_size`, so every request misses the
+    /// catalog cache.
+    KnownTools,
+    /// A tools array of tools never seen before: every tool's name gets a prefix unique to the
+    /// request (as tools from another MCP server would).
+    NewTools,
+}
+
+/// Distinct windows of [`Catalogs::KnownTools`]: four times the default `catalog_cache_size`.
+const KNOWN_WINDOWS: usize = 64;
+
+impl Catalogs {
+    const ALL: [Catalogs; 3] = [Catalogs::Same, Catalogs::KnownTools, Catalogs::NewTools];
+
+    fn parse(s: &str) -> Catalogs {
+        match s {
+            "same" => Catalogs::Same,
+            "known" => Catalogs::KnownTools,
+            "new" => Catalogs::NewTools,
+            _ => panic!("--catalogs takes same, known, new"),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Catalogs::Same => "same (agent loop)",
+            Catalogs::KnownTools => "new, of known tools",
+            Catalogs::NewTools => "new, of never-seen tools",
+        }
+    }
+
+    /// Requests per listener and round: what keeps a row to about a minute.
+    fn per_round(self, n: usize) -> usize {
+        match (self, n) {
+            (Catalogs::Same, _) => 200,
+            (Catalogs::KnownTools, ..=200) => 150,
+            (Catalogs::KnownTools, ..=1000) => 60,
+            (Catalogs::KnownTools, _) => 20,
+            (Catalogs::NewTools, ..=200) => 80,
+            (Catalogs::NewTools, ..=1000) => 25,
+            (Catalogs::NewTools, _) => 8,
+        }
+    }
+}
+
+/// The request bodies of one row: `body(i)` for request `i`, each with its own question.
+struct Bodies {
+    /// Prepared bodies (Same, KnownTools), cycled.
+    prepared: Vec<String>,
+    /// NewTools: the tools array's items, each name to be prefixed per request.
+    template: Option<String>,
+}
+
+impl Bodies {
+    fn new(pool: &[String], n: usize, kind: Catalogs) -> Bodies {
+        let question = |i: usize| format!("{} (ticket {i})", QUESTIONS[i % QUESTIONS.len()]);
+        match kind {
+            Catalogs::Same => {
+                let tools = pool[..n].join(",\n");
+                Bodies {
+                    prepared: (0..64).map(|i| chat_body(&tools, &question(i))).collect(),
+                    template: None,
+                }
+            }
+            Catalogs::KnownTools => Bodies {
+                prepared: (0..=KNOWN_WINDOWS)
+                    .map(|w| chat_body(&pool[w..w + n].join(",\n"), &question(w)))
+                    .collect(),
+                template: None,
+            },
+            Catalogs::NewTools => Bodies {
+                prepared: Vec::new(),
+                template: Some(pool[..n].join(",\n")),
+            },
+        }
+    }
+
+    fn body(&self, i: usize) -> String {
+        match &self.template {
+            Some(tools) => {
+                let renamed = tools.replace("\"name\": \"", &format!("\"name\": \"s{i}_"));
+                let q = QUESTIONS[i % QUESTIONS.len()];
+                chat_body(&renamed, &format!("{q} (ticket {i})"))
+            }
+            None => self.prepared[i % self.prepared.len()].clone(),
+        }
     }
 }
 
@@ -92,20 +221,6 @@ fn dataset_tools() -> Vec<String> {
         }
     }
     out
-}
-
-/// Request bodies with the same `n` tools and a different question each, so that every request
-/// is ranked afresh (the filter remembers the last question per catalog, as an agent loop
-/// repeats it; this benchmark measures the costlier case of a new question every time).
-fn request_bodies(pool: &[String], n: usize) -> Vec<String> {
-    let tools = pool[..n].join(",\n");
-    QUESTIONS
-        .iter()
-        .cycle()
-        .take(64)
-        .enumerate()
-        .map(|(i, q)| chat_body(&tools, &format!("{q} (ticket {i})")))
-        .collect()
 }
 
 /// A Chat Completions request with the tools array `tools` (its items, comma-separated) and the
@@ -165,8 +280,8 @@ fn listener_copy(yaml: &str, name: &str, port: u16, config: Option<(&str, &str)>
     format!("{}{port}{}", &copy[..at], &copy[at + digits..])
 }
 
-fn measure(n: usize, bodies: &[String]) -> String {
-    let body = bodies[0].as_str();
+fn measure(pool: &[String], n: usize, kind: Catalogs) -> String {
+    let bodies = Bodies::new(pool, n, kind);
     let plain_port = Gateway::free_port();
     let gw = Gateway::start_with("{}", &["--concurrency", "2"], |y| {
         two_listeners(y, plain_port)
@@ -177,38 +292,88 @@ fn measure(n: usize, bodies: &[String]) -> String {
     let mut plain = Client::connect(plain_port);
     // Sanity: the filter cut the request, the plain listener did not. (The upstream does not
     // parse bodies in this benchmark: `x-demo-echo: none`.)
-    let (_, headers) = filtered.post(body);
+    let (_, headers) = filtered.post(&bodies.body(0));
     assert!(headers.contains("x-toolsift: kept=5"), "{headers}");
-    let (_, headers) = plain.post(body);
+    let (_, headers) = plain.post(&bodies.body(0));
     assert!(!headers.contains("x-toolsift"), "{headers}");
 
-    for body in bodies.iter().cycle().take(100) {
-        filtered.post(body);
-        plain.post(body);
+    // Warm-up. Known tools: every window once, so the filter's worker (one keep-alive
+    // connection stays on one worker) has read every tool of the pool.
+    let mut next = 1usize;
+    let warm = match kind {
+        Catalogs::KnownTools => KNOWN_WINDOWS + 1,
+        Catalogs::Same => 100,
+        Catalogs::NewTools => 10,
+    };
+    for _ in 0..warm {
+        filtered.post(&bodies.body(next));
+        plain.post(&bodies.body(next));
+        next += 1;
     }
+    let per_round = kind.per_round(n);
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    let mut next = bodies.iter().cycle();
+    let misses_before = gw.stat("toolsift.catalog_cache.misses");
+    // Each listener its own sequence of bodies: the filter's worker sees the windows of
+    // KnownTools in turn, never one it saw in its last 64 requests.
+    let mut next_plain = next;
     for _ in 0..ROUNDS {
-        for body in next.by_ref().take(PER_ROUND) {
-            with.push(filtered.post(body).0);
+        for _ in 0..per_round {
+            let body = bodies.body(next);
+            next += 1;
+            with.push(filtered.post(&body).0);
         }
-        for body in next.by_ref().take(PER_ROUND) {
-            without.push(plain.post(body).0);
+        for _ in 0..per_round {
+            let body = bodies.body(next_plain);
+            next_plain += 1;
+            without.push(plain.post(&body).0);
         }
     }
-    let rps_with = throughput(gw.port, bodies);
-    let rps_without = throughput(plain_port, bodies);
-    let rps_with_again = throughput(gw.port, bodies);
-    let rps_without_again = throughput(plain_port, bodies);
-    let ratio = (rps_with + rps_with_again) / (rps_without + rps_without_again);
+    let misses = gw.stat("toolsift.catalog_cache.misses") - misses_before;
+    let expected_misses = if kind == Catalogs::Same {
+        0
+    } else {
+        ROUNDS * per_round
+    };
+    assert_eq!(
+        misses as usize, expected_misses,
+        "{kind:?}: catalog-cache misses"
+    );
+    // Throughput with prepared bodies: a never-seen catalog per request is no steady state.
+    let ratio = if kind == Catalogs::NewTools {
+        "–".to_owned()
+    } else {
+        let ratio = |connections: usize| {
+            let mut ratios: Vec<f64> = (0..THROUGHPUT_PAIRS)
+                .map(|_| {
+                    throughput(gw.port, &bodies.prepared, connections)
+                        / throughput(plain_port, &bodies.prepared, connections)
+                })
+                .collect();
+            percentile(&mut ratios, 0.5)
+        };
+        format!("{:.2} / {:.2}", ratio(2), ratio(8))
+    };
 
-    let (p50, p99) = histogram(&gw, "filter_time_us");
+    let (p50, p99) = histogram(&gw, "toolsift\\.filter_time_us");
+    let analyse = if kind == Catalogs::Same {
+        "analyse_us"
+    } else {
+        "assemble_us"
+    };
+    let phase = |name: &str| histogram(&gw, &format!("toolsift\\.phase\\.{name}")).0;
+    let phases = format!(
+        "{} / {} / {}",
+        phase("read_us"),
+        phase(analyse),
+        phase("write_us")
+    );
     let rss_after = rss_mb(gw.pid());
     let (m_with, m_without) = (percentile(&mut with, 0.5), percentile(&mut without, 0.5));
     let (p_with, p_without) = (percentile(&mut with, 0.99), percentile(&mut without, 0.99));
     format!(
-        "| {n} | {:.0} | {m_with:.3} / {m_without:.3} | {:.3} | {p_with:.3} / {p_without:.3} | {:.3} | {ratio:.2} | {p50} / {p99} | {rss_before:.0} → {rss_after:.0} |",
-        body.len() as f64 / 1024.0,
+        "| {n} | {} | {:.0} | {m_with:.3} / {m_without:.3} | **{:.3}** | {p_with:.3} / {p_without:.3} | {:.3} | {ratio} | {p50} / {p99} | {phases} | {rss_before:.0} → {rss_after:.0} |",
+        kind.label(),
+        bodies.body(0).len() as f64 / 1024.0,
         m_with - m_without,
         p_with - p_without,
     )
@@ -219,16 +384,17 @@ fn percentile(samples: &mut [f64], q: f64) -> f64 {
     samples[((samples.len() - 1) as f64 * q).round() as usize]
 }
 
-/// Requests per second over two keep-alive connections for a few seconds.
-fn throughput(port: u16, bodies: &[String]) -> f64 {
+/// Requests per second over `connections` keep-alive connections (a client thread each) for a
+/// few seconds.
+fn throughput(port: u16, bodies: &[String], connections: usize) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(THROUGHPUT_SECS);
-    let threads: Vec<_> = (0..2)
-        .map(|_| {
+    let threads: Vec<_> = (0..connections)
+        .map(|t| {
             let bodies = bodies.to_vec();
             std::thread::spawn(move || {
                 let mut c = Client::connect(port);
                 let mut n = 0u64;
-                for body in bodies.iter().cycle() {
+                for body in bodies.iter().cycle().skip(t * bodies.len() / connections) {
                     if Instant::now() >= deadline {
                         break;
                     }
@@ -241,6 +407,52 @@ fn throughput(port: u16, bodies: &[String]) -> f64 {
         .collect();
     let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     total as f64 / THROUGHPUT_SECS as f64
+}
+
+/// `--memory`: Envoy's resident memory while [`MEMORY_CATALOGS`] distinct catalogs of
+/// [`MEMORY_TOOLS`] never-seen tools arrive, for each `catalog_cache_bytes` bound (MiB), on
+/// two connections (both workers). The worst case for the cache: every catalog and every tool
+/// is new, so catalogs and tool parts are evicted all the time.
+fn memory(pool: &[String], bounds_mb: &[usize]) {
+    println!("load before: {}", load());
+    let step = MEMORY_CATALOGS / 10;
+    let header: Vec<String> = (0..=MEMORY_CATALOGS)
+        .step_by(step)
+        .map(|c| c.to_string())
+        .collect();
+    println!(
+        "| catalog_cache_bytes | Envoy RSS (MiB) after 0 … {MEMORY_CATALOGS} catalogs: {} | growth (MiB) | bound × 2 workers (MiB) |",
+        header.join(" / ")
+    );
+    println!("|---:|---|---:|---:|");
+    let bodies = Bodies::new(pool, MEMORY_TOOLS, Catalogs::NewTools);
+    for &mb in bounds_mb {
+        let config = format!(r#"{{"catalog_cache_bytes":{}}}"#, mb * 1024 * 1024);
+        let gw = Gateway::start_with(&config, &["--concurrency", "2"], |y| y);
+        let mut clients = [Client::connect(gw.port), Client::connect(gw.port)];
+        // One request each first: the VMs and their first allocations.
+        for (i, c) in clients.iter_mut().enumerate() {
+            let (_, headers) = c.post(&bodies.body(1_000_000 + i));
+            assert!(headers.contains("x-toolsift: kept=5"), "{headers}");
+        }
+        let mut samples = vec![rss_mb(gw.pid())];
+        for i in 0..MEMORY_CATALOGS {
+            clients[i % 2].post(&bodies.body(i));
+            if (i + 1) % step == 0 {
+                samples.push(rss_mb(gw.pid()));
+            }
+        }
+        let misses = gw.stat("toolsift.catalog_cache.misses");
+        assert!(misses as usize >= MEMORY_CATALOGS, "{misses} misses");
+        let cells: Vec<String> = samples.iter().map(|m| format!("{m:.0}")).collect();
+        println!(
+            "| {mb} MiB | {} | {:.0} | {} |",
+            cells.join(" / "),
+            samples.last().unwrap() - samples[0],
+            2 * mb
+        );
+    }
+    println!("load after: {}", load());
 }
 
 /// P50 and P99 of the histogram whose name matches `filter` (a regex matching one histogram,
@@ -570,9 +782,9 @@ mod hybrid {
         // Panics (and, with panic = "abort", leaves nothing to clean up) if it cannot start.
         let embed = EmbedServer::start();
         println!(
-            "| tools | body KB | no filter: median / p90 (ms) | keyword: median / p90 (added median) | hybrid, new question: median / p90 (added median) | hybrid, repeated question: median / p90 (added median) | embeddings call, client: median / p90 (ms) | embeddings server time: median / p90 (ms) | hybrid new added − embeddings call (ms) |"
+            "| tools | body KB | no filter: median / p90 (ms) | keyword: median / p90 (added median) | hybrid, new question: median / p90 (added median) | hybrid, repeated question: median / p90 (added median) | embeddings call, client: median / p90 (ms) | embeddings server time: median / p90 (ms) | hybrid new added − embeddings call (ms) | filter time P50: hybrid before the call / answer (µs) |"
         );
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let mut ticket = 0usize;
         for &n in sizes {
             let row = measure(&embed, pool, n, requests, &mut ticket)?;
@@ -804,8 +1016,13 @@ mod hybrid {
             format!("{median:.3} / {p90:.3}")
         };
         let added = |median: f64| median - plain_median;
+        // The filter's own time with hybrid ranking, P50: before the call (vectors gathered,
+        // the call sent; or ranked at once, a repeated question) and handling the answer
+        // (read, cached, fused, selected, the body written).
+        let phase = |name: &str| super::histogram(&gw, &format!("toolsift\\.phase\\.{name}")).0;
+        let vm = format!("{} / {}", phase("hybrid_us"), phase("answer_us"));
         Ok(format!(
-            "| {n} | {:.0} | {plain_median:.3} / {plain_p90:.3} | {keyword_median:.3} / {keyword_p90:.3} ({:+.3}) | {new_median:.3} / {new_p90:.3} ({:+.3}) | {repeated_median:.3} / {repeated_p90:.3} ({:+.3}) | {direct_median:.3} / {direct_p90:.3} | {server} | {:+.3} |",
+            "| {n} | {:.0} | {plain_median:.3} / {plain_p90:.3} | {keyword_median:.3} / {keyword_p90:.3} ({:+.3}) | {new_median:.3} / {new_p90:.3} ({:+.3}) | {repeated_median:.3} / {repeated_p90:.3} ({:+.3}) | {direct_median:.3} / {direct_p90:.3} | {server} | {:+.3} | {vm} |",
             repeated.len() as f64 / 1024.0,
             added(keyword_median),
             added(new_median),

@@ -87,6 +87,13 @@ pub struct Embeddings {
     /// finish within `timeout_ms` hands the catalog's tools to background calls of this size.
     #[serde(default = "default_max_batch", deserialize_with = "whole_number")]
     pub max_batch: usize,
+    /// Background calls (a new catalog's tools, embedded with no request waiting) in flight
+    /// at once, per worker; each catalog has at most one.
+    #[serde(
+        default = "default_max_background_calls",
+        deserialize_with = "whole_number"
+    )]
+    pub max_background_calls: usize,
 }
 
 fn default_embeddings_path() -> String {
@@ -100,6 +107,9 @@ fn default_cache_size() -> usize {
 }
 fn default_max_batch() -> usize {
     32
+}
+fn default_max_background_calls() -> usize {
+    2
 }
 
 /// Channel weights of hybrid ranking's fusion.
@@ -270,6 +280,11 @@ impl Search {
     }
 }
 
+/// The default of `catalog_cache_bytes`: 64 MiB per worker.
+pub const DEFAULT_CATALOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The least `catalog_cache_bytes` accepted: below it a single large catalog would not fit.
+pub const MIN_CATALOG_CACHE_BYTES: usize = 1024 * 1024;
+
 /// The name of the optional second meta-tool of search mode.
 pub const USE_TOOL_NAME: &str = "use_tool";
 
@@ -309,6 +324,11 @@ pub struct Config {
     /// Distinct tool catalogs whose index each worker keeps.
     #[serde(deserialize_with = "whole_number")]
     pub catalog_cache_size: usize,
+    /// Bytes each worker keeps for catalogs: their indexes, the tools' parts shared between
+    /// them, the tools' vectors (hybrid ranking), and catalogs still held by requests and
+    /// search sessions.
+    #[serde(deserialize_with = "whole_number")]
+    pub catalog_cache_bytes: usize,
     pub ranking: Ranking,
     /// The embeddings service of hybrid ranking.
     pub embeddings: Option<Embeddings>,
@@ -341,6 +361,7 @@ impl Default for Config {
             rewrite_signed: false,
             dialect: DialectChoice::Auto,
             catalog_cache_size: 16,
+            catalog_cache_bytes: DEFAULT_CATALOG_CACHE_BYTES,
             ranking: Ranking::Keyword,
             embeddings: None,
             rrf_k: 1.0,
@@ -427,6 +448,12 @@ impl Config {
         }
         if self.max_body_bytes == 0 {
             return Err(invalid("max_body_bytes", "must be at least 1"));
+        }
+        if self.catalog_cache_bytes < MIN_CATALOG_CACHE_BYTES {
+            return Err(invalid(
+                "catalog_cache_bytes",
+                format_args!("must be at least {MIN_CATALOG_CACHE_BYTES} (1 MiB)"),
+            ));
         }
         for (i, pattern) in self.always_include.iter().enumerate() {
             if pattern.is_empty() {
@@ -531,6 +558,9 @@ impl Embeddings {
         }
         if !(1..=2048).contains(&self.max_batch) {
             return Err(invalid("embeddings.max_batch", "must be 1..=2048"));
+        }
+        if !(1..=64).contains(&self.max_background_calls) {
+            return Err(invalid("embeddings.max_background_calls", "must be 1..=64"));
         }
         Ok(())
     }
@@ -747,10 +777,19 @@ mod tests {
         let c = Config::from_json(
             br#"{"top_k":3,"min_score":0.5,"max_tool_tokens":900,"min_tools":10,
                 "always_include":["search_*"],"on_error":"reject","max_body_bytes":1000,
-                "response_header":false,"debug":true,"dialect":"anthropic","catalog_cache_size":2}"#,
+                "response_header":false,"debug":true,"dialect":"anthropic","catalog_cache_size":2,
+                "catalog_cache_bytes":2097152}"#,
         )
         .unwrap();
         assert_eq!(c.top_k, 3);
+        assert_eq!(
+            (c.catalog_cache_size, c.catalog_cache_bytes),
+            (2, 2 * 1024 * 1024)
+        );
+        assert_eq!(
+            Config::default().catalog_cache_bytes,
+            DEFAULT_CATALOG_CACHE_BYTES
+        );
         assert_eq!(c.on_error, OnError::Reject);
         assert_eq!(c.dialect, DialectChoice::Anthropic);
         assert_eq!(c.dialect.resolve("/anything"), Some(Dialect::Anthropic));
@@ -775,6 +814,11 @@ mod tests {
             err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown variant `cohere`")
         );
         assert!(err("[1]").contains("expected a JSON object"));
+        assert!(err(r#"{"catalog_cache_bytes":1000}"#).contains("field `catalog_cache_bytes`"));
+        assert!(
+            err(r#"{"catalog_cache_bytes":"64MiB"}"#)
+                .contains("field `catalog_cache_bytes`: invalid type")
+        );
     }
 
     #[test]
@@ -792,6 +836,11 @@ mod tests {
         assert!(err(&format!("{{{base},\"timeout_ms\":0}}}}")).contains("`embeddings.timeout_ms`"));
         assert!(err(&format!("{{{base},\"path\":\"v1\"}}}}")).contains("`embeddings.path`"));
         assert!(err(&format!("{{{base},\"dimensions\":0}}}}")).contains("`embeddings.dimensions`"));
+        assert_eq!(e.max_background_calls, 2);
+        assert!(
+            err(&format!("{{{base},\"max_background_calls\":0}}}}"))
+                .contains("`embeddings.max_background_calls`")
+        );
         assert!(
             err(&format!("{{{base},\"headers\":{{\":path\":\"/x\"}}}}}}"))
                 .contains("`embeddings.headers.:path`")

@@ -4,10 +4,10 @@
 //! in the filter, a map in the CLI).
 
 use crate::dialect::{Entry, ToolText};
-use crate::rank::Catalog;
+use crate::rank::{Catalog, ToolParts};
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
 /// Tool text beyond this many bytes adds nothing a small embedding model reads (MiniLM stops at
@@ -39,12 +39,14 @@ pub fn query_texts(query: &str) -> Vec<String> {
     texts
 }
 
-/// A vector's cache key: SHA-256 of the provider (cluster and authority), the model and the text.
+/// A vector's cache key: SHA-256 of everything that decides the vector: the provider (the
+/// endpoint: cluster, authority and path), the model, the dimensions asked for, and the text.
 pub type Key = [u8; 32];
 
-pub fn key(provider: &str, model: &str, text: &str) -> Key {
+pub fn key(provider: &str, model: &str, dimensions: Option<usize>, text: &str) -> Key {
     let mut h = Sha256::new();
-    for part in [provider, model, text] {
+    let dimensions = dimensions.map(|d| d.to_string()).unwrap_or_default();
+    for part in [provider, model, &dimensions, text] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -317,12 +319,13 @@ fn decode_set(mut bytes: &[u8]) -> Vec<(Key, Vec<f32>)> {
     out
 }
 
-/// The vectors of one request: the query's texts and every function tool of its catalog.
+/// The vectors of one request: the query's texts, and every function tool of its catalog (kept
+/// in the tools' parts, shared by every catalog that holds the tool).
 pub struct Gathered {
     pub query_texts: Vec<String>,
     pub query: Vec<Option<Vec<f32>>>,
-    /// Indexed by catalog entry; shared with the catalog once complete.
-    pub tools: Rc<Vec<Option<Vec<f32>>>>,
+    /// Every catalog entry's parts, which hold the tools' vectors.
+    tools: Rc<[Rc<ToolParts>]>,
     /// Entries of function tools still without a vector.
     pub missing_tools: Vec<usize>,
 }
@@ -339,65 +342,41 @@ pub enum Slot {
 
 /// Where vectors come from: the service's identity for cache keys, and the cache.
 pub struct Source<'a, S> {
+    /// The endpoint: cluster, authority and path (the URL in the CLI).
     pub provider: &'a str,
     pub model: &'a str,
+    /// The `dimensions` asked of the service, if any.
+    pub dimensions: Option<usize>,
     pub cache: &'a VectorCache<S>,
 }
 
 impl<S: SharedBytes> Source<'_, S> {
     fn key(&self, text: &str) -> Key {
-        key(self.provider, self.model, text)
+        key(self.provider, self.model, self.dimensions, text)
     }
 
-    /// Everything already known for `query` over `catalog`: the catalog's own memo first (this
-    /// worker's vectors for it, kept whatever the shared cache evicts, so a catalog always
-    /// completes), then the shared cache for the rest.
+    /// Everything already known for `query` over `catalog`: the tools' parts first (this
+    /// worker's vectors, kept whatever the shared cache evicts, so a catalog always completes,
+    /// and shared by every catalog that holds the tool), then the shared cache for the rest.
     pub fn gather(&self, catalog: &Catalog, query: &str) -> Gathered {
         let query_texts = query_texts(query);
         let query = query_texts
             .iter()
             .map(|t| self.cache.get(&self.key(t)))
             .collect();
-        let memo = catalog.vectors();
-        let lacks = |i: usize, e: &Entry| {
-            matches!(e, Entry::Function(_))
-                && memo
-                    .as_ref()
-                    .is_none_or(|m| m.get(i).is_none_or(Option::is_none))
-        };
-        let entries = &catalog.draft.entries;
-        if let Some(memo) = &memo {
-            if !entries.iter().enumerate().any(|(i, e)| lacks(i, e)) {
-                // The steady state: every tool's vector is in this worker's memo.
-                return Gathered {
-                    query_texts,
-                    query,
-                    tools: Rc::clone(memo),
-                    missing_tools: Vec::new(),
-                };
-            }
-        }
+        let tools = Rc::clone(catalog.parts());
         let mut missing_tools = Vec::new();
-        let mut found = false;
-        let tools: Vec<Option<Vec<f32>>> = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| match e {
-                Entry::Function(t) if lacks(i, e) => {
-                    let v = self.cache.get(&self.key(&tool_text(t)));
-                    match v {
-                        Some(_) => found = true,
-                        None => missing_tools.push(i),
-                    }
-                    v
-                }
-                Entry::Function(_) => memo.as_ref().and_then(|m| m.get(i).cloned().flatten()),
-                Entry::Builtin => None,
-            })
-            .collect();
-        let tools = Rc::new(tools);
-        if found {
-            catalog.remember_vectors(Rc::clone(&tools));
+        for (i, parts) in tools.iter().enumerate() {
+            let Entry::Function(t) = &parts.entry else {
+                continue;
+            };
+            if parts.vector().is_some() {
+                continue;
+            }
+            match self.cache.get(&self.key(&tool_text(t))) {
+                Some(v) => catalog.remember_vector(i, v),
+                None => missing_tools.push(i),
+            }
         }
         Gathered {
             query_texts,
@@ -408,7 +387,7 @@ impl<S: SharedBytes> Source<'_, S> {
     }
 
     /// Stores the vectors a call returned for `slots` in the cache, in `gathered` and, for
-    /// tools, in the catalog's memo.
+    /// tools, in their parts.
     pub fn fill(
         &self,
         catalog: &Catalog,
@@ -416,7 +395,6 @@ impl<S: SharedBytes> Source<'_, S> {
         slots: &[Slot],
         vectors: Vec<Vec<f32>>,
     ) {
-        let has_tools = slots.iter().any(|s| matches!(s, Slot::Tool(_)));
         for (slot, v) in slots.iter().zip(vectors) {
             match *slot {
                 Slot::Query(i) => {
@@ -431,38 +409,22 @@ impl<S: SharedBytes> Source<'_, S> {
                     if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
                         self.cache.put(&self.key(&tool_text(t)), &v);
                     }
-                    // Copies the tools' vectors if the memo shares them: only while a catalog is
-                    // still filling, never in the steady state (no tool slots then).
-                    if let Some(t) = Rc::make_mut(&mut gathered.tools).get_mut(entry) {
-                        *t = Some(v);
-                    }
+                    catalog.remember_vector(entry, v);
                     gathered.missing_tools.retain(|&m| m != entry);
                 }
             }
         }
-        if has_tools {
-            catalog.remember_vectors(Rc::clone(&gathered.tools));
-        }
     }
-}
 
-impl<S: SharedBytes> Source<'_, S> {
     /// Stores the vectors a background call returned for the tools at `entries` in the cache
-    /// and in the catalog's memo.
+    /// and in their parts.
     pub fn fill_tools(&self, catalog: &Catalog, entries: &[usize], vectors: Vec<Vec<f32>>) {
-        let mut tools: Vec<Option<Vec<f32>>> = match catalog.vectors() {
-            Some(memo) => memo.as_ref().clone(),
-            None => vec![None; catalog.draft.entries.len()],
-        };
         for (&entry, v) in entries.iter().zip(vectors) {
             if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
                 self.cache.put(&self.key(&tool_text(t)), &v);
-                if let Some(slot) = tools.get_mut(entry) {
-                    *slot = Some(v);
-                }
+                catalog.remember_vector(entry, v);
             }
         }
-        catalog.remember_vectors(Rc::new(tools));
     }
 }
 
@@ -475,6 +437,95 @@ pub fn tool_texts(catalog: &Catalog, entries: &[usize]) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// Catalogs waiting for background calls, at most: each holds its catalog (counted in the
+/// catalog cache's bytes) until its tools are in.
+pub const MAX_QUEUED_CATALOGS: usize = 16;
+
+/// Which background calls to send for new catalogs' tools, bounded: at most one call in flight
+/// per catalog and `max_calls` in all, [`MAX_QUEUED_CATALOGS`] catalogs waiting, and a failed
+/// call ends its catalog's fetch (a later request may start it again), so a service that
+/// times out is never sent a whole catalog at once. Pure: the filter makes the calls.
+#[derive(Default)]
+pub struct BackfillQueue {
+    /// Catalogs with tools still to send, in turn.
+    queued: VecDeque<(Rc<Catalog>, Vec<usize>)>,
+    in_flight: HashMap<u32, (Rc<Catalog>, Vec<usize>)>,
+}
+
+impl BackfillQueue {
+    /// Queues `entries` of `catalog` unless its tools are already being fetched or the queue
+    /// is full; true when queued.
+    pub fn queue(&mut self, catalog: &Rc<Catalog>, entries: Vec<usize>) -> bool {
+        if catalog.fetching() || entries.is_empty() || self.queued.len() >= MAX_QUEUED_CATALOGS {
+            return false;
+        }
+        catalog.set_fetching(true);
+        self.queued.push_back((Rc::clone(catalog), entries));
+        true
+    }
+
+    /// The next call the caps allow: up to `max_batch` tools of the first queued catalog that
+    /// has no call in flight, while fewer than `max_calls` are in flight. The caller sends it,
+    /// then reports [`BackfillQueue::sent`] or [`BackfillQueue::not_sent`].
+    pub fn next_call(
+        &mut self,
+        max_calls: usize,
+        max_batch: usize,
+    ) -> Option<(Rc<Catalog>, Vec<usize>)> {
+        if self.in_flight.len() >= max_calls {
+            return None;
+        }
+        let position = self.queued.iter().position(|(catalog, _)| {
+            !self.in_flight.values().any(|(c, _)| Rc::ptr_eq(c, catalog))
+        })?;
+        let (catalog, mut entries) = self.queued.remove(position)?;
+        let rest = entries.split_off(entries.len().min(max_batch.max(1)));
+        if !rest.is_empty() {
+            // Its turn is over: the other catalogs' calls go first.
+            self.queued.push_back((Rc::clone(&catalog), rest));
+        }
+        Some((catalog, entries))
+    }
+
+    /// The call for `entries` of `catalog` went out as `token`.
+    pub fn sent(&mut self, token: u32, catalog: Rc<Catalog>, entries: Vec<usize>) {
+        self.in_flight.insert(token, (catalog, entries));
+    }
+
+    /// The call for `catalog` could not be made: its fetch ends.
+    pub fn not_sent(&mut self, catalog: &Rc<Catalog>) {
+        self.queued.retain(|(c, _)| !Rc::ptr_eq(c, catalog));
+        self.settle(catalog);
+    }
+
+    /// The catalog and tool entries of the call `token`, if it is one of these.
+    pub fn pending(&self, token: u32) -> Option<(Rc<Catalog>, Vec<usize>)> {
+        let (catalog, entries) = self.in_flight.get(&token)?;
+        Some((Rc::clone(catalog), entries.clone()))
+    }
+
+    /// The call `token` answered (`ok`: its vectors were stored). After a failure the
+    /// catalog's remaining tools are dropped. True when tools still wait for a call.
+    pub fn answered(&mut self, token: u32, ok: bool) -> bool {
+        if let Some((catalog, _)) = self.in_flight.remove(&token) {
+            if !ok {
+                self.queued.retain(|(c, _)| !Rc::ptr_eq(c, &catalog));
+            }
+            self.settle(&catalog);
+        }
+        !self.queued.is_empty()
+    }
+
+    /// Lets requests ask for `catalog`'s tools again once none is queued or in flight.
+    fn settle(&self, catalog: &Rc<Catalog>) {
+        let pending = self.queued.iter().any(|(c, _)| Rc::ptr_eq(c, catalog))
+            || self.in_flight.values().any(|(c, _)| Rc::ptr_eq(c, catalog));
+        if !pending {
+            catalog.set_fetching(false);
+        }
+    }
 }
 
 impl Gathered {
@@ -501,11 +552,14 @@ impl Gathered {
 
     /// The size of the vectors already known, if any.
     pub fn known_dimensions(&self) -> Option<usize> {
-        self.query
-            .iter()
-            .chain(self.tools.iter())
-            .flatten()
-            .map(Vec::len)
+        let query = self.query.iter().flatten().map(Vec::len);
+        query
+            .chain(
+                self.tools
+                    .iter()
+                    .filter_map(|p| p.vector())
+                    .map(<[f32]>::len),
+            )
             .next()
     }
 
@@ -520,7 +574,7 @@ impl Gathered {
             .map(|v| v.as_deref())
             .collect::<Option<_>>()?;
         let dims = query.first()?.len();
-        let tools: Vec<Option<&[f32]>> = self.tools.iter().map(|v| v.as_deref()).collect();
+        let tools: Vec<Option<&[f32]>> = self.tools.iter().map(|p| p.vector()).collect();
         let same_size = query.iter().all(|v| v.len() == dims)
             && tools.iter().flatten().all(|v| v.len() == dims);
         same_size.then_some((query, tools))
@@ -533,7 +587,7 @@ mod tests {
     use serde_json::Value;
 
     fn k(i: u8) -> Key {
-        key("p", "m", &i.to_string())
+        key("p", "m", None, &i.to_string())
     }
 
     #[test]
@@ -621,6 +675,7 @@ mod tests {
         let source = Source {
             provider: "p",
             model: "m",
+            dimensions: None,
             cache: &cache,
         };
         let catalog = catalog(10);
@@ -642,8 +697,8 @@ mod tests {
         // The shared cache kept at most 4 of the 11 vectors; this worker's memo has them all.
         let g = source.gather(&catalog, "another question");
         assert!(g.missing_tools.is_empty());
-        assert_eq!(g.tools.iter().flatten().count(), 10);
-        assert!(Rc::ptr_eq(&g.tools, &catalog.vectors().unwrap()));
+        assert_eq!(g.tools.iter().filter(|p| p.vector().is_some()).count(), 10);
+        assert!(Rc::ptr_eq(&g.tools, catalog.parts()));
         assert_eq!(g.plan(&catalog, 6).0, [Slot::Query(0)]);
     }
 
@@ -654,6 +709,7 @@ mod tests {
         let source = Source {
             provider: "p",
             model: "m",
+            dimensions: None,
             cache: &cache,
         };
         let catalog = catalog(5);
@@ -668,6 +724,59 @@ mod tests {
         let (slots, _) = g.plan(&catalog, 32);
         source.fill(&catalog, &mut g, &slots, vec![vec![0.0, 1.0]]);
         assert!(g.complete().is_some());
+    }
+
+    #[test]
+    fn background_calls_are_one_per_catalog_and_capped_in_all() {
+        let (a, b, c) = (
+            Rc::new(catalog(70)),
+            Rc::new(catalog(40)),
+            Rc::new(catalog(10)),
+        );
+        let mut q = BackfillQueue::default();
+        assert!(q.queue(&a, (0..70).collect()));
+        assert!(!q.queue(&a, vec![1]), "a catalog is fetched once at a time");
+        assert!(q.queue(&b, (0..40).collect()));
+        assert!(q.queue(&c, (0..10).collect()));
+        // Two calls at most in flight, one per catalog, 32 tools each.
+        let (first, e1) = q.next_call(2, 32).unwrap();
+        q.sent(1, Rc::clone(&first), e1.clone());
+        let (second, e2) = q.next_call(2, 32).unwrap();
+        q.sent(2, Rc::clone(&second), e2.clone());
+        assert!(Rc::ptr_eq(&first, &a) && Rc::ptr_eq(&second, &b));
+        assert_eq!((e1.len(), e2.len()), (32, 32));
+        assert!(q.next_call(2, 32).is_none(), "the global cap");
+        // One answers: the next call is the waiting catalog's, not a's second.
+        assert!(q.answered(1, true));
+        let (third, e3) = q.next_call(2, 32).unwrap();
+        assert!(Rc::ptr_eq(&third, &c) && e3.len() == 10);
+        q.sent(3, third, e3);
+        assert!(q.next_call(2, 32).is_none());
+        assert!(c.fetching());
+        assert!(q.answered(3, true));
+        assert!(!c.fetching(), "c is complete");
+        // b's call fails: its remaining 8 tools are dropped, and a later request may try again.
+        let (fourth, e4) = q.next_call(2, 32).unwrap();
+        assert!(Rc::ptr_eq(&fourth, &a) && e4 == (32..64).collect::<Vec<_>>());
+        q.sent(4, fourth, e4);
+        assert!(q.answered(2, false));
+        assert!(!b.fetching());
+        assert!(q.next_call(2, 32).is_none(), "a has a call in flight");
+        assert!(q.answered(4, true));
+        let (fifth, e5) = q.next_call(2, 32).unwrap();
+        assert!(Rc::ptr_eq(&fifth, &a) && e5.len() == 6);
+        assert!(q.pending(9).is_none());
+    }
+
+    #[test]
+    fn the_background_queue_is_bounded() {
+        let mut q = BackfillQueue::default();
+        let catalogs: Vec<Rc<Catalog>> = (0..=MAX_QUEUED_CATALOGS)
+            .map(|_| Rc::new(catalog(2)))
+            .collect();
+        let queued = catalogs.iter().filter(|c| q.queue(c, vec![0, 1])).count();
+        assert_eq!(queued, MAX_QUEUED_CATALOGS);
+        assert!(!catalogs.last().unwrap().fetching());
     }
 
     #[test]
@@ -719,10 +828,13 @@ mod tests {
     }
 
     #[test]
-    fn keys_separate_provider_model_and_text() {
-        assert_ne!(key("a", "bc", "d"), key("ab", "c", "d"));
-        assert_ne!(key("p", "m", "x"), key("p", "m2", "x"));
-        assert_eq!(key("p", "m", "x"), key("p", "m", "x"));
+    fn keys_separate_provider_model_dimensions_and_text() {
+        assert_ne!(key("a", "bc", None, "d"), key("ab", "c", None, "d"));
+        assert_ne!(key("p", "m", None, "x"), key("p", "m2", None, "x"));
+        assert_eq!(key("p", "m", None, "x"), key("p", "m", None, "x"));
+        // Vectors asked at another size are other vectors.
+        assert_ne!(key("p", "m", None, "x"), key("p", "m", Some(256), "x"));
+        assert_ne!(key("p", "m", Some(256), "x"), key("p", "m", Some(512), "x"));
     }
 
     #[test]

@@ -840,6 +840,7 @@ impl<'a> Embedder<'a> {
         let source = Source {
             provider: &self.service,
             model: &self.model,
+            dimensions: self.dimensions,
             cache: &self.cache,
         };
         let mut gathered = source.gather(catalog, query);

@@ -177,6 +177,50 @@ pub fn array_items(raw: &RawValue) -> Option<Vec<&RawValue>> {
     serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok()
 }
 
+/// The byte ranges of the items of the JSON array that is the whole of `text` (white space
+/// around it allowed), found by the structural scan of [`find_path`]: items are delimited, not
+/// validated (a caller parses the ones it has not seen before). `None` when `text` is not one
+/// array, or its items are not separated by single commas.
+pub fn array_item_spans(text: &str) -> Option<Vec<Range<usize>>> {
+    let b = text.as_bytes();
+    let start = skip_ws(b, 0);
+    let (end, items) = array_at(b, start)?;
+    (skip_ws(b, end) == b.len()).then_some(items)
+}
+
+/// Like [`array_item_spans`] for the array that starts `text` (a value [`find_path_with`] is
+/// at), with text after it: the array's length and its items' ranges. The catalog cache
+/// scans a tools array it does not know this way once, where finding its end and then
+/// splitting it scanned it twice.
+pub fn array_prefix_spans(text: &str) -> Option<(usize, Vec<Range<usize>>)> {
+    array_at(text.as_bytes(), 0)
+}
+
+/// The array at `i`: where it ends, and its items.
+fn array_at(b: &[u8], mut i: usize) -> Option<(usize, Vec<Range<usize>>)> {
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    let mut items = Vec::new();
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return Some((i + 1, items));
+    }
+    loop {
+        let end = skip_value(b, i).filter(|&end| end > i)?;
+        items.push(i..end);
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            Some(b']') => return Some((i + 1, items)),
+            _ => return None,
+        }
+        if matches!(b.get(i), None | Some(b']' | b',')) {
+            return None;
+        }
+    }
+}
+
 /// A JSON string borrowed when it has no escapes, owned when it has.
 pub type Str<'a> = Cow<'a, str>;
 
@@ -229,6 +273,24 @@ pub fn without_member(object: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn splits_arrays_without_parsing_items() {
+        fn spans(t: &str) -> Option<Vec<&str>> {
+            array_item_spans(t).map(|r| r.into_iter().map(|r| &t[r]).collect())
+        }
+        assert_eq!(
+            spans(r#" [ {"a":"]"} ,[1,2], 3,"x" ] "#),
+            Some(vec![r#"{"a":"]"}"#, "[1,2]", "3", r#""x""#])
+        );
+        assert_eq!(spans("[]"), Some(vec![]));
+        assert_eq!(spans("[ \n ]"), Some(vec![]));
+        for bad in [
+            "", "{}", "[1,]", "[,1]", "[1 2]", "[1", "[1]x", "[{]", "[1,,2]", "null",
+        ] {
+            assert_eq!(spans(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn removes_one_member() {

@@ -4,7 +4,7 @@
 use crate::config::Config;
 use crate::dialect::{Choice, Dialect, Problem};
 use crate::fusion::{self, Fused, FusionParams};
-use crate::rank::{Catalog, CatalogCache, FieldWeights};
+use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::{rebuild_container, splice};
 use crate::select::{Selection, select};
 use std::ops::Range;
@@ -198,12 +198,26 @@ impl Analysis {
     /// The body with the dropped tools spliced out, or `None` when every tool is kept (the
     /// original body then goes upstream as it is).
     pub fn rewrite(&self, body: &str) -> Option<String> {
+        let (mut out, replaced) = self.rewrite_head(body)?;
+        out.push_str(body.get(replaced..)?);
+        Some(out)
+    }
+
+    /// What replaces the body's first bytes, up to the end of the tools array: the bytes
+    /// before the array and the rebuilt array, with that length. `None` when every tool is
+    /// kept. The rest of the body is unchanged, so a host that can replace a prefix in place
+    /// (Envoy) needs no more.
+    pub fn rewrite_head(&self, body: &str) -> Option<(String, usize)> {
         if self.kept() == self.total() {
             return None;
         }
         let container = body.get(self.container.clone())?;
         let rebuilt = rebuild_container(container, &self.catalog.draft, &self.selection.keep);
-        splice(body, self.container.clone(), &rebuilt)
+        let head = body.get(..self.container.start)?;
+        let mut out = String::with_capacity(head.len() + rebuilt.len());
+        out.push_str(head);
+        out.push_str(&rebuilt);
+        Some((out, self.container.end))
     }
 }
 
@@ -387,9 +401,10 @@ pub fn error_body(reason: Skip) -> String {
     .to_string()
 }
 
-/// A request body as text; JSON is UTF-8, so anything else is malformed.
-pub fn body_text(body: &[u8]) -> Result<&str, Skipped> {
-    std::str::from_utf8(body).map_err(|_| Skip::MalformedJson.into())
+/// A request body as text (its bytes, not copied); JSON is UTF-8, so anything else is
+/// malformed.
+pub fn body_text(body: Vec<u8>) -> Result<String, Skipped> {
+    String::from_utf8(body).map_err(|_| Skip::MalformedJson.into())
 }
 
 /// The configuration and the per-worker catalog cache.
@@ -401,7 +416,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: Config) -> Engine {
-        let cache = CatalogCache::new(config.catalog_cache_size);
+        let cache = CatalogCache::new(config.catalog_cache_size, config.catalog_cache_bytes);
         Engine {
             config,
             weights: FieldWeights::default(),
@@ -413,13 +428,16 @@ impl Engine {
     /// `body` is the request body as text: bytes that are not UTF-8 are [`Skip::MalformedJson`]
     /// (see [`body_text`]).
     pub fn analyse(&mut self, dialect: Dialect, body: &str) -> Result<Analysis, Skipped> {
+        // Vectors that arrived and catalogs released since the last request may have taken
+        // the cache past its bound.
+        self.cache.trim();
         // The tools array is located by a structural scan, and the rest of the body is parsed
         // with it blanked out: on a catalog-cache hit no parser ever reads the tools bytes,
         // which are most of the body.
-        let mut recognised = None;
+        let mut found = None;
         let span = crate::json::find_path_with(body, dialect.tools_path(), |start, rest| {
-            let (catalog, len) = self.cache.find_prefix(dialect, rest)?;
-            recognised = Some((start, catalog));
+            let (what, len) = self.cache.find_or_scan(dialect, rest)?;
+            found = Some((start, what));
             Some(len)
         })
         .ok_or_else(|| {
@@ -433,10 +451,20 @@ impl Engine {
             return Err(Skip::NoTools.into());
         }
         // A repeated `tools` key: only the last one, which providers read, counts.
-        let recognised = recognised.filter(|(start, _)| *start == span.start);
-        let (catalog, cache_hit) = match recognised {
-            Some((_, catalog)) => (catalog, true),
-            None => self.cache.get_or_build(dialect, container, self.weights)?,
+        let found = found
+            .filter(|(start, _)| *start == span.start)
+            .map(|(_, what)| what);
+        let (catalog, cache_hit) = match found {
+            Some(Found::Cached(catalog)) => (catalog, true),
+            // Not a cached catalog (the scan above compared it with each): assembled from its
+            // tools' parts, only tools never seen before read and tokenised.
+            Some(Found::Scanned(spans)) => {
+                let built = self
+                    .cache
+                    .build_scanned(dialect, container, Some(spans), self.weights);
+                (built?, false)
+            }
+            None => (self.cache.build(dialect, container, self.weights)?, false),
         };
         let total = catalog.function_count();
         if total == 0 {
@@ -475,6 +503,11 @@ impl Engine {
 
     pub fn cached_catalogs(&self) -> usize {
         self.cache.len()
+    }
+
+    /// What the worker's catalog cache holds, in bytes (estimated).
+    pub fn cache_usage(&mut self) -> crate::rank::CacheUsage {
+        self.cache.usage()
     }
 }
 
@@ -617,7 +650,7 @@ mod tests {
             Skip::BadShape
         );
         assert_eq!(
-            body_text(&[0xff, 0xfe]).err().unwrap().reason,
+            body_text(vec![0xff, 0xfe]).err().unwrap().reason,
             Skip::MalformedJson
         );
         let bad_tools = r#"{"messages":[],"tools":{"a":1}}"#;

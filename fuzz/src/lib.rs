@@ -82,9 +82,10 @@ fn is_json(text: &str) -> bool {
 /// the client's, in the client's order; the same body analysed again (a catalog-cache hit)
 /// is decided the same way.
 fn request(dialect: Dialect, data: &[u8]) {
-    let Ok(body) = body_text(data) else {
+    let Ok(body) = body_text(data.to_vec()) else {
         return;
     };
+    let body = body.as_str();
     let valid = is_json(body);
     for text in REQUEST_CONFIGS {
         let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));

@@ -1,7 +1,7 @@
 //! Anthropic Messages: `tools[]` with `input_schema`, content blocks, `tool_choice`
 //! `{type:"tool",name}`.
 
-use super::schema::tool_text;
+use super::schema::{Schema, Text, tool_text};
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -87,32 +87,31 @@ fn choice(raw: &RawValue) -> Choice {
     out
 }
 
-pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+/// One entry of the `tools` array; `None` when it does not parse as a tool object.
+pub(super) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
         kind: Option<Str<'a>>,
         name: Option<String>,
-        #[serde(borrow, default)]
-        description: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        input_schema: Option<&'a RawValue>,
+        #[serde(borrow)]
+        description: Option<Text<'a>>,
+        #[serde(borrow)]
+        input_schema: Option<Schema<'a>>,
     }
-    super::flat_catalog(container, |raw| {
-        match serde_json::from_str::<Tool>(raw.get()) {
-            // A user-defined tool has no `type`, or `"type": "custom"`.
-            Ok(Tool {
-                kind,
-                name: Some(name),
-                description,
-                input_schema,
-            }) if matches!(kind.as_deref(), None | Some("custom")) => {
-                Entry::Function(tool_text(&name, description, input_schema))
-            }
-            // Server and client built-ins: web_search_20250305, bash_20250124, computer_*,
-            // text_editor_*, tool_search_tool_*, mcp_toolset, …
-            _ => Entry::Builtin,
+    Some(match serde_json::from_str::<Tool>(text).ok()? {
+        // A user-defined tool has no `type`, or `"type": "custom"`.
+        Tool {
+            kind,
+            name: Some(name),
+            description,
+            input_schema,
+        } if matches!(kind.as_deref(), None | Some("custom")) => {
+            Entry::Function(tool_text(&name, description.as_ref(), input_schema.as_ref()).into())
         }
+        // Server and client built-ins: web_search_20250305, bash_20250124, computer_*,
+        // text_editor_*, tool_search_tool_*, mcp_toolset, …
+        _ => Entry::Builtin,
     })
 }
 
@@ -141,12 +140,13 @@ mod tests {
 
     #[test]
     fn server_tools_are_builtin() {
-        let c = catalog(
-            r#"[{"name":"a","input_schema":{"type":"object"}},
+        let c = Dialect::Anthropic
+            .catalog(
+                r#"[{"name":"a","input_schema":{"type":"object"}},
             {"type":"web_search_20250305","name":"web_search"},
             {"type":"custom","name":"b","input_schema":{}}]"#,
-        )
-        .unwrap();
+            )
+            .unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "a"));
         assert_eq!(c.entries[1], Entry::Builtin);
         assert!(matches!(&c.entries[2], Entry::Function(t) if t.name == "b"));

@@ -1,7 +1,7 @@
 //! Amazon Bedrock Converse (`/model/{id}/converse`, `/converse-stream`):
 //! `toolConfig.tools[].toolSpec` with `inputSchema.json`, `toolConfig.toolChoice`.
 
-use super::schema::tool_text;
+use super::schema::{Member, Text, tool_text};
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::Str;
 use serde::Deserialize;
@@ -96,7 +96,8 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     })
 }
 
-pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+/// One entry of `toolConfig.tools`; `None` when it does not parse as an object.
+pub(super) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, rename = "toolSpec")]
@@ -105,32 +106,25 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
     #[derive(Deserialize)]
     struct Spec<'a> {
         name: Option<String>,
-        #[serde(borrow, default)]
-        description: Option<&'a RawValue>,
-        #[serde(borrow, default, rename = "inputSchema")]
-        input_schema: Option<InputSchema<'a>>,
+        #[serde(borrow)]
+        description: Option<Text<'a>>,
+        #[serde(borrow, rename = "inputSchema")]
+        input_schema: Option<Member<'a>>,
     }
-    #[derive(Deserialize)]
-    struct InputSchema<'a> {
-        #[serde(borrow, default)]
-        json: Option<&'a RawValue>,
-    }
-    super::flat_catalog(container, |raw| {
-        match serde_json::from_str::<Tool>(raw.get()) {
-            Ok(Tool {
-                tool_spec:
-                    Some(Spec {
-                        name: Some(name),
-                        description,
-                        input_schema,
-                    }),
-            }) => {
-                let schema = input_schema.and_then(|s| s.json);
-                Entry::Function(tool_text(&name, description, schema))
-            }
-            // cachePoint markers and system tools stay where they are.
-            _ => Entry::Builtin,
+    Some(match serde_json::from_str::<Tool>(text).ok()? {
+        Tool {
+            tool_spec:
+                Some(Spec {
+                    name: Some(name),
+                    description,
+                    input_schema,
+                }),
+        } => {
+            let schema = input_schema.as_ref().and_then(|s| s.0.as_ref());
+            Entry::Function(tool_text(&name, description.as_ref(), schema).into())
         }
+        // cachePoint markers and system tools stay where they are.
+        _ => Entry::Builtin,
     })
 }
 
@@ -158,7 +152,7 @@ mod tests {
         );
         let tools = crate::json::find_path(body, Dialect::Bedrock.tools_path()).unwrap();
         assert!(body[tools.clone()].starts_with("[{\"toolSpec\""));
-        let c = catalog(&body[tools]).unwrap();
+        let c = Dialect::Bedrock.catalog(&body[tools]).unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.params == ["region"]));
         assert_eq!(c.entries[1], Entry::Builtin);
     }

@@ -3,8 +3,8 @@
 //! `toolConfig.functionCallingConfig.allowedFunctionNames`. The REST API accepts both camelCase
 //! and snake_case field names, so both are read.
 
-use super::schema::tool_text;
-use super::{CatalogDraft, Choice, Dialect, Entry, Group, Layout, Problem, Request, note_call};
+use super::schema::{Schema, Text, tool_text};
+use super::{Choice, Dialect, Entry, Group, Item, Layout, Problem, Request, note_call};
 use crate::json::Str;
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
@@ -104,26 +104,13 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     })
 }
 
-pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
-    #[derive(Deserialize)]
-    struct Declaration<'a> {
-        name: Option<String>,
-        #[serde(borrow, default)]
-        description: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        parameters: Option<&'a RawValue>,
-        #[serde(
-            borrow,
-            default,
-            rename = "parametersJsonSchema",
-            alias = "parameters_json_schema"
-        )]
-        parameters_json_schema: Option<&'a RawValue>,
-    }
+/// The Tool objects of a Gemini `tools` array and the function declarations in them: each
+/// declaration is an entry, and so is each Tool object without declarations (`googleSearch`,
+/// `codeExecution`, …: a built-in).
+pub(super) fn split(container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem> {
     let tools: Vec<&RawValue> = serde_json::from_str(container).map_err(|_| Problem::BadShape)?;
     let outer = ArrayLayout::of(container, container, &tools).ok_or(Problem::BadShape)?;
-    let mut entries = Vec::new();
-    let mut sizes = Vec::new();
+    let mut items = Vec::new();
     let mut groups = Vec::with_capacity(tools.len());
     for tool in tools {
         let fields: BTreeMap<Str, &RawValue> =
@@ -133,39 +120,56 @@ pub(super) fn catalog(container: &str) -> Result<CatalogDraft, Problem> {
             .or_else(|| fields.get("function_declarations"));
         let Some(declarations) = declarations else {
             // googleSearch, codeExecution, urlContext, retrieval, …
-            entries.push(Entry::Builtin);
-            sizes.push(tool.get().len());
+            items.push(Item {
+                text: tool.get(),
+                builtin: true,
+            });
             groups.push(None);
             continue;
         };
-        let items = crate::json::array_items(declarations).ok_or(Problem::BadShape)?;
+        let declared = crate::json::array_items(declarations).ok_or(Problem::BadShape)?;
         let inner =
-            ArrayLayout::of(tool.get(), declarations.get(), &items).ok_or(Problem::BadShape)?;
+            ArrayLayout::of(tool.get(), declarations.get(), &declared).ok_or(Problem::BadShape)?;
         groups.push(Some(Group {
             inner,
-            first_entry: entries.len(),
+            first_entry: items.len(),
             only_declarations: fields.len() == 1,
         }));
-        for item in items {
-            sizes.push(item.get().len());
-            entries.push(match serde_json::from_str::<Declaration>(item.get()) {
-                Ok(Declaration {
-                    name: Some(name),
-                    description,
-                    parameters,
-                    parameters_json_schema,
-                }) => {
-                    let schema = parameters.or(parameters_json_schema);
-                    Entry::Function(tool_text(&name, description, schema))
-                }
-                _ => Entry::Builtin,
-            });
-        }
+        items.extend(declared.into_iter().map(|d| Item {
+            text: d.get(),
+            builtin: false,
+        }));
     }
-    Ok(CatalogDraft {
-        entries,
-        sizes,
-        layout: Layout::Grouped { outer, groups },
+    Ok((items, Layout::Grouped { outer, groups }))
+}
+
+/// One function declaration; `None` when it does not parse as an object.
+pub(super) fn entry(text: &str) -> Option<Entry> {
+    #[derive(Deserialize)]
+    struct Declaration<'a> {
+        name: Option<String>,
+        #[serde(borrow)]
+        description: Option<Text<'a>>,
+        #[serde(borrow)]
+        parameters: Option<Schema<'a>>,
+        #[serde(
+            borrow,
+            rename = "parametersJsonSchema",
+            alias = "parameters_json_schema"
+        )]
+        parameters_json_schema: Option<Schema<'a>>,
+    }
+    Some(match serde_json::from_str::<Declaration>(text).ok()? {
+        Declaration {
+            name: Some(name),
+            description,
+            parameters,
+            parameters_json_schema,
+        } => {
+            let schema = parameters.as_ref().or(parameters_json_schema.as_ref());
+            Entry::Function(tool_text(&name, description.as_ref(), schema).into())
+        }
+        _ => Entry::Builtin,
     })
 }
 
@@ -195,7 +199,7 @@ mod tests {
 
     #[test]
     fn catalog_groups_declarations_and_keeps_builtins() {
-        let c = catalog(r#"[{"googleSearch":{}},{"function_declarations":[{"name":"a","parametersJsonSchema":{"properties":{"q":{}}}},{"name":"b"}]}]"#).unwrap();
+        let c = Dialect::Gemini.catalog(r#"[{"googleSearch":{}},{"function_declarations":[{"name":"a","parametersJsonSchema":{"properties":{"q":{}}}},{"name":"b"}]}]"#).unwrap();
         assert_eq!(c.entries.len(), 3);
         assert_eq!(c.entries[0], Entry::Builtin);
         assert!(matches!(&c.entries[1], Entry::Function(t) if t.name == "a" && t.params == ["q"]));

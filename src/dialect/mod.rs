@@ -1,8 +1,9 @@
 //! The five LLM request dialects: where each keeps the user's question, the tools, the tool
 //! that `tool_choice` names and the tools the conversation already called.
 //!
-//! Each dialect module turns a body into a [`Request`] (cheap: runs on every request) and a tool
-//! container into a [`CatalogDraft`] (costly: runs once per distinct tools array, then cached).
+//! Each dialect module turns a body into a [`Request`] (cheap: runs on every request), splits a
+//! tools container into its entries (a structural scan), and reads one entry into an [`Entry`]
+//! (costly: runs once per distinct tool definition, then cached in [`crate::rank`]).
 
 mod anthropic;
 mod bedrock;
@@ -89,14 +90,77 @@ impl Dialect {
         Ok(request)
     }
 
-    /// Lists the tools in a tools container of this dialect, with the layout needed to splice it.
+    /// Lists the tools in a tools container of this dialect, with the layout needed to splice it:
+    /// [`Dialect::split`], then [`Dialect::read_entry`] for each entry.
     pub fn catalog(self, container: &str) -> Result<CatalogDraft, Problem> {
-        match self {
-            Dialect::OpenaiChat => openai_chat::catalog(container),
-            Dialect::OpenaiResponses => openai_responses::catalog(container),
-            Dialect::Anthropic => anthropic::catalog(container),
-            Dialect::Gemini => gemini::catalog(container),
-            Dialect::Bedrock => bedrock::catalog(container),
+        let (items, layout) = self.split(container)?;
+        let sizes = items.iter().map(|i| i.text.len()).collect();
+        let entries = items
+            .iter()
+            .map(|i| self.read_item(i))
+            .collect::<Result<_, _>>()?;
+        Ok(CatalogDraft {
+            entries,
+            sizes,
+            layout,
+        })
+    }
+
+    /// The entries of a tools container, not read yet, and the layout to splice it. For the
+    /// flat dialects a structural scan that does not parse the entries: the catalog cache
+    /// reads only the entries it has not seen before.
+    pub fn split(self, container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem> {
+        self.split_scanned(container, None)
+    }
+
+    /// Like [`Dialect::split`], with the flat container's item ranges when a scan already found
+    /// them ([`crate::json::array_prefix_spans`]).
+    pub fn split_scanned(
+        self,
+        container: &str,
+        scanned: Option<Vec<std::ops::Range<usize>>>,
+    ) -> Result<(Vec<Item<'_>>, Layout), Problem> {
+        if self == Dialect::Gemini {
+            return gemini::split(container);
+        }
+        let spans = match scanned {
+            Some(spans) => spans,
+            None => crate::json::array_item_spans(container).ok_or(Problem::BadShape)?,
+        };
+        let items = spans
+            .iter()
+            .map(|span| Item {
+                text: container.get(span.clone()).unwrap_or_default(),
+                builtin: false,
+            })
+            .collect();
+        let layout = ArrayLayout {
+            span: 0..container.len(),
+            items: spans,
+        };
+        Ok((items, Layout::Flat(layout)))
+    }
+
+    /// Reads one entry of a container (a function declaration for Gemini). An entry that is
+    /// JSON but not a tool this dialect defines is a built-in (kept, never ranked); one that is
+    /// not JSON at all makes the whole container [`Problem::BadShape`], as a parser reading the
+    /// whole array would.
+    pub fn read_item(self, item: &Item) -> Result<Entry, Problem> {
+        if item.builtin {
+            return Ok(Entry::Builtin);
+        }
+        let read = match self {
+            Dialect::OpenaiChat => openai_chat::entry(item.text),
+            Dialect::OpenaiResponses => openai_responses::entry(item.text),
+            Dialect::Anthropic => anthropic::entry(item.text),
+            Dialect::Gemini => gemini::entry(item.text),
+            Dialect::Bedrock => bedrock::entry(item.text),
+        };
+        match read {
+            Some(entry) => Ok(entry),
+            None => serde_json::from_str::<serde::de::IgnoredAny>(item.text)
+                .map(|_| Entry::Builtin)
+                .map_err(|_| Problem::BadShape),
         }
     }
 }
@@ -182,11 +246,22 @@ pub(crate) fn note_call(called: &mut Vec<String>, name: &str) {
     }
 }
 
+/// One entry of a tools container, as [`Dialect::split`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item<'a> {
+    /// The entry's JSON text.
+    pub text: &'a str,
+    /// The container's structure says it is a built-in (a Gemini Tool object without function
+    /// declarations): it is not read.
+    pub builtin: bool,
+}
+
 /// One entry of a tools container.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
-    /// A function schema: ranked, and removed when not selected.
-    Function(ToolText),
+    /// A function schema: ranked, and removed when not selected. Shared by every catalog that
+    /// holds the same tool definition.
+    Function(std::rc::Rc<ToolText>),
     /// A provider built-in (web search, code interpreter, MCP connector, …): always kept.
     Builtin,
 }
@@ -233,22 +308,6 @@ pub struct CatalogDraft {
     /// Byte length of each entry's JSON, for the token estimate.
     pub sizes: Vec<usize>,
     pub layout: Layout,
-}
-
-/// Builds a flat catalog from an array whose items `classify` reads.
-pub(crate) fn flat_catalog(
-    container: &str,
-    classify: impl Fn(&RawValue) -> Entry,
-) -> Result<CatalogDraft, Problem> {
-    let items: Vec<&RawValue> = serde_json::from_str(container).map_err(|_| Problem::BadShape)?;
-    let layout = ArrayLayout::of(container, container, &items).ok_or(Problem::BadShape)?;
-    let sizes = items.iter().map(|i| i.get().len()).collect();
-    let entries = items.into_iter().map(classify).collect();
-    Ok(CatalogDraft {
-        entries,
-        sizes,
-        layout: Layout::Flat(layout),
-    })
 }
 
 /// A text part of a message in any dialect (`{"type":"text","text":…}`, `{"text":…}`).

@@ -1,7 +1,7 @@
 //! OpenAI Chat Completions and every server that copies it (Azure OpenAI, vLLM, Ollama,
 //! Mistral, LiteLLM, OpenRouter): `tools[].function`, `messages`, `tool_choice`.
 
-use super::schema::tool_text;
+use super::schema::{Schema, Text, tool_text};
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -119,7 +119,8 @@ fn choice(raw: &RawValue) -> Choice {
     out
 }
 
-pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+/// One entry of the `tools` array; `None` when it does not parse as a tool object.
+pub(super) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
@@ -130,27 +131,23 @@ pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
     #[derive(Deserialize)]
     struct Function<'a> {
         name: Option<String>,
-        #[serde(borrow, default)]
-        description: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        parameters: Option<&'a RawValue>,
+        #[serde(borrow)]
+        description: Option<Text<'a>>,
+        #[serde(borrow)]
+        parameters: Option<Schema<'a>>,
     }
-    super::flat_catalog(container, |raw| {
-        let Ok(tool) = serde_json::from_str::<Tool>(raw.get()) else {
-            return Entry::Builtin;
-        };
-        match (tool.kind.as_deref(), tool.function) {
-            (
-                None | Some("function"),
-                Some(Function {
-                    name: Some(name),
-                    description,
-                    parameters,
-                }),
-            ) => Entry::Function(tool_text(&name, description, parameters)),
-            // `custom` tools, and anything newer we do not know: never removed.
-            _ => Entry::Builtin,
-        }
+    let tool = serde_json::from_str::<Tool>(text).ok()?;
+    Some(match (tool.kind.as_deref(), tool.function) {
+        (
+            None | Some("function"),
+            Some(Function {
+                name: Some(name),
+                description,
+                parameters,
+            }),
+        ) => Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()).into()),
+        // `custom` tools, and anything newer we do not know: never removed.
+        _ => Entry::Builtin,
     })
 }
 
@@ -206,11 +203,12 @@ mod tests {
 
     #[test]
     fn catalog_keeps_non_function_tools_as_builtin() {
-        let c = catalog(
-            r#"[{"type":"function","function":{"name":"a","description":"A"}},
+        let c = Dialect::OpenaiChat
+            .catalog(
+                r#"[{"type":"function","function":{"name":"a","description":"A"}},
             {"type":"custom","custom":{"name":"grammar"}},{"type":"function"}]"#,
-        )
-        .unwrap();
+            )
+            .unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "a"));
         assert_eq!(c.entries[1], Entry::Builtin);
         assert_eq!(c.entries[2], Entry::Builtin);

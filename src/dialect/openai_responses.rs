@@ -1,7 +1,7 @@
 //! OpenAI Responses: flat `{"type":"function","name",…}` tools, `input` as a string or a list
 //! of items, `tool_choice`.
 
-use super::schema::tool_text;
+use super::schema::{Schema, Text, tool_text};
 use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -104,28 +104,29 @@ fn choice(raw: &RawValue) -> Choice {
     out
 }
 
-pub(super) fn catalog(container: &str) -> Result<super::CatalogDraft, Problem> {
+/// One entry of the `tools` array; `None` when it does not parse as a tool object.
+pub(super) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
         kind: Option<Str<'a>>,
         name: Option<String>,
-        #[serde(borrow, default)]
-        description: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        parameters: Option<&'a RawValue>,
+        #[serde(borrow)]
+        description: Option<Text<'a>>,
+        #[serde(borrow)]
+        parameters: Option<Schema<'a>>,
     }
-    super::flat_catalog(container, |raw| {
-        match serde_json::from_str::<Tool>(raw.get()) {
-            Ok(Tool {
-                kind: Some(kind),
-                name: Some(name),
-                description,
-                parameters,
-            }) if kind == "function" => Entry::Function(tool_text(&name, description, parameters)),
-            // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
-            _ => Entry::Builtin,
+    Some(match serde_json::from_str::<Tool>(text).ok()? {
+        Tool {
+            kind: Some(kind),
+            name: Some(name),
+            description,
+            parameters,
+        } if kind == "function" => {
+            Entry::Function(tool_text(&name, description.as_ref(), parameters.as_ref()).into())
         }
+        // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
+        _ => Entry::Builtin,
     })
 }
 
@@ -162,7 +163,7 @@ mod tests {
 
     #[test]
     fn catalog_reads_flat_functions() {
-        let c = catalog(r#"[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}]"#).unwrap();
+        let c = Dialect::OpenaiResponses.catalog(r#"[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}]"#).unwrap();
         assert!(matches!(&c.entries[0], Entry::Function(t) if t.name == "f"));
         assert_eq!(c.entries[1], Entry::Builtin);
     }

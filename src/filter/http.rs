@@ -9,6 +9,7 @@
 //! failed). Response headers: report what was done.
 
 use super::host::{self, Buffer, Headers};
+use super::metrics::now;
 use super::search::Search;
 use super::{Shared, vectors};
 use crate::config::{Mode, OnError};
@@ -21,7 +22,7 @@ use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub struct Filter {
     shared: Option<Rc<Shared>>,
@@ -55,7 +56,8 @@ struct GatingWait {
     token: u32,
     dialect: Dialect,
     analysis: Analysis,
-    body: Vec<u8>,
+    /// The request body, its UTF-8 checked once.
+    body: String,
 }
 
 enum Outcome {
@@ -101,7 +103,8 @@ struct Waiting {
     analysis: Analysis,
     gathered: Gathered,
     slots: Vec<Slot>,
-    body: Vec<u8>,
+    /// The request body, its UTF-8 checked once.
+    body: String,
 }
 
 /// What the body phase did.
@@ -149,16 +152,7 @@ impl Filter {
         self.buffering = None;
         let started = now();
         let result = self.filter_body(shared, dialect, body_size);
-        if let (Some(start), Some(end)) = (started, now()) {
-            let micros = end
-                .duration_since(start)
-                .unwrap_or(Duration::ZERO)
-                .as_micros();
-            shared.metrics.record(
-                shared.metrics.filter_time_us,
-                u64::try_from(micros).unwrap_or(u64::MAX),
-            );
-        }
+        shared.metrics.since(shared.metrics.filter_time_us, started);
         match result {
             Ok(Step::Done) => Action::Continue,
             Ok(Step::Waiting) => Action::Pause,
@@ -172,17 +166,27 @@ impl Filter {
         dialect: Dialect,
         body_size: usize,
     ) -> Result<Step, Skipped> {
-        let mut body =
-            host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
+        let metrics = &shared.metrics;
+        let started = now();
+        let body = host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
+        metrics.since(metrics.phase_read_us, started);
+        let mut body = body_text(body)?;
         if let Some(resolved) = self.resolve_alias(dialect, &body) {
             host::set_buffer(Buffer::RequestBody, 0, body.len(), resolved.as_bytes())
                 .map_err(|_| Skip::Internal)?;
-            body = resolved.into_bytes();
+            body = resolved;
         }
-        let text = body_text(&body)?;
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
-        let analysis = engine.analyse(dialect, text)?;
-        let metrics = &shared.metrics;
+        let started = now();
+        let analysis = engine.analyse(dialect, &body)?;
+        metrics.since(
+            if analysis.cache_hit {
+                metrics.phase_analyse_us
+            } else {
+                metrics.phase_assemble_us
+            },
+            started,
+        );
         metrics.add(
             if analysis.cache_hit {
                 metrics.catalog_cache_hits
@@ -216,14 +220,17 @@ impl Filter {
         shared: &Shared,
         dialect: Dialect,
         mut analysis: Analysis,
-        body: Vec<u8>,
+        body: String,
     ) -> Result<Step, Skipped> {
+        let metrics = &shared.metrics;
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let config = &engine.config;
+        let started = now();
         let ranked = match shared.hybrid(config) {
             Some((source, e)) => match start_hybrid(shared, &source, config, e, &mut analysis) {
                 Start::Ranked(ranked) => ranked,
                 Start::Call(token, gathered, slots) => {
+                    metrics.since(metrics.phase_hybrid_us, started);
                     drop(engine);
                     self.waiting = Some(Waiting {
                         token,
@@ -237,11 +244,13 @@ impl Filter {
             },
             None => Ranked::Keyword,
         };
+        if ranked != Ranked::Keyword {
+            metrics.since(metrics.phase_hybrid_us, started);
+        }
         let debug = config.debug;
         self.gate(config, &mut analysis);
         drop(engine);
-        let text = body_text(&body)?;
-        self.apply(shared, debug, &analysis, text, body.len(), ranked)?;
+        self.apply(shared, debug, &analysis, &body, body.len(), ranked)?;
         self.claim_tool_choice(dialect);
         Ok(Step::Done)
     }
@@ -249,14 +258,13 @@ impl Filter {
     /// In search mode, an OpenAI Responses body whose `previous_response_id` names a response
     /// id the client was shown in place of the one the provider stored (see
     /// [`crate::search::alias`]), with the stored one.
-    fn resolve_alias(&self, dialect: Dialect, body: &[u8]) -> Option<String> {
+    fn resolve_alias(&self, dialect: Dialect, body: &str) -> Option<String> {
         if self.search_headers.is_none() || dialect != Dialect::OpenaiResponses {
             return None;
         }
-        let text = std::str::from_utf8(body).ok()?;
         crate::search::alias::resolve(
             &super::search::alias_store(),
-            text,
+            body,
             super::search::now_seconds(),
         )
     }
@@ -287,9 +295,9 @@ impl Filter {
             }
         }
         let (kept, total) = (analysis.kept(), analysis.total());
-        if let Some(rewritten) = analysis.rewrite(text) {
-            host::set_buffer(Buffer::RequestBody, 0, body_len, rewritten.as_bytes())
-                .map_err(|_| Skip::Internal)?;
+        let started = now();
+        if write_rewritten(analysis, text)? {
+            metrics.since(metrics.phase_write_us, started);
             metrics.add(metrics.rewritten, 1);
         } else {
             metrics.add(metrics.unchanged, 1);
@@ -397,6 +405,7 @@ impl Filter {
         num_headers: usize,
         body_size: usize,
     ) -> Action {
+        let started = now();
         let Waiting {
             mut analysis,
             mut gathered,
@@ -440,9 +449,11 @@ impl Filter {
             self.gate(config, &mut analysis);
             (config.debug, ranked)
         };
-        let result = body_text(&body)
-            .and_then(|text| self.apply(shared, debug, &analysis, text, body.len(), ranked));
+        let result = self.apply(shared, debug, &analysis, &body, body.len(), ranked);
         self.claim_tool_choice(analysis.dialect);
+        shared
+            .metrics
+            .since(shared.metrics.phase_answer_us, started);
         match result {
             Ok(()) => Action::Continue,
             Err(skipped) => self.skip(shared, skipped),
@@ -884,9 +895,7 @@ impl Filter {
                     .any(|e| analysis.catalog.name(e) == Some(c.name.as_str()))
         });
         if let Some(claim) = claim {
-            let model = std::str::from_utf8(&body)
-                .map(crate::mcp::llm::model_of)
-                .unwrap_or_default();
+            let model = crate::mcp::llm::model_of(&body);
             let reply = crate::mcp::llm::claimed_answer(dialect, claim, &model);
             let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
             if host::send_response(200, &headers, reply.as_bytes()).is_ok() {
@@ -1031,6 +1040,15 @@ fn add_response_header(name: &str, value: &str) {
     }
 }
 
-fn now() -> Option<SystemTime> {
-    host::now()
+/// Writes the body with the dropped tools spliced out; false when every tool is kept (the
+/// body goes on as it is). Only the bytes up to the end of the tools array are written:
+/// Envoy's `set_buffer` at offset 0 drains the given length and puts the new bytes before
+/// what remains, so the rest of the body never leaves Envoy's buffer.
+fn write_rewritten(analysis: &Analysis, text: &str) -> Result<bool, Skipped> {
+    let Some((head, replaced)) = analysis.rewrite_head(text) else {
+        return Ok(false);
+    };
+    host::set_buffer(Buffer::RequestBody, 0, replaced, head.as_bytes())
+        .map_err(|_| Skip::Internal)?;
+    Ok(true)
 }

@@ -4,6 +4,7 @@
 use super::host::{self, HostError, MetricKind};
 use crate::embeddings::Fallback;
 use crate::pipeline::Skip;
+use std::time::{Duration, SystemTime};
 
 pub struct Metrics {
     pub requests: u32,
@@ -16,6 +17,16 @@ pub struct Metrics {
     pub catalog_cache_hits: u32,
     pub catalog_cache_misses: u32,
     pub filter_time_us: u32,
+    /// The filter's time per request in each phase, in µs: reading the body from Envoy,
+    /// analysing it with a cached catalog or with a new one (assembled from its tools' parts),
+    /// hybrid ranking's own work before its embeddings call, handling that call's answer
+    /// (reading it, fusing, selecting, writing), and writing the rewritten body back.
+    pub phase_read_us: u32,
+    pub phase_analyse_us: u32,
+    pub phase_assemble_us: u32,
+    pub phase_hybrid_us: u32,
+    pub phase_answer_us: u32,
+    pub phase_write_us: u32,
     /// One counter per [`Skip`], in [`Skip::ALL`] order.
     skipped: Vec<u32>,
     /// Requests ranked with the embeddings, and requests of `ranking: hybrid` ranked by
@@ -59,6 +70,7 @@ pub struct Metrics {
 impl Metrics {
     pub fn define() -> Result<Metrics, HostError> {
         let counter = |name: &str| host::define_metric(MetricKind::Counter, name);
+        let histogram = |name: &str| host::define_metric(MetricKind::Histogram, name);
         let skipped = Skip::ALL
             .iter()
             .map(|s| counter(&format!("toolsift.skipped.{}", s.name())))
@@ -87,10 +99,7 @@ impl Metrics {
             search_failed: counter("toolsift.search.failed")?,
             search_unreadable: counter("toolsift.search.unreadable")?,
             search_headers_not_held: counter("toolsift.search.headers_not_held")?,
-            search_round_time_us: host::define_metric(
-                MetricKind::Histogram,
-                "toolsift.search.round_time_us",
-            )?,
+            search_round_time_us: histogram("toolsift.search.round_time_us")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,
@@ -100,7 +109,13 @@ impl Metrics {
             tokens_saved: counter("toolsift.tokens_saved")?,
             catalog_cache_hits: counter("toolsift.catalog_cache.hits")?,
             catalog_cache_misses: counter("toolsift.catalog_cache.misses")?,
-            filter_time_us: host::define_metric(MetricKind::Histogram, "toolsift.filter_time_us")?,
+            filter_time_us: histogram("toolsift.filter_time_us")?,
+            phase_read_us: histogram("toolsift.phase.read_us")?,
+            phase_analyse_us: histogram("toolsift.phase.analyse_us")?,
+            phase_assemble_us: histogram("toolsift.phase.assemble_us")?,
+            phase_hybrid_us: histogram("toolsift.phase.hybrid_us")?,
+            phase_answer_us: histogram("toolsift.phase.answer_us")?,
+            phase_write_us: histogram("toolsift.phase.write_us")?,
             skipped,
         })
     }
@@ -122,6 +137,17 @@ impl Metrics {
         }
     }
 
+    /// Records in the histogram `metric` the µs since `start` (from [`now`]).
+    pub fn since(&self, metric: u32, start: Option<SystemTime>) {
+        if let (Some(start), Some(end)) = (start, now()) {
+            let micros = end
+                .duration_since(start)
+                .unwrap_or(Duration::ZERO)
+                .as_micros();
+            self.record(metric, u64::try_from(micros).unwrap_or(u64::MAX));
+        }
+    }
+
     pub fn fallback(&self, reason: Fallback) {
         let position = Fallback::ALL.iter().position(|f| *f == reason);
         if let Some(&metric) = position.and_then(|p| self.fallback.get(p)) {
@@ -139,3 +165,6 @@ impl Metrics {
         }
     }
 }
+
+/// Envoy's clock, for the filter's time histograms; `None` if the host cannot tell.
+pub use super::host::now;

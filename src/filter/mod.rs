@@ -59,6 +59,7 @@ impl Shared {
         let source = crate::embeddings::Source {
             provider,
             model: &e.model,
+            dimensions: e.dimensions,
             cache,
         };
         Some((source, e))
@@ -120,37 +121,39 @@ impl Context for Root {
         };
         let Some((catalog, entries)) = shared
             .backfill
-            .try_borrow_mut()
+            .try_borrow()
             .ok()
-            .and_then(|mut b| b.answered(token_id))
+            .and_then(|b| b.pending(token_id))
         else {
             return;
         };
-        let Ok(engine) = shared.engine.try_borrow() else {
-            return;
-        };
-        let Some((source, e)) = shared.hybrid(&engine.config) else {
-            return;
-        };
-        let known = catalog
-            .vectors()
-            .and_then(|v| v.iter().flatten().map(Vec::len).next());
-        match http::read_answer(
-            num_headers,
-            body_size,
-            entries.len(),
-            e.dimensions.or(known),
-        ) {
-            Ok(vectors) => {
-                source.fill_tools(&catalog, &entries, vectors);
-                shared
-                    .metrics
-                    .add(shared.metrics.embeddings_backfilled, entries.len());
+        let ok = shared.engine.try_borrow().is_ok_and(|engine| {
+            let Some((source, e)) = shared.hybrid(&engine.config) else {
+                return false;
+            };
+            let known = catalog.known_dimensions();
+            match http::read_answer(
+                num_headers,
+                body_size,
+                entries.len(),
+                e.dimensions.or(known),
+            ) {
+                Ok(vectors) => {
+                    source.fill_tools(&catalog, &entries, vectors);
+                    shared
+                        .metrics
+                        .add(shared.metrics.embeddings_backfilled, entries.len());
+                    true
+                }
+                Err(reason) => {
+                    log::debug!("background embeddings call: {}", reason.name());
+                    shared.metrics.fallback(reason);
+                    false
+                }
             }
-            Err(reason) => {
-                log::debug!("background embeddings call: {}", reason.name());
-                shared.metrics.fallback(reason);
-            }
+        });
+        if let Ok(mut backfill) = shared.backfill.try_borrow_mut() {
+            backfill.answered(token_id, ok);
         }
     }
 }

@@ -3,9 +3,8 @@
 
 use super::host::{self, HostError, HostResult};
 use crate::config::Embeddings;
-use crate::embeddings::{SharedBytes, request_body, tool_texts};
+use crate::embeddings::{BackfillQueue, SharedBytes, request_body, tool_texts};
 use crate::rank::Catalog;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -34,8 +33,6 @@ impl SharedBytes for SharedData {
 /// it, so it may take as long as a slow model needs.
 pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Sends one embeddings request; the answer comes to the calling context's
-/// `on_http_call_response`, or Envoy answers 504 after `timeout`.
 /// Sends an embeddings call for `inputs` under `config`'s embeddings settings (bounded by their
 /// `timeout_ms`); `None` when hybrid ranking is off or the call cannot be made.
 pub fn send(config: &crate::config::Config, inputs: &[&str]) -> Option<u32> {
@@ -49,6 +46,8 @@ pub fn send(config: &crate::config::Config, inputs: &[&str]) -> Option<u32> {
     }
 }
 
+/// Sends one embeddings request; the answer comes to the calling context's
+/// `on_http_call_response`, or Envoy answers 504 after `timeout`.
 pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> HostResult<u32> {
     let body = request_body(&e.model, inputs, e.dimensions);
     let mut headers: Vec<(&str, &str)> = vec![
@@ -62,62 +61,63 @@ pub fn dispatch(e: &Embeddings, inputs: &[&str], timeout: Duration) -> HostResul
 }
 
 /// A new catalog's tools whose vectors a request could not get within `timeout_ms`: the root
-/// context fetches them, on its next tick, with [`BACKGROUND_TIMEOUT`], and the answer comes
-/// to the root, which outlives any request.
+/// context fetches them, on its ticks, with [`BACKGROUND_TIMEOUT`], and the answers come to the
+/// root, which outlives any request. What is sent when is [`BackfillQueue`]'s (one call in
+/// flight per catalog, `embeddings.max_background_calls` in all); this adds the host: the
+/// calls and the tick.
 #[derive(Default)]
-pub struct Backfill {
-    queued: Vec<(Rc<Catalog>, Vec<usize>)>,
-    in_flight: HashMap<u32, (Rc<Catalog>, Vec<usize>)>,
-}
+pub struct Backfill(BackfillQueue);
 
 impl Backfill {
-    /// Queues `entries` of `catalog` unless its tools are already being fetched.
+    /// Queues `entries` of `catalog` (see [`BackfillQueue::queue`]) and asks for a tick.
     pub fn queue(&mut self, catalog: &Rc<Catalog>, entries: Vec<usize>) {
-        if catalog.fetching() || entries.is_empty() {
-            return;
-        }
-        catalog.set_fetching(true);
-        self.queued.push((Rc::clone(catalog), entries));
-        // Envoy applies a tick period set from a request's context to its root context.
-        if let Err(status) = host::set_tick_period(Duration::from_millis(10)) {
-            log::warn!("cannot schedule the background embeddings call: {status:?}");
+        if self.0.queue(catalog, entries) {
+            tick(Duration::from_millis(10));
         }
     }
 
-    /// Sends the queued calls (on the root context's tick), `max_batch` tools per call, all at
-    /// once. Returns how many calls and inputs.
+    /// Sends what the caps allow (on the root context's tick), `max_batch` tools per call.
+    /// Returns how many calls and inputs.
     pub fn send(&mut self, e: &Embeddings) -> (usize, usize) {
         let (mut calls, mut inputs) = (0, 0);
-        for (catalog, entries) in std::mem::take(&mut self.queued) {
-            for chunk in entries.chunks(e.max_batch.max(1)) {
-                let texts = tool_texts(&catalog, chunk);
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                match dispatch(e, &refs, BACKGROUND_TIMEOUT) {
-                    Ok(token) => {
-                        calls += 1;
-                        inputs += refs.len();
-                        self.in_flight
-                            .insert(token, (Rc::clone(&catalog), chunk.to_vec()));
-                    }
-                    Err(status) => log::debug!("background embeddings call failed: {status:?}"),
+        while let Some((catalog, entries)) = self.0.next_call(e.max_background_calls, e.max_batch) {
+            let texts = tool_texts(&catalog, &entries);
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            match dispatch(e, &refs, BACKGROUND_TIMEOUT) {
+                Ok(token) => {
+                    calls += 1;
+                    inputs += refs.len();
+                    self.0.sent(token, catalog, entries);
+                }
+                Err(status) => {
+                    log::debug!("background embeddings call failed: {status:?}");
+                    self.0.not_sent(&catalog);
                 }
             }
-            self.settle(&catalog);
         }
+        // The root's tick stops unless something else needs it: the next one comes when a
+        // call answers and frees a slot.
         (calls, inputs)
     }
 
-    /// Lets requests ask for `catalog`'s tools again once none of its calls is in flight.
-    fn settle(&self, catalog: &Rc<Catalog>) {
-        if !self.in_flight.values().any(|(c, _)| Rc::ptr_eq(c, catalog)) {
-            catalog.set_fetching(false);
-        }
+    /// The catalog and tool entries of the call `token`, if it is one of ours.
+    pub fn pending(&self, token: u32) -> Option<(Rc<Catalog>, Vec<usize>)> {
+        self.0.pending(token)
     }
 
-    /// The call `token` answered (or failed): its catalog and tool entries.
-    pub fn answered(&mut self, token: u32) -> Option<(Rc<Catalog>, Vec<usize>)> {
-        let (catalog, entries) = self.in_flight.remove(&token)?;
-        self.settle(&catalog);
-        Some((catalog, entries))
+    /// The call `token` answered (`ok`: its vectors were stored); asks for a tick if more
+    /// tools wait.
+    pub fn answered(&mut self, token: u32, ok: bool) {
+        if self.0.answered(token, ok) {
+            tick(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Sets the root context's tick period (Envoy applies a period set from a request's context
+/// to its root context); zero stops it.
+fn tick(period: Duration) {
+    if let Err(status) = host::set_tick_period(period) {
+        log::warn!("cannot set the tick period for background embeddings calls: {status:?}");
     }
 }

@@ -35,6 +35,7 @@ impl Host for Mock {
             source: crate::embeddings::Source {
                 provider: "test",
                 model: &embeddings.model,
+                dimensions: embeddings.dimensions,
                 cache,
             },
             embeddings,
