@@ -20,7 +20,7 @@ mod common;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use toolsift::config::Config;
-use toolsift::dialect::{Dialect, Entry};
+use toolsift::dialects::{Dialect, Entry};
 use toolsift::embeddings::{query_texts, tool_text};
 use toolsift::eval::Dataset;
 use toolsift::fusion::{self, FusionParams};
@@ -39,7 +39,7 @@ fn main() {
         let dir: PathBuf = repo.join("../shared/datasets").join(name);
         let dataset = Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).unwrap();
         let catalog = Catalog::build(Dialect::OpenaiChat, &dataset.tools_array(), weights).unwrap();
-        let texts = |f: fn(&toolsift::dialect::ToolText) -> String| -> Vec<String> {
+        let texts = |f: fn(&toolsift::dialects::ToolText) -> String| -> Vec<String> {
             catalog
                 .draft
                 .entries

@@ -8,7 +8,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::PathBuf;
 use toolsift::config::Config;
-use toolsift::dialect::Dialect;
+use toolsift::dialects::Dialect;
 use toolsift::pipeline::Engine;
 use toolsift::rank::{Catalog, CatalogCache, FieldWeights};
 

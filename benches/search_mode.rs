@@ -27,7 +27,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Instant;
 use toolsift::config::Config;
-use toolsift::dialect::{Dialect, MAX_QUERY_BYTES};
+use toolsift::dialects::{Dialect, MAX_QUERY_BYTES};
 use toolsift::eval::{Dataset, percentile};
 use toolsift::json::find_path;
 use toolsift::pipeline::{Analysis, Engine};

@@ -2,7 +2,7 @@
 //! `pluginConfig`). Parsed strictly (unknown keys are errors, so a typo never silently turns a
 //! setting off), then checked; every error names the field.
 
-use crate::dialect::Dialect;
+use crate::dialects::Dialect;
 use serde::Deserialize;
 use std::fmt;
 
@@ -17,17 +17,12 @@ pub enum OnError {
     Reject,
 }
 
-/// Which dialect to read bodies as: from the request path (`auto`), or always one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Which dialect to read bodies as: from the request path (`"auto"`), or always the one named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DialectChoice {
     #[default]
     Auto,
-    OpenaiChat,
-    OpenaiResponses,
-    Anthropic,
-    Gemini,
-    Bedrock,
+    Fixed(Dialect),
 }
 
 impl DialectChoice {
@@ -35,12 +30,26 @@ impl DialectChoice {
     pub fn resolve(self, path: &str) -> Option<Dialect> {
         match self {
             DialectChoice::Auto => Dialect::from_path(path),
-            DialectChoice::OpenaiChat => Some(Dialect::OpenaiChat),
-            DialectChoice::OpenaiResponses => Some(Dialect::OpenaiResponses),
-            DialectChoice::Anthropic => Some(Dialect::Anthropic),
-            DialectChoice::Gemini => Some(Dialect::Gemini),
-            DialectChoice::Bedrock => Some(Dialect::Bedrock),
+            DialectChoice::Fixed(dialect) => Some(dialect),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for DialectChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<str>>::deserialize(deserializer)?;
+        if name == "auto" {
+            return Ok(DialectChoice::Auto);
+        }
+        Dialect::from_name(&name)
+            .map(DialectChoice::Fixed)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
+                serde::de::Error::custom(format!(
+                    "unknown dialect `{name}`, expected `auto` or one of: {}",
+                    names.join(", ")
+                ))
+            })
     }
 }
 
@@ -791,7 +800,7 @@ mod tests {
             DEFAULT_CATALOG_CACHE_BYTES
         );
         assert_eq!(c.on_error, OnError::Reject);
-        assert_eq!(c.dialect, DialectChoice::Anthropic);
+        assert_eq!(c.dialect, DialectChoice::Fixed(Dialect::Anthropic));
         assert_eq!(c.dialect.resolve("/anything"), Some(Dialect::Anthropic));
         assert_eq!(
             Config::from_json(br#"{"dialect":"auto"}"#).unwrap().dialect,
@@ -811,7 +820,7 @@ mod tests {
         assert!(err(r#"{"on_error":"explode"}"#).contains("field `on_error`: unknown variant"));
         assert!(err(r#"{"always_include":[""]}"#).contains("`always_include[0]`"));
         assert!(
-            err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown variant `cohere`")
+            err(r#"{"dialect":"cohere"}"#).contains("field `dialect`: unknown dialect `cohere`, expected `auto` or one of: openai_chat, openai_responses, anthropic, gemini, bedrock, ollama")
         );
         assert!(err("[1]").contains("expected a JSON object"));
         assert!(err(r#"{"catalog_cache_bytes":1000}"#).contains("field `catalog_cache_bytes`"));

@@ -3,7 +3,7 @@
 //! bounded to a fixed number of entries over any shared key-value store (proxy-wasm shared data
 //! in the filter, a map in the CLI).
 
-use crate::dialect::{Entry, ToolText};
+use crate::dialects::{Entry, ToolText};
 use crate::rank::{Catalog, ToolParts};
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
@@ -661,7 +661,7 @@ mod tests {
             .map(|i| format!(r#"{{"type":"function","function":{{"name":"tool_{i}","description":"does thing {i}"}}}}"#))
             .collect();
         Catalog::build(
-            crate::dialect::Dialect::OpenaiChat,
+            crate::dialects::Dialect::OpenaiChat,
             &format!("[{}]", tools.join(",")),
             crate::rank::FieldWeights::default(),
         )

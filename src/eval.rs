@@ -22,7 +22,7 @@
 //! ignored.
 
 use crate::config::Config;
-use crate::dialect::{Choice, Dialect, Entry, MAX_QUERY_BYTES};
+use crate::dialects::{Choice, Dialect, Entry, MAX_QUERY_BYTES};
 use crate::embeddings::{
     Fallback, Gathered, MAX_SENTENCES, MemoryBytes, Source, VectorCache, parse_response,
     request_body,

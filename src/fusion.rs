@@ -161,11 +161,11 @@ impl Lexicon {
     }
 
     /// The lexicon of the function tools among `entries` (their parts read afresh).
-    pub fn build(entries: &[crate::dialect::Entry]) -> Lexicon {
+    pub fn build(entries: &[crate::dialects::Entry]) -> Lexicon {
         Lexicon::new(
             entries
                 .iter()
-                .filter(|e| matches!(e, crate::dialect::Entry::Function(_)))
+                .filter(|e| matches!(e, crate::dialects::Entry::Function(_)))
                 .map(|e| Rc::new(ToolParts::of_entry(e.clone())))
                 .collect(),
         )
@@ -464,7 +464,7 @@ fn ranks(mut scores: Vec<(usize, f32)>, limit: usize) -> impl Iterator<Item = (u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::{Entry, ToolText};
+    use crate::dialects::{Entry, ToolText};
     use crate::rank::FieldWeights;
 
     fn tool(name: &str, description: &str, keys: &[&str]) -> Entry {

@@ -11,7 +11,7 @@
 //! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI.
 
 pub mod config;
-pub mod dialect;
+pub mod dialects;
 pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;

@@ -2,7 +2,7 @@
 //! Pure Rust, no proxy-wasm: the filter and the CLI run exactly this.
 
 use crate::config::Config;
-use crate::dialect::{Choice, Dialect, Problem};
+use crate::dialects::{Choice, Dialect, Problem};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::{rebuild_container, splice};

@@ -7,7 +7,7 @@
 //! tokenised again, and kept in a cache bounded in bytes: the agent that sends the same catalog
 //! every turn pays for it once, and the one whose catalog changes by a tool pays for that tool.
 
-use crate::dialect::{CatalogDraft, Dialect, Entry, Item, Problem, ToolText};
+use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Problem, ToolText};
 use crate::fusion::{Fused, LexicalTool, Lexicon};
 use bm25::TokenEmbedder;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -603,15 +603,15 @@ impl Catalog {
     fn estimate_heap_bytes(&self) -> usize {
         let n = self.draft.entries.len();
         let layout = match &self.draft.layout {
-            crate::dialect::Layout::Flat(a) => a.items.capacity() * size_of::<Range<usize>>(),
-            crate::dialect::Layout::Grouped { outer, groups } => {
+            crate::dialects::Layout::Flat(a) => a.items.capacity() * size_of::<Range<usize>>(),
+            crate::dialects::Layout::Grouped { outer, groups } => {
                 outer.items.capacity() * size_of::<Range<usize>>()
                     + groups
                         .iter()
                         .flatten()
                         .map(|g| g.inner.items.capacity() * size_of::<Range<usize>>())
                         .sum::<usize>()
-                    + groups.capacity() * size_of::<Option<crate::dialect::Group>>()
+                    + groups.capacity() * size_of::<Option<crate::dialects::Group>>()
             }
         };
         let per_entry = size_of::<Entry>()
@@ -629,7 +629,7 @@ impl Catalog {
             + layout
             + self.container.len()
             + n * per_entry
-            + 2 * crate::dialect::MAX_QUERY_BYTES
+            + 2 * crate::dialects::MAX_QUERY_BYTES
     }
 }
 

@@ -2,7 +2,7 @@
 //! tools' original bytes. Nothing is re-serialised, so key order, number formatting, escapes
 //! and whitespace everywhere else reach the upstream exactly as the client sent them.
 
-use crate::dialect::{CatalogDraft, Layout};
+use crate::dialects::{CatalogDraft, Layout};
 use crate::json::span_in;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -110,7 +110,7 @@ pub fn splice(body: &str, range: Range<usize>, replacement: &str) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::Dialect;
+    use crate::dialects::Dialect;
 
     fn rebuild(dialect: Dialect, container: &str, keep: &[bool]) -> String {
         let catalog = dialect.catalog(container).unwrap();

@@ -10,7 +10,7 @@
 //! `tool_choice: required` needs something to call.
 
 use crate::config::Config;
-use crate::dialect::{Choice, Entry};
+use crate::dialects::{Choice, Entry};
 use crate::rank::{Catalog, Scored};
 use std::fmt;
 
@@ -188,7 +188,7 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::Dialect;
+    use crate::dialects::Dialect;
     use crate::rank::FieldWeights;
 
     /// A catalog of `n` Anthropic tools `t0…`, each `size` bytes of JSON or so.
@@ -233,7 +233,6 @@ mod tests {
         let ranking = c.index.rank("gamma delta");
         let choice = Choice {
             named: vec!["alpha".into()],
-            requires_tool: true,
         };
         let s = select(
             &config(r#"{"top_k":2,"always_include":["search_*"]}"#),

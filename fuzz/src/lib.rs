@@ -12,14 +12,13 @@
 
 use serde_json::value::RawValue;
 use toolsift::config::Config;
-use toolsift::dialect::Dialect;
+use toolsift::dialects::Dialect;
 use toolsift::pipeline::{Analysis, Engine, body_text};
 use toolsift::search::plan::{HeaderRoom, Planned, entry_texts, plan};
 use toolsift::search::respond::{Answer, Flow, Head, Responder};
 use toolsift::search::respond_model::Envoy;
 use toolsift::search::round::{Next, Session};
-use toolsift::search::sse::{self, Frame};
-use toolsift::search::wire::Wire;
+use toolsift::search::sse::{self, Frame, Framing};
 use toolsift::search::{Edits, Reply};
 
 /// Plans as with held request headers: every `native_search` rule can apply.
@@ -37,6 +36,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("request_openai_chat", request_openai_chat),
     ("request_openai_responses", request_openai_responses),
     ("request_anthropic", request_anthropic),
+    ("request_ollama", request_ollama),
     ("request_gemini", request_gemini),
     ("request_bedrock", request_bedrock),
     ("response", response),
@@ -46,6 +46,10 @@ pub const TARGETS: &[(&str, Property)] = &[
 
 pub fn request_openai_chat(data: &[u8]) {
     request(Dialect::OpenaiChat, data);
+}
+
+pub fn request_ollama(data: &[u8]) {
+    request(Dialect::Ollama, data);
 }
 
 pub fn request_openai_responses(data: &[u8]) {
@@ -175,7 +179,8 @@ fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
 /// the meta-tools `find_tools` and `use_tool` in front of them.
 fn search_request(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::OpenaiChat => {
+        // Ollama's tools and messages are OpenAI Chat's.
+        Dialect::OpenaiChat | Dialect::Ollama => {
             r#"{"model":"m","messages":[{"role":"user","content":"weather in Paris"}],"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},{"type":"function","function":{"name":"send_email","description":"Send an email","parameters":{"type":"object","properties":{"to":{"type":"string"}}}}},{"type":"function","function":{"name":"list_files","description":"List files in a folder"}}]}"#
         }
         Dialect::OpenaiResponses => {
@@ -236,17 +241,17 @@ pub fn response(data: &[u8]) {
     };
     let dialect = Dialect::ALL[usize::from(selector & 0x7f) % Dialect::ALL.len()];
     let streamed = selector & 0x80 != 0;
-    let wire = Wire(dialect);
+    let codec = dialect.codec();
     let Some(text) = sse::utf8_prefix(rest) else {
         return;
     };
     let mut session = session(dialect);
     if !streamed {
-        let Ok(reply) = wire.read_reply(text) else {
+        let Ok(reply) = codec.read_reply(text) else {
             return;
         };
         let edits = check_turn(dialect, &mut session, &reply);
-        if let Ok(out) = wire.finish_reply(text, &edits) {
+        if let Ok(out) = codec.finish_reply(text, &edits) {
             assert!(
                 !is_json(text) || is_json(&out),
                 "finished answer is not JSON: {out}"
@@ -254,40 +259,41 @@ pub fn response(data: &[u8]) {
         }
         return;
     }
-    let sse_frames = sse::frames(text).0;
+    let framing = codec.framing();
+    let stream_frames = framing.frames(text).0;
     if std::str::from_utf8(rest).is_ok() {
         assert_eq!(
-            framed_in_chunks(rest, *seed),
-            sse_frames,
+            framed_in_chunks(framing, rest, *seed),
+            stream_frames,
             "frames read in chunks differ from the whole stream's"
         );
     }
     // Gemini without `alt=sse` streams one JSON array.
     let whole = match sse::array_frames(text) {
         Some(array) if dialect == Dialect::Gemini => array,
-        _ => sse_frames,
+        _ => stream_frames,
     };
     for n in 0..=whole.len() {
-        let _ = wire.opening(&whole[..n]);
-        let rest_of = sse::after_events(text, n);
+        let _ = codec.opening(&whole[..n]);
+        let rest_of = framing.after_events(text, n);
         assert!(text.ends_with(rest_of));
     }
     for frame in &whole {
-        let _ = wire.calls_started(frame);
+        let _ = codec.calls_started(frame);
     }
     let half = whole.len() / 2;
-    if wire.continues_streams() {
-        if let Ok(out) = wire.continue_stream(&whole[..half], text) {
-            let _ = sse::frames(&out);
+    if codec.continues_streams() {
+        if let Ok(out) = codec.continue_stream(&whole[..half], text) {
+            let _ = framing.frames(&out);
         }
     }
-    let Ok(reply) = wire.read_stream(&whole) else {
+    let Ok(reply) = codec.read_stream(&whole) else {
         return;
     };
     let edits = check_turn(dialect, &mut session, &reply);
-    if let Ok(out) = wire.finish_stream(&whole, &edits) {
+    if let Ok(out) = codec.finish_stream(&whole, &edits) {
         let is_event = |data: &str| data == "[DONE]" || is_json(data);
-        let (finished, used) = sse::frames(&out);
+        let (finished, used) = framing.frames(&out);
         assert_eq!(used, out.len(), "finished stream ends inside an event");
         if whole.iter().all(|frame| is_event(&frame.data)) {
             for frame in finished {
@@ -303,7 +309,7 @@ pub fn response(data: &[u8]) {
 
 /// The frames of `bytes` read as they arrive in chunks of 1 to 64 bytes, sizes drawn from
 /// `seed`: each chunk is appended to what is pending, and the complete events are taken.
-fn framed_in_chunks(bytes: &[u8], seed: u8) -> Vec<Frame> {
+fn framed_in_chunks(framing: Framing, bytes: &[u8], seed: u8) -> Vec<Frame> {
     let mut state = u32::from(seed) | 1;
     let mut pending: Vec<u8> = Vec::new();
     let mut frames = Vec::new();
@@ -317,7 +323,7 @@ fn framed_in_chunks(bytes: &[u8], seed: u8) -> Vec<Frame> {
         let Some(text) = sse::utf8_prefix(&pending) else {
             return frames;
         };
-        let (new, used) = sse::frames(text);
+        let (new, used) = framing.frames(text);
         frames.extend(new);
         pending.drain(..used);
     }
@@ -415,14 +421,14 @@ pub fn respond(data: &[u8]) {
     }
     assert!(envoy.buffer.borrow().is_empty(), "Envoy still holds bytes");
     assert!(envoy.read.get() <= first.len(), "bytes read twice");
-    let wire = Wire(dialect);
+    let codec = dialect.codec();
     let Ok(text) = std::str::from_utf8(first) else {
         return;
     };
     let reply = if streamed {
-        wire.read_stream(&sse::frames(text).0)
+        codec.read_stream(&codec.framing().frames(text).0)
     } else {
-        wire.read_reply(text)
+        codec.read_reply(text)
     };
     let meta = |name: &str| name == "find_tools" || name == "use_tool";
     if reply.is_ok_and(|r| !r.calls.iter().any(|c| meta(&c.name)))

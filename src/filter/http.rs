@@ -13,7 +13,7 @@ use super::metrics::now;
 use super::search::Search;
 use super::{Shared, vectors};
 use crate::config::{Mode, OnError};
-use crate::dialect::Dialect;
+use crate::dialects::{Dialect, PathStream};
 use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
     Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
@@ -982,11 +982,11 @@ fn search_headers(
         .and_then(|h| h.iter().find(|(n, _)| n == ":path"))
         .map(|(_, v)| v.as_str())
         .unwrap_or_default();
-    let gemini_stream = path.contains(":streamGenerateContent");
-    let unsupported = (dialect == Dialect::Bedrock && path.contains("converse-stream"))
-        || (gemini_stream && !path.contains("alt=sse"));
+    let path_stream = dialect.codec().path_stream(path);
     match headers {
-        Some(headers) if !unsupported => Some((headers, gemini_stream)),
+        Some(headers) if path_stream != PathStream::Unsupported => {
+            Some((headers, path_stream == PathStream::Stream))
+        }
         _ => {
             shared.metrics.add(shared.metrics.search_unsupported, 1);
             None

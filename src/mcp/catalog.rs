@@ -3,7 +3,7 @@
 //! calls private) authorization context, for as long as the server says (`ttlMs`), bounded in
 //! bytes.
 
-use crate::dialect::Dialect;
+use crate::dialects::Dialect;
 use crate::rank::{Catalog, FieldWeights};
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -1027,7 +1027,7 @@ fn meta_want(name: &str, arguments: Option<&str>) -> Want {
         .and_then(Value::as_str)
         .map(str::trim)
         .filter(|q| !q.is_empty())
-        .map(|q| crate::text::head_and_tail(q, crate::dialect::MAX_QUERY_BYTES));
+        .map(|q| crate::text::head_and_tail(q, crate::dialects::MAX_QUERY_BYTES));
     let limit = args
         .get("limit")
         .and_then(Value::as_f64)

@@ -6,10 +6,9 @@
 
 use super::gating::{Claim, Verdict};
 use crate::config::{Config, GatingMcp};
-use crate::dialect::Dialect;
+use crate::dialects::Dialect;
 use crate::json::find_path;
 use crate::pipeline::Analysis;
-use crate::rewrite::splice;
 use crate::select::select;
 use serde_json::{Value, json};
 
@@ -127,74 +126,7 @@ pub fn apply(analysis: &mut Analysis, config: &Config, verdict: &Verdict) -> Gat
 /// `body` with `tool_choice` (in the dialect's form) naming `name`; `None` if it cannot be
 /// written (the body is not an object).
 pub fn with_tool_choice(dialect: Dialect, body: &str, name: &str) -> Option<String> {
-    match dialect {
-        Dialect::OpenaiChat => set_member(
-            body,
-            &[],
-            "tool_choice",
-            &json!({"type": "function", "function": {"name": name}}).to_string(),
-        ),
-        Dialect::OpenaiResponses => set_member(
-            body,
-            &[],
-            "tool_choice",
-            &json!({"type": "function", "name": name}).to_string(),
-        ),
-        Dialect::Anthropic => set_member(
-            body,
-            &[],
-            "tool_choice",
-            &json!({"type": "tool", "name": name}).to_string(),
-        ),
-        Dialect::Gemini => {
-            let config = json!({"mode": "ANY", "allowedFunctionNames": [name]}).to_string();
-            match find_path(body, &["toolConfig"]) {
-                Some(_) => set_member(body, &["toolConfig"], "functionCallingConfig", &config),
-                None => set_member(
-                    body,
-                    &[],
-                    "toolConfig",
-                    &format!("{{\"functionCallingConfig\":{config}}}"),
-                ),
-            }
-        }
-        Dialect::Bedrock => set_member(
-            body,
-            &["toolConfig"],
-            "toolChoice",
-            &json!({"tool": {"name": name}}).to_string(),
-        ),
-    }
-}
-
-/// Sets member `key` of the object at `path` (the top level for `[]`) to `value` (JSON text):
-/// the value replaced in place when the member exists (the last one, as parsers read it),
-/// else the member added at the object's end. Every other byte is kept.
-fn set_member(body: &str, path: &[&str], key: &str, value: &str) -> Option<String> {
-    let mut full: Vec<&str> = path.to_vec();
-    full.push(key);
-    if let Some(span) = find_path(body, &full) {
-        return splice(body, span, value);
-    }
-    let object = if path.is_empty() {
-        let start = body.len() - body.trim_start().len();
-        let end = body.trim_end().len();
-        start..end
-    } else {
-        find_path(body, path)?
-    };
-    let text = body.get(object.clone())?;
-    if !text.starts_with('{') || !text.ends_with('}') {
-        return None;
-    }
-    let inner = text.get(1..text.len() - 1)?;
-    let member = format!("\"{key}\":{value}");
-    if inner.trim().is_empty() {
-        splice(body, object, &format!("{{{member}}}"))
-    } else {
-        let close = object.end - 1;
-        splice(body, close..close, &format!(",{member}"))
-    }
+    dialect.codec().with_tool_choice(body, name)
 }
 
 /// The response the gateway sends in place of the model's, for a request whose turn the claimed
@@ -203,63 +135,9 @@ fn set_member(body: &str, path: &[&str], key: &str, value: &str) -> Option<Strin
 /// response carries one).
 pub fn claimed_answer(dialect: Dialect, claim: &Claim, model: &str) -> String {
     let arguments: Value = serde_json::from_str(&claim.arguments).unwrap_or_else(|_| json!({}));
-    let name = &claim.name;
-    let answer = match dialect {
-        Dialect::OpenaiChat => json!({
-            "id": "chatcmpl-toolsift-claim",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": null, "tool_calls": [{
-                    "id": "call_toolsift_claim", "type": "function",
-                    "function": {"name": name, "arguments": arguments.to_string()}
-                }]},
-                "finish_reason": "tool_calls"
-            }],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-        }),
-        Dialect::OpenaiResponses => json!({
-            "id": "resp_toolsift_claim",
-            "object": "response",
-            "created_at": 0,
-            "status": "completed",
-            "model": model,
-            "output": [{
-                "type": "function_call", "id": "fc_toolsift_claim", "call_id": "call_toolsift_claim",
-                "name": name, "arguments": arguments.to_string(), "status": "completed"
-            }],
-            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        }),
-        Dialect::Anthropic => json!({
-            "id": "msg_toolsift_claim",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [{"type": "tool_use", "id": "toolu_toolsift_claim", "name": name, "input": arguments}],
-            "stop_reason": "tool_use",
-            "stop_sequence": null,
-            "usage": {"input_tokens": 0, "output_tokens": 0}
-        }),
-        Dialect::Gemini => json!({
-            "candidates": [{
-                "content": {"role": "model", "parts": [{"functionCall": {"name": name, "args": arguments}}]},
-                "finishReason": "STOP",
-                "index": 0
-            }],
-            "usageMetadata": {"promptTokenCount": 0, "candidatesTokenCount": 0, "totalTokenCount": 0},
-            "modelVersion": model
-        }),
-        Dialect::Bedrock => json!({
-            "output": {"message": {"role": "assistant", "content": [
-                {"toolUse": {"toolUseId": "tooluse_toolsift_claim", "name": name, "input": arguments}}
-            ]}},
-            "stopReason": "tool_use",
-            "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
-            "metrics": {"latencyMs": 0}
-        }),
-    };
+    let answer = dialect
+        .codec()
+        .claimed_answer(&claim.name, &arguments, model);
     answer.to_string()
 }
 

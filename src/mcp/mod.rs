@@ -48,7 +48,7 @@ mod hostile {
         }
         let _ = gating::verdict(&text);
         let _ = gating::arguments(&text, &text);
-        for dialect in crate::dialect::Dialect::ALL {
+        for dialect in crate::dialects::Dialect::ALL {
             let _ = llm::with_tool_choice(dialect, &text, "x");
         }
     }

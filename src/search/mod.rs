@@ -6,7 +6,8 @@
 //! the `eager_k` best-ranked ones; every other tool is deferred. Response side ([`round`]):
 //! when the model calls only `find_tools`, the search runs over the whole catalog and the
 //! follow-up request is the previous one plus the model's turn, the tool results and the found
-//! tools appended to the tools array. [`wire`] holds what differs per dialect.
+//! tools appended to the tools array. What differs per dialect is its codec's
+//! ([`crate::dialects::ResponseCodec`]).
 //!
 //! Pure Rust, no proxy-wasm: the filter and the CLI share it.
 
@@ -18,7 +19,6 @@ pub mod respond;
 pub mod respond_model;
 pub mod round;
 pub mod sse;
-pub mod wire;
 
 pub use sse::Frame;
 

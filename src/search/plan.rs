@@ -4,9 +4,8 @@
 //! later turn's tools array starts with an earlier turn's, and the provider's prompt cache
 //! survives the agent loop.
 
-use super::wire::Wire;
 use crate::config::{Config, USE_TOOL_NAME, glob_match};
-use crate::dialect::{CatalogDraft, Dialect, Entry, Layout};
+use crate::dialects::{CatalogDraft, Dialect, Entry, Layout, ProviderSearch};
 use crate::json::{find_path, without_member};
 use crate::pipeline::Analysis;
 use crate::rewrite::{rebuild_container, splice};
@@ -185,7 +184,7 @@ pub fn meta_entries(
     dialect: Dialect,
     deferred_names: &[&str],
 ) -> Vec<String> {
-    let wire = Wire(dialect);
+    let codec = dialect.codec();
     let name = &names.find;
     let mut description = format!(
         "Search the tools available to you. Your tool list shows only some of them: when you \
@@ -210,7 +209,7 @@ pub fn meta_entries(
         },
         "required": ["query"]
     });
-    let mut out = vec![wire.tool_entry(name, &description, &parameters)];
+    let mut out = vec![codec.tool_entry(name, &description, &parameters)];
     if let Some(use_tool) = &names.use_tool {
         let parameters = json!({
             "type": "object",
@@ -225,7 +224,7 @@ pub fn meta_entries(
              with params when they fit its parameters; otherwise you get its parameters back, \
              as from {name}, and can call it yourself."
         );
-        out.push(wire.tool_entry(use_tool, &description, &parameters));
+        out.push(codec.tool_entry(use_tool, &description, &parameters));
     }
     out
 }
@@ -385,21 +384,16 @@ fn provider_search<'c>(
         .and_then(|r| body.get(r))
         .and_then(|raw| serde_json::from_str(raw).ok())?;
     let rule = rules.iter().find(|r| glob_match(&r.model, &model))?;
-    let provider_default = match dialect {
-        Dialect::Anthropic => Some(format!(
-            r#"{{"type":"{ANTHROPIC_SEARCH_TOOL}","name":"{ANTHROPIC_SEARCH_TOOL_NAME}"}}"#
-        )),
-        Dialect::OpenaiResponses => Some(r#"{"type":"tool_search"}"#.to_owned()),
-        // Chat Completions servers differ: only the operator knows the search tool's shape.
-        Dialect::OpenaiChat => None,
-        // Neither knows `defer_loading`.
-        Dialect::Gemini | Dialect::Bedrock => return None,
+    let (provider_default, takes_beta) = match dialect.codec().provider_search() {
+        ProviderSearch::Unsupported => return None,
+        ProviderSearch::OperatorDefined => (None, false),
+        ProviderSearch::Tool { entry, beta } => (Some(entry), beta),
     };
     let tool = match &rule.tool {
         Some(tool) => serde_json::Value::Object(tool.clone()).to_string(),
         None => provider_default?,
     };
-    let beta = (dialect == Dialect::Anthropic && !rule.anthropic_beta.is_empty())
+    let beta = (takes_beta && !rule.anthropic_beta.is_empty())
         .then_some(rule.anthropic_beta.as_str())
         .filter(|beta| !room.has_beta(beta));
     if beta.is_some() && !room.held {
@@ -409,8 +403,9 @@ fn provider_search<'c>(
 }
 
 /// Anthropic's BM25 tool search tool: it takes natural-language queries, as `find_tools` does.
-pub const ANTHROPIC_SEARCH_TOOL: &str = "tool_search_tool_bm25_20251119";
-pub const ANTHROPIC_SEARCH_TOOL_NAME: &str = "tool_search_tool_bm25";
+pub use crate::dialects::anthropic::{
+    SEARCH_TOOL as ANTHROPIC_SEARCH_TOOL, SEARCH_TOOL_NAME as ANTHROPIC_SEARCH_TOOL_NAME,
+};
 
 /// The tools array (flat: the dialects with deferral) with `search_tool` first and
 /// `defer_loading: true` added to every function tool that is not visible. Every other byte,

@@ -24,7 +24,8 @@
 //! follow-up's error) or not at all (`x-toolsift-search`).
 
 use super::round::{Next, Session};
-use super::{Edits, Frame, Opening, Reply, sse};
+use super::sse::{self, Framing};
+use super::{Edits, Frame, Opening, Reply};
 use crate::config::{Config, Embeddings};
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, parse_response};
 use crate::pipeline::rank_fused;
@@ -300,14 +301,14 @@ impl Responder {
             let Some(text) = self.body.get(self.framed..).and_then(sse::utf8_prefix) else {
                 return self.release(host);
             };
-            let (frames, consumed) = sse::frames(text);
+            let (frames, consumed) = self.session.codec().framing().frames(text);
             self.framed += consumed;
             // Events before these were undecided: whether the model calls or answers shows in
             // the first event that outputs something, so only the new ones are looked at.
-            let opening = self.session.wire().opening(&frames);
+            let opening = self.session.codec().opening(&frames);
             self.frames.extend(frames);
             match opening {
-                Opening::Answer if self.session.wire().continues_streams() => {
+                Opening::Answer if self.session.codec().continues_streams() => {
                     // The client gets the stream from here; what Envoy holds goes too, minus
                     // anything from a meta-tool call on.
                     host.count(Event::Released);
@@ -377,12 +378,12 @@ impl Responder {
                 self.in_envoy = 0;
                 return Flow::Continue;
             };
-            let wire = self.session.wire();
-            let (frames, consumed) = sse::frames_with_ends(text);
+            let codec = self.session.codec();
+            let (frames, consumed) = codec.framing().frames_with_ends(text);
             let mut start = 0;
             let mut call_at = None;
             for (frame, end) in frames {
-                let calls = wire.calls_started(&frame);
+                let calls = codec.calls_started(&frame);
                 if calls.iter().any(|name| self.session.is_meta(name)) {
                     call_at = Some(start);
                     break;
@@ -418,7 +419,7 @@ impl Responder {
         }
         // The whole turn: the events sent written again (only to be read: the client keeps the
         // bytes it got), then what was held.
-        let mut text = sse::write_all(&watch.sent);
+        let mut text = self.session.codec().framing().write_all(&watch.sent);
         text.push_str(&String::from_utf8_lossy(
             watch.held.as_deref().unwrap_or_default(),
         ));
@@ -435,11 +436,11 @@ impl Responder {
         started: Option<u64>,
     ) -> Flow {
         let started = started.or_else(|| host.now_micros());
-        let wire = self.session.wire();
+        let codec = self.session.codec();
         let reply = if self.stream {
-            wire.read_stream(&sse::frames(&text).0)
+            codec.read_stream(&codec.framing().frames(&text).0)
         } else {
-            wire.read_reply(&text)
+            codec.read_reply(&text)
         };
         let Ok(reply) = reply else {
             host.count(Event::Unreadable);
@@ -468,15 +469,17 @@ impl Responder {
         follow_up: bool,
         started: Option<u64>,
     ) -> Flow {
-        let wire = self.session.wire();
+        let codec = self.session.codec();
         match self.session.on_reply(reply) {
             Next::Deliver(edits) => {
                 let finished = if edits == Edits::default() {
                     None
                 } else if self.stream {
-                    wire.finish_stream(&sse::frames(text).0, &edits).ok()
+                    codec
+                        .finish_stream(&codec.framing().frames(text).0, &edits)
+                        .ok()
                 } else {
-                    wire.finish_reply(text, &edits).ok()
+                    codec.finish_reply(text, &edits).ok()
                 };
                 self.deliver(host, text, follow_up, finished.as_deref())
             }
@@ -650,11 +653,11 @@ impl Responder {
         if let Some(watch) = self.watch.take() {
             // Part of this stream is with the client: send what follows it.
             let whole = replaced.unwrap_or(text);
-            let wire = self.session.wire();
+            let codec = self.session.codec();
             let rest = if follow_up {
-                let rest = wire.continue_stream(&watch.sent, whole).ok();
-                let shown = wire.stream_response_id(&watch.sent);
-                let real = wire.stream_response_id(&sse::frames(whole).0);
+                let rest = codec.continue_stream(&watch.sent, whole).ok();
+                let shown = codec.stream_response_id(&watch.sent);
+                let real = codec.stream_response_id(&codec.framing().frames(whole).0);
                 if let (Some(shown), Some(real), Some(_)) = (&shown, &real, &rest) {
                     if shown != real {
                         host.remember_alias(shown, real);
@@ -662,12 +665,18 @@ impl Responder {
                 }
                 rest
             } else {
-                Some(sse::after_events(whole, watch.sent.len()).to_owned())
+                Some(
+                    codec
+                        .framing()
+                        .after_events(whole, watch.sent.len())
+                        .to_owned(),
+                )
             };
             let rest = rest.unwrap_or_else(|| {
-                error_event(&toolsift_error(
-                    "the next round's stream cannot be continued",
-                ))
+                error_event(
+                    codec.framing(),
+                    &toolsift_error("the next round's stream cannot be continued"),
+                )
             });
             let mut out = watch.before_call;
             out.extend_from_slice(rest.as_bytes());
@@ -701,7 +710,8 @@ impl Responder {
             self.add_header(host);
         } else if self.stream {
             // The status went with the stream's start: the stream ends with an error event.
-            self.end_with(host, error_event(body).as_bytes());
+            let framing = self.session.codec().framing();
+            self.end_with(host, error_event(framing, body).as_bytes());
         } else {
             // The status went already (headers not held): the error travels in the body.
             self.end_with(host, body.as_bytes());
@@ -750,10 +760,13 @@ fn toolsift_error(why: &str) -> String {
 }
 
 /// An SSE `error` event carrying the JSON `body`, to end a stream already under way.
-fn error_event(body: &str) -> String {
-    let mut out = String::new();
-    Frame::named("error", body.replace('\n', " ")).write(&mut out);
-    out
+fn error_event(framing: Framing, body: &str) -> String {
+    let frame = match framing {
+        Framing::Sse => Frame::named("error", body.replace('\n', " ")),
+        // A line of its own, as a JSON-lines API ends a failed stream (`{"error":…}`).
+        Framing::Ndjson => Frame::data(body.replace('\n', " ")),
+    };
+    framing.write_all(std::slice::from_ref(&frame))
 }
 
 #[cfg(test)]

@@ -10,11 +10,10 @@
 
 use super::*;
 use crate::config::Config;
-use crate::dialect::Dialect;
+use crate::dialects::Dialect;
 use crate::pipeline::Engine;
 use crate::search::plan::{HeaderRoom, Planned, plan};
 use crate::search::respond_model::Envoy;
-use crate::search::wire::Wire;
 use std::cell::RefCell;
 use std::path::PathBuf;
 
@@ -45,23 +44,13 @@ fn recordings(dir: &str, suffix: &str) -> Vec<(String, String)> {
     out
 }
 
-fn dialect_dir(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::OpenaiChat => "openai-chat",
-        Dialect::OpenaiResponses => "openai-responses",
-        Dialect::Anthropic => "anthropic-messages",
-        Dialect::Gemini => "gemini",
-        Dialect::Bedrock => "bedrock-converse",
-    }
-}
-
 /// The calls of a recorded answer, read as the machine reads them.
 fn calls_of(dialect: Dialect, text: &str, stream: bool) -> Vec<String> {
-    let wire = Wire(dialect);
+    let codec = dialect.codec();
     let reply = if stream {
-        wire.read_stream(&sse::frames(text).0)
+        codec.read_stream(&sse::frames(text).0)
     } else {
-        wire.read_reply(text)
+        codec.read_reply(text)
     };
     reply
         .map(|r| r.calls.into_iter().map(|c| c.name).collect())
@@ -90,18 +79,18 @@ fn machine(dialect: Dialect, names: &[String], stream: bool, hold: bool) -> Resp
 
 fn session(dialect: Dialect, names: &[String], stream: bool) -> Session {
     let config = Config::from_json(br#"{"mode":"search","min_tools":3}"#).unwrap();
-    let wire = Wire(dialect);
+    let codec = dialect.codec();
     let params = serde_json::json!({"type":"object","properties":{"q":{"type":"string"}}});
     let mut entries: Vec<String> = names
         .iter()
-        .map(|n| wire.tool_entry(n, "A recorded tool", &params))
+        .map(|n| codec.tool_entry(n, "A recorded tool", &params))
         .collect();
     entries.extend(
-        (0..24).map(|i| wire.tool_entry(&format!("filler_{i}"), "Does filler things", &params)),
+        (0..24).map(|i| codec.tool_entry(&format!("filler_{i}"), "Does filler things", &params)),
     );
     let tools = entries.join(",");
     let body = match dialect {
-        Dialect::OpenaiChat => format!(
+        Dialect::OpenaiChat | Dialect::Ollama => format!(
             r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"weather?"}}],"tools":[{tools}]}}"#
         ),
         Dialect::OpenaiResponses => {
@@ -239,7 +228,7 @@ const SSE_DIALECTS: [Dialect; 4] = [
 #[test]
 fn recorded_streams_reach_the_client_unchanged() {
     for dialect in SSE_DIALECTS {
-        for (name, text) in recordings(dialect_dir(dialect), ".response.sse") {
+        for (name, text) in recordings(dialect.codec().recordings(), ".response.sse") {
             let names = calls_of(dialect, &text, true);
             // Every chunking; then held headers and trailers, whole and in one-byte chunks.
             let variants = splits(&text)
@@ -265,7 +254,7 @@ fn recorded_streams_reach_the_client_unchanged() {
 #[test]
 fn recorded_streams_calling_find_tools_are_answered() {
     for dialect in SSE_DIALECTS {
-        let recorded = recordings(dialect_dir(dialect), ".response.sse");
+        let recorded = recordings(dialect.codec().recordings(), ".response.sse");
         let next = recorded
             .iter()
             .find(|(n, t)| n.starts_with("text-stream") && calls_of(dialect, t, true).is_empty())
@@ -329,7 +318,7 @@ fn text_first_streams_continue_with_the_next_round() {
             "text-stream.response.sse",
         ),
     ] {
-        let dir = dialect_dir(dialect);
+        let dir = dialect.codec().recordings();
         let text = std::fs::read_to_string(conformance(dir).join(file)).unwrap();
         let next = std::fs::read_to_string(conformance(dir).join(next_file)).unwrap();
         let names = calls_of(dialect, &text, true);
@@ -348,10 +337,10 @@ fn text_first_streams_continue_with_the_next_round() {
         // The client got the first round's events up to the call, then the next round's.
         let frames = sse::frames(&outcome.client).0;
         let first = sse::frames(&searching).0;
-        let wire = Wire(dialect);
+        let codec = dialect.codec();
         let before_call = first
             .iter()
-            .take_while(|f| !wire.calls_started(f).iter().any(|c| c == "find_tools"))
+            .take_while(|f| !codec.calls_started(f).iter().any(|c| c == "find_tools"))
             .count();
         assert!(before_call > 0);
         assert_eq!(frames[..before_call], first[..before_call], "{dialect}");
@@ -362,16 +351,14 @@ fn text_first_streams_continue_with_the_next_round() {
         if dialect == Dialect::OpenaiResponses {
             let ids: Vec<String> = frames
                 .iter()
-                .filter_map(|f| {
-                    crate::search::wire::Wire(dialect).stream_response_id(std::slice::from_ref(f))
-                })
+                .filter_map(|f| dialect.codec().stream_response_id(std::slice::from_ref(f)))
                 .collect();
             assert!(ids.len() >= 2);
             assert!(
                 ids.iter().all(|id| *id == ids[0]),
                 "one response id: {ids:?}"
             );
-            let real = wire.stream_response_id(&sse::frames(&next).0).unwrap();
+            let real = codec.stream_response_id(&sse::frames(&next).0).unwrap();
             assert_eq!(*envoy.aliases.borrow(), [(ids[0].clone(), real)]);
         }
     }
@@ -380,7 +367,7 @@ fn text_first_streams_continue_with_the_next_round() {
 /// A recorded thinking prelude holds the stream until the first output decides.
 #[test]
 fn a_thinking_prelude_is_held_until_the_model_decides() {
-    let dir = dialect_dir(Dialect::Anthropic);
+    let dir = Dialect::Anthropic.codec().recordings();
     let text = std::fs::read_to_string(conformance(dir).join("thinking-text-stream.response.sse"))
         .unwrap();
     let thinking_end = text.find("\"type\":\"text\"").unwrap();
@@ -409,10 +396,11 @@ fn recorded_whole_answers() {
         Dialect::Gemini,
         Dialect::Bedrock,
     ] {
-        let recorded: Vec<(String, String)> = recordings(dialect_dir(dialect), ".response.json")
-            .into_iter()
-            .filter(|(n, _)| !n.starts_with("error-") && !n.contains("stream"))
-            .collect();
+        let recorded: Vec<(String, String)> =
+            recordings(dialect.codec().recordings(), ".response.json")
+                .into_iter()
+                .filter(|(n, _)| !n.starts_with("error-") && !n.contains("stream"))
+                .collect();
         for (name, text) in &recorded {
             let names = calls_of(dialect, text, false);
             let (outcome, _) = run(
@@ -494,7 +482,7 @@ fn errors_compressed_and_empty_answers_pass() {
 /// answer, toolsift's own 502 error. Never the `find_tools` call.
 #[test]
 fn failed_follow_ups() {
-    let dir = dialect_dir(Dialect::Anthropic);
+    let dir = Dialect::Anthropic.codec().recordings();
     let stream =
         std::fs::read_to_string(conformance(dir).join("parallel-tool-use-stream.response.sse"))
             .unwrap();
@@ -572,7 +560,7 @@ fn failed_follow_ups() {
 /// A follow-up that cannot be sent (the cluster is gone): toolsift's error, not the call.
 #[test]
 fn a_follow_up_that_cannot_be_sent() {
-    let dir = dialect_dir(Dialect::OpenaiChat);
+    let dir = Dialect::OpenaiChat.codec().recordings();
     let text = std::fs::read_to_string(conformance(dir).join("tool-call.response.json")).unwrap();
     let names = calls_of(Dialect::OpenaiChat, &text, false);
     let searching = as_search(&text, &names[0]);

@@ -9,10 +9,10 @@
 //! so the model must answer or call a real tool.
 
 use super::plan::{MetaNames, Plan, entry_texts, without_defer};
-use super::wire::Wire;
 use super::{Call, Edits, Reply, ToolResult, Usage};
 use crate::config::Config;
-use crate::dialect::{Layout, MAX_QUERY_BYTES};
+use crate::dialects::{Codec, Dialect};
+use crate::dialects::{Layout, MAX_QUERY_BYTES};
 use crate::json::find_path;
 use crate::pipeline::{Analysis, header_safe};
 use crate::rank::{Catalog, Scored};
@@ -53,7 +53,7 @@ pub enum Next {
 /// One request's search, across its rounds.
 #[derive(Clone)]
 pub struct Session {
-    wire: Wire,
+    dialect: Dialect,
     /// The last request body sent upstream.
     body: String,
     catalog: Rc<Catalog>,
@@ -85,7 +85,7 @@ impl Session {
             .map(str::to_owned)
             .collect();
         Session {
-            wire: Wire(analysis.dialect),
+            dialect: analysis.dialect,
             body: plan.body,
             catalog: Rc::clone(&analysis.catalog),
             entries,
@@ -136,8 +136,9 @@ impl Session {
         }
     }
 
-    pub fn wire(&self) -> Wire {
-        self.wire
+    /// The request's dialect's codec: how its answers are read and written.
+    pub fn codec(&self) -> &'static dyn Codec {
+        self.dialect.codec()
     }
 
     /// The request body sent last.
@@ -355,10 +356,11 @@ impl Session {
     /// conversation, plus the found tools at the end of the tools array (minus the meta-tools
     /// when this is the last round).
     fn follow_up(&self, reply: &Reply, results: &[ToolResult], added: &[usize]) -> Option<String> {
-        let dialect = self.wire.0;
+        let dialect = self.dialect;
+        let codec = dialect.codec();
         let mut items = reply.turn.clone();
-        items.extend(self.wire.tool_results(results));
-        let body = append_to_conversation(&self.body, self.wire.conversation_path(), &items)?;
+        items.extend(codec.tool_results(results));
+        let body = append_to_conversation(&self.body, codec.conversation_path(), &items)?;
         let found: Vec<String> = added
             .iter()
             .filter_map(|&e| self.entries.get(e))
@@ -548,7 +550,7 @@ fn remove_item(array: &str, item: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::Dialect;
+    use crate::dialects::Dialect;
     use crate::pipeline::Engine;
     use crate::search::plan::{HeaderRoom, Planned, plan};
 

@@ -1,4 +1,67 @@
-//! Server-sent events, and the JSON-array stream Gemini sends without `alt=sse`, as frames.
+//! Response streams as frames: server-sent events, newline-delimited JSON (Ollama), and the
+//! JSON-array stream Gemini sends without `alt=sse`. A dialect's codec says which framing its
+//! streams use ([`Framing`]).
+
+/// How a response stream is cut into events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events.
+    Sse,
+    /// One JSON object per line (`application/x-ndjson`).
+    Ndjson,
+}
+
+impl Framing {
+    /// The complete events at the start of `text`, and how many bytes they span.
+    pub fn frames(self, text: &str) -> (Vec<Frame>, usize) {
+        let (framed, consumed) = self.frames_with_ends(text);
+        (
+            framed.into_iter().map(|(frame, _)| frame).collect(),
+            consumed,
+        )
+    }
+
+    /// [`Framing::frames`], each with the byte offset where it ends in `text`.
+    pub fn frames_with_ends(self, text: &str) -> (Vec<(Frame, usize)>, usize) {
+        match self {
+            Framing::Sse => frames_with_ends(text),
+            Framing::Ndjson => lines_with_ends(text),
+        }
+    }
+
+    /// Every frame written in this framing.
+    pub fn write_all(self, frames: &[Frame]) -> String {
+        match self {
+            Framing::Sse => write_all(frames),
+            Framing::Ndjson => frames.iter().map(|f| format!("{}\n", f.data)).collect(),
+        }
+    }
+
+    /// `stream` after its first `n` events, byte for byte.
+    pub fn after_events(self, stream: &str, n: usize) -> &str {
+        if n == 0 {
+            return stream;
+        }
+        let (frames, _) = self.frames_with_ends(stream);
+        let cut = frames.get(n - 1).map_or(stream.len(), |(_, end)| *end);
+        stream.get(cut..).unwrap_or_default()
+    }
+}
+
+/// The complete lines of a newline-delimited JSON stream, each a frame (blank lines skipped),
+/// with the offset after its newline; a line without its newline yet waits for the next chunk.
+fn lines_with_ends(text: &str) -> (Vec<(Frame, usize)>, usize) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some((line, _)) = text.get(at..).and_then(|rest| rest.split_once('\n')) {
+        at += line.len() + 1;
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if !line.trim().is_empty() {
+            out.push((Frame::data(line), at));
+        }
+    }
+    (out, at)
+}
 
 /// One event of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,16 +181,6 @@ pub fn utf8_prefix(bytes: &[u8]) -> Option<&str> {
     }
 }
 
-/// `stream` after its first `n` events, byte for byte.
-pub fn after_events(stream: &str, n: usize) -> &str {
-    if n == 0 {
-        return stream;
-    }
-    let (frames, _) = frames_with_ends(stream);
-    let cut = frames.get(n - 1).map_or(stream.len(), |(_, end)| *end);
-    stream.get(cut..).unwrap_or_default()
-}
-
 /// The elements of a complete JSON-array stream (Gemini's `streamGenerateContent` without
 /// `alt=sse`) as frames; `None` if it is not a complete array.
 pub fn array_frames(text: &str) -> Option<Vec<Frame>> {
@@ -149,11 +202,12 @@ mod tests {
     #[test]
     fn cut_after_events() {
         let stream = ": hi\n\nevent: a\ndata: 1\n\ndata: 2\r\n\r\ndata: 3\n\n";
-        assert_eq!(after_events(stream, 0), stream);
-        assert_eq!(after_events(stream, 1), "data: 2\r\n\r\ndata: 3\n\n");
-        assert_eq!(after_events(stream, 2), "data: 3\n\n");
-        assert_eq!(after_events(stream, 3), "");
-        assert_eq!(after_events(stream, 9), "");
+        let after = |n| Framing::Sse.after_events(stream, n);
+        assert_eq!(after(0), stream);
+        assert_eq!(after(1), "data: 2\r\n\r\ndata: 3\n\n");
+        assert_eq!(after(2), "data: 3\n\n");
+        assert_eq!(after(3), "");
+        assert_eq!(after(9), "");
         let (framed, _) = frames_with_ends(stream);
         assert_eq!(framed[0].0, Frame::named("a", "1"));
     }
@@ -183,5 +237,15 @@ mod tests {
             [Frame::data("{\"a\":1}"), Frame::data("{\"b\":[2]}")]
         );
         assert_eq!(array_frames("[{\"a\":1}"), None);
+    }
+
+    #[test]
+    fn splits_json_lines_and_keeps_the_partial_tail() {
+        let text = "{\"a\":1}\r\n\n{\"b\":2}\n{\"c\"";
+        let (frames, used) = Framing::Ndjson.frames(text);
+        assert_eq!(frames, [Frame::data("{\"a\":1}"), Frame::data("{\"b\":2}")]);
+        assert_eq!(&text[used..], "{\"c\"");
+        assert_eq!(Framing::Ndjson.write_all(&frames), "{\"a\":1}\n{\"b\":2}\n");
+        assert_eq!(Framing::Ndjson.after_events(text, 1), "\n{\"b\":2}\n{\"c\"");
     }
 }

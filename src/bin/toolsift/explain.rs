@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use toolsift::config::{Config, DialectChoice};
-use toolsift::dialect::{CatalogDraft, Dialect, Entry, Layout};
+use toolsift::dialects::{CatalogDraft, Dialect, Entry, Layout};
 use toolsift::eval::Embedder;
 use toolsift::fusion::{Fused, FusionParams, describe};
 use toolsift::pipeline::{Engine, Skip, Skipped, fusion_params, header_value, rank_fused};
@@ -60,49 +60,25 @@ pub struct Args {
 const EXPLAIN_CACHE: usize = 1 << 16;
 
 fn parse_dialect(name: &str) -> Result<Dialect, String> {
-    Dialect::ALL
-        .into_iter()
-        .find(|d| d.name() == name)
-        .ok_or_else(|| {
-            let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
-            format!(
-                "unknown dialect `{name}`; expected one of: {}",
-                names.join(", ")
-            )
-        })
+    Dialect::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
+        format!(
+            "unknown dialect `{name}`; expected one of: {}",
+            names.join(", ")
+        )
+    })
 }
 
-/// The body's shape → the dialect it most likely is, and why.
+/// The body's shape → the dialect it most likely is, and why: the first dialect that
+/// recognises it, else OpenAI Chat, whose bodies have nothing the others lack.
 pub fn guess_dialect(body: &Map<String, Value>) -> (Dialect, &'static str) {
-    let anthropic_tools = body
-        .get("tools")
-        .and_then(Value::as_array)
-        .is_some_and(|tools| tools.iter().any(|t| t.get("input_schema").is_some()));
-    let system = body
-        .get("system")
-        .is_some_and(|s| s.is_string() || s.is_array());
-    if body.contains_key("contents") {
-        (Dialect::Gemini, "the body has `contents`")
-    } else if body.contains_key("toolConfig") {
-        (Dialect::Bedrock, "the body has `toolConfig`")
-    } else if body.contains_key("input") {
-        (Dialect::OpenaiResponses, "the body has `input`")
-    } else if body.contains_key("messages") && anthropic_tools {
-        (
-            Dialect::Anthropic,
-            "the body has `messages` and tools with `input_schema`",
-        )
-    } else if body.contains_key("messages") && system {
-        (
-            Dialect::Anthropic,
-            "the body has `messages` and a top-level `system`",
-        )
-    } else {
-        (
+    Dialect::ALL
+        .into_iter()
+        .find_map(|d| Some((d, d.codec().recognises(body)?)))
+        .unwrap_or((
             Dialect::OpenaiChat,
-            "no `contents`, `toolConfig`, `input`, `input_schema` or top-level `system`",
-        )
-    }
+            "no dialect recognises it: no `contents`, `toolConfig`, `input`, `input_schema` or top-level `system`",
+        ))
 }
 
 /// The function tools of a request, in rank order.

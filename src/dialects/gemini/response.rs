@@ -5,10 +5,10 @@
 //!
 //! A call without an `id` is named by its `name` in [`Edits`] (and its result by its name).
 
-use super::super::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
-use super::anthropic::{CallShape, edit_calls};
-use super::splice::{apply_patches, json_string, parse_object, set_member};
-use crate::dialect::Problem;
+use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::shared::calls::{CallShape, edit_calls};
+use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
+use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path, span_in};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -150,7 +150,7 @@ impl Chunk {
     }
 }
 
-pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
+pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
     format!(
         r#"{{"name":{},"description":{},"parameters":{}}}"#,
         json_string(name),
@@ -217,7 +217,7 @@ fn call_of(call: FunctionCall) -> Result<Call, Problem> {
     })
 }
 
-pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
+pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let response: Response = parse_object(body)?;
     let usage = response.usage_metadata.as_ref().map(UsageMetadata::usage);
     // A blocked prompt has no candidate, a blocked answer no content: no turn, no calls.
@@ -281,7 +281,7 @@ fn push_part(parts: &mut Vec<Map<String, Value>>, part: Map<String, Value>) {
     parts.push(part);
 }
 
-pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
+pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut parts = Vec::new();
     let mut usage = None;
     for frame in frames {
@@ -323,7 +323,7 @@ pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     })
 }
 
-pub(super) fn opening(frames: &[Frame]) -> Opening {
+pub(crate) fn opening(frames: &[Frame]) -> Opening {
     for frame in frames {
         let Ok(chunk) = parse_object::<Chunk>(&frame.data) else {
             continue;
@@ -347,7 +347,7 @@ pub(super) fn opening(frames: &[Frame]) -> Opening {
     Opening::Undecided
 }
 
-pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
+pub(crate) fn tool_results(results: &[ToolResult]) -> Vec<String> {
     if results.is_empty() {
         return Vec::new();
     }
@@ -474,11 +474,11 @@ fn usage_patches(
         .ok_or(Problem::BadShape)
 }
 
-pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     Ok(edit_response(body, edits, edits.usage)?.text)
 }
 
-pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
     // Usage is cumulative: the last chunk that reports it carries the totals.
     let last_usage = frames
         .iter()
@@ -499,6 +499,17 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
         .write(&mut out);
     }
     Ok(out)
+}
+
+/// The tool calls a chunk starts: its `functionCall` parts.
+pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
+    let items = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_array).cloned();
+    items(event, "/candidates")
+        .into_iter()
+        .flatten()
+        .flat_map(|c| items(&c, "/content/parts").into_iter().flatten())
+        .filter_map(|part| part.pointer("/functionCall/name")?.as_str().map(str::to_owned))
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! `toolConfig.functionCallingConfig.allowedFunctionNames`. The REST API accepts both camelCase
 //! and snake_case field names, so both are read.
 
-use super::schema::{Schema, Text, tool_text};
-use super::{Choice, Dialect, Entry, Group, Item, Layout, Problem, Request, note_call};
+use crate::dialects::schema::{Schema, Text, tool_text};
+use crate::dialects::{Choice, Dialect, Entry, Group, Item, Layout, Problem, Request};
+use crate::dialects::shared::{note_call};
 use crate::json::Str;
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
@@ -55,8 +56,6 @@ struct ToolConfig<'a> {
 
 #[derive(Deserialize)]
 struct CallingConfig<'a> {
-    #[serde(borrow, default)]
-    mode: Option<Str<'a>>,
     #[serde(
         borrow,
         default,
@@ -66,7 +65,7 @@ struct CallingConfig<'a> {
     allowed_function_names: Vec<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request, Problem> {
+pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let contents = parsed.contents.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -89,7 +88,6 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
         .unwrap_or_default();
     let mut choice = Choice::default();
     if let Some(cfg) = parsed.tool_config.and_then(|t| t.function_calling_config) {
-        choice.requires_tool = matches!(cfg.mode.as_deref(), Some("ANY" | "any"));
         for name in cfg.allowed_function_names {
             choice.name(name);
         }
@@ -107,7 +105,7 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
 /// The Tool objects of a Gemini `tools` array and the function declarations in them: each
 /// declaration is an entry, and so is each Tool object without declarations (`googleSearch`,
 /// `codeExecution`, …: a built-in).
-pub(super) fn split(container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem> {
+pub(crate) fn split(container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem> {
     let tools: Vec<&RawValue> = serde_json::from_str(container).map_err(|_| Problem::BadShape)?;
     let outer = ArrayLayout::of(container, container, &tools).ok_or(Problem::BadShape)?;
     let mut items = Vec::new();
@@ -144,7 +142,7 @@ pub(super) fn split(container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem>
 }
 
 /// One function declaration; `None` when it does not parse as an object.
-pub(super) fn entry(text: &str) -> Option<Entry> {
+pub(crate) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Declaration<'a> {
         name: Option<String>,
@@ -192,7 +190,6 @@ mod tests {
             r.choice,
             Choice {
                 named: vec!["get_weather".into()],
-                requires_tool: true
             }
         );
     }

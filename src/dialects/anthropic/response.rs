@@ -7,17 +7,16 @@
 //! dialects all keep tool calls as elements of a content array, and editing them in place keeps
 //! every other byte of the upstream's response.
 
-use super::super::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
-use super::splice::{
+use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::shared::calls::{CallShape, check_object, edit_calls};
+use crate::dialects::shared::splice::{
     apply_patches, json_string, parse_object, replace_member, set_member, write_patched,
 };
-use crate::dialect::Problem;
+use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path, span_in};
-use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a `tool_use` block keeps its name and input: on the block itself.
@@ -100,7 +99,7 @@ struct StartedMessage {
     usage: Option<TokenUsage>,
 }
 
-pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
+pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
     format!(
         r#"{{"name":{},"description":{},"input_schema":{parameters}}}"#,
         json_string(name),
@@ -108,7 +107,7 @@ pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> S
     )
 }
 
-pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
+pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let message: Message = parse_object(body)?;
     let mut calls = Vec::new();
     for raw in array_items(message.content).ok_or(Problem::BadShape)? {
@@ -204,7 +203,7 @@ fn append(block: &mut Map<String, Value>, key: &str, piece: Option<&str>) {
     }
 }
 
-pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
+pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut blocks: BTreeMap<usize, StreamedBlock> = BTreeMap::new();
     let mut usage: Option<Usage> = None;
     for frame in frames {
@@ -285,7 +284,7 @@ pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     })
 }
 
-pub(super) fn opening(frames: &[Frame]) -> Opening {
+pub(crate) fn opening(frames: &[Frame]) -> Opening {
     for frame in frames {
         let Ok(event) = parse_object::<Event>(&frame.data) else {
             continue;
@@ -309,7 +308,7 @@ pub(super) fn opening(frames: &[Frame]) -> Opening {
     Opening::Undecided
 }
 
-pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
+pub(crate) fn tool_results(results: &[ToolResult]) -> Vec<String> {
     if results.is_empty() {
         return Vec::new();
     }
@@ -343,7 +342,7 @@ fn tool_use_id(block: &str) -> Result<Option<String>, Problem> {
     })
 }
 
-pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     let message: Message = parse_object(body)?;
     let items = array_items(message.content).ok_or(Problem::BadShape)?;
     let edited = edit_calls(message.content.get(), &items, &TOOL_USE, tool_use_id, edits)?;
@@ -373,7 +372,7 @@ pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
     apply_patches(body, patches).ok_or(Problem::BadShape)
 }
 
-pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
     let mut out = String::new();
     // Original indices of the blocks removed, and of the calls renamed (with their new input).
     let mut dropped: BTreeSet<usize> = BTreeSet::new();
@@ -482,7 +481,7 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
 /// The events of a later round's stream `next` as the continuation of the events `sent`:
 /// without its `message_start` (the client has one), its content blocks numbered after the
 /// ones sent.
-pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, Problem> {
+pub(crate) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, Problem> {
     let is_start = |frame: &Frame| {
         parse_object::<Event>(&frame.data).is_ok_and(|e| e.kind == "content_block_start")
     };
@@ -509,107 +508,15 @@ fn renumbered(index: usize, dropped: &BTreeSet<usize>) -> usize {
     index.saturating_sub(dropped.range(..index).count())
 }
 
-/// Rejects arguments that are not a JSON object, so a bad rename cannot break the response.
-fn check_object(arguments: &str) -> Result<(), Problem> {
-    match serde_json::from_str::<Map<String, Value>>(arguments) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(Problem::BadShape),
+/// The tool call a stream event starts: a `content_block_start` of a `tool_use` block.
+pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
+    let text = |at: &str| event.pointer(at).and_then(Value::as_str);
+    let starts = text("/type") == Some("content_block_start")
+        && text("/content_block/type") == Some("tool_use");
+    match (starts, text("/content_block/name")) {
+        (true, Some(name)) => vec![name.to_owned()],
+        _ => Vec::new(),
     }
-}
-
-/// Where one dialect's tool call keeps its name and arguments inside a content block.
-pub(super) struct CallShape {
-    /// Key chain from the block to the object holding `name` and the arguments (empty: the
-    /// block itself).
-    pub object: &'static [&'static str],
-    /// The key of the arguments object in it.
-    pub arguments: &'static str,
-}
-
-/// What [`edit_calls`] did to a content array.
-pub(super) struct EditedCalls {
-    /// The rewritten array, when some call was dropped or renamed.
-    pub array: Option<String>,
-    pub dropped: usize,
-    pub calls_left: usize,
-    /// Elements of any kind left in the array.
-    pub blocks_left: usize,
-}
-
-/// Applies `edits.drop` and `edits.rename` to the content array `array`, whose elements are
-/// `items` (borrowed from it). `call_key` tells whether an element is a tool call, and by
-/// which key (its id, or Gemini's name) the edits name it. Kept elements keep their bytes, and
-/// the array its separators.
-pub(super) fn edit_calls<'a>(
-    array: &'a str,
-    items: &[&'a RawValue],
-    shape: &CallShape,
-    call_key: impl Fn(&str) -> Result<Option<String>, Problem>,
-    edits: &Edits,
-) -> Result<EditedCalls, Problem> {
-    let mut kept: Vec<Option<Cow<'a, str>>> = Vec::with_capacity(items.len());
-    let mut edited = EditedCalls {
-        array: None,
-        dropped: 0,
-        calls_left: 0,
-        blocks_left: 0,
-    };
-    let mut renamed = 0;
-    for item in items {
-        let text = item.get();
-        let Some(key) = call_key(text)? else {
-            kept.push(Some(Cow::Borrowed(text)));
-            continue;
-        };
-        if edits.drop.contains(&key) {
-            edited.dropped += 1;
-            kept.push(None);
-            continue;
-        }
-        edited.calls_left += 1;
-        match edits.rename.iter().find(|r| r.0 == key) {
-            Some((_, name, arguments)) => {
-                renamed += 1;
-                kept.push(Some(Cow::Owned(rename_call(text, shape, name, arguments)?)));
-            }
-            None => kept.push(Some(Cow::Borrowed(text))),
-        }
-    }
-    edited.blocks_left = kept.iter().filter(|k| k.is_some()).count();
-    if edited.dropped + renamed == 0 {
-        return Ok(edited);
-    }
-    let layout = ArrayLayout::of(array, array, items).ok_or(Problem::BadShape)?;
-    let mut out = String::with_capacity(array.len());
-    layout.write(array, &mut out, |i, _| {
-        kept.get_mut(i).and_then(Option::take)
-    });
-    edited.array = Some(out);
-    Ok(edited)
-}
-
-/// The call block `block` with a new name and arguments, every other byte kept.
-fn rename_call(
-    block: &str,
-    shape: &CallShape,
-    name: &str,
-    arguments: &str,
-) -> Result<String, Problem> {
-    check_object(arguments)?;
-    let object = if shape.object.is_empty() {
-        0..block.len()
-    } else {
-        find_path(block, shape.object).ok_or(Problem::BadShape)?
-    };
-    let patches = [
-        set_member(block, object.clone(), "name", &json_string(name)),
-        set_member(block, object, shape.arguments, arguments.trim()),
-    ];
-    let patches = patches
-        .into_iter()
-        .collect::<Option<Vec<_>>>()
-        .ok_or(Problem::BadShape)?;
-    apply_patches(block, patches).ok_or(Problem::BadShape)
 }
 
 #[cfg(test)]

@@ -9,10 +9,10 @@
 //! call, one call of several removed). When a message loses every call its `tool_calls` key has
 //! to go, and that body (or chunk) is re-serialised through `serde_json::Value`.
 
-use super::super::sse::write_all;
-use super::super::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
-use super::splice::{apply_patches, json_string};
-use crate::dialect::Problem;
+use crate::search::sse::write_all;
+use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::shared::splice::{apply_patches, json_string};
+use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path};
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
@@ -134,7 +134,7 @@ struct Delta<'a> {
     function_call: Option<FunctionCall<'a>>,
 }
 
-pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
+pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
     json!({
         "type": "function",
         "function": {"name": name, "description": description, "parameters": parameters},
@@ -142,7 +142,7 @@ pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> S
     .to_string()
 }
 
-pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
+pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let completion: Completion = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let choices = completion.choices.ok_or(Problem::BadShape)?;
     let message = choices
@@ -201,7 +201,7 @@ pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
     })
 }
 
-pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
+pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut saw_choices = false;
     let mut text = String::new();
     let mut reasoning = String::new();
@@ -281,7 +281,7 @@ pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     })
 }
 
-pub(super) fn opening(frames: &[Frame]) -> Opening {
+pub(crate) fn opening(frames: &[Frame]) -> Opening {
     for frame in frames {
         if is_done(frame) {
             // The stream ended without a call: nothing to hold.
@@ -310,7 +310,7 @@ pub(super) fn opening(frames: &[Frame]) -> Opening {
     Opening::Undecided
 }
 
-pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
+pub(crate) fn tool_results(results: &[ToolResult]) -> Vec<String> {
     results
         .iter()
         .map(|r| {
@@ -325,7 +325,7 @@ pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
         .collect()
 }
 
-pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     if *edits == Edits::default() {
         return Ok(body.to_owned());
     }
@@ -360,7 +360,7 @@ pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
 }
 
 /// What becomes of one tool call (or Responses output item) of the original text.
-pub(super) enum Fate {
+pub(crate) enum Fate {
     Keep,
     Drop,
     /// Its new text.
@@ -369,7 +369,7 @@ pub(super) enum Fate {
 
 impl Fate {
     /// The item's text in the new array; `None` leaves it out.
-    pub(super) fn apply<'b>(&self, text: &'b str) -> Option<Cow<'b, str>> {
+    pub(crate) fn apply<'b>(&self, text: &'b str) -> Option<Cow<'b, str>> {
         match self {
             Fate::Keep => Some(Cow::Borrowed(text)),
             Fate::Drop => None,
@@ -483,7 +483,7 @@ fn set_usage(counts: &mut Map<String, Value>, usage: Usage) {
     }
 }
 
-pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
     if *edits == Edits::default() {
         return Ok(write_all(frames));
     }
@@ -753,7 +753,7 @@ fn is_function(kind: Option<&str>) -> bool {
 }
 
 /// A call with the OpenAI argument string as arguments; an empty string means no arguments.
-pub(super) fn call(id: &str, name: &str, arguments: &str) -> Call {
+pub(crate) fn call(id: &str, name: &str, arguments: &str) -> Call {
     Call {
         id: id.to_owned(),
         name: name.to_owned(),
@@ -767,7 +767,7 @@ pub(super) fn call(id: &str, name: &str, arguments: &str) -> Call {
 
 /// The splices that write `name` and `arguments` (as a JSON string) over the values at those
 /// paths of `text`; a path that is absent is skipped.
-pub(super) fn rename_splices(
+pub(crate) fn rename_splices(
     text: &str,
     name_path: &[&str],
     arguments_path: &[&str],
@@ -786,7 +786,7 @@ pub(super) fn rename_splices(
 
 /// The splices that write `usage` over the input, output and total counts (`keys`, in that
 /// order) of the usage object at `usage_path` of `text`. Counts it does not have stay absent.
-pub(super) fn usage_splices(
+pub(crate) fn usage_splices(
     text: &str,
     usage_path: &[&str],
     keys: [&str; 3],
@@ -805,6 +805,17 @@ pub(super) fn usage_splices(
             path.push(key);
             Some((find_path(text, &path)?, value.to_string()))
         })
+        .collect()
+}
+
+/// The tool calls a chunk starts: deltas that carry a function name.
+pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
+    let items = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_array).cloned();
+    items(event, "/choices")
+        .into_iter()
+        .flatten()
+        .flat_map(|c| items(&c, "/delta/tool_calls").into_iter().flatten())
+        .filter_map(|call| call.pointer("/function/name")?.as_str().map(str::to_owned))
         .collect()
 }
 

@@ -1,97 +1,93 @@
-//! The five LLM request dialects: where each keeps the user's question, the tools, the tool
-//! that `tool_choice` names and the tools the conversation already called.
+//! The LLM APIs toolsift understands, one folder each: `request.rs` reads a body (the user's
+//! question, the tools, what `tool_choice` names, the tools the conversation already called)
+//! and `response.rs` reads and writes the model's turns for search mode. Each folder's
+//! `mod.rs` implements [`RequestCodec`] and [`ResponseCodec`] for the dialect; [`dialects!`]
+//! below registers it, and [`Dialect::codec`] is the one place that picks it.
 //!
-//! Each dialect module turns a body into a [`Request`] (cheap: runs on every request), splits a
-//! tools container into its entries (a structural scan), and reads one entry into an [`Entry`]
-//! (costly: runs once per distinct tool definition, then cached in [`crate::rank`]).
+//! A body becomes a [`Request`] (cheap: runs on every request); its tools container is split
+//! into entries (a structural scan) and each entry read into an [`Entry`] (costly: once per
+//! distinct tool definition, then cached in [`crate::rank`]).
 
-mod anthropic;
-mod bedrock;
-mod gemini;
-mod openai_chat;
-mod openai_responses;
-pub mod schema;
+mod codec;
+pub mod shared;
+
+pub use codec::{Codec, Framing, PathStream, ProviderSearch, RequestCodec, ResponseCodec};
+pub use shared::schema;
 
 use crate::rewrite::ArrayLayout;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use std::fmt;
 
 /// Longest query text ranked, in bytes; longer text keeps its head and tail.
 pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dialect {
-    OpenaiChat,
-    OpenaiResponses,
-    Anthropic,
-    Gemini,
-    Bedrock,
+/// Registers the dialects: `Variant => folder::Codec`. Adding a dialect is one folder and one
+/// line here. The order is the order of [`Dialect::ALL`]: the path match, the configuration's
+/// names and `toolsift explain`'s guess try them in it.
+macro_rules! dialects {
+    ($($variant:ident => $module:ident :: $codec:ident),+ $(,)?) => {
+        $(pub mod $module;)+
+
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Dialect {
+            $($variant),+
+        }
+
+        impl Dialect {
+            pub const ALL: [Dialect; [$(stringify!($variant)),+].len()] =
+                [$(Dialect::$variant),+];
+
+            /// This dialect's request and response codec.
+            pub fn codec(self) -> &'static dyn Codec {
+                match self {
+                    $(Dialect::$variant => &$module::$codec),+
+                }
+            }
+        }
+    };
+}
+
+dialects! {
+    OpenaiChat => openai_chat::OpenaiChat,
+    OpenaiResponses => openai_responses::OpenaiResponses,
+    Anthropic => anthropic::Anthropic,
+    Gemini => gemini::Gemini,
+    Bedrock => bedrock::Bedrock,
+    Ollama => ollama::Ollama,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 5] = [
-        Dialect::OpenaiChat,
-        Dialect::OpenaiResponses,
-        Dialect::Anthropic,
-        Dialect::Gemini,
-        Dialect::Bedrock,
-    ];
-
     pub fn name(self) -> &'static str {
-        match self {
-            Dialect::OpenaiChat => "openai_chat",
-            Dialect::OpenaiResponses => "openai_responses",
-            Dialect::Anthropic => "anthropic",
-            Dialect::Gemini => "gemini",
-            Dialect::Bedrock => "bedrock",
-        }
+        self.codec().name()
+    }
+
+    /// The dialect named `name` in configuration.
+    pub fn from_name(name: &str) -> Option<Dialect> {
+        Dialect::ALL.into_iter().find(|d| d.name() == name)
     }
 
     /// The dialect an API path belongs to. Query strings are ignored; unknown paths are `None`.
     pub fn from_path(path: &str) -> Option<Dialect> {
         let path = path.split(['?', '#']).next().unwrap_or_default();
         let path = path.trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            Some(Dialect::OpenaiChat)
-        } else if path.ends_with("/responses") {
-            Some(Dialect::OpenaiResponses)
-        } else if path.ends_with("/messages") {
-            Some(Dialect::Anthropic)
-        } else if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
-            Some(Dialect::Gemini)
-        } else if is_bedrock_converse(path) {
-            Some(Dialect::Bedrock)
-        } else {
-            None
-        }
+        Dialect::ALL.into_iter().find(|d| d.codec().serves(path))
     }
 
     /// The chain of keys under which this dialect keeps its tools array.
     pub fn tools_path(self) -> &'static [&'static str] {
-        match self {
-            Dialect::Bedrock => &["toolConfig", "tools"],
-            _ => &["tools"],
-        }
+        self.codec().tools_path()
     }
 
     /// Reads what ranking and selection need from a body of this dialect: everything but the
     /// tools array, which [`crate::json::find_path`] locates and [`Dialect::catalog`] reads.
     pub fn parse(self, body: &str) -> Result<Request, Problem> {
-        let mut request = match self {
-            Dialect::OpenaiChat => openai_chat::parse(body),
-            Dialect::OpenaiResponses => openai_responses::parse(body),
-            Dialect::Anthropic => anthropic::parse(body),
-            Dialect::Gemini => gemini::parse(body),
-            Dialect::Bedrock => bedrock::parse(body),
-        }?;
+        let mut request = self.codec().parse(body)?;
+        request.dialect = self;
         request.query = crate::text::head_and_tail(&request.query, MAX_QUERY_BYTES);
         Ok(request)
     }
 
     /// Lists the tools in a tools container of this dialect, with the layout needed to splice it:
-    /// [`Dialect::split`], then [`Dialect::read_entry`] for each entry.
+    /// [`Dialect::split`], then [`Dialect::read_item`] for each entry.
     pub fn catalog(self, container: &str) -> Result<CatalogDraft, Problem> {
         let (items, layout) = self.split(container)?;
         let sizes = items.iter().map(|i| i.text.len()).collect();
@@ -106,11 +102,9 @@ impl Dialect {
         })
     }
 
-    /// The entries of a tools container, not read yet, and the layout to splice it. For the
-    /// flat dialects a structural scan that does not parse the entries: the catalog cache
-    /// reads only the entries it has not seen before.
+    /// The entries of a tools container, not read yet, and the layout to splice it.
     pub fn split(self, container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem> {
-        self.split_scanned(container, None)
+        self.codec().split(container, None)
     }
 
     /// Like [`Dialect::split`], with the flat container's item ranges when a scan already found
@@ -120,25 +114,7 @@ impl Dialect {
         container: &str,
         scanned: Option<Vec<std::ops::Range<usize>>>,
     ) -> Result<(Vec<Item<'_>>, Layout), Problem> {
-        if self == Dialect::Gemini {
-            return gemini::split(container);
-        }
-        let spans = match scanned {
-            Some(spans) => spans,
-            None => crate::json::array_item_spans(container).ok_or(Problem::BadShape)?,
-        };
-        let items = spans
-            .iter()
-            .map(|span| Item {
-                text: container.get(span.clone()).unwrap_or_default(),
-                builtin: false,
-            })
-            .collect();
-        let layout = ArrayLayout {
-            span: 0..container.len(),
-            items: spans,
-        };
-        Ok((items, Layout::Flat(layout)))
+        self.codec().split(container, scanned)
     }
 
     /// Reads one entry of a container (a function declaration for Gemini). An entry that is
@@ -149,14 +125,7 @@ impl Dialect {
         if item.builtin {
             return Ok(Entry::Builtin);
         }
-        let read = match self {
-            Dialect::OpenaiChat => openai_chat::entry(item.text),
-            Dialect::OpenaiResponses => openai_responses::entry(item.text),
-            Dialect::Anthropic => anthropic::entry(item.text),
-            Dialect::Gemini => gemini::entry(item.text),
-            Dialect::Bedrock => bedrock::entry(item.text),
-        };
-        match read {
+        match self.codec().entry(item.text) {
             Some(entry) => Ok(entry),
             None => serde_json::from_str::<serde::de::IgnoredAny>(item.text)
                 .map(|_| Entry::Builtin)
@@ -169,15 +138,6 @@ impl fmt::Display for Dialect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
-}
-
-/// `/model/{id}/converse` and `/model/{id}/converse-stream`, with or without a prefix.
-fn is_bedrock_converse(path: &str) -> bool {
-    let mut segments = path.rsplit('/');
-    let last = segments.next();
-    let _model_id = segments.next();
-    let model = segments.next();
-    matches!(last, Some("converse" | "converse-stream")) && model == Some("model")
 }
 
 /// Why a body cannot be handled. Every variant passes the request upstream unchanged (or is
@@ -224,10 +184,9 @@ pub struct Request {
 /// Tools that selection must keep because the request says so.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Choice {
-    /// Tools named by `tool_choice`, `allowed_tools` or `allowedFunctionNames`.
+    /// Tools named by `tool_choice`, `allowed_tools` or `allowedFunctionNames`. (Selection
+    /// never leaves zero tools, so `required` and its kin need no field.)
     pub named: Vec<String>,
-    /// The model must call some tool (`required`, `any`, mode `ANY`): never send zero tools.
-    pub requires_tool: bool,
 }
 
 impl Choice {
@@ -236,13 +195,6 @@ impl Choice {
         if !self.named.contains(&name) {
             self.named.push(name);
         }
-    }
-}
-
-/// Records a called tool once, keeping first-call order.
-pub(crate) fn note_call(called: &mut Vec<String>, name: &str) {
-    if !called.iter().any(|c| c == name) {
-        called.push(name.to_owned());
     }
 }
 
@@ -310,41 +262,6 @@ pub struct CatalogDraft {
     pub layout: Layout,
 }
 
-/// A text part of a message in any dialect (`{"type":"text","text":…}`, `{"text":…}`).
-#[derive(Deserialize)]
-pub(crate) struct TextPart<'a> {
-    #[serde(borrow, default, rename = "type")]
-    pub kind: Option<crate::json::Str<'a>>,
-    #[serde(borrow, default)]
-    pub text: Option<crate::json::Str<'a>>,
-}
-
-/// Text of a message content that is either a string or an array of parts; parts of the types
-/// in `text_types` (or untyped parts with `text`) count, everything else (images, files, tool
-/// results) is ignored.
-pub(crate) fn content_text(content: &RawValue, text_types: &[&str]) -> String {
-    if let Ok(s) = serde_json::from_str::<crate::json::Str>(content.get()) {
-        return s.into_owned();
-    }
-    let Ok(parts) = serde_json::from_str::<Vec<TextPart>>(content.get()) else {
-        return String::new();
-    };
-    let mut out = String::new();
-    for part in parts {
-        let typed_text = match part.kind.as_deref() {
-            None => true,
-            Some(t) => text_types.contains(&t),
-        };
-        if let (true, Some(text)) = (typed_text, part.text) {
-            if !out.is_empty() {
-                out.push('\n');
-            }
-            out.push_str(&text);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,21 +301,5 @@ mod tests {
         for (path, want) in cases {
             assert_eq!(Dialect::from_path(path), want, "{path}");
         }
-    }
-
-    #[test]
-    fn content_text_reads_strings_and_text_parts() {
-        let raw = |s: &str| RawValue::from_string(s.to_owned()).unwrap();
-        assert_eq!(
-            content_text(&raw(r#""hi \"there\"""#), &["text"]),
-            "hi \"there\""
-        );
-        let parts = raw(
-            r#"[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]"#,
-        );
-        assert_eq!(content_text(&parts, &["text"]), "a\nb");
-        let bedrock = raw(r#"[{"text":"c"},{"image":{}}]"#);
-        assert_eq!(content_text(&bedrock, &["text"]), "c");
-        assert_eq!(content_text(&raw("42"), &["text"]), "");
     }
 }

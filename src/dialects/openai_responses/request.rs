@@ -1,8 +1,9 @@
 //! OpenAI Responses: flat `{"type":"function","name",…}` tools, `input` as a string or a list
 //! of items, `tool_choice`.
 
-use super::schema::{Schema, Text, tool_text};
-use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::dialects::schema::{Schema, Text, tool_text};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::shared::{content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -31,7 +32,7 @@ struct Item<'a> {
     name: Option<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request, Problem> {
+pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let input = parsed.input.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -72,13 +73,11 @@ fn choice(raw: &RawValue) -> Choice {
         #[serde(borrow, default)]
         name: Option<Str<'a>>,
         #[serde(borrow, default)]
-        mode: Option<Str<'a>>,
-        #[serde(borrow, default)]
         tools: Vec<Object<'a>>,
     }
     let mut out = Choice::default();
-    if let Ok(mode) = serde_json::from_str::<Str>(raw.get()) {
-        out.requires_tool = mode == "required";
+    // A mode (`auto`, `required`, `none`) names no tool.
+    if serde_json::from_str::<Str>(raw.get()).is_ok() {
         return out;
     }
     let Ok(obj) = serde_json::from_str::<Object>(raw.get()) else {
@@ -88,11 +87,9 @@ fn choice(raw: &RawValue) -> Choice {
         Some("function") => {
             if let Some(name) = obj.name {
                 out.name(name);
-                out.requires_tool = true;
             }
         }
         Some("allowed_tools") => {
-            out.requires_tool = obj.mode.as_deref() == Some("required");
             for tool in obj.tools {
                 if let (Some("function"), Some(name)) = (tool.kind.as_deref(), tool.name) {
                     out.name(name);
@@ -105,7 +102,7 @@ fn choice(raw: &RawValue) -> Choice {
 }
 
 /// One entry of the `tools` array; `None` when it does not parse as a tool object.
-pub(super) fn entry(text: &str) -> Option<Entry> {
+pub(crate) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
@@ -156,7 +153,6 @@ mod tests {
             r.choice,
             Choice {
                 named: vec!["a".into()],
-                requires_tool: false
             }
         );
     }

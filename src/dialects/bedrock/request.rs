@@ -1,8 +1,9 @@
 //! Amazon Bedrock Converse (`/model/{id}/converse`, `/converse-stream`):
 //! `toolConfig.tools[].toolSpec` with `inputSchema.json`, `toolConfig.toolChoice`.
 
-use super::schema::{Member, Text, tool_text};
-use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::dialects::schema::{Member, Text, tool_text};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::shared::{content_text, note_call};
 use crate::json::Str;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -44,13 +45,11 @@ struct ToolConfig<'a> {
 /// `{"auto":{}}`, `{"any":{}}` or `{"tool":{"name"}}`.
 #[derive(Deserialize)]
 struct ToolChoice<'a> {
-    #[serde(default)]
-    any: Option<serde::de::IgnoredAny>,
     #[serde(borrow, default)]
     tool: Option<Named<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request, Problem> {
+pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -80,7 +79,6 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
     if let Some(raw) = parsed.tool_config {
         let config: ToolConfig = serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?;
         if let Some(tc) = config.tool_choice {
-            choice.requires_tool = tc.any.is_some() || tc.tool.is_some();
             if let Some(name) = tc.tool.and_then(|t| t.name) {
                 choice.name(name);
             }
@@ -97,7 +95,7 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
 }
 
 /// One entry of `toolConfig.tools`; `None` when it does not parse as an object.
-pub(super) fn entry(text: &str) -> Option<Entry> {
+pub(crate) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, rename = "toolSpec")]
@@ -147,7 +145,6 @@ mod tests {
             r.choice,
             Choice {
                 named: vec!["list_buckets".into()],
-                requires_tool: true
             }
         );
         let tools = crate::json::find_path(body, Dialect::Bedrock.tools_path()).unwrap();

@@ -6,7 +6,7 @@
 //! first, and its allocations were a fifth of the time to read a never-seen tool. Skipping also
 //! means a number no `f64` holds (`1e400`) in a schema no longer makes the tool unreadable.
 
-use super::ToolText;
+use crate::dialects::ToolText;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;

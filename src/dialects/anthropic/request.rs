@@ -1,8 +1,9 @@
 //! Anthropic Messages: `tools[]` with `input_schema`, content blocks, `tool_choice`
 //! `{type:"tool",name}`.
 
-use super::schema::{Schema, Text, tool_text};
-use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::dialects::schema::{Schema, Text, tool_text};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::shared::{content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -33,7 +34,7 @@ struct Block<'a> {
     name: Option<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request, Problem> {
+pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -75,20 +76,15 @@ pub(super) fn parse(body: &str) -> Result<Request, Problem> {
 fn choice(raw: &RawValue) -> Choice {
     let mut out = Choice::default();
     if let Ok(block) = serde_json::from_str::<Block>(raw.get()) {
-        match (block.kind.as_deref(), block.name) {
-            (Some("any"), _) => out.requires_tool = true,
-            (Some("tool"), Some(name)) => {
-                out.name(name);
-                out.requires_tool = true;
-            }
-            _ => {}
+        if let (Some("tool"), Some(name)) = (block.kind.as_deref(), block.name) {
+            out.name(name);
         }
     }
     out
 }
 
 /// One entry of the `tools` array; `None` when it does not parse as a tool object.
-pub(super) fn entry(text: &str) -> Option<Entry> {
+pub(crate) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
@@ -133,7 +129,6 @@ mod tests {
             r.choice,
             Choice {
                 named: vec!["create_issue".into()],
-                requires_tool: true
             }
         );
     }

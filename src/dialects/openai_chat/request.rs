@@ -1,8 +1,9 @@
 //! OpenAI Chat Completions and every server that copies it (Azure OpenAI, vLLM, Ollama,
 //! Mistral, LiteLLM, OpenRouter): `tools[].function`, `messages`, `tool_choice`.
 
-use super::schema::{Schema, Text, tool_text};
-use super::{Choice, Dialect, Entry, Problem, Request, content_text, note_call};
+use crate::dialects::schema::{Schema, Text, tool_text};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::shared::{content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -37,12 +38,12 @@ struct ToolCall<'a> {
 }
 
 #[derive(Deserialize)]
-pub(super) struct Named<'a> {
+pub(crate) struct Named<'a> {
     #[serde(borrow, default)]
     pub name: Option<Str<'a>>,
 }
 
-pub(super) fn parse(body: &str) -> Result<Request, Problem> {
+pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     let mut called = Vec::new();
@@ -89,8 +90,6 @@ fn choice(raw: &RawValue) -> Choice {
     #[derive(Deserialize)]
     struct Allowed<'a> {
         #[serde(borrow, default)]
-        mode: Option<Str<'a>>,
-        #[serde(borrow, default)]
         tools: Vec<AllowedTool<'a>>,
     }
     #[derive(Deserialize)]
@@ -99,8 +98,8 @@ fn choice(raw: &RawValue) -> Choice {
         function: Option<Named<'a>>,
     }
     let mut out = Choice::default();
-    if let Ok(mode) = serde_json::from_str::<Str>(raw.get()) {
-        out.requires_tool = mode == "required";
+    // A mode (`auto`, `required`, `none`) names no tool.
+    if serde_json::from_str::<Str>(raw.get()).is_ok() {
         return out;
     }
     let Ok(obj) = serde_json::from_str::<Object>(raw.get()) else {
@@ -108,10 +107,8 @@ fn choice(raw: &RawValue) -> Choice {
     };
     if let Some(name) = obj.function.and_then(|f| f.name) {
         out.name(name);
-        out.requires_tool = true;
     }
     if let Some(allowed) = obj.allowed_tools {
-        out.requires_tool |= allowed.mode.as_deref() == Some("required");
         for name in allowed.tools.into_iter().filter_map(|t| t.function?.name) {
             out.name(name);
         }
@@ -120,7 +117,7 @@ fn choice(raw: &RawValue) -> Choice {
 }
 
 /// One entry of the `tools` array; `None` when it does not parse as a tool object.
-pub(super) fn entry(text: &str) -> Option<Entry> {
+pub(crate) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
@@ -171,7 +168,6 @@ mod tests {
             r.choice,
             Choice {
                 named: vec!["get_weather".into()],
-                requires_tool: true
             }
         );
         assert!(r.stream);
@@ -180,7 +176,7 @@ mod tests {
     #[test]
     fn choice_forms() {
         let c = |s: &str| choice(&RawValue::from_string(s.into()).unwrap());
-        assert!(c(r#""required""#).requires_tool);
+        assert_eq!(c(r#""required""#), Choice::default());
         assert_eq!(c(r#""auto""#), Choice::default());
         let allowed = c(
             r#"{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[
@@ -190,7 +186,6 @@ mod tests {
             allowed,
             Choice {
                 named: vec!["a".into(), "b".into()],
-                requires_tool: true
             }
         );
     }

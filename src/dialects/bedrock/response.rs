@@ -2,10 +2,10 @@
 //! binary event-stream framing, which search mode does not read): `output.message.content[]`
 //! (`text`, `toolUse{toolUseId,name,input}`, `reasoningContent`), `stopReason`, `usage`.
 
-use super::super::{Call, Edits, Reply, ToolResult, Usage};
-use super::anthropic::{CallShape, edit_calls};
-use super::splice::{apply_patches, json_string, parse_object, set_member};
-use crate::dialect::Problem;
+use crate::search::{Call, Edits, Reply, ToolResult, Usage};
+use crate::dialects::shared::calls::{CallShape, edit_calls};
+use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
+use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path, span_in};
 use serde::Deserialize;
 use serde_json::Value;
@@ -64,7 +64,7 @@ struct TokenUsage {
     output_tokens: Option<u64>,
 }
 
-pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
+pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
     format!(
         r#"{{"toolSpec":{{"name":{},"description":{},"inputSchema":{{"json":{parameters}}}}}}}"#,
         json_string(name),
@@ -78,7 +78,7 @@ fn message_of<'a>(response: &Response<'a>) -> Result<&'a RawValue, Problem> {
     Ok(message.content)
 }
 
-pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
+pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let response: Response = parse_object(body)?;
     let content = message_of(&response)?;
     let mut calls = Vec::new();
@@ -107,7 +107,7 @@ pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
     })
 }
 
-pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
+pub(crate) fn tool_results(results: &[ToolResult]) -> Vec<String> {
     if results.is_empty() {
         return Vec::new();
     }
@@ -149,7 +149,7 @@ fn tool_use_id(block: &str) -> Result<Option<String>, Problem> {
         .map(|t| t.tool_use_id.unwrap_or_default().into_owned()))
 }
 
-pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     let response: Response = parse_object(body)?;
     let content = message_of(&response)?;
     let items = array_items(content).ok_or(Problem::BadShape)?;

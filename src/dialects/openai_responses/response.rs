@@ -8,11 +8,11 @@
 //! Every change is spliced into the original bytes: removing a call is removing an array
 //! element, so nothing here needs re-serialising.
 
-use super::super::sse::write_all;
-use super::super::{Edits, Frame, Opening, Reply, ToolResult, Usage};
-use super::openai_chat::{Fate, call, rename_splices, usage_splices};
-use super::splice::{apply_patches, json_string, write_patched};
-use crate::dialect::Problem;
+use crate::search::sse::write_all;
+use crate::search::{Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::openai_chat::response::{Fate, call, rename_splices, usage_splices};
+use crate::dialects::shared::splice::{apply_patches, json_string, write_patched};
+use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path};
 use crate::rewrite::ArrayLayout;
 use serde::Deserialize;
@@ -125,7 +125,7 @@ impl Event<'_> {
     }
 }
 
-pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
+pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> String {
     json!({
         "type": "function",
         "name": name,
@@ -135,7 +135,7 @@ pub(super) fn tool_entry(name: &str, description: &str, parameters: &Value) -> S
     .to_string()
 }
 
-pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
+pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let response: Response = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let output = response.output.ok_or(Problem::BadShape)?;
     let items = array_items(output).ok_or(Problem::BadShape)?;
@@ -161,7 +161,7 @@ pub(super) fn read_reply(body: &str) -> Result<Reply, Problem> {
     })
 }
 
-pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
+pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     for frame in frames {
         let event: Event = serde_json::from_str(&frame.data).map_err(|e| Problem::of(&e))?;
         if event.kind(frame) == "response.completed" {
@@ -171,7 +171,7 @@ pub(super) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     Err(Problem::BadShape)
 }
 
-pub(super) fn opening(frames: &[Frame]) -> Opening {
+pub(crate) fn opening(frames: &[Frame]) -> Opening {
     for frame in frames {
         let Ok(event) = serde_json::from_str::<Event>(&frame.data) else {
             continue;
@@ -195,7 +195,7 @@ pub(super) fn opening(frames: &[Frame]) -> Opening {
     Opening::Undecided
 }
 
-pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
+pub(crate) fn tool_results(results: &[ToolResult]) -> Vec<String> {
     results
         .iter()
         .map(|r| {
@@ -205,7 +205,7 @@ pub(super) fn tool_results(results: &[ToolResult]) -> Vec<String> {
         .collect()
 }
 
-pub(super) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     if *edits == Edits::default() {
         return Ok(body.to_owned());
     }
@@ -269,7 +269,7 @@ impl<'e> StreamedItem<'e> {
     }
 }
 
-pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
+pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
     if *edits == Edits::default() {
         return Ok(write_all(frames));
     }
@@ -357,7 +357,7 @@ pub(super) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
 /// without its `response.created` / `response.in_progress` (the client has them), its items
 /// numbered after the ones sent, `sequence_number` going on from the last one sent, and the
 /// final response's `output` starting with the items the client already has.
-pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, Problem> {
+pub(crate) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, Problem> {
     let mut items_sent: Vec<String> = Vec::new();
     let mut added = 0u64;
     let mut sequence = 0u64;
@@ -421,7 +421,7 @@ pub(super) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
 }
 
 /// The id of the response an event carries (`response.created`, `response.completed`, …).
-pub(super) fn response_id(data: &str) -> Option<String> {
+pub(crate) fn response_id(data: &str) -> Option<String> {
     let span = find_path(data, &["response", "id"])?;
     serde_json::from_str(data.get(span)?).ok()
 }
@@ -430,6 +430,17 @@ pub(super) fn response_id(data: &str) -> Option<String> {
 fn sequence_number(data: &str) -> Option<u64> {
     let span = find_path(data, &["sequence_number"])?;
     data.get(span)?.parse().ok()
+}
+
+/// The tool call an event starts: an `output_item.added` of a `function_call` item.
+pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
+    let text = |at: &str| event.pointer(at).and_then(Value::as_str);
+    let starts = text("/type") == Some("response.output_item.added")
+        && text("/item/type") == Some("function_call");
+    match (starts, text("/item/name")) {
+        (true, Some(name)) => vec![name.to_owned()],
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,91 @@
+//! Amazon Bedrock Converse (`POST /model/{id}/converse`, `…/converse-stream`):
+//! <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html>.
+//! Streams use AWS's binary event-stream framing, which search mode does not follow.
+
+mod request;
+mod response;
+
+use super::shared::splice::set_path_member;
+use super::{Entry, PathStream, Problem, Request, RequestCodec, ResponseCodec};
+use crate::search::{Edits, Reply, ToolResult};
+use serde_json::{Map, Value, json};
+
+pub struct Bedrock;
+
+impl RequestCodec for Bedrock {
+    fn name(&self) -> &'static str {
+        "bedrock"
+    }
+
+    fn recordings(&self) -> &'static str {
+        "bedrock-converse"
+    }
+
+    /// `/model/{id}/converse` and `/model/{id}/converse-stream`, with or without a prefix.
+    fn serves(&self, path: &str) -> bool {
+        let mut segments = path.rsplit('/');
+        let last = segments.next();
+        let _model_id = segments.next();
+        let model = segments.next();
+        matches!(last, Some("converse" | "converse-stream")) && model == Some("model")
+    }
+
+    fn tools_path(&self) -> &'static [&'static str] {
+        &["toolConfig", "tools"]
+    }
+
+    fn parse(&self, body: &str) -> Result<Request, Problem> {
+        request::parse(body)
+    }
+
+    fn entry(&self, text: &str) -> Option<Entry> {
+        request::entry(text)
+    }
+
+    fn tool_entry(&self, name: &str, description: &str, parameters: &Value) -> String {
+        response::tool_entry(name, description, parameters)
+    }
+
+    fn with_tool_choice(&self, body: &str, name: &str) -> Option<String> {
+        let choice = json!({"tool": {"name": name}});
+        set_path_member(body, &["toolConfig"], "toolChoice", &choice.to_string())
+    }
+
+    fn recognises(&self, body: &Map<String, Value>) -> Option<&'static str> {
+        body.contains_key("toolConfig")
+            .then_some("the body has `toolConfig`")
+    }
+}
+
+impl ResponseCodec for Bedrock {
+    fn path_stream(&self, path: &str) -> PathStream {
+        if path.contains("converse-stream") {
+            PathStream::Unsupported
+        } else {
+            PathStream::Body
+        }
+    }
+
+    fn read_reply(&self, body: &str) -> Result<Reply, Problem> {
+        response::read_reply(body)
+    }
+
+    fn tool_results(&self, results: &[ToolResult]) -> Vec<String> {
+        response::tool_results(results)
+    }
+
+    fn finish_reply(&self, body: &str, edits: &Edits) -> Result<String, Problem> {
+        response::finish_reply(body, edits)
+    }
+
+    fn claimed_answer(&self, name: &str, arguments: &Value, _model: &str) -> Value {
+        json!({
+            "output": {"message": {"role": "assistant", "content": [
+                {"toolUse": {"toolUseId": "tooluse_toolsift_claim", "name": name, "input": arguments}}
+            ]}},
+            "stopReason": "tool_use",
+            "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+            "metrics": {"latencyMs": 0}
+        })
+    }
+}

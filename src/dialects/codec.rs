@@ -1,0 +1,202 @@
+//! What a dialect must know, as two traits: the request side (reading a body, its tools, and
+//! writing tools and `tool_choice` in the dialect's shapes) and the response side (reading the
+//! model's turn, whole or streamed, writing tool results, continuing and finishing what the
+//! client gets). Default methods say what a dialect cannot do; search mode then falls back to
+//! filtering (see [`ResponseCodec::path_stream`]).
+//!
+//! Each dialect's folder implements both for one unit struct, and [`super::Dialect::codec`]
+//! is the one place that picks it.
+
+use super::{Entry, Item, Layout, Problem, Request};
+use crate::rewrite::ArrayLayout;
+pub use crate::search::sse::Framing;
+use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use serde_json::{Map, Value};
+use std::ops::Range;
+
+/// Both sides of one dialect.
+pub trait Codec: RequestCodec + ResponseCodec {}
+
+impl<T: RequestCodec + ResponseCodec> Codec for T {}
+
+/// The request side of a dialect.
+pub trait RequestCodec: Sync {
+    /// The name used in configuration (`dialect`), stats and headers.
+    fn name(&self) -> &'static str;
+
+    /// The folder of `../shared/conformance` (or `tests/conformance`) holding this API's
+    /// recorded traffic.
+    fn recordings(&self) -> &'static str;
+
+    /// Whether an API path (query string and trailing `/` removed) is one of this API's
+    /// generation endpoints.
+    fn serves(&self, path: &str) -> bool;
+
+    /// The chain of keys under which the tools array sits.
+    fn tools_path(&self) -> &'static [&'static str] {
+        &["tools"]
+    }
+
+    /// What ranking and selection need from a body, besides the tools array (which the
+    /// pipeline blanks out before calling this).
+    fn parse(&self, body: &str) -> Result<Request, Problem>;
+
+    /// The entries of a tools container, not read yet, and the layout to splice it. The default
+    /// is one flat array, with its item ranges when a scan already found them.
+    fn split<'a>(
+        &self,
+        container: &'a str,
+        scanned: Option<Vec<Range<usize>>>,
+    ) -> Result<(Vec<Item<'a>>, Layout), Problem> {
+        flat_split(container, scanned)
+    }
+
+    /// One entry of the tools container read as a function tool; `None` for anything else
+    /// (a built-in tool, kept and never ranked, when it is JSON).
+    fn entry(&self, text: &str) -> Option<Entry>;
+
+    /// One function tool in this API's tools-array format; `parameters` is a JSON Schema.
+    fn tool_entry(&self, name: &str, description: &str, parameters: &Value) -> String;
+
+    /// The body with `tool_choice` (or the API's equivalent) naming tool `name`; `None` if it
+    /// cannot be written.
+    fn with_tool_choice(&self, body: &str, name: &str) -> Option<String>;
+
+    /// The provider's own tool search, for search mode's `native_search` rules.
+    fn provider_search(&self) -> ProviderSearch {
+        ProviderSearch::Unsupported
+    }
+
+    /// Why a body of unknown path looks like this API (`toolsift explain`), or `None`. The
+    /// first dialect that recognises a body wins; OpenAI Chat takes what none recognises.
+    fn recognises(&self, _body: &Map<String, Value>) -> Option<&'static str> {
+        None
+    }
+}
+
+/// The provider's own tool search (`defer_loading` tools).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderSearch {
+    /// The API has none, or no `defer_loading`.
+    Unsupported,
+    /// Its servers differ: only a configured tool is sent.
+    OperatorDefined,
+    /// This tool entry, and the beta header it needs when one is configured.
+    Tool { entry: String, beta: bool },
+}
+
+/// What an API path says about a response stream, for search mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathStream {
+    /// The body's `stream` decides.
+    Body,
+    /// The path asks for a stream search mode can follow.
+    Stream,
+    /// A stream search mode cannot follow: such requests are filtered instead.
+    Unsupported,
+}
+
+/// The response side of a dialect, for search mode.
+pub trait ResponseCodec: Sync {
+    /// The chain of keys of the conversation array that follow-ups append to.
+    fn conversation_path(&self) -> &'static [&'static str] {
+        &["messages"]
+    }
+
+    /// How this API's response streams are framed.
+    fn framing(&self) -> Framing {
+        Framing::Sse
+    }
+
+    /// What the path says about streaming.
+    fn path_stream(&self, _path: &str) -> PathStream {
+        PathStream::Body
+    }
+
+    /// Reads a whole (not streamed) success response body.
+    fn read_reply(&self, body: &str) -> Result<Reply, Problem>;
+
+    /// Reads a whole event stream, already split into frames.
+    fn read_stream(&self, _frames: &[Frame]) -> Result<Reply, Problem> {
+        Err(Problem::BadShape)
+    }
+
+    /// What the first frames of a stream show: enough to release it, or to hold it.
+    fn opening(&self, _frames: &[Frame]) -> Opening {
+        Opening::Answer
+    }
+
+    /// The names of the tool calls that start in one event of a stream (its data as JSON).
+    fn calls_in_event(&self, _event: &Value) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The names of the tool calls that start in `frame` of a stream.
+    fn calls_started(&self, frame: &Frame) -> Vec<String> {
+        serde_json::from_str::<Value>(&frame.data)
+            .map(|event| self.calls_in_event(&event))
+            .unwrap_or_default()
+    }
+
+    /// Whether a stream already partly sent can be continued with another response's stream
+    /// ([`ResponseCodec::continue_stream`]).
+    fn continues_streams(&self) -> bool {
+        false
+    }
+
+    /// What to send after the events `sent` so that the client's stream goes on as the
+    /// complete stream `next` (a later round's whole response) would.
+    fn continue_stream(&self, _sent: &[Frame], _next: &str) -> Result<String, Problem> {
+        Err(Problem::BadShape)
+    }
+
+    /// The id of the response an event carries, where the API stores responses that later
+    /// requests name (OpenAI Responses' `previous_response_id`).
+    fn response_id(&self, _event: &str) -> Option<String> {
+        None
+    }
+
+    /// The id of the response a whole event stream carries (see [`ResponseCodec::response_id`]).
+    fn stream_response_id(&self, frames: &[Frame]) -> Option<String> {
+        frames.iter().find_map(|f| self.response_id(&f.data))
+    }
+
+    /// The conversation items that answer `results`, to append after the assistant turn.
+    fn tool_results(&self, results: &[ToolResult]) -> Vec<String>;
+
+    /// The whole response the client gets: `edits` applied.
+    fn finish_reply(&self, body: &str, edits: &Edits) -> Result<String, Problem>;
+
+    /// The whole event stream the client gets: `edits` applied, every frame written again.
+    fn finish_stream(&self, _frames: &[Frame], _edits: &Edits) -> Result<String, Problem> {
+        Err(Problem::BadShape)
+    }
+
+    /// A whole response with one call of tool `name` with `arguments`, for a request the
+    /// gateway answers itself (`gating.claim: "answer"`); `model` echoed where the API does.
+    fn claimed_answer(&self, name: &str, arguments: &Value, model: &str) -> Value;
+}
+
+/// The flat split shared by every dialect whose tools are one array: a structural scan that
+/// does not parse the entries (the catalog cache reads only entries it has not seen).
+pub fn flat_split(
+    container: &str,
+    scanned: Option<Vec<Range<usize>>>,
+) -> Result<(Vec<Item<'_>>, Layout), Problem> {
+    let spans = match scanned {
+        Some(spans) => spans,
+        None => crate::json::array_item_spans(container).ok_or(Problem::BadShape)?,
+    };
+    let items = spans
+        .iter()
+        .map(|span| Item {
+            text: container.get(span.clone()).unwrap_or_default(),
+            builtin: false,
+        })
+        .collect();
+    let layout = ArrayLayout {
+        span: 0..container.len(),
+        items: spans,
+    };
+    Ok((items, Layout::Flat(layout)))
+}

@@ -1,0 +1,93 @@
+//! Ollama's native chat request: `messages` (roles `system`, `user`, `assistant`, `tool`;
+//! assistant `tool_calls: [{"function":{"name","arguments":{…}}}]`), `tools` in OpenAI's
+//! function format, and `stream`, which is true when absent. Ollama has no `tool_choice`.
+
+use crate::dialects::shared::{content_text, note_call};
+use crate::dialects::{Choice, Dialect, Problem, Request};
+use crate::json::Str;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    messages: Option<Vec<Message<'a>>>,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<Named<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+}
+
+pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
+    let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
+    let messages = parsed.messages.ok_or(Problem::BadShape)?;
+    let mut called = Vec::new();
+    for message in &messages {
+        let names = message.tool_calls.iter().flatten();
+        for name in names.filter_map(|c| c.function.as_ref()?.name.as_ref()) {
+            note_call(&mut called, name);
+        }
+    }
+    // Tool results are role "tool": an agent loop keeps ranking against its question.
+    let query = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role.as_deref() == Some("user"))
+        .filter_map(|m| m.content.map(|c| content_text(c, &["text"])))
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default();
+    Ok(Request {
+        dialect: Dialect::Ollama,
+        query,
+        choice: Choice::default(),
+        called,
+        // "This is a streaming endpoint": only `"stream": false` asks for one object.
+        stream: parsed.stream.unwrap_or(true),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_unless_told_not_to() {
+        let body = |extra: &str| format!(r#"{{"model":"m","messages":[]{extra}}}"#);
+        assert!(parse(&body("")).unwrap().stream);
+        assert!(parse(&body(r#","stream":true"#)).unwrap().stream);
+        assert!(!parse(&body(r#","stream":false"#)).unwrap().stream);
+        assert_eq!(parse(&body(r#","stream":"no""#)).err(), Some(Problem::BadShape));
+    }
+
+    #[test]
+    fn reads_the_question_and_the_calls() {
+        let body = r#"{"model":"llama3.2","messages":[
+            {"role":"user","content":"weather in Paris?"},
+            {"role":"assistant","content":"","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},
+            {"role":"tool","content":"22 degrees","tool_name":"get_weather"}]}"#;
+        let request = parse(body).unwrap();
+        assert_eq!(request.query, "weather in Paris?");
+        assert_eq!(request.called, ["get_weather"]);
+        assert_eq!(request.choice, Choice::default());
+    }
+}
