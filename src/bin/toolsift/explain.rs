@@ -43,7 +43,8 @@ pub struct Args {
     /// The request path (e.g. /v1/chat/completions), to pick the dialect as the filter does.
     #[arg(long, value_name = "PATH")]
     path: Option<String>,
-    /// Read the body as this dialect: openai_chat, openai_responses, anthropic, gemini, bedrock.
+    /// Read the body as this dialect: openai_chat, openai_responses, anthropic, gemini, bedrock,
+    /// ollama.
     #[arg(long, value_name = "NAME", value_parser = parse_dialect)]
     dialect: Option<Dialect>,
     /// Print one JSON object instead of text.
