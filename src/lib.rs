@@ -11,6 +11,7 @@
 //! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI.
 
 pub mod config;
+pub mod custom;
 pub mod dialect;
 pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
