@@ -1194,6 +1194,26 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_examples_of_custom_shapes_load() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("## Custom request shapes")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .unwrap();
+        let examples: Vec<&str> = section
+            .split("```json\n")
+            .skip(1)
+            .filter_map(|block| block.split("```").next())
+            .collect();
+        assert_eq!(examples.len(), 2);
+        for json in examples {
+            let config = Config::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            assert!(config.custom.is_some());
+        }
+    }
+
+    #[test]
     fn globs() {
         assert!(glob_match("search_*", "search_web"));
         assert!(glob_match("*_issue", "create_issue"));
