@@ -41,18 +41,22 @@ pub struct Block {
 pub fn blocks(text: &str) -> Vec<Block> {
     let mut out = Vec::new();
     let mut at = 0;
+    // Where the optional tags' last closing tags are: past them no search can succeed, so a
+    // text of many unclosed tags is read in one pass, not one pass per tag.
+    let last_close = |tag: Tag| text.rfind(tag.1);
+    let closes = [last_close(TOOL_DESCRIPTION), last_close(TOOL_PARAMETERS)];
     while let Some(open) = find(text, TOOL_NAME.0, at) {
         let name_start = open + TOOL_NAME.0.len();
         let Some(close) = find(text, TOOL_NAME.1, name_start) else {
             // No `</toolname>` follows: no later `<toolname>` can be closed either.
             break;
         };
-        if let Some(inner) = find(
-            text.get(..close).unwrap_or_default(),
-            TOOL_NAME.0,
-            name_start,
-        ) {
-            at = inner;
+        // Nested: the last `<toolname>` before the closing tag is the tool's.
+        if let Some(inner) = text
+            .get(name_start..close)
+            .and_then(|name| name.rfind(TOOL_NAME.0))
+        {
+            at = name_start + inner;
             continue;
         }
         let name = trimmed(text, name_start..close);
@@ -61,8 +65,9 @@ pub fn blocks(text: &str) -> Vec<Block> {
             at = end;
             continue;
         }
-        let description = optional(text, &mut end, TOOL_DESCRIPTION);
-        let parameters = optional(text, &mut end, TOOL_PARAMETERS);
+        let [description_close, parameters_close] = closes;
+        let description = optional(text, &mut end, TOOL_DESCRIPTION, description_close);
+        let parameters = optional(text, &mut end, TOOL_PARAMETERS, parameters_close);
         let rest = text.get(end..).unwrap_or_default();
         let line_break = if rest.starts_with("\r\n") {
             2
@@ -82,14 +87,22 @@ pub fn blocks(text: &str) -> Vec<Block> {
 }
 
 /// The tag `tag` right after `*end` (white space between allowed) and closed: its trimmed
-/// contents; `*end` moves past it.
-fn optional(text: &str, end: &mut usize, tag: Tag) -> Option<Range<usize>> {
+/// contents; `*end` moves past it. `last_close`: where the text's last closing tag starts.
+fn optional(
+    text: &str,
+    end: &mut usize,
+    tag: Tag,
+    last_close: Option<usize>,
+) -> Option<Range<usize>> {
     let rest = text.get(*end..)?;
     let start = *end + (rest.len() - rest.trim_start().len());
     if !text.get(start..)?.starts_with(tag.0) {
         return None;
     }
     let inner = start + tag.0.len();
+    if last_close.is_none_or(|last| last < inner) {
+        return None;
+    }
     let close = find(text, tag.1, inner)?;
     *end = close + tag.1.len();
     Some(trimmed(text, inner..close))
@@ -301,6 +314,21 @@ mod tests {
         assert_eq!(names(text), ["a"]);
         assert_eq!(question("<userq>open"), None);
         assert_eq!(question("no question"), None);
+    }
+
+    #[test]
+    fn many_unclosed_tags_are_read_in_one_pass() {
+        let n = 200_000;
+        let started = std::time::Instant::now();
+        let nested = format!("{}a</toolname>", "<toolname>".repeat(n));
+        assert_eq!(names(&nested), ["a"]);
+        let open = "<toolname>a</toolname><tooldescription>".repeat(n);
+        assert_eq!(blocks(&open).len(), n);
+        assert!(blocks(&open).iter().all(|b| b.description.is_none()));
+        let params =
+            "<toolname>a</toolname><tooldescription>d</tooldescription><toolparameters>".repeat(n);
+        assert_eq!(blocks(&params).len(), n);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]
