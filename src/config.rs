@@ -2,6 +2,7 @@
 //! `pluginConfig`). Parsed strictly (unknown keys are errors, so a typo never silently turns a
 //! setting off), then checked; every error names the field.
 
+use crate::custom::jsonpath::{FieldPath, JsonPath, Step};
 use crate::dialects::Dialect;
 use serde::Deserialize;
 use std::fmt;
@@ -351,6 +352,8 @@ pub struct Config {
     pub mcp: Option<Mcp>,
     /// `_tool_gating` for LLM requests (see [`Gating`]).
     pub gating: Option<Gating>,
+    /// Requests of a JSON shape of their own (see [`Custom`]).
+    pub custom: Option<Custom>,
 }
 
 impl Default for Config {
@@ -377,6 +380,7 @@ impl Default for Config {
             channel_weights: ChannelWeights::default(),
             mcp: None,
             gating: None,
+            custom: None,
         }
     }
 }
@@ -497,6 +501,9 @@ impl Config {
         }
         if let Some(g) = &self.gating {
             g.mcp.check()?;
+        }
+        if let Some(c) = &self.custom {
+            c.check()?;
         }
         self.search.check()
     }
@@ -730,6 +737,135 @@ impl GatingMcp {
     /// The authority the call is sent to.
     pub fn authority(&self) -> &str {
         self.authority.as_deref().unwrap_or(&self.cluster)
+    }
+}
+
+/// Custom request shapes (`custom`): requests whose path matches `paths` are read by this
+/// shape instead of a dialect (see `crate::custom`). Either the tools are a JSON array
+/// (`tools_path`, each tool's `fields`, the question at `query_path`), or they are written as
+/// text tags in strings (`text_path`; the question in `<userq>`, or at `query_path`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Custom {
+    /// Glob patterns (`*`, `?`) over the request path (without its query).
+    pub paths: Vec<String>,
+    /// Where the question is: the texts it selects, joined.
+    #[serde(default)]
+    pub query_path: Option<JsonPath>,
+    /// The tools array; with a `[*]`, the array before it, each tool read at what follows.
+    #[serde(default)]
+    pub tools_path: Option<JsonPath>,
+    /// Where each tool of `tools_path` keeps its name, description and parameter schema.
+    #[serde(default)]
+    pub fields: ToolFields,
+    /// The strings that hold tools as text tags.
+    #[serde(default)]
+    pub text_path: Option<JsonPath>,
+    /// Text tags: remove the tags' markup from the strings forwarded, keeping their contents.
+    #[serde(default)]
+    pub strip_tags: bool,
+}
+
+/// Paths from a tool's own value to its fields (`name`, `function.name`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolFields {
+    pub name: FieldPath,
+    pub description: FieldPath,
+    pub parameters: FieldPath,
+}
+
+impl Default for ToolFields {
+    fn default() -> Self {
+        let path = |p: &str| FieldPath::parse(p).unwrap_or_default();
+        ToolFields {
+            name: path("name"),
+            description: path("description"),
+            parameters: path("parameters"),
+        }
+    }
+}
+
+impl Custom {
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.paths.is_empty() {
+            return Err(invalid(
+                "custom.paths",
+                "must name at least one path pattern",
+            ));
+        }
+        for (i, p) in self.paths.iter().enumerate() {
+            if !p.starts_with('/') && !p.starts_with('*') {
+                return Err(invalid(
+                    &format!("custom.paths[{i}]"),
+                    "must start with `/` or `*`",
+                ));
+            }
+        }
+        let each = |p: &JsonPath| p.steps().iter().filter(|s| **s == Step::Each).count();
+        match (&self.tools_path, &self.text_path) {
+            (Some(_), Some(_)) => Err(invalid(
+                "custom.text_path",
+                "set `tools_path` (tools in a JSON array) or `text_path` (tools in text tags), \
+                 not both",
+            )),
+            (None, None) => Err(invalid(
+                "custom.tools_path",
+                "required: set `tools_path` (tools in a JSON array) or `text_path` (tools in \
+                 text tags)",
+            )),
+            (Some(tools), None) => {
+                if each(tools) > 1 {
+                    return Err(invalid(
+                        "custom.tools_path",
+                        format_args!(
+                            "`{tools}` must select one array: at most one `[*]`, before the \
+                             path to each tool (`$.tools[*].function`)"
+                        ),
+                    ));
+                }
+                if self.query_path.is_none() {
+                    return Err(invalid(
+                        "custom.query_path",
+                        "required with `tools_path` (e.g. `$.messages[-1].content`)",
+                    ));
+                }
+                if self.strip_tags {
+                    return Err(invalid(
+                        "custom.strip_tags",
+                        "applies to text tags (`text_path`) only",
+                    ));
+                }
+                for (name, field) in [
+                    ("name", &self.fields.name),
+                    ("description", &self.fields.description),
+                    ("parameters", &self.fields.parameters),
+                ] {
+                    if each(&field.0) > 0 {
+                        return Err(invalid(
+                            &format!("custom.fields.{name}"),
+                            "must select one value: no `[*]`",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            (None, Some(_)) => {
+                if self.fields != ToolFields::default() {
+                    return Err(invalid(
+                        "custom.fields",
+                        "applies to `tools_path` only (text tags name their fields)",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether a request to `path` has this shape.
+    pub fn matches(&self, path: &str) -> bool {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        self.paths.iter().any(|p| glob_match(p, path))
     }
 }
 
@@ -976,6 +1112,114 @@ mod tests {
             err(r#"{"gating":{"mcp":{"cluster":"c","argument":""}}}"#)
                 .contains("`gating.mcp.argument`")
         );
+    }
+
+    #[test]
+    fn custom_shapes() {
+        let c = Config::from_json(
+            br#"{"custom":{"paths":["/wso2/*"],"query_path":"$.messages[-1].content",
+                "tools_path":"$.payload.functions","fields":{"name":"function.name"}}}"#,
+        )
+        .unwrap();
+        let custom = c.custom.unwrap();
+        assert!(custom.matches("/wso2/v1/chat/completions?x=1") && !custom.matches("/v1/wso2"));
+        assert_eq!(
+            custom.fields.name,
+            FieldPath::parse("function.name").unwrap()
+        );
+        assert_eq!(
+            custom.fields.description,
+            FieldPath::parse("description").unwrap()
+        );
+        assert!(
+            Config::from_json(
+                br#"{"custom":{"paths":["*"],"text_path":"$.messages[*].content","strip_tags":true}}"#
+            )
+            .is_ok()
+        );
+        let refused = |json: &str, why: &str| {
+            let err = Config::from_json(json.as_bytes()).unwrap_err().0;
+            assert!(err.contains(why), "{err}");
+        };
+        let tools = r#""paths":["/x"],"query_path":"$.q","tools_path":"$.tools""#;
+        // Paths that cannot be read are refused where they are written, with the reason.
+        refused(
+            r#"{"custom":{"paths":["/x"],"query_path":"$..q","tools_path":"$.t"}}"#,
+            "field `custom.query_path`: `$..q`: recursive descent",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"],"query_path":"$.q","tools_path":"tools"}}"#,
+            "field `custom.tools_path`: `tools` is not a JSONPath",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"],"text_path":"$.m[?(@.a)]"}}"#,
+            "field `custom.text_path`:",
+        );
+        refused(
+            &format!(r#"{{"custom":{{{tools},"fields":{{"name":"a[0"}}}}}}"#),
+            "field `custom.fields.name`:",
+        );
+        refused(
+            &format!(r#"{{"custom":{{{tools},"fields":{{"name":"a[*]"}}}}}}"#),
+            "`custom.fields.name`: must select one value",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"],"query_path":"$.q","tools_path":"$.a[*].b[*]"}}"#,
+            "`custom.tools_path`",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"],"tools_path":"$.t"}}"#,
+            "`custom.query_path`: required",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"]}}"#,
+            "`custom.tools_path`: required",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"],"text_path":"$.m","tools_path":"$.t"}}"#,
+            "`custom.text_path`",
+        );
+        refused(
+            &format!(r#"{{"custom":{{{tools},"strip_tags":true}}}}"#),
+            "`custom.strip_tags`",
+        );
+        refused(
+            r#"{"custom":{"paths":["/x"],"text_path":"$.m","fields":{"name":"n"}}}"#,
+            "`custom.fields`",
+        );
+        refused(
+            r#"{"custom":{"paths":[],"text_path":"$.m"}}"#,
+            "`custom.paths`",
+        );
+        refused(
+            r#"{"custom":{"paths":["x"],"text_path":"$.m"}}"#,
+            "`custom.paths[0]`",
+        );
+        refused(r#"{"custom":{"text_path":"$.m"}}"#, "missing field `paths`");
+        refused(
+            &format!(r#"{{"custom":{{{tools},"fields":{{"title":"t"}}}}}}"#),
+            "unknown field `title`",
+        );
+    }
+
+    #[test]
+    fn the_readme_examples_of_custom_shapes_load() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("## Custom request shapes")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .unwrap();
+        let examples: Vec<&str> = section
+            .split("```json\n")
+            .skip(1)
+            .filter_map(|block| block.split("```").next())
+            .collect();
+        assert_eq!(examples.len(), 2);
+        for json in examples {
+            let config = Config::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            assert!(config.custom.is_some());
+        }
     }
 
     #[test]

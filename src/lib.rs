@@ -1,7 +1,8 @@
 //! toolsift: cut the `tools` array of LLM requests to the tools the user's question needs.
 //!
 //! Data flow (each step is a module):
-//! request bytes → [`dialect`] (find the query, the tools, the pinned tools)
+//! request bytes → [`dialect`] (find the query, the tools, the pinned tools; [`custom`] for
+//!   request shapes the configuration describes)
 //! → [`rank`] (BM25 over a cached per-catalog index; with `ranking: hybrid`, [`fusion`] of the
 //!   BM25, exact-match, parameter-key and [`embeddings`] vector channels)
 //! → [`select`] (top_k, min_score, token budget, pins)
@@ -11,6 +12,7 @@
 //! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI.
 
 pub mod config;
+pub mod custom;
 pub mod dialects;
 pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]

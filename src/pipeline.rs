@@ -2,7 +2,7 @@
 //! Pure Rust, no proxy-wasm: the filter and the CLI run exactly this.
 
 use crate::config::Config;
-use crate::dialects::{Choice, Dialect, Problem};
+use crate::dialects::{Choice, Dialect, Problem, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::{rebuild_container, splice};
@@ -125,6 +125,9 @@ pub struct Analysis {
     pub called: Vec<String>,
     /// The channels' votes when the ranking is hybrid.
     pub fused: Option<Rc<Fused>>,
+    /// A custom request whose tools are text tags: how its strings are rewritten (`container`
+    /// then spans them).
+    pub text_edit: Option<crate::custom::TextEdit>,
 }
 
 impl Analysis {
@@ -208,6 +211,9 @@ impl Analysis {
     /// kept. The rest of the body is unchanged, so a host that can replace a prefix in place
     /// (Envoy) needs no more.
     pub fn rewrite_head(&self, body: &str) -> Option<(String, usize)> {
+        if let Some(edit) = &self.text_edit {
+            return edit.rewrite_head(body, &self.selection.keep);
+        }
         if self.kept() == self.total() {
             return None;
         }
@@ -306,6 +312,25 @@ impl RequestHeaders {
         }
         let path = self.path.as_deref().unwrap_or_default();
         let dialect = config.dialect.resolve(path).ok_or(Skip::NotLlm)?;
+        self.screen_body(config)?;
+        Ok(dialect)
+    }
+
+    /// Like [`RequestHeaders::screen`] for a request on a custom route (`custom.paths`, which
+    /// win over the dialects' paths); `None` when it is not on one.
+    pub fn screen_custom(&self, config: &Config) -> Option<Result<(), Skip>> {
+        let path = self.path.as_deref().unwrap_or_default();
+        if !config.custom.as_ref()?.matches(path) {
+            return None;
+        }
+        if self.method.as_deref() != Some("POST") {
+            return Some(Err(Skip::NotLlm));
+        }
+        Some(self.screen_body(config))
+    }
+
+    /// Whether the body of a request toolsift may read can be read.
+    fn screen_body(&self, config: &Config) -> Result<(), Skip> {
         if self.end_of_stream {
             return Err(Skip::NoBody);
         }
@@ -331,7 +356,7 @@ impl RequestHeaders {
                 return Err(Skip::TooLarge);
             }
         }
-        Ok(dialect)
+        Ok(())
     }
 }
 
@@ -412,15 +437,19 @@ pub struct Engine {
     pub config: Config,
     pub weights: FieldWeights,
     cache: CatalogCache,
+    /// The `custom` section, compiled.
+    custom: Option<crate::custom::Shape>,
 }
 
 impl Engine {
     pub fn new(config: Config) -> Engine {
         let cache = CatalogCache::new(config.catalog_cache_size, config.catalog_cache_bytes);
+        let custom = config.custom.as_ref().and_then(crate::custom::Shape::new);
         Engine {
             config,
             weights: FieldWeights::default(),
             cache,
+            custom,
         }
     }
 
@@ -466,6 +495,40 @@ impl Engine {
             }
             None => (self.cache.build(dialect, container, self.weights)?, false),
         };
+        self.conclude(request, catalog, cache_hit, span)
+    }
+
+    /// Reads, ranks and selects the tools of a body of the `custom` shape (a request on a
+    /// custom route): as [`Engine::analyse`] does a dialect's, the catalog cached alike.
+    pub fn analyse_custom(&mut self, body: &str) -> Result<Analysis, Skipped> {
+        self.cache.trim();
+        let shape = self.custom.as_ref().ok_or(Skip::NotLlm)?;
+        let found = shape.read(body)?;
+        let (catalog, cache_hit) =
+            self.cache
+                .get_or_read(&found.container, found.items, self.weights, &mut |text| {
+                    shape.entry(text)
+                });
+        let request = Request {
+            dialect: crate::custom::PLACEHOLDER_DIALECT,
+            query: found.query,
+            choice: Choice::default(),
+            called: Vec::new(),
+            stream: false,
+        };
+        let mut analysis = self.conclude(request, catalog, cache_hit, found.span)?;
+        analysis.text_edit = found.text;
+        Ok(analysis)
+    }
+
+    /// Ranks and selects a request's catalog (`container`: where its tools sit in the body).
+    fn conclude(
+        &self,
+        request: Request,
+        catalog: Rc<Catalog>,
+        cache_hit: bool,
+        container: Range<usize>,
+    ) -> Result<Analysis, Skipped> {
         let total = catalog.function_count();
         if total == 0 {
             return Err(Skipped {
@@ -488,16 +551,17 @@ impl Engine {
             &request.called,
         );
         Ok(Analysis {
-            dialect,
+            dialect: request.dialect,
             query: request.query,
             catalog,
             cache_hit,
             selection,
-            container: span,
+            container,
             stream: request.stream,
             choice: request.choice,
             called: request.called,
             fused: None,
+            text_edit: None,
         })
     }
 
@@ -610,6 +674,105 @@ mod tests {
         let again = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
         assert!(again.cache_hit && !analysis.cache_hit);
         assert_eq!(again.rewrite(&body).unwrap(), out);
+    }
+
+    #[test]
+    fn custom_shapes_are_ranked_selected_and_spliced_like_dialects() {
+        let config = Config::from_json(
+            br#"{"top_k":2,"min_tools":3,"always_include":["tool_9"],"custom":{"paths":["/wso2/*"],
+                "query_path":"$.ask.text","tools_path":"$.payload.functions"}}"#,
+        )
+        .unwrap();
+        let mut engine = Engine::new(config);
+        let tools: Vec<String> = (0..10)
+            .map(|i| format!(r#"{{"name":"tool_{i}","description":"Does thing number {i}"}}"#))
+            .collect();
+        let body = format!(
+            "{{\"ask\": {{\"text\": \"run thing number 7\"}},\n \"payload\": {{\"functions\": [\n  {}\n]}}, \"t\": 0.10}}",
+            tools.join(",\n  ")
+        );
+        let analysis = engine.analyse_custom(&body).unwrap();
+        assert_eq!((analysis.kept(), analysis.total()), (3, 10));
+        assert_eq!(analysis.kept_names(), ["tool_7", "tool_0", "tool_9"]);
+        let out = analysis.rewrite(&body).unwrap();
+        let kept = format!("[\n  {},\n  {},\n  {}\n]", tools[0], tools[7], tools[9]);
+        assert_eq!(
+            out,
+            format!(
+                "{}{kept}{}",
+                &body[..analysis.container.start],
+                &body[analysis.container.end..]
+            )
+        );
+        let again = engine.analyse_custom(&body).unwrap();
+        assert!(again.cache_hit && !analysis.cache_hit);
+        assert_eq!(again.rewrite(&body).unwrap(), out);
+        // The same tools array read by a dialect is another catalog.
+        let chat = format!(
+            r#"{{"messages":[{{"role":"user","content":"x"}}],"tools":[{}]}}"#,
+            tools.join(",\n  ")
+        );
+        assert_eq!(
+            engine
+                .analyse(Dialect::OpenaiChat, &chat)
+                .err()
+                .unwrap()
+                .reason,
+            Skip::NoTools,
+            "no chat tool has a `function`"
+        );
+        let few = r#"{"payload":{"functions":[{"name":"a"}]}}"#;
+        assert_eq!(
+            engine.analyse_custom(few).err().unwrap(),
+            Skipped {
+                reason: Skip::FewTools,
+                tools: Some(1)
+            }
+        );
+        assert_eq!(
+            engine.analyse_custom("[").err().unwrap().reason,
+            Skip::MalformedJson
+        );
+        // Without a custom section nothing is read as one.
+        let mut plain = Engine::new(Config::default());
+        assert_eq!(
+            plain.analyse_custom(&body).err().unwrap().reason,
+            Skip::NotLlm
+        );
+    }
+
+    #[test]
+    fn custom_paths_win_over_the_dialects_paths() {
+        let config = Config::from_json(
+            br#"{"custom":{"paths":["/wso2/*"],"text_path":"$.messages[*].content"}}"#,
+        )
+        .unwrap();
+        let post = |path: &str| RequestHeaders {
+            method: Some("POST".into()),
+            path: Some(path.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            post("/wso2/v1/chat/completions").screen_custom(&config),
+            Some(Ok(()))
+        );
+        assert_eq!(post("/wso2/anything").screen_custom(&config), Some(Ok(())));
+        assert_eq!(post("/v1/chat/completions").screen_custom(&config), None);
+        assert_eq!(
+            post("/v1/chat/completions").screen(&config),
+            Ok(Dialect::OpenaiChat)
+        );
+        let gzip = RequestHeaders {
+            content_encoding: Some("gzip".into()),
+            ..post("/wso2/x")
+        };
+        assert_eq!(gzip.screen_custom(&config), Some(Err(Skip::Compressed)));
+        let get = RequestHeaders {
+            method: Some("GET".into()),
+            ..post("/wso2/x")
+        };
+        assert_eq!(get.screen_custom(&config), Some(Err(Skip::NotLlm)));
+        assert_eq!(post("/wso2/x").screen_custom(&Config::default()), None);
     }
 
     #[test]

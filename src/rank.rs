@@ -7,7 +7,7 @@
 //! tokenised again, and kept in a cache bounded in bytes: the agent that sends the same catalog
 //! every turn pays for it once, and the one whose catalog changes by a tool pays for that tool.
 
-use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Problem, ToolText};
+use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, ToolText};
 use crate::fusion::{Fused, LexicalTool, Lexicon};
 use bm25::TokenEmbedder;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -96,6 +96,8 @@ struct TermCount {
 /// distinct definition and shared.
 pub struct ToolParts {
     dialect: Dialect,
+    /// Read by the configuration's custom request shape ([`crate::custom`]), not by `dialect`.
+    custom: bool,
     /// The definition's exact bytes: a catalog that reuses these parts is checked against
     /// them byte for byte, so no hash collision can pass one tool off as another.
     text: Box<str>,
@@ -115,6 +117,14 @@ impl ToolParts {
     /// Reads one entry of a `dialect` container and tokenises its text.
     pub fn read(dialect: Dialect, item: &Item) -> Result<ToolParts, Problem> {
         Ok(Self::of(dialect, item.text, dialect.read_item(item)?))
+    }
+
+    /// The parts of a tool a custom request shape read from `text`.
+    fn of_custom(text: &str, entry: Entry) -> ToolParts {
+        ToolParts {
+            custom: true,
+            ..ToolParts::of(crate::custom::PLACEHOLDER_DIALECT, text, entry)
+        }
     }
 
     /// The parts of an entry already read, without its bytes (tests, and indexes built from
@@ -166,6 +176,7 @@ impl ToolParts {
         }
         ToolParts {
             dialect,
+            custom: false,
             text: text.into(),
             entry,
             terms: terms.into(),
@@ -425,6 +436,9 @@ fn sort_by_term(triples: &mut Vec<(u32, u32, f32)>) {
 /// only on the container's bytes.
 pub struct Catalog {
     pub dialect: Dialect,
+    /// Read by the configuration's custom request shape ([`crate::custom`]); `dialect` is then
+    /// a placeholder.
+    pub custom: bool,
     pub draft: CatalogDraft,
     pub index: Index,
     /// What the lexical channels of hybrid ranking read.
@@ -482,9 +496,34 @@ impl Catalog {
         let (items, layout) = dialect.split_scanned(container, scanned)?;
         let parts: Rc<[Rc<ToolParts>]> =
             items.iter().map(&mut *parts_of).collect::<Result<_, _>>()?;
+        let sizes = items.iter().map(|item| item.text.len()).collect();
+        Ok(Catalog::index(
+            dialect,
+            false,
+            container,
+            parts,
+            sizes,
+            layout,
+            weights,
+            vector_bytes,
+        ))
+    }
+
+    /// Indexes a container's entries, given their parts, sizes and layout.
+    #[allow(clippy::too_many_arguments)]
+    fn index(
+        dialect: Dialect,
+        custom: bool,
+        container: &str,
+        parts: Rc<[Rc<ToolParts>]>,
+        sizes: Vec<usize>,
+        layout: Layout,
+        weights: FieldWeights,
+        vector_bytes: &Rc<Cell<usize>>,
+    ) -> Catalog {
         let draft = CatalogDraft {
             entries: parts.iter().map(|p| p.entry.clone()).collect(),
-            sizes: items.iter().map(|item| item.text.len()).collect(),
+            sizes,
             layout,
         };
         let functions: Vec<(usize, &ToolParts)> = parts
@@ -504,6 +543,7 @@ impl Catalog {
         let tokens = draft.sizes.iter().map(|&b| estimate_tokens(b)).collect();
         let mut catalog = Catalog {
             dialect,
+            custom,
             draft,
             index,
             lexicon,
@@ -517,12 +557,18 @@ impl Catalog {
             heap_bytes: 0,
         };
         catalog.heap_bytes = catalog.estimate_heap_bytes();
-        Ok(catalog)
+        catalog
     }
 
-    /// Whether `candidate` is this catalog's container, byte for byte.
-    fn is(&self, dialect: Dialect, candidate: &[u8]) -> bool {
-        dialect == self.dialect && same_bytes(Some(candidate), Some(&self.container))
+    /// Whether `candidate` is this catalog's container, byte for byte, read by `dialect` (or by
+    /// the custom request shape).
+    fn is(&self, dialect: Option<Dialect>, candidate: &[u8]) -> bool {
+        let reader = if self.custom {
+            None
+        } else {
+            Some(self.dialect)
+        };
+        reader == dialect && same_bytes(Some(candidate), Some(&self.container))
     }
 
     /// The ranking of every function tool for `query`, remembered for the next call.
@@ -655,6 +701,9 @@ fn same_bytes(a: Option<&[u8]>, b: Option<&[u8]>) -> bool {
     a.iter().zip(b).all(|(x, y)| x == y)
 }
 
+/// The seed of the hashes of custom request shapes' tools: the dialects' seeds are below 16.
+const CUSTOM_SEED: u64 = 1 << 32;
+
 /// The cheap token estimate used in the filter's stats: characters / 4.
 pub fn estimate_tokens(bytes: usize) -> usize {
     bytes.div_ceil(4)
@@ -750,7 +799,7 @@ impl CatalogCache {
         let pos = self.catalogs.iter().rposition(|catalog| {
             bytes
                 .get(..catalog.container.len())
-                .is_some_and(|candidate| catalog.is(dialect, candidate))
+                .is_some_and(|candidate| catalog.is(Some(dialect), candidate))
         })?;
         let hit = self.catalogs.remove(pos);
         let found = (Rc::clone(&hit), hit.container.len());
@@ -807,34 +856,16 @@ impl CatalogCache {
         weights: FieldWeights,
     ) -> Result<Rc<Catalog>, Problem> {
         self.clock += 1;
-        let clock = self.clock;
         let vector_bytes = Rc::clone(&self.vector_bytes);
-        let parts = &mut self.parts;
-        let parts_bytes = &mut self.parts_bytes;
         // Parts read for this catalog that could not be cached (a hash shared with other
         // bytes): the catalog carries their size.
         let mut uncached = 0;
         let mut parts_of = |item: &Item| -> Result<Rc<ToolParts>, Problem> {
-            let key = xxhash_rust::xxh3::xxh3_64_with_seed(
-                item.text.as_bytes(),
-                dialect as u64 * 2 + u64::from(item.builtin),
-            );
-            if let Some(known) = parts.get(&key) {
-                if known.dialect == dialect
-                    && same_bytes(Some(known.text.as_bytes()), Some(item.text.as_bytes()))
-                {
-                    known.last_used.set(clock);
-                    return Ok(Rc::clone(known));
-                }
-                let fresh = ToolParts::read(dialect, item)?;
-                uncached += fresh.heap_bytes();
-                return Ok(Rc::new(fresh));
-            }
-            let fresh = Rc::new(ToolParts::read(dialect, item)?);
-            fresh.last_used.set(clock);
-            *parts_bytes += fresh.heap_bytes();
-            parts.insert(key, Rc::clone(&fresh));
-            Ok(fresh)
+            let seed = dialect as u64 * 2 + u64::from(item.builtin);
+            let known = |p: &ToolParts| p.dialect == dialect && !p.custom;
+            self.parts_of(item.text, seed, known, &mut uncached, || {
+                ToolParts::read(dialect, item)
+            })
         };
         let built = Catalog::assemble(
             dialect,
@@ -844,20 +875,101 @@ impl CatalogCache {
             &vector_bytes,
             &mut parts_of,
         );
-        let mut catalog = match built {
-            Ok(catalog) => catalog,
+        match built {
+            Ok(catalog) => Ok(self.keep(catalog, uncached)),
             Err(problem) => {
                 // Parts read before the problem stay: they are valid tools.
                 self.trim();
-                return Err(problem);
+                Err(problem)
             }
-        };
+        }
+    }
+
+    /// The catalog of tools a custom request shape found ([`crate::custom`]): `container`
+    /// holds them, `items` are their ranges in it, and `read` reads a tool never seen before.
+    /// Cached apart from the dialects' catalogs (the same bytes read another way are another
+    /// catalog); the flag says whether it was a cache hit.
+    pub fn get_or_read(
+        &mut self,
+        container: &str,
+        items: Vec<Range<usize>>,
+        weights: FieldWeights,
+        read: &mut dyn FnMut(&str) -> Entry,
+    ) -> (Rc<Catalog>, bool) {
+        let bytes = container.as_bytes();
+        if let Some(pos) = self.catalogs.iter().rposition(|c| c.is(None, bytes)) {
+            let hit = self.catalogs.remove(pos);
+            self.catalogs.push(Rc::clone(&hit));
+            return (hit, true);
+        }
+        self.clock += 1;
+        let mut uncached = 0;
+        let mut parts = Vec::with_capacity(items.len());
+        for range in &items {
+            let text = container.get(range.clone()).unwrap_or_default();
+            let known = |p: &ToolParts| p.custom;
+            let taken = self.parts_of(text, CUSTOM_SEED, known, &mut uncached, || {
+                Ok(ToolParts::of_custom(text, read(text)))
+            });
+            // Reading a custom tool cannot fail: what is not a tool is a built-in.
+            if let Ok(taken) = taken {
+                parts.push(taken);
+            }
+        }
+        let sizes = items.iter().map(Range::len).collect();
+        let layout = Layout::Flat(crate::rewrite::ArrayLayout {
+            span: 0..container.len(),
+            items,
+        });
+        let catalog = Catalog::index(
+            crate::custom::PLACEHOLDER_DIALECT,
+            true,
+            container,
+            parts.into(),
+            sizes,
+            layout,
+            weights,
+            &Rc::clone(&self.vector_bytes),
+        );
+        (self.keep(catalog, uncached), false)
+    }
+
+    /// The parts of the tool written `text`: the cached ones if `known` says they were read
+    /// the same way, else `read` now (and cached, unless another tool has the hash).
+    fn parts_of(
+        &mut self,
+        text: &str,
+        seed: u64,
+        known: impl Fn(&ToolParts) -> bool,
+        uncached: &mut usize,
+        read: impl FnOnce() -> Result<ToolParts, Problem>,
+    ) -> Result<Rc<ToolParts>, Problem> {
+        let clock = self.clock;
+        let key = xxhash_rust::xxh3::xxh3_64_with_seed(text.as_bytes(), seed);
+        if let Some(cached) = self.parts.get(&key) {
+            if known(cached) && same_bytes(Some(cached.text.as_bytes()), Some(text.as_bytes())) {
+                cached.last_used.set(clock);
+                return Ok(Rc::clone(cached));
+            }
+            let fresh = read()?;
+            *uncached += fresh.heap_bytes();
+            return Ok(Rc::new(fresh));
+        }
+        let fresh = Rc::new(read()?);
+        fresh.last_used.set(clock);
+        self.parts_bytes += fresh.heap_bytes();
+        self.parts.insert(key, Rc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    /// Caches a catalog just built, which also holds `uncached` bytes of parts of its own.
+    fn keep(&mut self, mut catalog: Catalog, uncached: usize) -> Rc<Catalog> {
         catalog.heap_bytes += uncached;
         let catalog = Rc::new(catalog);
         self.catalogs_bytes += catalog.heap_bytes;
         self.catalogs.push(Rc::clone(&catalog));
         self.trim();
-        Ok(catalog)
+        catalog
     }
 
     /// What the cache holds now.

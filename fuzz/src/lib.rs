@@ -42,6 +42,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("response", response),
     ("respond", respond),
     ("config", config),
+    ("request_custom", request_custom),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -173,6 +174,93 @@ fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
         out.ends_with(&body[range.end..]),
         "bytes after the tools changed"
     );
+}
+
+/// The custom shapes [`request_custom`] reads a body with: a tools array (each tool in a
+/// `function` wrapper) and tools written as text tags, markup stripped or not; each keeps one
+/// tool, so that most bodies with tools are rewritten.
+const CUSTOM_CONFIGS: [&str; 3] = [
+    r#"{"top_k": 1, "min_tools": 0, "custom": {"paths": ["/*"],
+        "query_path": "$.messages[-1].content", "tools_path": "$.tools[*].function"}}"#,
+    r#"{"top_k": 1, "min_tools": 0, "custom": {"paths": ["/*"],
+        "text_path": "$.messages[*].content"}}"#,
+    r#"{"top_k": 1, "min_tools": 0, "custom": {"paths": ["/*"],
+        "text_path": "$.messages[*].content", "strip_tags": true}}"#,
+];
+
+/// One body through each custom shape: analysed twice (the second time a catalog-cache hit,
+/// decided the same way), then rewritten. Nothing panics; what goes upstream is JSON when the
+/// body was; the bytes outside the span the analysis names are the client's; a tools array
+/// keeps the kept tools byte for byte, in order; tags (not stripped) still hold the kept
+/// tools, in order.
+pub fn request_custom(data: &[u8]) {
+    let Ok(body) = body_text(data.to_vec()) else {
+        return;
+    };
+    let body = body.as_str();
+    for (i, text) in CUSTOM_CONFIGS.iter().enumerate() {
+        let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let mut engine = Engine::new(config.clone());
+        let Ok(analysis) = engine.analyse_custom(body) else {
+            continue;
+        };
+        let again = engine
+            .analyse_custom(body)
+            .unwrap_or_else(|e| panic!("analysed once, refused the second time: {e:?}"));
+        assert!(
+            again.cache_hit,
+            "the same body again is a catalog-cache hit"
+        );
+        assert_eq!(
+            again.selection.keep, analysis.selection.keep,
+            "cache hit decided otherwise"
+        );
+        let Some(out) = analysis.rewrite(body) else {
+            continue;
+        };
+        assert!(is_json(&out), "rewrite of a custom body is not JSON: {out}");
+        let range = &analysis.container;
+        let (before, after) = (&body[..range.start], &body[range.end..]);
+        assert!(out.starts_with(before), "bytes before the tools changed");
+        assert!(out.ends_with(after), "bytes after the tools changed");
+        let kept: Vec<&str> = analysis.kept_names();
+        let reread = engine.analyse_custom(&out);
+        match i {
+            0 => {
+                let container = &body[range.clone()];
+                let texts = entry_texts(container, &analysis.catalog.draft);
+                let kept_texts: Vec<&str> = texts
+                    .iter()
+                    .zip(&analysis.selection.keep)
+                    .filter(|(_, keep)| **keep)
+                    .map(|(text, _)| *text)
+                    .collect();
+                let new_container = &out[before.len()..out.len() - after.len()];
+                let items: Vec<&RawValue> = serde_json::from_str(new_container)
+                    .unwrap_or_else(|e| panic!("rewritten tools unreadable ({e}): {out}"));
+                let items: Vec<&str> = items.iter().map(|i| i.get()).collect();
+                assert_eq!(items, kept_texts, "the tools sent are not the kept tools");
+            }
+            1 => {
+                let names = reread.map(|a| {
+                    a.catalog
+                        .draft
+                        .entries
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(e, _)| a.catalog.name(e).map(str::to_owned))
+                        .collect::<Vec<_>>()
+                });
+                let names = names.unwrap_or_default();
+                let mut left = names.iter();
+                assert!(
+                    kept.iter().all(|k| left.any(|n| n == k)),
+                    "kept tools {kept:?} missing from the rewritten tags {names:?}"
+                );
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A small request per dialect whose search session the `response` target answers: three tools,

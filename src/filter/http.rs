@@ -32,6 +32,9 @@ pub struct Filter {
     headers_held: bool,
     /// Set while the request body is being buffered for us.
     buffering: Option<Dialect>,
+    /// The request is on a custom route (`custom.paths`): its body is read by the custom
+    /// shape, and `buffering` names a placeholder dialect.
+    custom: bool,
     /// What happened, for the response headers.
     outcome: Option<Outcome>,
     /// A request waiting for its embeddings call.
@@ -121,6 +124,7 @@ impl Filter {
             context_id,
             headers_held: false,
             buffering: None,
+            custom: false,
             outcome: None,
             waiting: None,
             search_headers: None,
@@ -136,13 +140,17 @@ impl Filter {
     /// Screens the request's headers (read as bytes: a value that is not UTF-8 is data, never
     /// a reason to trap).
     fn screen_headers(
-        &self,
+        &mut self,
         shared: &Shared,
         pairs: &[crate::pairs::Pair],
         end_of_stream: bool,
     ) -> Result<Dialect, Skip> {
         let headers = RequestHeaders::from_pairs(pairs, end_of_stream);
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+        if let Some(screened) = headers.screen_custom(&engine.config) {
+            self.custom = true;
+            return screened.map(|()| crate::custom::PLACEHOLDER_DIALECT);
+        }
         headers.screen(&engine.config)
     }
 
@@ -178,7 +186,11 @@ impl Filter {
         }
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         let started = now();
-        let analysis = engine.analyse(dialect, &body)?;
+        let analysis = if self.custom {
+            engine.analyse_custom(&body)?
+        } else {
+            engine.analyse(dialect, &body)?
+        };
         metrics.since(
             if analysis.cache_hit {
                 metrics.phase_analyse_us
@@ -196,7 +208,8 @@ impl Filter {
             1,
         );
         // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
-        if !self.gating_asked && self.search_headers.is_none() {
+        // Custom requests have no `tool_choice` a claim could name.
+        if !self.gating_asked && self.search_headers.is_none() && !self.custom {
             self.gating_asked = true;
             if let Some(token) = super::mcp::send_gating(&engine.config, &analysis.query) {
                 drop(engine);
@@ -324,7 +337,11 @@ impl Filter {
         // Prompts stay out of logs above debug level.
         log::debug!(
             "toolsift: {} query={:?} kept {kept}/{total} catalog_cache_hit={} ranked={ranked:?}",
-            analysis.dialect,
+            if self.custom {
+                "custom"
+            } else {
+                analysis.dialect.name()
+            },
             analysis.query,
             analysis.cache_hit
         );
@@ -705,7 +722,10 @@ impl HttpContext for Filter {
                     return self.skip(&shared, Skip::Internal.into());
                 }
                 self.buffering = Some(dialect);
-                self.search_headers = search_headers(&shared, dialect, pairs);
+                // Custom shapes are filtered in search mode too.
+                if !self.custom {
+                    self.search_headers = search_headers(&shared, dialect, pairs);
+                }
                 if self.search_headers.is_some() {
                     // The model's turn must be read: ask for it uncompressed (SDKs offer gzip,
                     // and providers use it), for the first request and so for every follow-up,
