@@ -1,9 +1,10 @@
 //! A stand-in for an LLM provider API, for toolsift's tests, benchmarks and the `make run` demo.
 //!
-//! It accepts the five request dialects toolsift filters (OpenAI Chat Completions, OpenAI
-//! Responses, Anthropic Messages, Gemini, Bedrock Converse), checks the tools the way the real
-//! provider would, so that a filter bug shows up as a 400 rather than as a silent success, and
-//! answers in the provider's own response shape with a report of the tools it received.
+//! It accepts six request dialects (OpenAI Chat Completions, OpenAI Responses, Anthropic
+//! Messages, Gemini, Bedrock Converse, Ollama's native `/api/chat`), checks the tools the way
+//! the real provider would, so that a filter bug shows up as a 400 rather than as a silent
+//! success, and answers in the provider's own response shape with a report of the tools it
+//! received.
 //!
 //! On the LLM paths, request headers change the answer:
 //! - `x-demo-echo: body`: the request body as the answer (after the checks above);
@@ -15,6 +16,13 @@
 //! Bedrock `converse-stream` answers in AWS's binary event-stream framing, as the real API does,
 //! and a Bedrock request signed with SigV4 (`authorization: AWS4-HMAC-SHA256 …`) must carry a
 //! valid signature by the demo's credentials (`sigv4.rs`), else it gets Bedrock's 403.
+//!
+//! Ollama's `/api/chat` streams unless the body says `"stream": false`, as newline-delimited
+//! JSON (`application/x-ndjson`, the last object with `"done": true` and the counts), and its
+//! errors are `{"error": "..."}`. The real server refuses only what it cannot decode (a `tools`
+//! that is not an array of objects, a call's `arguments` that are not an object); that each
+//! tool is a `function` with a name, names are unique and a tool message answers a call (below)
+//! is the demo's own strictness, so that a filter that breaks a tool or loses a call is caught.
 //!
 //! Each API is a provider in `providers/`, one file each behind the `Provider` trait, which
 //! is all the rest knows of them: the server here, the model that answers with a report of the
@@ -49,15 +57,17 @@
 //!
 //! It also plays a scripted model, for the tests of the filter's search mode (the gateway
 //! answering a `find_tools` meta-tool and sending the follow-up request). A request to any of
-//! the five LLM paths with `x-demo-model: scripted` is answered by a model that calls the tool
-//! the headers name, in the dialect's own tool-call shapes, whole or streamed as the request
-//! asks (`"stream": true`; Gemini's `:streamGenerateContent` as SSE with `alt=sse`, else as the
-//! real API's JSON array sent element by element). Bedrock's `converse-stream` is refused (400).
+//! the LLM paths with `x-demo-model: scripted` is answered by a model that calls the tool the
+//! headers name, in the dialect's own tool-call shapes, whole or streamed as the request asks
+//! (`"stream": true`; Ollama unless `"stream": false`; Gemini's `:streamGenerateContent` as SSE
+//! with `alt=sse`, else as the real API's JSON array sent element by element). Bedrock's
+//! `converse-stream` is refused (400).
 //! Requests are checked as above, and their conversation as the provider would: a tool call
 //! without its result, a result without its call (Chat `tool_calls[].id` and `tool_call_id`;
 //! Responses `call_id`, in the stored conversation too; Anthropic `tool_use.id` and
 //! `tool_result.tool_use_id` in the next message; Gemini `functionCall` and `functionResponse`
-//! names in the next turn; Bedrock `toolUseId`) or a duplicate tool name is a 400 in the
+//! names in the next turn; Bedrock `toolUseId`; Ollama `tool_calls[].function.name` and the
+//! `tool_name` of the tool messages right after) or a duplicate tool name is a 400 in the
 //! dialect's error shape. The headers:
 //!
 //! - `x-demo-want: NAME` (required, else 400): the tool the model wants to call.
@@ -81,13 +91,15 @@
 //!   tool result (the gateway's follow-up) gets that status and the dialect's error body.
 //! - `x-demo-chunk-delay-ms: N` (at most 60000): streams wait N ms between frames.
 //!
-//! Call ids are `call_SEQ_I` (Chat; Responses `call_id`, with item id `fc_SEQ_I`), `toolu_SEQ_I`
-//! (Anthropic) and `tooluse_SEQ_I` (Bedrock), SEQ the request's number in `/stats` and I the
-//! call's 0-based place in the turn; Gemini calls have no id, as in the real API. Usage is
-//! deterministic: input tokens are the body's bytes / 4 (rounded down), output tokens 10 per
-//! call plus the words of the text. Streams are the provider's event sequences, one body chunk
-//! per event, with arguments in at least two deltas (Gemini: each `functionCall` part whole in
-//! its own chunk, finish reason and usage on the last). Answers carry no `toolsift_demo` report.
+//! Call ids are `call_SEQ_I` (Chat, Ollama; Responses `call_id`, with item id `fc_SEQ_I`),
+//! `toolu_SEQ_I` (Anthropic) and `tooluse_SEQ_I` (Bedrock), SEQ the request's number in
+//! `/stats` and I the call's 0-based place in the turn; Gemini calls have no id, as in the real
+//! API. Usage is deterministic: input tokens are the body's bytes / 4 (rounded down), output
+//! tokens 10 per call plus the words of the text. Streams are the provider's event sequences,
+//! one body chunk per event, with arguments in at least two deltas (Gemini: each `functionCall`
+//! part whole in its own chunk, finish reason and usage on the last; Ollama: every call, its
+//! arguments an object, in one chunk, as Ollama sends them). Answers carry no `toolsift_demo`
+//! report.
 //!
 //! OpenAI Responses are stored as OpenAI stores them (`stored.rs`), whichever model answers:
 //! every answer's id (`resp_demo{SEQ}`) names the conversation it answered plus its output,
@@ -150,8 +162,8 @@ mod stored;
 const USAGE: &str = "\
 usage: toolsift-demo-upstream [--listen ADDR] [--verbose]
 
-A fake LLM provider API (OpenAI Chat/Responses, Anthropic, Gemini, Bedrock Converse)
-that validates and reports the tools it receives.
+A fake LLM provider API (OpenAI Chat/Responses, Anthropic, Gemini, Bedrock Converse,
+Ollama) that validates and reports the tools it receives.
 
   --listen ADDR   address to listen on (default 127.0.0.1:18000; port 0 picks a free port)
   --verbose, -v   log one line per request to stderr
@@ -1030,5 +1042,134 @@ mod tests {
         let (_, _, stats) = exchange(address, "GET", "/stats", "").await;
         let stats: Value = serde_json::from_str(&stats).unwrap();
         assert_eq!(stats["requests"], 7);
+    }
+
+    /// The data of an HTTP/1.1 chunked body.
+    fn dechunked(body: &str) -> String {
+        let mut data = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let size = usize::from_str_radix(size, 16).unwrap();
+            if size == 0 {
+                break;
+            }
+            data.push_str(&after[..size]);
+            rest = after[size..].strip_prefix("\r\n").unwrap();
+        }
+        data
+    }
+
+    #[tokio::test]
+    async fn ollama_over_http() {
+        let address = start_server().await;
+        let chat = "/api/chat";
+        let tools = r#"[{"type":"function","function":{"name":"find_tools","parameters":{}}}]"#;
+        let first = format!(
+            r#"{{"model":"llama3.2","messages":[{{"role":"user","content":"weather in paris"}}],"tools":{tools}}}"#
+        );
+        // A streamed answer's lines, each checked to be one JSON object and its newline.
+        let lines = |body: &str| -> Vec<Value> {
+            let data = dechunked(body);
+            assert!(data.ends_with('\n'), "{data}");
+            data.lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect()
+        };
+
+        // No `stream` member: the report streams as NDJSON, the report on the first line.
+        let (status, head, body) = exchange(address, "POST", chat, &first).await;
+        assert_eq!(status, 200);
+        assert!(
+            head.contains("content-type: application/x-ndjson"),
+            "{head}"
+        );
+        assert!(head.contains("x-demo-dialect: ollama"));
+        let chunks = lines(&body);
+        assert_eq!(
+            chunks[0]["message"]["content"],
+            "demo upstream received 1 tool: find_tools"
+        );
+        assert_eq!(chunks[0]["toolsift_demo"]["dialect"], "ollama");
+        assert_eq!(chunks.last().unwrap()["done"], true);
+
+        // A tools array Ollama cannot use: 400 with Ollama's error body.
+        let bad = first.replace(tools, r#"[{"type":"function","function":{}}]"#);
+        let (status, head, body) = exchange(address, "POST", chat, &bad).await;
+        assert_eq!(status, 400);
+        assert!(head.contains("content-type: application/json"));
+        let error: Value = serde_json::from_str(&body).unwrap();
+        let message = error["error"].as_str().unwrap();
+        assert!(message.contains("tools[0].function.name"), "{message}");
+        assert_eq!(error.as_object().unwrap().len(), 1);
+
+        // The scripted model, whole and streamed.
+        let scripted = [("x-demo-model", "scripted"), ("x-demo-want", "get_weather")];
+        let whole = first.replacen('{', r#"{"stream":false,"#, 1);
+        let (status, head, body) = exchange_with(address, "POST", chat, &scripted, &whole).await;
+        assert_eq!(status, 200);
+        assert!(head.contains("content-type: application/json"));
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            answer["message"]["tool_calls"],
+            json!([{ "id": "call_3_0", "function": { "index": 0, "name": "find_tools",
+                "arguments": { "query": "weather in paris", "limit": 5 } } }])
+        );
+        let (status, _, body) = exchange_with(address, "POST", chat, &scripted, &first).await;
+        assert_eq!(status, 200);
+        let chunks = lines(&body);
+        assert_eq!(
+            chunks.len(),
+            2,
+            "the call in one chunk, then the last: {body}"
+        );
+        assert_eq!(
+            chunks[0]["message"]["tool_calls"][0]["function"]["name"],
+            "find_tools"
+        );
+        assert_eq!(chunks[1]["done"], true);
+
+        // The follow-up: the result must answer the call by its tool's name.
+        let follow_up = |tool_name: &str| {
+            format!(
+                r#"{{"model":"llama3.2","stream":false,"messages":[{{"role":"user","content":"weather in paris"}},
+                {{"role":"assistant","content":"","tool_calls":[{{"function":{{"name":"find_tools","arguments":{{"query":"weather"}}}}}}]}},
+                {{"role":"tool","content":"get_weather","tool_name":"{tool_name}"}}],
+                "tools":[{{"type":"function","function":{{"name":"find_tools"}}}},{{"type":"function","function":{{"name":"get_weather"}}}}]}}"#
+            )
+        };
+        let (status, _, body) =
+            exchange_with(address, "POST", chat, &scripted, &follow_up("find_tools")).await;
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            answer["message"]["tool_calls"][0]["function"]["name"],
+            "get_weather"
+        );
+        let (status, _, body) =
+            exchange_with(address, "POST", chat, &scripted, &follow_up("get_weather")).await;
+        assert_eq!(status, 400);
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"].as_str().unwrap().contains("get_weather"));
+        let mut failing = scripted.to_vec();
+        failing.push(("x-demo-fail-followup", "429"));
+        let (status, _, body) =
+            exchange_with(address, "POST", chat, &failing, &follow_up("find_tools")).await;
+        assert_eq!(status, 429);
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"].as_str().unwrap().contains("429"));
+
+        // The echo modes, as on every LLM path.
+        let (status, _, body) =
+            exchange_with(address, "POST", chat, &[("x-demo-echo", "body")], &first).await;
+        assert_eq!((status, body.as_str()), (200, first.as_str()));
+        let (status, _, body) = exchange_with(
+            address,
+            "POST",
+            chat,
+            &[("x-demo-echo", "raw")],
+            "{not json",
+        )
+        .await;
+        assert_eq!((status, body.as_str()), (200, "{not json"));
     }
 }

@@ -21,6 +21,7 @@ use crate::stored::Responses;
 mod anthropic;
 mod bedrock;
 mod gemini;
+mod ollama;
 mod openai;
 pub(crate) mod openai_chat;
 mod openai_responses;
@@ -93,12 +94,13 @@ pub(crate) trait Provider: Sync {
 }
 
 /// Every provider, in the order their paths are tried (the first to recognize one wins).
-const PROVIDERS: [&dyn Provider; 5] = [
+const PROVIDERS: [&dyn Provider; 6] = [
     &gemini::Gemini,
     &bedrock::Bedrock,
     &openai_chat::OpenAiChat,
     &openai_responses::OpenAiResponses,
     &anthropic::Anthropic,
+    &ollama::Ollama,
 ];
 
 /// What a request path says besides the API.
@@ -294,6 +296,7 @@ pub(crate) mod testing {
     pub(crate) const MESSAGES: &str = "/v1/messages";
     pub(crate) const GEMINI: &str = "/v1beta/models/gemini-2.0-flash:generateContent";
     pub(crate) const BEDROCK: &str = "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse";
+    pub(crate) const OLLAMA: &str = "/api/chat";
 }
 
 #[cfg(test)]
@@ -333,6 +336,9 @@ mod tests {
                 "/model/arn:aws:bedrock:us-east-1:1:inference-profile/us.x/converse",
                 Some("bedrock"),
             ),
+            ("/api/chat", Some("ollama")),
+            ("/ollama/api/chat", Some("ollama")),
+            ("/api/generate", None),
             ("/v1/completions", None),
             ("/v1/messages/count_tokens", None),
             ("/v1beta/models/gemini-2.0-flash:countTokens", None),
@@ -400,7 +406,7 @@ mod tests {
 
     #[test]
     fn rejects_bodies_that_are_not_json_objects() {
-        for path in [CHAT, RESPONSES, MESSAGES, GEMINI, BEDROCK] {
+        for path in [CHAT, RESPONSES, MESSAGES, GEMINI, BEDROCK, OLLAMA] {
             assert!(
                 rejection_message(path, "{\"model\": ").starts_with("We could not parse"),
                 "{path}"
