@@ -5,11 +5,11 @@
 
 use bytes::Bytes;
 
-pub(super) const CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
+pub(crate) const CONTENT_TYPE: &str = "application/vnd.amazon.eventstream";
 
 /// One `event` message: `:event-type` `event_type`, a JSON payload (the event's member, e.g.
 /// `{"role":"assistant"}` for `messageStart`).
-pub(super) fn event(event_type: &str, payload: &[u8]) -> Bytes {
+pub(crate) fn event(event_type: &str, payload: &[u8]) -> Bytes {
     let mut headers = Vec::new();
     for (name, value) in [
         (":event-type", event_type),

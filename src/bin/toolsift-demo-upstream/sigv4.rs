@@ -14,25 +14,26 @@ use hyper::{Response, header::HeaderName};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{ReplyBody, json_response, sha256_hex};
+use crate::report::sha256_hex;
+use crate::{ReplyBody, json_response};
 
 /// The demo's credentials (not secret: they open nothing but this stand-in).
-pub(super) const ACCESS_KEY_ID: &str = "AKIDTOOLSIFTDEMO";
-pub(super) const SECRET_ACCESS_KEY: &str = "toolsift-demo-secret-access-key";
+pub(crate) const ACCESS_KEY_ID: &str = "AKIDTOOLSIFTDEMO";
+pub(crate) const SECRET_ACCESS_KEY: &str = "toolsift-demo-secret-access-key";
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 const SIGNATURE_MISMATCH: &str = "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access Key and signing method. Consult the service documentation for details.";
 
 /// Why a signed request is refused: Bedrock's error type and message.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Refusal {
+pub(crate) struct Refusal {
     kind: &'static str,
     message: &'static str,
 }
 
 impl Refusal {
     /// Bedrock's 403.
-    pub(super) fn response(&self) -> Response<ReplyBody> {
+    pub(crate) fn response(&self) -> Response<ReplyBody> {
         let body = json!({ "message": self.message });
         let mut response = json_response(StatusCode::FORBIDDEN, &body);
         response
@@ -43,7 +44,7 @@ impl Refusal {
 }
 
 /// Accepts an unsigned request or one whose signature holds.
-pub(super) fn check(parts: &Parts, body: &[u8]) -> Result<(), Refusal> {
+pub(crate) fn check(parts: &Parts, body: &[u8]) -> Result<(), Refusal> {
     let Some(authorization) = parts.headers.get(AUTHORIZATION) else {
         return Ok(());
     };

@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
-use super::Rejection;
+use crate::providers::shared::Rejection;
 
 /// Answers kept at most; the oldest go first.
 const CAPACITY: usize = 4096;
 
 #[derive(Default)]
-pub(super) struct Responses {
+pub(crate) struct Responses {
     inner: Mutex<Inner>,
 }
 
@@ -35,7 +35,7 @@ impl Responses {
     /// `request` as the model reads it: `input` replaced by the stored conversation that
     /// `previous_response_id` names followed by the request's own input items (a string input
     /// is one user message), and `previous_response_id` removed.
-    pub(super) fn resolve(&self, request: &Value) -> Result<Value, Rejection> {
+    pub(crate) fn resolve(&self, request: &Value) -> Result<Value, Rejection> {
         let mut items = match request.get("previous_response_id") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::String(id)) => {
@@ -77,7 +77,7 @@ impl Responses {
 
     /// Stores the answer `id` to `resolved` (a request as [`Responses::resolve`] returns it),
     /// whose output items are `output`; nothing when the request said `"store": false`.
-    pub(super) fn keep(&self, resolved: &Value, id: String, output: &[Value]) {
+    pub(crate) fn keep(&self, resolved: &Value, id: String, output: &[Value]) {
         if resolved.get("store") == Some(&Value::Bool(false)) {
             return;
         }
