@@ -91,6 +91,15 @@ fn request(dialect: &str, stream: bool) -> (String, Value) {
             json!({"messages": [{"role": "user", "content": [{"text": QUESTION}]}],
                    "toolConfig": {"tools": tools}}),
         ),
+        // Ollama streams unless told not to: a streamed request leaves `stream` out.
+        "ollama" => {
+            let mut body = json!({"model": "llama3.2",
+                   "messages": [{"role": "user", "content": QUESTION}], "tools": tools});
+            if !stream {
+                body["stream"] = json!(false);
+            }
+            ("/api/chat".into(), body)
+        }
         other => panic!("{other}"),
     }
 }
@@ -161,8 +170,15 @@ fn called(dialect: &str, r: &Response) -> Vec<String> {
     let text = r.text();
     let mut names = Vec::new();
     let mut scan = |v: &Value| collect_calls(dialect, v, &mut names);
-    if text.trim_start().starts_with('{') {
-        scan(&r.json());
+    if let Ok(whole) = serde_json::from_str::<Value>(&text) {
+        scan(&whole);
+    } else if dialect == "ollama" {
+        // Newline-delimited JSON: one object per line.
+        for line in text.lines() {
+            if let Ok(v) = serde_json::from_str::<Value>(line) {
+                scan(&v);
+            }
+        }
     } else {
         for line in text.lines() {
             if let Some(data) = line.strip_prefix("data: ") {
@@ -227,6 +243,11 @@ fn collect_calls(dialect: &str, v: &Value, out: &mut Vec<String>) {
                 .flatten()
             {
                 push(&part["functionCall"]["name"]);
+            }
+        }
+        "ollama" => {
+            for call in v["message"]["tool_calls"].as_array().into_iter().flatten() {
+                push(&call["function"]["name"]);
             }
         }
         "bedrock" => {
@@ -360,6 +381,18 @@ fn gemini_finds_and_calls() {
 fn bedrock_finds_and_calls() {
     finds_and_calls("bedrock", false, Hold::Held);
     finds_and_calls("bedrock", false, Hold::Unheld);
+}
+
+#[test]
+fn ollama_finds_and_calls() {
+    finds_and_calls("ollama", false, Hold::Held);
+    finds_and_calls("ollama", false, Hold::Unheld);
+}
+
+#[test]
+fn ollama_stream_finds_and_calls() {
+    finds_and_calls("ollama", true, Hold::Held);
+    finds_and_calls("ollama", true, Hold::Unheld);
 }
 
 #[test]
@@ -529,16 +562,32 @@ fn usage_counts_every_round() {
 #[test]
 fn answer_streams_through() {
     let gw = start(Hold::Unheld, json!({}));
-    for dialect in ["openai_chat", "anthropic", "openai_responses", "gemini"] {
+    let dialects = [
+        "openai_chat",
+        "anthropic",
+        "openai_responses",
+        "gemini",
+        "ollama",
+    ];
+    for dialect in dialects {
         let (path, body) = request(dialect, true);
         let r = ask(&gw, &path, &body, "answer", &[]);
         assert_eq!(r.status, 200);
         assert!(called(dialect, &r).is_empty(), "{dialect}: {}", r.text());
-        assert!(r.text().contains("data: "), "{dialect}: an event stream");
+        let framed = match dialect {
+            "ollama" => r.text().lines().count() > 1 && !r.text().contains("data: "),
+            _ => r.text().contains("data: "),
+        };
+        assert!(
+            framed,
+            "{dialect}: a stream in the API's framing: {}",
+            r.text()
+        );
     }
-    assert_eq!(gw.stat("toolsift.search.released"), 4);
+    let n = dialects.len() as u64;
+    assert_eq!(gw.stat("toolsift.search.released"), n);
     assert_eq!(gw.stat("toolsift.search.rounds"), 0);
-    assert_eq!(upstream_log(&gw).len(), 4);
+    assert_eq!(upstream_log(&gw).len(), dialects.len());
 }
 
 /// A model that keeps searching: `max_search_rounds` follow-ups, the last without the

@@ -536,7 +536,8 @@ pub fn tools_for(dialect: &str) -> Value {
         Value::Object(out)
     };
     match dialect {
-        "openai_chat" => Value::Array(catalog),
+        // Ollama's native API takes tools in OpenAI Chat's format.
+        "openai_chat" | "ollama" => Value::Array(catalog),
         "openai_responses" => Value::Array(
             catalog
                 .iter()
