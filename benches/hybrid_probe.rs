@@ -1,4 +1,4 @@
-//! Tuning record for hybrid ranking (issue 4): on each shared dataset, Recall@5 of
+//! Tuning record for hybrid ranking: on each shared dataset, Recall@5 of
 //! - keyword ranking (the filter's BM25),
 //! - dense ranking, cosine of all-MiniLM-L6-v2 vectors of "name: description" (the way gateway
 //!   peers do it) and of the text the filter embeds (`embeddings::tool_text`, with parameters),
