@@ -304,6 +304,7 @@ impl TextEdit {
         let mut at = 0;
         let mut entry = 0;
         for string in &self.strings {
+            let first = entry;
             let mut cuts = string.markup.clone();
             for removal in &string.removals {
                 if !keep.get(entry).copied().unwrap_or(true) {
@@ -314,12 +315,43 @@ impl TextEdit {
             if cuts.is_empty() {
                 continue;
             }
+            let literal = body.get(string.span.clone())?;
+            let rewritten = tags::cut(literal, &cuts);
+            // Cutting a block out joins the text around it, which can make a new tag
+            // (`<tooln` + block + `ame>`): the provider would then read other tools than the
+            // ones kept. Such a string is not rewritten at all (the request is skipped).
+            if string.markup.is_empty() && !reads_as_kept(literal, &rewritten, keep, first) {
+                return None;
+            }
             out.push_str(body.get(at..string.span.start)?);
-            out.push_str(&tags::cut(body.get(string.span.clone())?, &cuts));
+            out.push_str(&rewritten);
             at = string.span.end;
         }
         (at > 0).then_some((out, at))
     }
+}
+
+/// Whether the string `rewritten` holds exactly the tools of `literal` that `keep` keeps
+/// (`first`: the catalog entry of the string's first tool), in order.
+fn reads_as_kept(literal: &str, rewritten: &str, keep: &[bool], first: usize) -> bool {
+    let names = |literal: &str| -> Option<Vec<String>> {
+        let decoded = tags::Decoded::new(literal)?;
+        let text = decoded.text.as_str();
+        let names = tags::blocks(text)
+            .into_iter()
+            .map(|b| text.get(b.name).unwrap_or_default().to_owned());
+        Some(names.collect())
+    };
+    let (Some(before), Some(after)) = (names(literal), names(rewritten)) else {
+        return false;
+    };
+    let kept: Vec<String> = before
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.get(first + i).copied().unwrap_or(true))
+        .map(|(_, name)| name)
+        .collect();
+    kept == after
 }
 
 #[cfg(test)]
@@ -465,6 +497,16 @@ mod tests {
         assert!(out.ends_with(
             r#"{"role":"user","content":"<userq>weather in Paris</userq>"}],"temperature":0.20}"#
         ));
+    }
+
+    #[test]
+    fn a_cut_that_would_make_a_new_tag_is_not_made() {
+        // Dropping `a` would join `<tooln` and `ame>` into a `<toolname>` of a tool `c` the
+        // client never had: the string is left as it is, and the request skipped.
+        let s = shape(r#"{"paths":["/x"],"text_path":"$.messages[*].content"}"#);
+        let body = r#"{"messages":[{"role":"user","content":"<tooln<toolname>a</toolname>ame>c</toolname> and <toolname>b</toolname>"}]}"#;
+        assert_eq!(rewrite(&s, body, &[false, true]), None);
+        assert!(rewrite(&s, body, &[true, false]).is_some());
     }
 
     #[test]

@@ -1066,6 +1066,11 @@ fn add_response_header(name: &str, value: &str) {
 /// what remains, so the rest of the body never leaves Envoy's buffer.
 fn write_rewritten(analysis: &Analysis, text: &str) -> Result<bool, Skipped> {
     let Some((head, replaced)) = analysis.rewrite_head(text) else {
+        // Tools were dropped but could not be cut out (a custom shape's text tags whose cut
+        // would make new tags): the request goes on as the client sent it, counted.
+        if analysis.kept() < analysis.total() {
+            return Err(Skip::BadShape.into());
+        }
         return Ok(false);
     };
     host::set_buffer(Buffer::RequestBody, 0, replaced, head.as_bytes())
