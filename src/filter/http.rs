@@ -959,7 +959,7 @@ impl Filter {
         let Ok(text) = std::str::from_utf8(&body) else {
             return;
         };
-        match crate::mcp::llm::with_tool_choice(dialect, text, &claim.name) {
+        match dialect.codec().with_tool_choice(text, &claim.name) {
             Some(chosen) => {
                 if let Err(status) =
                     host::set_buffer(Buffer::RequestBody, 0, body.len(), chosen.as_bytes())

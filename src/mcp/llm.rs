@@ -123,12 +123,6 @@ pub fn apply(analysis: &mut Analysis, config: &Config, verdict: &Verdict) -> Gat
     }
 }
 
-/// `body` with `tool_choice` (in the dialect's form) naming `name`; `None` if it cannot be
-/// written (the body is not an object).
-pub fn with_tool_choice(dialect: Dialect, body: &str, name: &str) -> Option<String> {
-    dialect.codec().with_tool_choice(body, name)
-}
-
 /// The response the gateway sends in place of the model's, for a request whose turn the claimed
 /// tool takes (`gating.claim: "answer"`), in the dialect's response format: one call of that
 /// tool with the claim's arguments. `model` is the request's `model` (echoed when the dialect's
@@ -154,6 +148,10 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
     use crate::pipeline::Engine;
+
+    fn with_tool_choice(dialect: Dialect, body: &str, name: &str) -> Option<String> {
+        dialect.codec().with_tool_choice(body, name)
+    }
 
     fn chat(tools: &[&str], choice: &str) -> String {
         let tools: Vec<String> = tools

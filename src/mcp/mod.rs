@@ -49,7 +49,7 @@ mod hostile {
         let _ = gating::verdict(&text);
         let _ = gating::arguments(&text, &text);
         for dialect in crate::dialects::Dialect::ALL {
-            let _ = llm::with_tool_choice(dialect, &text, "x");
+            let _ = dialect.codec().with_tool_choice(&text, "x");
         }
     }
 
