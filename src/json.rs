@@ -22,21 +22,24 @@ pub fn span_in(outer: &str, inner: &str) -> Option<Range<usize>> {
 /// checked, and every other byte of the body still goes through serde. `None` when a key is
 /// absent or the text is not shaped as expected.
 pub fn find_path(text: &str, path: &[&str]) -> Option<Range<usize>> {
-    find_path_with(text, path, |_, _| None)
+    find_path_with(text.as_bytes(), path, |_, _| None)
 }
 
-/// Like [`find_path`], but first asks `known` about the text from the start of a candidate
-/// value to the end (with that start's byte offset): if it recognises a value it has seen
-/// before there, it returns that value's length and the value is not scanned. (The catalog
-/// cache recognises a tools array by its hash this way, so a cache hit never scans the tools
-/// bytes either.) With a repeated key, `known` may be asked about every occurrence; only the
-/// returned span (the last one) counts.
+/// Like [`find_path`], over bytes, and first asking `known` about the bytes from the start of
+/// a candidate value to the end (with that start's byte offset): if it recognises a value it
+/// has seen before there, it returns that value's length and the value is not scanned. (The
+/// catalog cache recognises a tools array by its bytes this way, so a cache hit never scans the
+/// tools bytes either.) With a repeated key, `known` may be asked about every occurrence; only
+/// the returned span (the last one) counts.
+///
+/// Bytes, not text: the filter checks as UTF-8 only the bytes it reads, and a recognised tools
+/// array is byte for byte one that was checked before. Every boundary of a returned span is an
+/// ASCII byte of the JSON structure, so for text it falls on character boundaries.
 pub fn find_path_with(
-    text: &str,
+    bytes: &[u8],
     path: &[&str],
-    mut known: impl FnMut(usize, &str) -> Option<usize>,
+    mut known: impl FnMut(usize, &[u8]) -> Option<usize>,
 ) -> Option<Range<usize>> {
-    let bytes = text.as_bytes();
     let mut at = 0;
     let mut span = None;
     for (depth, key) in path.iter().enumerate() {
@@ -45,7 +48,7 @@ pub fn find_path_with(
             if !last {
                 return None;
             }
-            let len = known(start, text.get(start..)?)?;
+            let len = known(start, bytes.get(start..)?)?;
             Some(start + len)
         })?;
         at = value.start;
@@ -192,8 +195,8 @@ pub fn array_item_spans(text: &str) -> Option<Vec<Range<usize>>> {
 /// at), with text after it: the array's length and its items' ranges. The catalog cache
 /// scans a tools array it does not know this way once, where finding its end and then
 /// splitting it scanned it twice.
-pub fn array_prefix_spans(text: &str) -> Option<(usize, Vec<Range<usize>>)> {
-    array_at(text.as_bytes(), 0)
+pub fn array_prefix_spans(bytes: &[u8]) -> Option<(usize, Vec<Range<usize>>)> {
+    array_at(bytes, 0)
 }
 
 /// The array at `i`: where it ends, and its items.
@@ -341,9 +344,9 @@ mod tests {
         assert_eq!(find_path("{}", &["tools"]), None);
         // A recognised value is not scanned: its length is taken as given.
         let mut asked = Vec::new();
-        let known = find_path_with(body, &["toolConfig", "tools"], |start, rest| {
+        let known = find_path_with(body.as_bytes(), &["toolConfig", "tools"], |start, rest| {
             asked.push(start);
-            rest.starts_with("[{").then_some(r#"[{"s":"]}\""}]"#.len())
+            rest.starts_with(b"[{").then_some(r#"[{"s":"]}\""}]"#.len())
         });
         assert_eq!(known.map(|r| &body[r]), Some(r#"[{"s":"]}\""}]"#));
         assert_eq!(asked.len(), 1);
@@ -367,7 +370,7 @@ mod tests {
         );
         // Every occurrence may be asked about; only the last one's span is returned.
         let mut asked = Vec::new();
-        let span = find_path_with(twice, &["tools"], |start, _| {
+        let span = find_path_with(twice.as_bytes(), &["tools"], |start, _| {
             asked.push(start);
             None
         });

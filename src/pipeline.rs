@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::dialects::{Choice, Dialect, Problem, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
-use crate::rewrite::{rebuild_container, splice};
+use crate::rewrite::{rebuild_container, splice_bytes};
 use crate::select::{Selection, select};
 use std::ops::Range;
 use std::rc::Rc;
@@ -201,7 +201,8 @@ impl Analysis {
     /// The body with the dropped tools spliced out, or `None` when every tool is kept (the
     /// original body then goes upstream as it is).
     pub fn rewrite(&self, body: &str) -> Option<String> {
-        let (mut out, replaced) = self.rewrite_head(body)?;
+        let (head, replaced) = self.rewrite_head(body.as_bytes())?;
+        let mut out = String::from_utf8(head).ok()?;
         out.push_str(body.get(replaced..)?);
         Some(out)
     }
@@ -210,19 +211,27 @@ impl Analysis {
     /// before the array and the rebuilt array, with that length. `None` when every tool is
     /// kept. The rest of the body is unchanged, so a host that can replace a prefix in place
     /// (Envoy) needs no more.
-    pub fn rewrite_head(&self, body: &str) -> Option<(String, usize)> {
+    pub fn rewrite_head(&self, body: &[u8]) -> Option<(Vec<u8>, usize)> {
         if let Some(edit) = &self.text_edit {
-            return edit.rewrite_head(body, &self.selection.keep);
+            let body = std::str::from_utf8(body).ok()?;
+            let (head, replaced) = edit.rewrite_head(body, &self.selection.keep)?;
+            return Some((head.into_bytes(), replaced));
         }
         if self.kept() == self.total() {
             return None;
         }
-        let container = body.get(self.container.clone())?;
+        // A dialect's catalog holds the body's tools array, byte for byte (compared on a
+        // cache hit, copied from the body otherwise), as checked text.
+        let container = if self.catalog.custom {
+            std::str::from_utf8(body.get(self.container.clone())?).ok()?
+        } else {
+            self.catalog.container()
+        };
         let rebuilt = rebuild_container(container, &self.catalog.draft, &self.selection.keep);
         let head = body.get(..self.container.start)?;
-        let mut out = String::with_capacity(head.len() + rebuilt.len());
-        out.push_str(head);
-        out.push_str(&rebuilt);
+        let mut out = Vec::with_capacity(head.len() + rebuilt.len());
+        out.extend_from_slice(head);
+        out.extend_from_slice(rebuilt.as_bytes());
         Some((out, self.container.end))
     }
 }
@@ -426,10 +435,9 @@ pub fn error_body(reason: Skip) -> String {
     .to_string()
 }
 
-/// A request body as text (its bytes, not copied); JSON is UTF-8, so anything else is
-/// malformed.
-pub fn body_text(body: Vec<u8>) -> Result<String, Skipped> {
-    String::from_utf8(body).map_err(|_| Skip::MalformedJson.into())
+/// A request body as text; JSON is UTF-8, so anything else is malformed.
+pub fn body_text(body: &[u8]) -> Result<&str, Skipped> {
+    std::str::from_utf8(body).map_err(|_| Skip::MalformedJson.into())
 }
 
 /// The configuration and the per-worker catalog cache.
@@ -453,47 +461,60 @@ impl Engine {
         }
     }
 
-    /// Reads, ranks and selects the tools of one body.
-    /// `body` is the request body as text: bytes that are not UTF-8 are [`Skip::MalformedJson`]
-    /// (see [`body_text`]).
-    pub fn analyse(&mut self, dialect: Dialect, body: &str) -> Result<Analysis, Skipped> {
+    /// Reads, ranks and selects the tools of one body. The body is bytes, not text: only the
+    /// bytes read are checked as UTF-8 (bytes that are not are [`Skip::MalformedJson`]), and a
+    /// tools array that is a cached catalog's, byte for byte, is neither scanned nor checked
+    /// again, though it is most of the body.
+    pub fn analyse(
+        &mut self,
+        dialect: Dialect,
+        body: impl AsRef<[u8]>,
+    ) -> Result<Analysis, Skipped> {
+        let body = body.as_ref();
         // Vectors that arrived and catalogs released since the last request may have taken
         // the cache past its bound.
         self.cache.trim();
         // The tools array is located by a structural scan, and the rest of the body is parsed
-        // with it blanked out: on a catalog-cache hit no parser ever reads the tools bytes,
-        // which are most of the body.
+        // with it blanked out: on a catalog-cache hit no parser ever reads the tools bytes.
         let mut found = None;
         let span = crate::json::find_path_with(body, dialect.tools_path(), |start, rest| {
             let (what, len) = self.cache.find_or_scan(dialect, rest)?;
             found = Some((start, what));
             Some(len)
         })
-        .ok_or_else(|| {
+        .ok_or_else(|| match std::str::from_utf8(body) {
             // No tools, or not JSON at all: the parser tells which.
-            dialect.parse(body).err().map_or(Skip::NoTools, Skip::from)
+            Ok(text) => dialect.parse(text).err().map_or(Skip::NoTools, Skip::from),
+            Err(_) => Skip::MalformedJson,
         })?;
-        let without_tools = splice(body, span.clone(), "null").ok_or(Skip::Internal)?;
+        // Every other byte is checked as text here. The span's ends are the array's brackets,
+        // so the checks of the parts add up to a check of the whole.
+        let without_tools = splice_bytes(body, span.clone(), b"null").ok_or(Skip::Internal)?;
+        let without_tools = String::from_utf8(without_tools).map_err(|_| Skip::MalformedJson)?;
         let request = dialect.parse(&without_tools)?;
         let container = body.get(span.clone()).ok_or(Skip::Internal)?;
-        if container == "null" {
+        if container == b"null" {
             return Err(Skip::NoTools.into());
         }
         // A repeated `tools` key: only the last one, which providers read, counts.
         let found = found
             .filter(|(start, _)| *start == span.start)
             .map(|(_, what)| what);
+        let text = |container| std::str::from_utf8(container).map_err(|_| Skip::MalformedJson);
         let (catalog, cache_hit) = match found {
             Some(Found::Cached(catalog)) => (catalog, true),
             // Not a cached catalog (the scan above compared it with each): assembled from its
             // tools' parts, only tools never seen before read and tokenised.
             Some(Found::Scanned(spans)) => {
-                let built = self
-                    .cache
-                    .build_scanned(dialect, container, Some(spans), self.weights);
+                let built =
+                    self.cache
+                        .build_scanned(dialect, text(container)?, Some(spans), self.weights);
                 (built?, false)
             }
-            None => (self.cache.build(dialect, container, self.weights)?, false),
+            None => (
+                self.cache.build(dialect, text(container)?, self.weights)?,
+                false,
+            ),
         };
         self.conclude(request, catalog, cache_hit, span)
     }
@@ -813,7 +834,7 @@ mod tests {
             Skip::BadShape
         );
         assert_eq!(
-            body_text(vec![0xff, 0xfe]).err().unwrap().reason,
+            body_text(&[0xff, 0xfe]).err().unwrap().reason,
             Skip::MalformedJson
         );
         let bad_tools = r#"{"messages":[],"tools":{"a":1}}"#;

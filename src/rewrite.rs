@@ -98,13 +98,26 @@ pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool])
 
 /// `body` with `range` replaced by `replacement`.
 pub fn splice(body: &str, range: Range<usize>, replacement: &str) -> Option<String> {
-    let head = body.get(..range.start)?;
-    let tail = body.get(range.end..)?;
-    let mut out = String::with_capacity(head.len() + replacement.len() + tail.len());
-    out.push_str(head);
-    out.push_str(replacement);
-    out.push_str(tail);
-    Some(out)
+    Some(
+        [
+            body.get(..range.start)?,
+            replacement,
+            body.get(range.end..)?,
+        ]
+        .concat(),
+    )
+}
+
+/// [`splice`] over bytes.
+pub fn splice_bytes(body: &[u8], range: Range<usize>, replacement: &[u8]) -> Option<Vec<u8>> {
+    Some(
+        [
+            body.get(..range.start)?,
+            replacement,
+            body.get(range.end..)?,
+        ]
+        .concat(),
+    )
 }
 
 #[cfg(test)]

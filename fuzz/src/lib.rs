@@ -85,12 +85,17 @@ fn is_json(text: &str) -> bool {
 /// planned (search mode). Nothing panics; what goes upstream is JSON when the body was; the
 /// bytes outside the tools container are the client's; the kept tools are byte-identical to
 /// the client's, in the client's order; the same body analysed again (a catalog-cache hit)
-/// is decided the same way.
+/// is decided the same way. The engine reads bytes and checks as UTF-8 only what it reads: a
+/// body that is not UTF-8 is never analysed, neither afresh nor with its tools array cached.
 fn request(dialect: Dialect, data: &[u8]) {
-    let Ok(body) = body_text(data.to_vec()) else {
+    let Ok(body) = body_text(data) else {
+        for text in REQUEST_CONFIGS {
+            let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+            let analysed = Engine::new(config).analyse(dialect, data);
+            assert!(analysed.is_err(), "a body that is not UTF-8 was analysed");
+        }
         return;
     };
-    let body = body.as_str();
     let valid = is_json(body);
     for text in REQUEST_CONFIGS {
         let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
@@ -98,6 +103,7 @@ fn request(dialect: Dialect, data: &[u8]) {
         let Ok(analysis) = engine.analyse(dialect, body) else {
             continue;
         };
+        refuses_bytes_that_are_not_utf8(&mut engine, dialect, body, &analysis);
         let container = body
             .get(analysis.container.clone())
             .unwrap_or_else(|| panic!("container {:?} outside the body", analysis.container));
@@ -117,6 +123,37 @@ fn request(dialect: Dialect, data: &[u8]) {
             }
             toolsift::config::Mode::Search => check_plan(&config, &analysis, body, valid),
         }
+    }
+}
+
+/// With the body's catalog cached, the same body with one byte that is not UTF-8 (before,
+/// inside or after the tools array) is refused as malformed: recognising the tools array as a
+/// cached one must not stand for checking the rest.
+fn refuses_bytes_that_are_not_utf8(
+    engine: &mut Engine,
+    dialect: Dialect,
+    body: &str,
+    analysis: &Analysis,
+) {
+    let range = &analysis.container;
+    let places = [
+        0,
+        range.start.saturating_sub(1),
+        range.start + 1,
+        range.end,
+        body.len() - 1,
+    ];
+    for at in places.into_iter().filter(|&at| at < body.len()) {
+        let mut bytes = body.as_bytes().to_vec();
+        if let Some(b) = bytes.get_mut(at) {
+            *b = 0xff;
+        }
+        let refused = engine.analyse(dialect, &bytes).err().map(|e| e.reason);
+        assert_eq!(
+            refused,
+            Some(toolsift::pipeline::Skip::MalformedJson),
+            "byte {at} made 0xff"
+        );
     }
 }
 
@@ -194,10 +231,9 @@ const CUSTOM_CONFIGS: [&str; 3] = [
 /// keeps the kept tools byte for byte, in order; tags (not stripped) still hold the kept
 /// tools, in order.
 pub fn request_custom(data: &[u8]) {
-    let Ok(body) = body_text(data.to_vec()) else {
+    let Ok(body) = body_text(data) else {
         return;
     };
-    let body = body.as_str();
     for (i, text) in CUSTOM_CONFIGS.iter().enumerate() {
         let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let mut engine = Engine::new(config.clone());

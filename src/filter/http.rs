@@ -59,8 +59,8 @@ struct GatingWait {
     token: u32,
     dialect: Dialect,
     analysis: Analysis,
-    /// The request body, its UTF-8 checked once.
-    body: String,
+    /// The request body as Envoy gave it.
+    body: Vec<u8>,
 }
 
 enum Outcome {
@@ -106,8 +106,8 @@ struct Waiting {
     analysis: Analysis,
     gathered: Gathered,
     slots: Vec<Slot>,
-    /// The request body, its UTF-8 checked once.
-    body: String,
+    /// The request body as Envoy gave it.
+    body: Vec<u8>,
 }
 
 /// What the body phase did.
@@ -176,18 +176,19 @@ impl Filter {
     ) -> Result<Step, Skipped> {
         let metrics = &shared.metrics;
         let started = now();
-        let body = host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
+        let mut body =
+            host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
         metrics.since(metrics.phase_read_us, started);
-        let mut body = body_text(body)?;
-        if let Some(resolved) = self.resolve_alias(dialect, &body) {
+        if let Some(resolved) = self.resolve_alias(dialect, &body)? {
             host::set_buffer(Buffer::RequestBody, 0, body.len(), resolved.as_bytes())
                 .map_err(|_| Skip::Internal)?;
-            body = resolved;
+            body = resolved.into_bytes();
         }
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         let started = now();
+        // Only the custom shape reads the body as text: a dialect checks what it reads.
         let analysis = if self.custom {
-            engine.analyse_custom(&body)?
+            engine.analyse_custom(body_text(&body)?)?
         } else {
             engine.analyse(dialect, &body)?
         };
@@ -233,7 +234,7 @@ impl Filter {
         shared: &Shared,
         dialect: Dialect,
         mut analysis: Analysis,
-        body: String,
+        body: Vec<u8>,
     ) -> Result<Step, Skipped> {
         let metrics = &shared.metrics;
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
@@ -263,7 +264,7 @@ impl Filter {
         let debug = config.debug;
         self.gate(config, &mut analysis);
         drop(engine);
-        self.apply(shared, debug, &analysis, &body, body.len(), ranked)?;
+        self.apply(shared, debug, &analysis, &body, ranked)?;
         self.claim_tool_choice(dialect);
         Ok(Step::Done)
     }
@@ -271,15 +272,15 @@ impl Filter {
     /// In search mode, an OpenAI Responses body whose `previous_response_id` names a response
     /// id the client was shown in place of the one the provider stored (see
     /// [`crate::search::alias`]), with the stored one.
-    fn resolve_alias(&self, dialect: Dialect, body: &str) -> Option<String> {
+    fn resolve_alias(&self, dialect: Dialect, body: &[u8]) -> Result<Option<String>, Skipped> {
         if self.search_headers.is_none() || dialect != Dialect::OpenaiResponses {
-            return None;
+            return Ok(None);
         }
-        crate::search::alias::resolve(
+        Ok(crate::search::alias::resolve(
             &super::search::alias_store(),
-            body,
+            body_text(body)?,
             super::search::now_seconds(),
-        )
+        ))
     }
 
     /// Writes the selected tools into the body and records what was done.
@@ -288,14 +289,15 @@ impl Filter {
         shared: &Shared,
         debug: bool,
         analysis: &Analysis,
-        text: &str,
-        body_len: usize,
+        body: &[u8],
         ranked: Ranked,
     ) -> Result<(), Skipped> {
         let metrics = &shared.metrics;
         if let Some((headers, path_stream)) = self.search_headers.take() {
+            // Search mode reads the whole request as text (it builds the follow-ups from it).
+            let text = body_text(body)?;
             if let Some(search) =
-                self.plan_search(shared, analysis, text, body_len, headers, path_stream)?
+                self.plan_search(shared, analysis, text, body.len(), headers, path_stream)?
             {
                 self.outcome = Some(Outcome::Filtered {
                     kept: search.0,
@@ -309,7 +311,7 @@ impl Filter {
         }
         let (kept, total) = (analysis.kept(), analysis.total());
         let started = now();
-        if write_rewritten(analysis, text)? {
+        if write_rewritten(analysis, body)? {
             metrics.since(metrics.phase_write_us, started);
             metrics.add(metrics.rewritten, 1);
         } else {
@@ -466,7 +468,7 @@ impl Filter {
             self.gate(config, &mut analysis);
             (config.debug, ranked)
         };
-        let result = self.apply(shared, debug, &analysis, &body, body.len(), ranked);
+        let result = self.apply(shared, debug, &analysis, &body, ranked);
         self.claim_tool_choice(analysis.dialect);
         shared
             .metrics
@@ -915,7 +917,7 @@ impl Filter {
                     .any(|e| analysis.catalog.name(e) == Some(c.name.as_str()))
         });
         if let Some(claim) = claim {
-            let model = crate::mcp::llm::model_of(&body);
+            let model = crate::mcp::llm::model_of(std::str::from_utf8(&body).unwrap_or_default());
             let reply = crate::mcp::llm::claimed_answer(dialect, claim, &model);
             let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
             if host::send_response(200, &headers, reply.as_bytes()).is_ok() {
@@ -1064,8 +1066,8 @@ fn add_response_header(name: &str, value: &str) {
 /// body goes on as it is). Only the bytes up to the end of the tools array are written:
 /// Envoy's `set_buffer` at offset 0 drains the given length and puts the new bytes before
 /// what remains, so the rest of the body never leaves Envoy's buffer.
-fn write_rewritten(analysis: &Analysis, text: &str) -> Result<bool, Skipped> {
-    let Some((head, replaced)) = analysis.rewrite_head(text) else {
+fn write_rewritten(analysis: &Analysis, body: &[u8]) -> Result<bool, Skipped> {
+    let Some((head, replaced)) = analysis.rewrite_head(body) else {
         // Tools were dropped but could not be cut out (a custom shape's text tags whose cut
         // would make new tags): the request goes on as the client sent it, counted.
         if analysis.kept() < analysis.total() {
@@ -1073,7 +1075,6 @@ fn write_rewritten(analysis: &Analysis, text: &str) -> Result<bool, Skipped> {
         }
         return Ok(false);
     };
-    host::set_buffer(Buffer::RequestBody, 0, replaced, head.as_bytes())
-        .map_err(|_| Skip::Internal)?;
+    host::set_buffer(Buffer::RequestBody, 0, replaced, &head).map_err(|_| Skip::Internal)?;
     Ok(true)
 }
