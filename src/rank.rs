@@ -373,14 +373,18 @@ impl Index {
                 }
             }
         });
-        let mut ranked: Vec<Scored> = self
+        // Scores are sums of positive weights: a tool no query term matched scores 0 and
+        // ranks after every matched one, in catalog order. Only the matched ones (a few dozen
+        // of hundreds, usually) are sorted; sorting them all was a third of ranking's time.
+        let (mut ranked, unmatched): (Vec<Scored>, Vec<Scored>) = self
             .documents
             .iter()
             .zip(scores)
             .map(|(&entry, score)| Scored { entry, score })
-            .collect();
+            .partition(|s| s.score != 0.0);
         // Stable sort: ties stay in catalog order.
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
+        ranked.extend(unmatched);
         ranked
     }
 
