@@ -107,7 +107,12 @@ pub fn select(
     choice: &Choice,
     called: &[String],
 ) -> Selection {
+    // Most requests pin nothing: no tool's name need be looked at then.
+    let pins_any = !choice.named.is_empty() || !called.is_empty() || config.pins_any();
     let pin = |entry: usize| -> Option<Verdict> {
+        if !pins_any {
+            return None;
+        }
         let name = catalog.name(entry)?;
         if choice.named.iter().any(|n| n == name) {
             Some(Verdict::ToolChoice)
