@@ -7,43 +7,82 @@
 /// One header, name and value as the host gave them.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
-/// Reads a serialised header map. Anything that does not add up (a count or a length past the
-/// end) reads as an empty map: the host wrote it, so that never happens, but it must not trap.
-pub fn decode(bytes: &[u8]) -> Vec<Pair> {
-    decode_checked(bytes).unwrap_or_default()
+/// A serialised header map, read in place: every request's headers are screened, and a copy of
+/// each name and value (two allocations per header) cost more than the screening itself.
+#[derive(Debug, Default)]
+pub struct HeaderMap {
+    bytes: Vec<u8>,
+    /// Headers in `bytes`; 0 when the map does not add up.
+    count: usize,
 }
 
-fn decode_checked(bytes: &[u8]) -> Option<Vec<Pair>> {
-    if bytes.is_empty() {
-        return Some(Vec::new());
+impl HeaderMap {
+    /// Reads a serialised map. Anything that does not add up (a count or a length past the
+    /// end) reads as an empty map: the host wrote it, so that never happens, but it must not
+    /// trap.
+    pub fn new(bytes: Vec<u8>) -> HeaderMap {
+        let count = Self::check(&bytes).unwrap_or(0);
+        HeaderMap { bytes, count }
     }
-    let word = |at: usize| -> Option<usize> {
-        let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        usize::try_from(u32::from_le_bytes(b)).ok()
-    };
-    let count = word(0)?;
-    // Each header needs at least its two lengths and two NULs: a count beyond that is garbage.
-    if count > bytes.len() / 10 {
-        return None;
+
+    /// The number of headers, when every length adds up.
+    fn check(bytes: &[u8]) -> Option<usize> {
+        if bytes.is_empty() {
+            return Some(0);
+        }
+        let count = word(bytes, 0)?;
+        // Each header needs at least its two lengths and two NULs: a count beyond that is
+        // garbage.
+        if count > bytes.len() / 10 {
+            return None;
+        }
+        let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
+        for n in 0..count {
+            for len in [word(bytes, 4 + n * 8)?, word(bytes, 8 + n * 8)?] {
+                let end = at.checked_add(len)?;
+                // Each part ends with a NUL.
+                (bytes.get(end) == Some(&0)).then_some(())?;
+                at = end + 1;
+            }
+        }
+        Some(count)
     }
-    let mut at = 4usize.checked_add(count.checked_mul(8)?)?;
-    let mut pairs = Vec::with_capacity(count);
-    for n in 0..count {
-        let lengths = 4 + n * 8;
-        let (name_len, value_len) = (word(lengths)?, word(lengths + 4)?);
-        let mut part = |len: usize| -> Option<Vec<u8>> {
-            let end = at.checked_add(len)?;
-            let text = bytes.get(at..end)?.to_vec();
-            // Each part ends with a NUL.
-            (bytes.get(end) == Some(&0)).then_some(())?;
-            at = end + 1;
-            Some(text)
-        };
-        let name = part(name_len)?;
-        let value = part(value_len)?;
-        pairs.push((name, value));
+
+    /// Every header, in order, as the host gave them.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let bytes = self.bytes.as_slice();
+        let mut at = 4 + self.count * 8;
+        (0..self.count).map_while(move |n| {
+            let mut part = |lengths: usize| {
+                let len = word(bytes, lengths)?;
+                let text = bytes.get(at..at + len)?;
+                at += len + 1;
+                Some(text)
+            };
+            Some((part(4 + n * 8)?, part(8 + n * 8)?))
+        })
     }
-    Some(pairs)
+
+    /// The first value of header `name` (lower case, as Envoy's names are).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.iter()
+            .find(|(n, _)| *n == name.as_bytes())
+            .map(|(_, v)| v)
+    }
+
+    /// Every header as text, copied; `None` when a name or value is not UTF-8.
+    pub fn texts(&self) -> Option<Vec<(String, String)>> {
+        let text = |b: &[u8]| std::str::from_utf8(b).ok().map(str::to_owned);
+        self.iter()
+            .map(|(n, v)| Some((text(n)?, text(v)?)))
+            .collect()
+    }
+}
+
+/// The little-endian `u32` at `at`.
+fn word(bytes: &[u8], at: usize) -> Option<usize> {
+    let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    usize::try_from(u32::from_le_bytes(b)).ok()
 }
 
 /// Serialises `pairs` for the host. A length that does not fit a `u32` (4 GiB) is written as
@@ -77,6 +116,11 @@ pub fn encode<N: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(N, V)]) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    fn decode(bytes: &[u8]) -> Vec<Pair> {
+        let map = HeaderMap::new(bytes.to_vec());
+        map.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect()
+    }
+
     #[test]
     fn round_trips_bytes_that_are_not_utf8() {
         let pairs: Vec<Pair> = vec![
@@ -88,6 +132,10 @@ mod tests {
             (b"x-empty".to_vec(), Vec::new()),
         ];
         assert_eq!(decode(&encode(&pairs)), pairs);
+        let map = HeaderMap::new(encode(&pairs));
+        assert_eq!(map.get("content-type"), Some(&pairs[1].1[..]));
+        assert_eq!(map.get("x-empty"), Some(&b""[..]));
+        assert_eq!(map.get("x-absent"), None);
     }
 
     #[test]

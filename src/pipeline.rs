@@ -267,12 +267,12 @@ pub fn rank_fused(
 
 /// The request headers that decide whether toolsift reads a request at all.
 #[derive(Debug, Default, Clone)]
-pub struct RequestHeaders {
-    pub method: Option<String>,
-    pub path: Option<String>,
-    pub content_encoding: Option<String>,
-    pub content_type: Option<String>,
-    pub content_length: Option<String>,
+pub struct RequestHeaders<'a> {
+    pub method: Option<&'a str>,
+    pub path: Option<&'a str>,
+    pub content_encoding: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+    pub content_length: Option<&'a str>,
     /// The request carries an AWS SigV4 signature (header or presigned query).
     pub signed: bool,
     /// The request has no body.
@@ -284,23 +284,18 @@ pub struct RequestHeaders {
 /// with a stray byte is no JSON request toolsift should rewrite.
 pub const NOT_TEXT: &str = "\u{FFFD}";
 
-impl RequestHeaders {
-    /// The screening's headers among a request's `(name, value)` pairs, as the host gives them
-    /// (names are lower case in Envoy).
-    pub fn from_pairs(pairs: &[crate::pairs::Pair], end_of_stream: bool) -> RequestHeaders {
+impl<'a> RequestHeaders<'a> {
+    /// The screening's headers among a request's, as the host gives them (names are lower
+    /// case in Envoy), borrowed.
+    pub fn from_map(map: &'a crate::pairs::HeaderMap, end_of_stream: bool) -> RequestHeaders<'a> {
         let text = |name: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| n == name.as_bytes())
-                .map(|(_, v)| {
-                    std::str::from_utf8(v).map_or_else(|_| NOT_TEXT.to_owned(), str::to_owned)
-                })
+            map.get(name)
+                .map(|v| std::str::from_utf8(v).unwrap_or(NOT_TEXT))
         };
         let path = text(":path");
         let sigv4 = |v: &str| v.trim_start().starts_with("AWS4-HMAC-SHA256");
-        let signed = text("authorization").is_some_and(|a| sigv4(&a))
+        let signed = text("authorization").is_some_and(sigv4)
             || path
-                .as_deref()
                 .and_then(|p| p.split_once('?'))
                 .is_some_and(|(_, query)| query.contains("X-Amz-Signature="));
         RequestHeaders {
@@ -316,10 +311,10 @@ impl RequestHeaders {
 
     /// The dialect to read the body as, or why the request goes through unread.
     pub fn screen(&self, config: &Config) -> Result<Dialect, Skip> {
-        if self.method.as_deref() != Some("POST") {
+        if self.method != Some("POST") {
             return Err(Skip::NotLlm);
         }
-        let path = self.path.as_deref().unwrap_or_default();
+        let path = self.path.unwrap_or_default();
         let dialect = config.dialect.resolve(path).ok_or(Skip::NotLlm)?;
         self.screen_body(config)?;
         Ok(dialect)
@@ -328,11 +323,11 @@ impl RequestHeaders {
     /// Like [`RequestHeaders::screen`] for a request on a custom route (`custom.paths`, which
     /// win over the dialects' paths); `None` when it is not on one.
     pub fn screen_custom(&self, config: &Config) -> Option<Result<(), Skip>> {
-        let path = self.path.as_deref().unwrap_or_default();
+        let path = self.path.unwrap_or_default();
         if !config.custom.as_ref()?.matches(path) {
             return None;
         }
-        if self.method.as_deref() != Some("POST") {
+        if self.method != Some("POST") {
             return Some(Err(Skip::NotLlm));
         }
         Some(self.screen_body(config))
@@ -346,17 +341,17 @@ impl RequestHeaders {
         if self.signed && !config.rewrite_signed {
             return Err(Skip::Signed);
         }
-        if let Some(encoding) = &self.content_encoding {
+        if let Some(encoding) = self.content_encoding {
             if !encoding.trim().eq_ignore_ascii_case("identity") {
                 return Err(Skip::Compressed);
             }
         }
-        if let Some(content_type) = &self.content_type {
+        if let Some(content_type) = self.content_type {
             if !is_json(content_type) {
                 return Err(Skip::ContentType);
             }
         }
-        if let Some(length) = &self.content_length {
+        if let Some(length) = self.content_length {
             if length
                 .trim()
                 .parse::<usize>()
@@ -599,6 +594,12 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pairs::{HeaderMap, Pair};
+
+    /// A header map as the host serialises it.
+    fn map(pairs: &[Pair]) -> HeaderMap {
+        HeaderMap::new(crate::pairs::encode(pairs))
+    }
 
     fn chat_body(n: usize, query: &str) -> String {
         let tools: Vec<String> = (0..n)
@@ -768,9 +769,9 @@ mod tests {
             br#"{"custom":{"paths":["/wso2/*"],"text_path":"$.messages[*].content"}}"#,
         )
         .unwrap();
-        let post = |path: &str| RequestHeaders {
-            method: Some("POST".into()),
-            path: Some(path.into()),
+        let post = |path: &'static str| RequestHeaders {
+            method: Some("POST"),
+            path: Some(path),
             ..Default::default()
         };
         assert_eq!(
@@ -784,12 +785,12 @@ mod tests {
             Ok(Dialect::OpenaiChat)
         );
         let gzip = RequestHeaders {
-            content_encoding: Some("gzip".into()),
+            content_encoding: Some("gzip"),
             ..post("/wso2/x")
         };
         assert_eq!(gzip.screen_custom(&config), Some(Err(Skip::Compressed)));
         let get = RequestHeaders {
-            method: Some("GET".into()),
+            method: Some("GET"),
             ..post("/wso2/x")
         };
         assert_eq!(get.screen_custom(&config), Some(Err(Skip::NotLlm)));
@@ -851,41 +852,41 @@ mod tests {
     #[test]
     fn screens_headers() {
         let config = Config::default();
-        let post = |path: &str| RequestHeaders {
-            method: Some("POST".into()),
-            path: Some(path.into()),
-            content_type: Some("application/json; charset=utf-8".into()),
+        let post = |path: &'static str| RequestHeaders {
+            method: Some("POST"),
+            path: Some(path),
+            content_type: Some("application/json; charset=utf-8"),
             ..Default::default()
         };
         assert_eq!(post("/v1/messages").screen(&config), Ok(Dialect::Anthropic));
         assert_eq!(post("/healthz").screen(&config), Err(Skip::NotLlm));
         let get = RequestHeaders {
-            method: Some("GET".into()),
+            method: Some("GET"),
             ..post("/v1/chat/completions")
         };
         assert_eq!(get.screen(&config), Err(Skip::NotLlm));
         let gzip = RequestHeaders {
-            content_encoding: Some("gzip".into()),
+            content_encoding: Some("gzip"),
             ..post("/v1/responses")
         };
         assert_eq!(gzip.screen(&config), Err(Skip::Compressed));
         let identity = RequestHeaders {
-            content_encoding: Some("Identity".into()),
+            content_encoding: Some("Identity"),
             ..post("/v1/responses")
         };
         assert_eq!(identity.screen(&config), Ok(Dialect::OpenaiResponses));
         let form = RequestHeaders {
-            content_type: Some("multipart/form-data".into()),
+            content_type: Some("multipart/form-data"),
             ..post("/v1/responses")
         };
         assert_eq!(form.screen(&config), Err(Skip::ContentType));
         let vendor = RequestHeaders {
-            content_type: Some("application/vnd.api+json".into()),
+            content_type: Some("application/vnd.api+json"),
             ..post("/v1/responses")
         };
         assert_eq!(vendor.screen(&config), Ok(Dialect::OpenaiResponses));
         let big = RequestHeaders {
-            content_length: Some("99999999999".into()),
+            content_length: Some("99999999999"),
             ..post("/v1/responses")
         };
         assert_eq!(big.screen(&config), Err(Skip::TooLarge));
@@ -899,8 +900,8 @@ mod tests {
     #[test]
     fn screens_header_bytes_that_are_not_text() {
         let config = Config::default();
-        let pairs = |extra: &[(&str, &[u8])]| -> Vec<crate::pairs::Pair> {
-            let mut pairs: Vec<crate::pairs::Pair> = vec![
+        let pairs = |extra: &[(&str, &[u8])]| -> Vec<Pair> {
+            let mut pairs: Vec<Pair> = vec![
                 (b":method".to_vec(), b"POST".to_vec()),
                 (b":path".to_vec(), b"/v1/chat/completions".to_vec()),
             ];
@@ -912,7 +913,7 @@ mod tests {
             pairs
         };
         let screen = |extra: &[(&str, &[u8])]| {
-            RequestHeaders::from_pairs(&pairs(extra), false).screen(&config)
+            RequestHeaders::from_map(&map(&pairs(extra)), false).screen(&config)
         };
         assert_eq!(
             screen(&[("content-type", b"application/json")]),
@@ -934,7 +935,7 @@ mod tests {
             (b":path".to_vec(), b"/v1/chat/completions\xff".to_vec()),
         ];
         assert_eq!(
-            RequestHeaders::from_pairs(&bad_path, false).screen(&config),
+            RequestHeaders::from_map(&map(&bad_path), false).screen(&config),
             Err(Skip::NotLlm)
         );
     }
@@ -942,7 +943,7 @@ mod tests {
     #[test]
     fn signed_requests_pass_unless_configured() {
         let sigv4 = b"AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc";
-        let pairs: Vec<crate::pairs::Pair> = vec![
+        let pairs: Vec<Pair> = vec![
             (b":method".to_vec(), b"POST".to_vec()),
             (
                 b":path".to_vec(),
@@ -950,7 +951,8 @@ mod tests {
             ),
             (b"authorization".to_vec(), sigv4.to_vec()),
         ];
-        let headers = RequestHeaders::from_pairs(&pairs, false);
+        let signed = map(&pairs);
+        let headers = RequestHeaders::from_map(&signed, false);
         assert_eq!(headers.screen(&Config::default()), Err(Skip::Signed));
         let rewrite = Config {
             rewrite_signed: true,
@@ -958,18 +960,18 @@ mod tests {
         };
         assert_eq!(headers.screen(&rewrite), Ok(Dialect::Bedrock));
         // A presigned URL signs too; a bearer token (Bedrock API keys) does not.
-        let presigned: Vec<crate::pairs::Pair> = vec![(
+        let presigned: Vec<Pair> = vec![(
             b":path".to_vec(),
             b"/model/m/converse?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=ff".to_vec(),
         )];
-        assert!(RequestHeaders::from_pairs(&presigned, false).signed);
-        let bearer: Vec<crate::pairs::Pair> = vec![
+        assert!(RequestHeaders::from_map(&map(&presigned), false).signed);
+        let bearer: Vec<Pair> = vec![
             (b":method".to_vec(), b"POST".to_vec()),
             (b":path".to_vec(), b"/model/m/converse".to_vec()),
             (b"authorization".to_vec(), b"Bearer ABSKexample".to_vec()),
         ];
         assert_eq!(
-            RequestHeaders::from_pairs(&bearer, false).screen(&Config::default()),
+            RequestHeaders::from_map(&map(&bearer), false).screen(&Config::default()),
             Ok(Dialect::Bedrock)
         );
         assert!(

@@ -13,7 +13,8 @@
 use serde_json::value::RawValue;
 use toolsift::config::Config;
 use toolsift::dialects::Dialect;
-use toolsift::pipeline::{Analysis, Engine, body_text};
+use toolsift::pairs::HeaderMap;
+use toolsift::pipeline::{Analysis, Engine, RequestHeaders, body_text};
 use toolsift::search::plan::{HeaderRoom, Planned, entry_texts, plan};
 use toolsift::search::respond::{Answer, Flow, Head, Responder};
 use toolsift::search::respond_model::Envoy;
@@ -43,6 +44,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("respond", respond),
     ("config", config),
     ("request_custom", request_custom),
+    ("header_map", header_map),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -580,5 +582,27 @@ pub fn config(data: &[u8]) {
             let _ = analysis.rewrite(body);
             let _ = plan(&config, &analysis, body, HELD);
         }
+    }
+}
+
+/// A header map as the host serialises it, read in place and screened. Nothing panics; a map
+/// that adds up reads as the headers it holds, which serialise back to the same bytes; one
+/// that does not reads as no header at all.
+pub fn header_map(data: &[u8]) {
+    let map = HeaderMap::new(data.to_vec());
+    let headers: Vec<(&[u8], &[u8])> = map.iter().collect();
+    let again = toolsift::pairs::encode(&headers);
+    if !headers.is_empty() {
+        assert_eq!(
+            again.get(..again.len()),
+            data.get(..again.len()),
+            "headers that serialise otherwise"
+        );
+    }
+    let reread = HeaderMap::new(again);
+    assert!(reread.iter().eq(headers.iter().copied()), "read back otherwise");
+    for end_of_stream in [false, true] {
+        let screened = RequestHeaders::from_map(&map, end_of_stream);
+        let _ = screened.screen(&Config::default());
     }
 }

@@ -23,7 +23,7 @@
 
 #![allow(unsafe_code)]
 
-use crate::pairs::{self, Pair};
+use crate::pairs::{self, HeaderMap};
 use std::ptr::{null, null_mut};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -200,17 +200,17 @@ pub fn header_text(map: Headers, name: &str) -> Result<Option<String>, ()> {
     }
 }
 
-/// Every header of `map`, as bytes; empty when the map cannot be read.
-pub fn headers(map: Headers) -> Vec<Pair> {
+/// Every header of `map`, as bytes, read in place; empty when the map cannot be read.
+pub fn headers(map: Headers) -> HeaderMap {
     let (mut data, mut size) = (null_mut(), 0);
     // SAFETY: the out-pointers are locals.
     let code = unsafe { proxy_get_header_map_pairs(map as u32, &mut data, &mut size) };
     // SAFETY: the host wrote `data`/`size` (or left them null/0).
     let bytes = unsafe { owned(data, size) };
     if code != 0 {
-        return Vec::new();
+        return HeaderMap::default();
     }
-    pairs::decode(&bytes)
+    HeaderMap::new(bytes)
 }
 
 /// Sets header `name` to `value`, replacing any value it had.

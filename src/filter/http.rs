@@ -142,10 +142,10 @@ impl Filter {
     fn screen_headers(
         &mut self,
         shared: &Shared,
-        pairs: &[crate::pairs::Pair],
+        map: &crate::pairs::HeaderMap,
         end_of_stream: bool,
     ) -> Result<Dialect, Skip> {
-        let headers = RequestHeaders::from_pairs(pairs, end_of_stream);
+        let headers = RequestHeaders::from_map(map, end_of_stream);
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         if let Some(screened) = headers.screen_custom(&engine.config) {
             self.custom = true;
@@ -726,7 +726,7 @@ impl HttpContext for Filter {
                 self.buffering = Some(dialect);
                 // Custom shapes are filtered in search mode too.
                 if !self.custom {
-                    self.search_headers = search_headers(&shared, dialect, pairs);
+                    self.search_headers = search_headers(&shared, dialect, &pairs);
                 }
                 if self.search_headers.is_some() {
                     // The model's turn must be read: ask for it uncompressed (SDKs offer gzip,
@@ -989,16 +989,13 @@ pub(super) fn now_millis() -> u64 {
 fn search_headers(
     shared: &Shared,
     dialect: Dialect,
-    pairs: Vec<crate::pairs::Pair>,
+    map: &crate::pairs::HeaderMap,
 ) -> Option<(Vec<(String, String)>, bool)> {
     let engine = shared.engine.try_borrow().ok()?;
     if engine.config.mode != Mode::Search {
         return None;
     }
-    let headers: Option<Vec<(String, String)>> = pairs
-        .into_iter()
-        .map(|(n, v)| Some((String::from_utf8(n).ok()?, String::from_utf8(v).ok()?)))
-        .collect();
+    let headers = map.texts();
     let path = headers
         .as_ref()
         .and_then(|h| h.iter().find(|(n, _)| n == ":path"))

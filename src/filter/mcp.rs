@@ -91,21 +91,20 @@ pub struct McpRequest {
 
 impl McpRequest {
     /// A request to an MCP path, from its headers.
-    pub fn new(pairs: &[crate::pairs::Pair], end_of_stream: bool) -> McpRequest {
-        let text = |(n, v): &crate::pairs::Pair| {
+    pub fn new(map: &crate::pairs::HeaderMap, end_of_stream: bool) -> McpRequest {
+        let text = |(n, v): (&[u8], &[u8])| {
             Some((
-                String::from_utf8(n.clone()).ok()?,
-                String::from_utf8(v.clone()).ok()?,
+                std::str::from_utf8(n).ok()?.to_owned(),
+                std::str::from_utf8(v).ok()?.to_owned(),
             ))
         };
-        let all: Vec<(String, String)> = pairs.iter().filter_map(text).collect();
+        let all: Vec<(String, String)> = map.iter().filter_map(text).collect();
         let get = |name: &str| all.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
         let auth: Vec<u8> = ["authorization", "cookie"]
             .iter()
             .flat_map(|name| {
-                pairs
-                    .iter()
-                    .filter(move |(n, _)| n == name.as_bytes())
+                map.iter()
+                    .filter(move |(n, _)| *n == name.as_bytes())
                     .flat_map(|(_, v)| v.iter().copied().chain([0]))
             })
             .collect();
@@ -464,15 +463,14 @@ pub fn cache(config: &crate::config::Config) -> CatalogCache {
 /// The request as an MCP request, when its path is one of `mcp.paths`.
 pub fn route(
     shared: &Shared,
-    pairs: &[crate::pairs::Pair],
+    map: &crate::pairs::HeaderMap,
     end_of_stream: bool,
 ) -> Option<McpRequest> {
     let engine = shared.engine.try_borrow().ok()?;
     let mcp = engine.config.mcp.as_ref()?;
-    let path = pairs.iter().find(|(n, _)| n == b":path")?;
-    let path = std::str::from_utf8(&path.1).ok()?;
+    let path = std::str::from_utf8(map.get(":path")?).ok()?;
     mcp.matches(path)
-        .then(|| McpRequest::new(pairs, end_of_stream))
+        .then(|| McpRequest::new(map, end_of_stream))
 }
 
 /// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.

@@ -192,12 +192,8 @@ impl Host for EnvoyHost<'_> {
         // map in place, and a map that was held stays readable. Otherwise (not held, or a value
         // that is not text) the headers the filter saw.
         let routed: Option<Vec<(String, String)>> = Some(host::headers(Headers::Request))
-            .filter(|map| map.iter().any(|(k, _)| k == b":path"))
-            .and_then(|map| {
-                map.into_iter()
-                    .map(|(k, v)| Some((String::from_utf8(k).ok()?, String::from_utf8(v).ok()?)))
-                    .collect()
-            })
+            .filter(|map| map.get(":path").is_some())
+            .and_then(|map| map.texts())
             .map(forwarded);
         let headers: Vec<(&str, &str)> = routed
             .as_deref()
