@@ -6,7 +6,8 @@
 //! one of known tools, a new one of never-seen tools): a fresh Envoy (so the filter's
 //! histograms cover one row), warm-up, then alternating rounds of sequential requests on one
 //! keep-alive connection per listener (latency), then alternating short closed-loop runs on
-//! two and on eight connections per listener (throughput, the median ratio of five pairs),
+//! two and on eight connections per listener, the connections balanced over Envoy's workers
+//! (throughput, the median ratio of seven pairs, each listener first in every other pair),
 //! then the filter's own time and its phases from its histograms and the Envoy process's
 //! resident memory. With `--memory`: Envoy's memory while 10,000 distinct catalogs arrive.
 //!
@@ -35,7 +36,7 @@ const SIZES: [usize; 4] = [50, 200, 1000, 4000];
 const ROUNDS: usize = 6;
 const THROUGHPUT_SECS: u64 = 2;
 /// Alternating filter / no-filter throughput runs per row; the ratio is their median.
-const THROUGHPUT_PAIRS: usize = 5;
+const THROUGHPUT_PAIRS: usize = 7;
 /// Catalogs the memory run (`--memory`) sends, and its catalog size.
 const MEMORY_CATALOGS: usize = 10_000;
 const MEMORY_TOOLS: usize = 200;
@@ -245,7 +246,19 @@ const QUESTIONS: [&str; 8] = [
 fn two_listeners(yaml: String, plain_port: u16) -> String {
     let end = yaml.find("  clusters:").unwrap();
     let plain = listener_copy(&yaml, "llm_plain", plain_port, None);
-    format!("{}{}{}", &yaml[..end], plain, &yaml[end..])
+    balanced(format!("{}{}{}", &yaml[..end], plain, &yaml[end..]))
+}
+
+/// Every listener of `yaml` with Envoy's exact connection balance. By default the kernel
+/// spreads connections over the workers by a hash of their addresses (`SO_REUSEPORT`), so two
+/// client connections share one worker half the time: two-connection throughput runs of the
+/// same listener then differed by up to 40 % and the filter / plain ratio swung between 0.66
+/// and 0.96. Balanced, every run has one connection per worker.
+fn balanced(yaml: String) -> String {
+    let with = "\n    connection_balance_config: { exact_balance: {} }\n    filter_chains:";
+    let balanced = yaml.replace("\n    filter_chains:", with);
+    assert_ne!(balanced, yaml, "no listener to balance");
+    balanced
 }
 
 /// The shipped listener (`llm_ingress`) copied as `name` on `port`: without the toolsift filter
@@ -338,15 +351,24 @@ fn measure(pool: &[String], n: usize, kind: Catalogs) -> String {
         misses as usize, expected_misses,
         "{kind:?}: catalog-cache misses"
     );
+    // The latency clients' idle connections would count in the workers' balance.
+    drop((filtered, plain));
     // Throughput with prepared bodies: a never-seen catalog per request is no steady state.
     let ratio = if kind == Catalogs::NewTools {
         "–".to_owned()
     } else {
         let ratio = |connections: usize| {
+            let run = |port: u16| throughput(port, &bodies.prepared, connections);
             let mut ratios: Vec<f64> = (0..THROUGHPUT_PAIRS)
-                .map(|_| {
-                    throughput(gw.port, &bodies.prepared, connections)
-                        / throughput(plain_port, &bodies.prepared, connections)
+                .map(|pair| {
+                    // Each listener first in every other pair.
+                    if pair % 2 == 0 {
+                        let with = run(gw.port);
+                        with / run(plain_port)
+                    } else {
+                        let without = run(plain_port);
+                        run(gw.port) / without
+                    }
                 })
                 .collect();
             percentile(&mut ratios, 0.5)
@@ -428,7 +450,7 @@ fn memory(pool: &[String], bounds_mb: &[usize]) {
     let bodies = Bodies::new(pool, MEMORY_TOOLS, Catalogs::NewTools);
     for &mb in bounds_mb {
         let config = format!(r#"{{"catalog_cache_bytes":{}}}"#, mb * 1024 * 1024);
-        let gw = Gateway::start_with(&config, &["--concurrency", "2"], |y| y);
+        let gw = Gateway::start_with(&config, &["--concurrency", "2"], balanced);
         let mut clients = [Client::connect(gw.port), Client::connect(gw.port)];
         // One request each first: the VMs and their first allocations.
         for (i, c) in clients.iter_mut().enumerate() {
