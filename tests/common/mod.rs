@@ -43,12 +43,24 @@ pub fn wasm_path() -> PathBuf {
     path
 }
 
+/// A port nothing listens on, never one this process was given before: a port is free only
+/// until its user binds it, and the kernel hands a just-released port out again, so two
+/// ports picked for one Envoy (a listener and a second listener added later) could be the
+/// same one.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 fn scratch_dir(name: &str) -> PathBuf {
