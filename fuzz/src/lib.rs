@@ -600,7 +600,10 @@ pub fn header_map(data: &[u8]) {
         );
     }
     let reread = HeaderMap::new(again);
-    assert!(reread.iter().eq(headers.iter().copied()), "read back otherwise");
+    assert!(
+        reread.iter().eq(headers.iter().copied()),
+        "read back otherwise"
+    );
     for end_of_stream in [false, true] {
         let screened = RequestHeaders::from_map(&map, end_of_stream);
         let _ = screened.screen(&Config::default());
