@@ -128,6 +128,36 @@ fn non_utf8_body_passes_through_unchanged() {
     assert_still_serving(&gw);
 }
 
+/// toolsift checks as text only the bytes it reads: a tools array it has cached is compared
+/// with its copy, not read again. A byte that is not UTF-8 before that array, after it, or in
+/// an array that is otherwise the cached one still makes the body malformed: it goes upstream
+/// unchanged. One worker, so the second request finds the first one's catalog.
+#[test]
+fn non_utf8_bytes_beside_a_cached_tools_array_pass_through_unchanged() {
+    let gw = Gateway::start_with(CONFIG, &["--concurrency", "1"], |yaml| yaml);
+    let tools = fixture_tools();
+    let body = chat_with(&tools, ",\n  \"user\": \"agent-7\"");
+    let r = gw.post(PATH, &[ECHO], body.as_bytes());
+    assert_eq!(r.header("x-toolsift"), Some("kept=5 total=80"));
+    let tools_at = body.find(&tools).unwrap();
+    let description = tools.find("\"description\": \"").unwrap() + "\"description\": \"".len();
+    let places = [
+        body.find("gpt-4.1").unwrap(),
+        tools_at + description,
+        body.find("agent-7").unwrap(),
+    ];
+    for at in places {
+        let mut bytes = body.clone().into_bytes();
+        bytes[at] = 0xff;
+        let r = gw.post(PATH, &[ECHO], &bytes);
+        assert_passed_through(&r, &bytes, "malformed_json");
+    }
+    let r = gw.post(PATH, &[ECHO], body.as_bytes());
+    assert_eq!(r.header("x-toolsift"), Some("kept=5 total=80"));
+    assert_eq!(gw.stat("toolsift.catalog_cache.hits"), 1);
+    assert_still_serving(&gw);
+}
+
 /// Bodies past `max_body_bytes` (16 MiB by default) go through unread, whether the client
 /// declared their length or streamed them chunked.
 #[test]
