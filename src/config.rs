@@ -509,11 +509,6 @@ impl Config {
     }
 
     /// Whether `name` matches one of the `always_include` patterns.
-    /// Whether any tool name can match `always_include`.
-    pub fn pins_any(&self) -> bool {
-        !self.always_include.is_empty()
-    }
-
     pub fn always_includes(&self, name: &str) -> bool {
         self.always_include.iter().any(|p| glob_match(p, name))
     }

@@ -482,8 +482,10 @@ impl Engine {
             Ok(text) => dialect.parse(text).err().map_or(Skip::NoTools, Skip::from),
             Err(_) => Skip::MalformedJson,
         })?;
-        // Every other byte is checked as text here. The span's ends are the array's brackets,
-        // so the checks of the parts add up to a check of the whole.
+        // Every other byte is checked as text here, the tools array below unless it is a
+        // cached one (checked when it was cached). Pieces that are each valid UTF-8 join into
+        // valid UTF-8, and the span's ends are JSON structure (character boundaries in any
+        // valid body), so the pieces' checks are a check of the whole.
         let without_tools = splice_bytes(body, span.clone(), b"null").ok_or(Skip::Internal)?;
         let without_tools = String::from_utf8(without_tools).map_err(|_| Skip::MalformedJson)?;
         let request = dialect.parse(&without_tools)?;

@@ -108,7 +108,8 @@ pub fn select(
     called: &[String],
 ) -> Selection {
     // Most requests pin nothing: no tool's name need be looked at then.
-    let pins_any = !choice.named.is_empty() || !called.is_empty() || config.pins_any();
+    let pins_any =
+        !choice.named.is_empty() || !called.is_empty() || !config.always_include.is_empty();
     let pin = |entry: usize| -> Option<Verdict> {
         if !pins_any {
             return None;
