@@ -354,6 +354,8 @@ pub struct Config {
     pub gating: Option<Gating>,
     /// Requests of a JSON shape of their own (see [`Custom`]).
     pub custom: Option<Custom>,
+    /// Who may see and call which tool (see [`crate::access`]).
+    pub access: Option<crate::access::AccessConfig>,
 }
 
 impl Default for Config {
@@ -381,6 +383,7 @@ impl Default for Config {
             mcp: None,
             gating: None,
             custom: None,
+            access: None,
         }
     }
 }
@@ -505,7 +508,19 @@ impl Config {
         if let Some(c) = &self.custom {
             c.check()?;
         }
+        self.policy()?;
         self.search.check()
+    }
+
+    /// The `access` section compiled, `None` without one; an error names the field.
+    pub fn policy(&self) -> Result<Option<crate::access::Policy>, ConfigError> {
+        self.access
+            .as_ref()
+            .map(|a| {
+                crate::access::Policy::new(a)
+                    .map_err(|e| invalid(&format!("access.{}", e.field), e.why))
+            })
+            .transpose()
     }
 
     /// Whether `name` matches one of the `always_include` patterns.
@@ -871,33 +886,7 @@ impl Custom {
 
 /// `*` matches any run of characters, `?` one character; everything else matches itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative matching with backtracking to the last `*`: linear in practice, no recursion.
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        match (p.get(pi), t.get(ti)) {
-            (Some('*'), _) => {
-                star = Some((pi, ti));
-                pi += 1;
-            }
-            (Some(&pc), Some(&tc)) if pc == '?' || pc == tc => {
-                pi += 1;
-                ti += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    pi = sp + 1;
-                    ti = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    p.get(pi..)
-        .is_some_and(|rest| rest.iter().all(|&c| c == '*'))
+    crate::glob::matches(pattern, text)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! [`pipeline`] runs those steps for one body; it is pure Rust and shared by the
 //! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI.
 
+pub mod access;
 pub mod config;
 pub mod custom;
 pub mod dialects;
@@ -18,8 +19,10 @@ pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
 pub mod fusion;
+pub mod glob;
 pub mod json;
 pub mod mcp;
+pub mod metadata;
 pub mod pairs;
 pub mod pipeline;
 pub mod rank;

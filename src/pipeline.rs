@@ -1,12 +1,13 @@
 //! One request body, end to end: dialect → catalog (cached) → ranking → selection → rewrite.
 //! Pure Rust, no proxy-wasm: the filter and the CLI run exactly this.
 
+use crate::access::{Caller, Grant, Policy, Why};
 use crate::config::Config;
-use crate::dialects::{Choice, Dialect, Problem, Request};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::{rebuild_container, splice_bytes};
-use crate::select::{Selection, select};
+use crate::select::{Selection, all_allowed, select};
 use std::ops::Range;
 use std::rc::Rc;
 
@@ -128,6 +129,57 @@ pub struct Analysis {
     /// A custom request whose tools are text tags: how its strings are rewritten (`container`
     /// then spans them).
     pub text_edit: Option<crate::custom::TextEdit>,
+    /// With access rules: what the caller may see.
+    pub access: Option<Governed>,
+}
+
+/// What access rules decided for one request.
+#[derive(Debug, Clone)]
+pub struct Governed {
+    pub grant: Grant,
+    /// Per catalog entry: the caller may see it (built-ins always).
+    pub allowed: Rc<[bool]>,
+    /// Function tools the caller may not see, which never go upstream.
+    pub denied: usize,
+    /// The request is refused as a whole (HTTP 403): no identity, no tool it may see, or
+    /// (with `denied: "refused"`) a `tool_choice` naming a denied tool.
+    pub denial: Option<Denial>,
+}
+
+/// Why a request is refused by access rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The tool the refusal is about, if one.
+    pub tool: Option<String>,
+    pub why: Why,
+}
+
+impl Denial {
+    /// The message the client reads.
+    pub fn message(&self) -> String {
+        match (&self.tool, &self.why) {
+            (_, Why::NoIdentity) => {
+                "toolsift: access denied: the request carries no caller identity".to_owned()
+            }
+            (Some(tool), why) => format!("toolsift: access denied: tool `{tool}`: {why}"),
+            (None, _) => {
+                "toolsift: access denied: no tool of this request is allowed for this caller"
+                    .to_owned()
+            }
+        }
+    }
+
+    /// The 403 body, in the OpenAI error shape most clients parse (as `on_error: reject`'s).
+    pub fn body(&self) -> String {
+        serde_json::json!({
+            "error": {
+                "type": "toolsift_error",
+                "code": "access_denied",
+                "message": self.message(),
+            }
+        })
+        .to_string()
+    }
 }
 
 impl Analysis {
@@ -162,14 +214,35 @@ impl Analysis {
                 self.catalog.remember_fusion(&self.query, Rc::clone(&fused));
                 fused
             });
-        self.selection = select(
+        self.selection = self.select(config, &fused.order);
+        self.fused = Some(fused);
+    }
+
+    /// Selects from `ranking` under `config`, for this request's pins and what its caller may
+    /// see.
+    pub fn select(&self, config: &Config, ranking: &[crate::rank::Scored]) -> Selection {
+        select_for(
             config,
             &self.catalog,
-            &fused.order,
+            ranking,
             &self.choice,
             &self.called,
-        );
-        self.fused = Some(fused);
+            self.access.as_ref(),
+        )
+    }
+
+    /// Whether the request's caller may see tool `name` (always, without access rules).
+    pub fn may_see(&self, name: &str) -> bool {
+        self.access.as_ref().is_none_or(|g| {
+            g.grant
+                .tool(name, &crate::access::Annotations::default())
+                .allowed()
+        })
+    }
+
+    /// Function tools the caller may not see (0 without access rules).
+    pub fn denied(&self) -> usize {
+        self.access.as_ref().map_or(0, |g| g.denied)
     }
 
     /// Kept tools in rank order, each with the channels that voted for it when the ranking is
@@ -233,6 +306,65 @@ impl Analysis {
         out.extend_from_slice(head);
         out.extend_from_slice(rebuilt.as_bytes());
         Some((out, self.container.end))
+    }
+}
+
+/// [`select`] with what the caller may see.
+fn select_for(
+    config: &Config,
+    catalog: &Catalog,
+    ranking: &[crate::rank::Scored],
+    choice: &Choice,
+    called: &[String],
+    access: Option<&Governed>,
+) -> Selection {
+    let allowed = access.map(|g| &*g.allowed);
+    select(config, catalog, ranking, choice, called, allowed)
+}
+
+/// What `grant` lets its caller see of `catalog`, and whether the request is refused.
+fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
+    let allowed = catalog.allowed_for(grant);
+    let is_function = |(e, _): &(&Entry, &bool)| matches!(e, Entry::Function(_));
+    let functions = || {
+        catalog
+            .draft
+            .entries
+            .iter()
+            .zip(allowed.iter())
+            .filter(is_function)
+    };
+    let denied = functions().filter(|(_, a)| !**a).count();
+    let none = crate::access::Annotations::default();
+    let denial = if functions().all(|(_, a)| !*a) {
+        // Not one tool left: never a model called with none (a permission problem would look
+        // like a quality problem).
+        let why = match grant.tool("", &none) {
+            crate::access::Decision::Denied(Why::NoIdentity) => Why::NoIdentity,
+            _ => Why::Default,
+        };
+        Some(Denial { tool: None, why })
+    } else if grant.denied_mode() == crate::access::Denied::Refused {
+        // A tool_choice naming a denied tool is a denial, not a pin. (Hidden: the tool is
+        // gone, and the provider answers as for any tool the request does not have.)
+        choice
+            .named
+            .iter()
+            .find_map(|name| match grant.tool(name, &none) {
+                crate::access::Decision::Denied(why) => Some(Denial {
+                    tool: Some(name.clone()),
+                    why,
+                }),
+                crate::access::Decision::Allowed => None,
+            })
+    } else {
+        None
+    };
+    Governed {
+        grant: grant.clone(),
+        allowed,
+        denied,
+        denial,
     }
 }
 
@@ -338,7 +470,9 @@ impl<'a> RequestHeaders<'a> {
         if self.end_of_stream {
             return Err(Skip::NoBody);
         }
-        if self.signed && !config.rewrite_signed {
+        // Under access rules a signed request is read (and refused if it carries a denied
+        // tool, since it cannot be rewritten).
+        if self.signed && !config.rewrite_signed && config.access.is_none() {
             return Err(Skip::Signed);
         }
         if let Some(encoding) = self.content_encoding {
@@ -442,28 +576,62 @@ pub struct Engine {
     cache: CatalogCache,
     /// The `custom` section, compiled.
     custom: Option<crate::custom::Shape>,
+    /// The `access` section, compiled.
+    policy: Option<Rc<Policy>>,
 }
 
 impl Engine {
     pub fn new(config: Config) -> Engine {
         let cache = CatalogCache::new(config.catalog_cache_size, config.catalog_cache_bytes);
         let custom = config.custom.as_ref().and_then(crate::custom::Shape::new);
+        // A configuration that reached here was checked: its policy compiles.
+        let policy = config.policy().ok().flatten().map(Rc::new);
         Engine {
             config,
             weights: FieldWeights::default(),
             cache,
             custom,
+            policy,
         }
+    }
+
+    /// The access rules, `None` without an `access` section.
+    pub fn policy(&self) -> Option<&Rc<Policy>> {
+        self.policy.as_ref()
+    }
+
+    /// Whether a request the client signed (AWS SigV4) is read but never rewritten: under
+    /// access rules without `rewrite_signed`, so its tools can be checked.
+    pub fn read_signed_only(&self) -> bool {
+        self.policy.is_some() && !self.config.rewrite_signed
+    }
+
+    /// What `caller` may do under the access rules; `None` without them.
+    pub fn grant(&self, caller: &Caller) -> Option<Grant> {
+        self.policy.as_ref().map(|p| p.grant(caller))
     }
 
     /// Reads, ranks and selects the tools of one body. The body is bytes, not text: only the
     /// bytes read are checked as UTF-8 (bytes that are not are [`Skip::MalformedJson`]), and a
     /// tools array that is a cached catalog's, byte for byte, is neither scanned nor checked
     /// again, though it is most of the body.
+    ///
+    /// Under access rules the request is read as an anonymous caller's; the filter says who
+    /// the caller is with [`Engine::analyse_as`].
     pub fn analyse(
         &mut self,
         dialect: Dialect,
         body: impl AsRef<[u8]>,
+    ) -> Result<Analysis, Skipped> {
+        self.analyse_as(dialect, body, None)
+    }
+
+    /// [`Engine::analyse`] for the caller `grant` describes (`None`: anonymous).
+    pub fn analyse_as(
+        &mut self,
+        dialect: Dialect,
+        body: impl AsRef<[u8]>,
+        grant: Option<&Grant>,
     ) -> Result<Analysis, Skipped> {
         let body = body.as_ref();
         // Vectors that arrived and catalogs released since the last request may have taken
@@ -513,12 +681,21 @@ impl Engine {
                 false,
             ),
         };
-        self.conclude(request, catalog, cache_hit, span)
+        self.conclude(request, catalog, cache_hit, span, grant)
     }
 
     /// Reads, ranks and selects the tools of a body of the `custom` shape (a request on a
     /// custom route): as [`Engine::analyse`] does a dialect's, the catalog cached alike.
     pub fn analyse_custom(&mut self, body: &str) -> Result<Analysis, Skipped> {
+        self.analyse_custom_as(body, None)
+    }
+
+    /// [`Engine::analyse_custom`] for the caller `grant` describes (`None`: anonymous).
+    pub fn analyse_custom_as(
+        &mut self,
+        body: &str,
+        grant: Option<&Grant>,
+    ) -> Result<Analysis, Skipped> {
         self.cache.trim();
         let shape = self.custom.as_ref().ok_or(Skip::NotLlm)?;
         let found = shape.read(body)?;
@@ -534,18 +711,21 @@ impl Engine {
             called: Vec::new(),
             stream: false,
         };
-        let mut analysis = self.conclude(request, catalog, cache_hit, found.span)?;
+        let mut analysis = self.conclude(request, catalog, cache_hit, found.span, grant)?;
         analysis.text_edit = found.text;
         Ok(analysis)
     }
 
     /// Ranks and selects a request's catalog (`container`: where its tools sit in the body).
+    /// Under access rules the caller's denied tools leave whatever else happens: also below
+    /// `min_tools`, also when pinned.
     fn conclude(
         &self,
         request: Request,
         catalog: Rc<Catalog>,
         cache_hit: bool,
         container: Range<usize>,
+        grant: Option<&Grant>,
     ) -> Result<Analysis, Skipped> {
         let total = catalog.function_count();
         if total == 0 {
@@ -554,20 +734,37 @@ impl Engine {
                 tools: Some(0),
             });
         }
-        if total <= self.config.min_tools {
+        let anonymous;
+        let grant = match (grant, &self.policy) {
+            (Some(grant), _) => Some(grant),
+            (None, Some(policy)) => {
+                anonymous = policy.grant(&Caller::anonymous());
+                Some(&anonymous)
+            }
+            (None, None) => None,
+        };
+        let access = grant.map(|grant| govern(grant, &catalog, &request.choice));
+        let denied = access.as_ref().map_or(0, |g| g.denied);
+        if total <= self.config.min_tools && denied == 0 {
             return Err(Skipped {
                 reason: Skip::FewTools,
                 tools: Some(total),
             });
         }
         let ranking = catalog.rank(&request.query);
-        let selection = select(
-            &self.config,
-            &catalog,
-            &ranking,
-            &request.choice,
-            &request.called,
-        );
+        let selection = match &access {
+            Some(g) if total - denied <= self.config.min_tools => {
+                all_allowed(&catalog, &ranking, &g.allowed)
+            }
+            _ => select_for(
+                &self.config,
+                &catalog,
+                &ranking,
+                &request.choice,
+                &request.called,
+                access.as_ref(),
+            ),
+        };
         Ok(Analysis {
             dialect: request.dialect,
             query: request.query,
@@ -580,6 +777,7 @@ impl Engine {
             called: request.called,
             fused: None,
             text_edit: None,
+            access,
         })
     }
 
@@ -1021,6 +1219,109 @@ mod tests {
         );
         assert_eq!(header_safe("a,b(c)"), "a%2Cb%28c%29");
         assert_eq!(header_safe("météo"), "m%C3%A9t%C3%A9o");
+    }
+
+    fn governed_engine(extra: &str) -> Engine {
+        Engine::new(
+            Config::from_json(
+                format!(
+                    r#"{{"top_k":2,"min_tools":3,"always_include":["tool_1"],"access":{{
+                        "identity":[{{"header":"x-group"}}],"default":"allow",
+                        "rules":[{{"when":["*"],"deny":["tool_1","tool_7"]}},
+                                 {{"when":["ops"],"allow":["tool_7"]}}]{extra}}}}}"#
+                )
+                .as_bytes(),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn as_caller(engine: &Engine, values: &[&str]) -> Option<Grant> {
+        engine.grant(&Caller::new(values.iter().map(|v| (*v).to_owned())))
+    }
+
+    #[test]
+    fn denied_tools_leave_before_ranking_and_pins() {
+        let mut engine = governed_engine("");
+        let grant = as_caller(&engine, &["dev"]);
+        // tool_7 ranks first and tool_1 is always included: both denied, neither kept.
+        let body = chat_body(25, "run thing number 7");
+        let a = engine
+            .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+            .unwrap();
+        assert_eq!((a.kept(), a.total(), a.denied()), (2, 25, 2));
+        let names = a.kept_names();
+        assert!(!names.contains(&"tool_7") && !names.contains(&"tool_1"), "{names:?}");
+        let out = provider_tools(&a.rewrite(&body).unwrap());
+        assert_eq!(out.len(), 2);
+        assert!(a.access.as_ref().unwrap().denial.is_none());
+        // Deny wins over the ops rule's allow.
+        let ops = as_caller(&engine, &["ops"]);
+        let a = engine
+            .analyse_as(Dialect::OpenaiChat, &body, ops.as_ref())
+            .unwrap();
+        assert!(!a.kept_names().contains(&"tool_7"));
+        // A tool_choice naming a denied tool is no pin; hidden: the tool is gone, and the
+        // request goes on.
+        let chosen = body.replace(
+            r#""tool_choice":"auto""#,
+            r#""tool_choice":{"type":"function","function":{"name":"tool_7"}}"#,
+        );
+        let a = engine
+            .analyse_as(Dialect::OpenaiChat, &chosen, grant.as_ref())
+            .unwrap();
+        assert!(a.access.as_ref().unwrap().denial.is_none());
+        assert!(!provider_tools(&a.rewrite(&chosen).unwrap()).contains(&"tool_7".to_owned()));
+        // Refused: the request is refused, naming the tool.
+        let mut refused = governed_engine(r#","denied":"refused""#);
+        let grant = as_caller(&refused, &["dev"]);
+        let a = refused
+            .analyse_as(Dialect::OpenaiChat, &chosen, grant.as_ref())
+            .unwrap();
+        let denial = a.access.as_ref().unwrap().denial.clone().unwrap();
+        assert_eq!(denial.tool.as_deref(), Some("tool_7"));
+        assert!(denial.message().contains("tool `tool_7`"), "{}", denial.message());
+        let body: serde_json::Value = serde_json::from_str(&denial.body()).unwrap();
+        assert_eq!(body["error"]["code"], "access_denied");
+    }
+
+    #[test]
+    fn denied_tools_leave_requests_under_min_tools_too() {
+        let mut engine = governed_engine("");
+        let grant = as_caller(&engine, &["dev"]);
+        let body = chat_body(3, "anything");
+        let a = engine
+            .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+            .unwrap();
+        assert_eq!((a.kept(), a.total(), a.denied()), (2, 3, 1));
+        assert_eq!(provider_tools(&a.rewrite(&body).unwrap()), ["tool_0", "tool_2"]);
+        // Nothing denied: untouched, as before.
+        let mut plain = governed_engine("");
+        let ok_tools = chat_body(3, "anything").replace("tool_1", "tool_9");
+        let err = plain
+            .analyse_as(Dialect::OpenaiChat, &ok_tools, grant.as_ref())
+            .err()
+            .unwrap();
+        assert_eq!(err.reason, Skip::FewTools);
+    }
+
+    #[test]
+    fn no_identity_or_no_tool_left_is_a_denial() {
+        let mut engine = governed_engine("");
+        let body = chat_body(25, "run thing number 7");
+        // No caller given: anonymous, and the configuration reads an identity.
+        let a = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        let g = a.access.as_ref().unwrap();
+        assert_eq!(g.denied, 25);
+        assert_eq!(g.denial.as_ref().unwrap().why, Why::NoIdentity);
+        assert_eq!(a.kept(), 0);
+        // Every tool denied: refused, not forwarded with none.
+        let only_denied = chat_body(2, "x").replace("tool_0", "tool_7");
+        let grant = as_caller(&engine, &["dev"]);
+        let a = engine
+            .analyse_as(Dialect::OpenaiChat, &only_denied, grant.as_ref())
+            .unwrap();
+        assert_eq!(a.access.as_ref().unwrap().denial.as_ref().unwrap().why, Why::Default);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! tokenised again, and kept in a cache bounded in bytes: the agent that sends the same catalog
 //! every turn pays for it once, and the one whose catalog changes by a tool pays for that tool.
 
+use crate::access::{Annotations, Grant};
 use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, ToolText};
 use crate::fusion::{Fused, LexicalTool, Lexicon};
 use bm25::TokenEmbedder;
@@ -436,6 +437,9 @@ fn sort_by_term(triples: &mut Vec<(u32, u32, f32)>) {
     }
 }
 
+/// What a grant's decisions depend on ([`Grant::key`]).
+type GrantKey = (bool, Rc<[usize]>);
+
 /// A tools container, read and indexed: everything selection and rewriting need that depends
 /// only on the container's bytes.
 pub struct Catalog {
@@ -462,6 +466,9 @@ pub struct Catalog {
     last: RefCell<Option<(String, Rc<[Scored]>)>>,
     /// The last question's hybrid ranking, once all vectors were known.
     last_fused: RefCell<Option<(String, Rc<Fused>)>>,
+    /// Which entries the last grant's callers may see ([`Catalog::allowed_for`]), keyed by
+    /// what its decisions depend on, never by who the caller is.
+    last_allowed: RefCell<Option<(GrantKey, Rc<[bool]>)>>,
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
@@ -558,6 +565,7 @@ impl Catalog {
             container: container.into(),
             last: RefCell::new(None),
             last_fused: RefCell::new(None),
+            last_allowed: RefCell::new(None),
             fetching: Cell::new(false),
             vector_bytes: Rc::clone(vector_bytes),
             heap_bytes: 0,
@@ -595,6 +603,33 @@ impl Catalog {
             *last = Some((query.to_owned(), Rc::clone(&ranking)));
         }
         ranking
+    }
+
+    /// Per entry, whether `grant`'s caller may see it (built-ins: always; access rules
+    /// govern function tools by name). Remembered for the last grant: every turn of an agent
+    /// loop comes from the same caller, and callers whose applicable rules are the same
+    /// share the answer.
+    pub fn allowed_for(&self, grant: &Grant) -> Rc<[bool]> {
+        let key = grant.key();
+        if let Ok(last) = self.last_allowed.try_borrow() {
+            if let Some((_, allowed)) = last.as_ref().filter(|(k, _)| *k == key) {
+                return Rc::clone(allowed);
+            }
+        }
+        let none = Annotations::default();
+        let allowed: Rc<[bool]> = self
+            .draft
+            .entries
+            .iter()
+            .map(|entry| match entry {
+                Entry::Function(tool) => grant.tool(&tool.name, &none).allowed(),
+                Entry::Builtin => true,
+            })
+            .collect();
+        if let Ok(mut last) = self.last_allowed.try_borrow_mut() {
+            *last = Some((key, Rc::clone(&allowed)));
+        }
+        allowed
     }
 
     pub fn fetching(&self) -> bool {
@@ -675,8 +710,9 @@ impl Catalog {
         let per_entry = size_of::<Entry>()
             + 2 * size_of::<usize>()
             + size_of::<Rc<ToolParts>>()
-            // The remembered keyword and hybrid rankings.
+            // The remembered keyword and hybrid rankings, and the last grant's mask.
             + 3 * size_of::<Scored>()
+            + size_of::<bool>()
             + size_of::<crate::fusion::Votes>();
         // About twenty allocations of its own (the index's lists, the layout, the copy, the
         // remembered rankings).

@@ -17,6 +17,10 @@ use std::fmt;
 /// Why a tool was kept or dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// Dropped: the caller may not see it (`access`). Nothing pins a denied tool.
+    Denied,
+    /// Kept: the request has `min_tools` allowed tools or fewer, and each one stays.
+    FewTools,
     /// Kept: within `top_k` by rank.
     Ranked,
     /// Kept: named by `tool_choice` or its dialect's equivalent.
@@ -37,12 +41,18 @@ impl Verdict {
     pub fn kept(self) -> bool {
         matches!(
             self,
-            Verdict::Ranked | Verdict::ToolChoice | Verdict::Called | Verdict::AlwaysInclude
+            Verdict::Ranked
+                | Verdict::ToolChoice
+                | Verdict::Called
+                | Verdict::AlwaysInclude
+                | Verdict::FewTools
         )
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Verdict::Denied => "denied by access rules",
+            Verdict::FewTools => "few tools",
             Verdict::Ranked => "ranked",
             Verdict::ToolChoice => "pinned by tool_choice",
             Verdict::Called => "called in history",
@@ -99,19 +109,23 @@ impl Selection {
     }
 }
 
-/// Decides, for a ranking of `catalog`, which tools go upstream.
+/// Decides, for a ranking of `catalog`, which tools go upstream. With access rules,
+/// `allowed` says per catalog entry whether the caller may see it: a denied tool is never
+/// kept, pinned or counted towards `top_k`.
 pub fn select(
     config: &Config,
     catalog: &Catalog,
     ranking: &[Scored],
     choice: &Choice,
     called: &[String],
+    allowed: Option<&[bool]>,
 ) -> Selection {
+    let denied = |entry: usize| allowed.is_some_and(|a| !a.get(entry).copied().unwrap_or(false));
     // Most requests pin nothing: no tool's name need be looked at then.
     let pins_any =
         !choice.named.is_empty() || !called.is_empty() || !config.always_include.is_empty();
     let pin = |entry: usize| -> Option<Verdict> {
-        if !pins_any {
+        if !pins_any || denied(entry) {
             return None;
         }
         let name = catalog.name(entry)?;
@@ -141,6 +155,7 @@ pub fn select(
     let mut decisions = Vec::with_capacity(ranking.len());
     for (i, (scored, pinned)) in ranking.iter().zip(&pins).enumerate() {
         let verdict = match *pinned {
+            None if denied(scored.entry) => Verdict::Denied,
             Some(v) => {
                 if ranked_kept < config.top_k {
                     ranked_kept += 1;
@@ -177,18 +192,53 @@ pub fn select(
         });
     }
 
-    let mut keep: Vec<bool> = catalog
-        .draft
-        .entries
+    Selection::of(catalog, decisions)
+}
+
+/// Every tool the caller may see, none dropped by rank: a request with `min_tools` allowed
+/// tools or fewer, whose denied tools still leave.
+pub fn all_allowed(catalog: &Catalog, ranking: &[Scored], allowed: &[bool]) -> Selection {
+    let decisions = ranking
         .iter()
-        .map(|e| matches!(e, Entry::Builtin))
+        .enumerate()
+        .map(|(i, scored)| Decision {
+            entry: scored.entry,
+            rank: i + 1,
+            score: scored.score,
+            verdict: if allowed.get(scored.entry).copied().unwrap_or(false) {
+                Verdict::FewTools
+            } else {
+                Verdict::Denied
+            },
+        })
         .collect();
-    for d in decisions.iter().filter(|d| d.verdict.kept()) {
-        if let Some(k) = keep.get_mut(d.entry) {
-            *k = true;
+    Selection::of(catalog, decisions)
+}
+
+impl Selection {
+    /// The selection of these decisions: kept function tools and every built-in go upstream.
+    fn of(catalog: &Catalog, decisions: Vec<Decision>) -> Selection {
+        let mut keep: Vec<bool> = catalog
+            .draft
+            .entries
+            .iter()
+            .map(|e| matches!(e, Entry::Builtin))
+            .collect();
+        for d in decisions.iter().filter(|d| d.verdict.kept()) {
+            if let Some(k) = keep.get_mut(d.entry) {
+                *k = true;
+            }
         }
+        Selection { decisions, keep }
     }
-    Selection { decisions, keep }
+
+    /// Function tools dropped because the caller may not see them.
+    pub fn denied_count(&self) -> usize {
+        self.decisions
+            .iter()
+            .filter(|d| d.verdict == Verdict::Denied)
+            .count()
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +296,7 @@ mod tests {
             &ranking,
             &choice,
             &["beta".into()],
+            None,
         );
         // Pins ranked outside the top 2 come on top of gamma and delta.
         assert_eq!(
@@ -277,9 +328,16 @@ mod tests {
         let c = catalog(&["alpha", "beta", "gamma", "delta"]);
         let ranking = c.index.rank("gamma delta");
         let cfg = config(r#"{"top_k":2}"#);
-        let before = select(&cfg, &c, &ranking, &Choice::default(), &[]);
+        let before = select(&cfg, &c, &ranking, &Choice::default(), &[], None);
         // The model calls one of the tools it was shown: the next turn keeps the same tools.
-        let after = select(&cfg, &c, &ranking, &Choice::default(), &["gamma".into()]);
+        let after = select(
+            &cfg,
+            &c,
+            &ranking,
+            &Choice::default(),
+            &["gamma".into()],
+            None,
+        );
         assert_eq!(kept_names(&c, &before), ["delta", "gamma"]);
         assert_eq!(kept_names(&c, &after), ["delta", "gamma"]);
         assert_eq!(after.decisions[0].verdict, Verdict::Called);
@@ -295,6 +353,7 @@ mod tests {
             &ranking,
             &Choice::default(),
             &[],
+            None,
         );
         assert_eq!(s.kept_count(), 1);
         assert_eq!(s.decisions[0].verdict, Verdict::Ranked);
@@ -307,7 +366,7 @@ mod tests {
         let each = c.tokens[0];
         let ranking = c.index.rank("delta gamma");
         let cfg = config(&format!(r#"{{"max_tool_tokens":{}}}"#, each * 2));
-        let s = select(&cfg, &c, &ranking, &Choice::default(), &[]);
+        let s = select(&cfg, &c, &ranking, &Choice::default(), &[], None);
         let verdicts: Vec<Verdict> = s.decisions.iter().map(|d| d.verdict).collect();
         assert_eq!(
             verdicts,

@@ -12,6 +12,7 @@ use super::host::{self, Buffer, Headers};
 use super::metrics::now;
 use super::search::Search;
 use super::{Shared, vectors};
+use crate::access::Surface;
 use crate::config::{Mode, OnError};
 use crate::dialects::{Dialect, PathStream};
 use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
@@ -46,6 +47,11 @@ pub struct Filter {
     search: Option<Search>,
     /// A request on an MCP route (`mcp.paths`).
     mcp: Option<super::mcp::McpRequest>,
+    /// Under access rules: what this request's caller may do.
+    grant: Option<crate::access::Grant>,
+    /// Under access rules, a request signed by the client (AWS SigV4) that toolsift may read
+    /// but not rewrite: it passes unchanged unless it carries a tool its caller may not see.
+    read_only: bool,
     /// `gating.mcp`: the gating server was asked (once per request), the request waiting for
     /// its verdict, the verdict, and what it did.
     gating_asked: bool,
@@ -72,8 +78,15 @@ enum Outcome {
         search: Option<&'static str>,
         /// Kept tools in rank order (with their channels when hybrid), for the debug header.
         kept_names: String,
+        /// Under access rules: the function tools the caller may not see.
+        denied: Option<usize>,
     },
     Skipped(Skipped),
+    /// Refused whole by access rules (HTTP 403).
+    Denied {
+        total: usize,
+        denied: usize,
+    },
 }
 
 /// How a request was ranked.
@@ -115,6 +128,8 @@ enum Step {
     Done,
     /// An embeddings call is out; the request stays paused until it answers.
     Waiting,
+    /// Answered locally (a refusal): nothing goes upstream.
+    Refused,
 }
 
 impl Filter {
@@ -130,6 +145,8 @@ impl Filter {
             search_headers: None,
             search: None,
             mcp: None,
+            grant: None,
+            read_only: false,
             gating_asked: false,
             gating: None,
             verdict: None,
@@ -147,6 +164,7 @@ impl Filter {
     ) -> Result<Dialect, Skip> {
         let headers = RequestHeaders::from_map(map, end_of_stream);
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+        self.read_only = headers.signed && engine.read_signed_only();
         if let Some(screened) = headers.screen_custom(&engine.config) {
             self.custom = true;
             return screened.map(|()| crate::custom::PLACEHOLDER_DIALECT);
@@ -163,7 +181,7 @@ impl Filter {
         shared.metrics.since(shared.metrics.filter_time_us, started);
         match result {
             Ok(Step::Done) => Action::Continue,
-            Ok(Step::Waiting) => Action::Pause,
+            Ok(Step::Waiting | Step::Refused) => Action::Pause,
             Err(skipped) => self.skip(shared, skipped),
         }
     }
@@ -188,10 +206,11 @@ impl Filter {
         }
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         // Only the custom shape reads the body as text: a dialect checks what it reads.
+        let grant = self.grant.as_ref();
         let analysis = if self.custom {
-            engine.analyse_custom(body_text(&body)?)?
+            engine.analyse_custom_as(body_text(&body)?, grant)?
         } else {
-            engine.analyse(dialect, &body)?
+            engine.analyse_as(dialect, &body, grant)?
         };
         metrics.since(
             if analysis.cache_hit {
@@ -209,6 +228,9 @@ impl Filter {
             },
             1,
         );
+        if let Some(step) = self.refuse(shared, &analysis) {
+            return step;
+        }
         // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
         // Custom requests have no `tool_choice` a claim could name.
         if !self.gating_asked && self.search_headers.is_none() && !self.custom {
@@ -306,7 +328,9 @@ impl Filter {
                     ranked,
                     search: Some(search.1),
                     kept_names: String::new(),
+                    denied: analysis.access.as_ref().map(|g| g.denied),
                 });
+                metrics.denied(Surface::Tools, analysis.denied());
                 return Ok(());
             }
         }
@@ -353,14 +377,71 @@ impl Filter {
         } else {
             String::new()
         };
+        metrics.denied(Surface::Tools, analysis.denied());
         self.outcome = Some(Outcome::Filtered {
             kept,
             total,
             ranked,
             search: None,
             kept_names,
+            denied: analysis.access.as_ref().map(|g| g.denied),
         });
         Ok(())
+    }
+
+    /// Under access rules, answers the request with a 403 when it is refused whole (no
+    /// identity, no tool its caller may see, a `tool_choice` of a denied tool under
+    /// `denied: "refused"`, or a signed request, which cannot be rewritten, carrying denied
+    /// tools); a signed request with nothing denied passes unchanged. `None`: go on.
+    fn refuse(&mut self, shared: &Shared, analysis: &Analysis) -> Option<Result<Step, Skipped>> {
+        let governed = analysis.access.as_ref()?;
+        let denial = governed.denial.clone().or_else(|| {
+            let first_denied = || {
+                (governed.denied > 0).then_some(())?;
+                let entry = governed
+                    .allowed
+                    .iter()
+                    .zip(&analysis.catalog.draft.entries)
+                    .position(|(allowed, e)| {
+                        !allowed && matches!(e, crate::dialects::Entry::Function(_))
+                    })?;
+                let name = analysis.catalog.name(entry)?.to_owned();
+                let none = crate::access::Annotations::default();
+                match governed.grant.tool(&name, &none) {
+                    crate::access::Decision::Denied(why) => Some(crate::pipeline::Denial {
+                        tool: Some(name),
+                        why,
+                    }),
+                    crate::access::Decision::Allowed => None,
+                }
+            };
+            self.read_only.then(first_denied).flatten()
+        });
+        let Some(denial) = denial else {
+            if self.read_only {
+                return Some(Err(Skipped {
+                    reason: Skip::Signed,
+                    tools: Some(analysis.total()),
+                }));
+            }
+            return None;
+        };
+        let metrics = &shared.metrics;
+        metrics.denied(Surface::Request, 1);
+        metrics.denied(Surface::Tools, governed.denied);
+        log::debug!("toolsift: refused: {}", denial.message());
+        self.outcome = Some(Outcome::Denied {
+            total: analysis.total(),
+            denied: governed.denied,
+        });
+        let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+        match host::send_response(403, &headers, denial.body().as_bytes()) {
+            Ok(()) => Some(Ok(Step::Refused)),
+            Err(status) => {
+                log::warn!("cannot send the access denial: {status:?}");
+                Some(Err(Skip::Internal.into()))
+            }
+        }
     }
 
     /// Search mode's first request: the meta-tool and the pinned tools instead of the
@@ -492,11 +573,13 @@ impl Filter {
         if skipped.reason != Skip::NotLlm {
             self.outcome = Some(Outcome::Skipped(skipped));
         }
+        // Under access rules a request toolsift cannot read is never let through: its tools
+        // could be any.
         let reject = skipped.reason.is_error()
             && shared
                 .engine
                 .try_borrow()
-                .is_ok_and(|e| e.config.on_error == OnError::Reject);
+                .is_ok_and(|e| e.config.on_error == OnError::Reject || e.config.access.is_some());
         if !reject {
             return Action::Continue;
         }
@@ -523,6 +606,7 @@ impl Filter {
                 total,
                 ranked,
                 search,
+                denied,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -531,7 +615,15 @@ impl Filter {
                     .as_ref()
                     .map(|g| g.header_suffix())
                     .unwrap_or_default();
-                header_value(*kept, *total, None) + &ranked.header_suffix() + &mode + &gating
+                let denied = denied.map(|n| format!(" denied={n}")).unwrap_or_default();
+                header_value(*kept, *total, None)
+                    + &denied
+                    + &ranked.header_suffix()
+                    + &mode
+                    + &gating
+            }
+            Some(Outcome::Denied { total, denied }) => {
+                header_value(0, *total, None) + &format!(" denied={denied} access=refused")
             }
             Some(Outcome::Skipped(skipped)) => {
                 let n = skipped.tools;
@@ -713,6 +805,7 @@ impl HttpContext for Filter {
         };
         shared.metrics.add(shared.metrics.requests, 1);
         let pairs = host::headers(Headers::Request);
+        self.grant = super::identity::grant(&shared, &pairs);
         if let Some(mcp) = super::mcp::route(&shared, &pairs, end_of_stream) {
             // MCP routes: the body callbacks read the message; nothing is held here.
             self.mcp = Some(mcp);
@@ -914,6 +1007,7 @@ impl Filter {
         let claim = verdict.as_ref().and_then(|v| v.claim.as_ref()).filter(|c| {
             answer
                 && !analysis.stream
+                && analysis.may_see(&c.name)
                 && (0..analysis.catalog.draft.entries.len())
                     .any(|e| analysis.catalog.name(e) == Some(c.name.as_str()))
         });
@@ -933,6 +1027,7 @@ impl Filter {
                     ranked: Ranked::Keyword,
                     search: None,
                     kept_names: String::new(),
+                    denied: analysis.access.as_ref().map(|g| g.denied),
                 });
                 return Action::Pause;
             }
@@ -940,7 +1035,7 @@ impl Filter {
         self.verdict = verdict;
         match self.rank_and_apply(shared, dialect, analysis, body) {
             Ok(Step::Done) => Action::Continue,
-            Ok(Step::Waiting) => Action::Pause,
+            Ok(Step::Waiting | Step::Refused) => Action::Pause,
             Err(skipped) => self.skip(shared, skipped),
         }
     }

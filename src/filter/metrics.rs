@@ -2,6 +2,7 @@
 //! `wasmcustom.<name>` in `/stats` and as `<name>` with `_` for `.` in `/stats/prometheus`.
 
 use super::host::{self, HostError, MetricKind};
+use crate::access::Surface;
 use crate::embeddings::Fallback;
 use crate::pipeline::Skip;
 use std::time::{Duration, SystemTime};
@@ -65,6 +66,8 @@ pub struct Metrics {
     /// The filter's own time per search round: reading the model's turn, searching, and
     /// building and sending the follow-up (model and network time excluded).
     pub search_round_time_us: u32,
+    /// One counter per access [`Surface`], in [`Surface::ALL`] order.
+    access_denied: Vec<u32>,
 }
 
 impl Metrics {
@@ -74,6 +77,10 @@ impl Metrics {
         let skipped = Skip::ALL
             .iter()
             .map(|s| counter(&format!("toolsift.skipped.{}", s.name())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let access_denied = Surface::ALL
+            .iter()
+            .map(|s| counter(&format!("toolsift.access.denied.{}", s.name())))
             .collect::<Result<Vec<_>, _>>()?;
         let fallback = Fallback::ALL
             .iter()
@@ -117,7 +124,16 @@ impl Metrics {
             phase_answer_us: histogram("toolsift.phase.answer_us")?,
             phase_write_us: histogram("toolsift.phase.write_us")?,
             skipped,
+            access_denied,
         })
+    }
+
+    /// Counts `n` denials on `surface`.
+    pub fn denied(&self, surface: Surface, n: usize) {
+        let position = Surface::ALL.iter().position(|s| *s == surface);
+        if let Some(&metric) = position.and_then(|p| self.access_denied.get(p)) {
+            self.add(metric, n);
+        }
     }
 
     /// Adds to a counter. A failed stats call must never fail a request, so errors are only

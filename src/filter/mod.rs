@@ -6,6 +6,7 @@
 
 mod host;
 mod http;
+mod identity;
 mod mcp;
 mod metrics;
 mod search;

@@ -108,15 +108,26 @@ pub fn apply(analysis: &mut Analysis, config: &Config, verdict: &Verdict) -> Gat
     };
     let before = order.len();
     let kept: Vec<crate::rank::Scored> = order.into_iter().filter(|s| !excluded(s.entry)).collect();
+    // A claim of a tool the caller may not see claims nothing.
     let claimed = verdict.claim.clone().filter(|claim| {
-        kept.iter()
-            .any(|s| analysis.catalog.name(s.entry) == Some(claim.name.as_str()))
+        analysis.may_see(&claim.name)
+            && kept
+                .iter()
+                .any(|s| analysis.catalog.name(s.entry) == Some(claim.name.as_str()))
     });
     let mut choice = analysis.choice.clone();
     if let Some(claim) = &claimed {
         choice.name(claim.name.clone());
     }
-    analysis.selection = select(config, &analysis.catalog, &kept, &choice, &analysis.called);
+    let allowed = analysis.access.as_ref().map(|g| &*g.allowed);
+    analysis.selection = select(
+        config,
+        &analysis.catalog,
+        &kept,
+        &choice,
+        &analysis.called,
+        allowed,
+    );
     Gated {
         excluded: before - kept.len(),
         claimed,

@@ -171,6 +171,8 @@ fn verdict_key(v: Verdict) -> &'static str {
         Verdict::BelowTopK => "below_top_k",
         Verdict::BelowMinScore => "below_min_score",
         Verdict::OverBudget => "over_budget",
+        Verdict::Denied => "denied",
+        Verdict::FewTools => "few_tools",
     }
 }
 

@@ -1,0 +1,951 @@
+//! Who may see and call which tool: the `access` section, compiled once into a [`Policy`], and
+//! the one place that answers "may this caller see (or call) this tool?".
+//!
+//! Every surface asks it: filter mode drops denied tools before ranking cuts, search mode
+//! searches only allowed ones, the response side refuses a model's call of a denied tool, and
+//! MCP lists, finds and forwards only allowed ones. None keeps a copy of the rules.
+//!
+//! A request's identity is a set of values ([`Caller`]): JWT claims that Envoy's `jwt_authn`
+//! wrote into dynamic metadata, or a header an earlier filter set. [`Policy::grant`] picks the
+//! rules whose `when` names one of them (`*`: every caller), once per request; the
+//! [`Grant`] then decides each tool:
+//! 1. no identity where the configuration reads one: denied (nothing is allowed);
+//! 2. a name matching a `deny` pattern, or annotations matching `deny_annotations`, of any
+//!    applicable rule: denied (deny wins);
+//! 3. a name matching an `allow` pattern of any applicable rule: allowed;
+//! 4. otherwise `default`.
+//!
+//! Calls are also checked against `arguments`: every applicable rule naming the tool restricts
+//! the values the call may pass.
+//!
+//! Pure Rust: the filter reads the identity from Envoy, everything after is decided here.
+
+use crate::glob::Glob;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// The `access` section as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Where the caller's identity values come from, all of them read.
+    #[serde(default)]
+    pub identity: Vec<IdentitySource>,
+    /// What a tool no rule allows or denies gets.
+    #[serde(default)]
+    pub default: Effect,
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+    /// How a denied tool looks to the caller.
+    #[serde(default)]
+    pub denied: Denied,
+}
+
+/// One source of identity values: JWT claims in dynamic metadata, or a header.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitySource {
+    /// The dynamic-metadata namespace (`envoy.filters.http.jwt_authn`).
+    #[serde(default)]
+    pub metadata: Option<String>,
+    /// The claim's path in the JWT payload, dot-separated (`groups`, `realm_access.roles`).
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// The `payload_in_metadata` key the payload sits under; unset, every payload in the
+    /// namespace is read (Istio names it after the issuer).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// A request header holding the values.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// Prepended to every value of this source (`tenant:`), so rules can tell sources apart.
+    #[serde(default)]
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    Allow,
+    #[default]
+    Deny,
+}
+
+/// What the caller is told about a denied tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Denied {
+    /// It looks like a tool that does not exist.
+    #[default]
+    Hidden,
+    /// It is said to be denied, with the reason (HTTP 403, a JSON-RPC error).
+    Refused,
+}
+
+/// One rule as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Identity values (globs) the rule applies to; `*` applies to every caller.
+    pub when: Vec<String>,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// MCP tool annotations that deny a tool: `destructiveHint` (declared true), or
+    /// `readOnlyHint: false`.
+    #[serde(default)]
+    pub deny_annotations: Vec<String>,
+    /// Tool-name glob → argument name → the values (exact or globs) a call may pass.
+    #[serde(default)]
+    pub arguments: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+}
+
+/// A configuration error in `access`: the field's path and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub why: String,
+}
+
+fn field_error(field: impl Into<String>, why: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        why: why.into(),
+    }
+}
+
+/// An MCP tool annotation a rule can deny on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    Destructive,
+    ReadOnly,
+    OpenWorld,
+    Idempotent,
+}
+
+impl Hint {
+    const ALL: [Hint; 4] = [
+        Hint::Destructive,
+        Hint::ReadOnly,
+        Hint::OpenWorld,
+        Hint::Idempotent,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Hint::Destructive => "destructiveHint",
+            Hint::ReadOnly => "readOnlyHint",
+            Hint::OpenWorld => "openWorldHint",
+            Hint::Idempotent => "idempotentHint",
+        }
+    }
+}
+
+/// The annotations a tool declares (MCP `annotations`); a hint it does not declare is `None`
+/// and matches no rule.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Annotations {
+    hints: [Option<bool>; 4],
+}
+
+impl Annotations {
+    /// The `annotations` of a tool's JSON object text (an MCP tool definition); none when it
+    /// has none or is not JSON.
+    pub fn of_tool(tool: &str) -> Annotations {
+        if !tool.contains("Hint") {
+            return Annotations::default();
+        }
+        #[derive(Deserialize)]
+        struct Tool {
+            #[serde(default)]
+            annotations: Option<BTreeMap<String, Value>>,
+        }
+        let Ok(Tool {
+            annotations: Some(declared),
+        }) = serde_json::from_str::<Tool>(tool)
+        else {
+            return Annotations::default();
+        };
+        let mut hints = [None; 4];
+        for (slot, hint) in hints.iter_mut().zip(Hint::ALL) {
+            *slot = declared.get(hint.name()).and_then(Value::as_bool);
+        }
+        Annotations { hints }
+    }
+
+    pub fn with(mut self, hint: Hint, value: bool) -> Annotations {
+        if let Some(slot) = self.hints.get_mut(hint as usize) {
+            *slot = Some(value);
+        }
+        self
+    }
+
+    fn get(&self, hint: Hint) -> Option<bool> {
+        self.hints.get(hint as usize).copied().flatten()
+    }
+}
+
+/// The caller's identity values, sorted and without repeats.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Caller {
+    values: Vec<String>,
+}
+
+impl Caller {
+    pub fn new(values: impl IntoIterator<Item = String>) -> Caller {
+        let mut values: Vec<String> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        values.sort_unstable();
+        values.dedup();
+        Caller { values }
+    }
+
+    /// A caller with no identity values.
+    pub fn anonymous() -> Caller {
+        Caller::default()
+    }
+
+    pub fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    pub fn is_identified(&self) -> bool {
+        !self.values.is_empty()
+    }
+
+    /// The identity as text (a JSON array), for cache keys that must never cross callers.
+    pub fn key(&self) -> String {
+        serde_json::to_string(&self.values).unwrap_or_default()
+    }
+}
+
+/// The identity values a claim holds: a string (space- or comma-separated values, as OAuth
+/// scopes are), or an array of strings; numbers and booleans as their JSON text.
+pub fn claim_values(claim: &Value, prefix: &str, out: &mut Vec<String>) {
+    match claim {
+        Value::String(s) => split_values(s, prefix, out),
+        Value::Array(items) => {
+            for item in items {
+                match item {
+                    Value::String(s) => split_values(s, prefix, out),
+                    Value::Number(_) | Value::Bool(_) => out.push(format!("{prefix}{item}")),
+                    _ => {}
+                }
+            }
+        }
+        Value::Number(_) | Value::Bool(_) => out.push(format!("{prefix}{claim}")),
+        _ => {}
+    }
+}
+
+/// The values of a header or claim string: separated by spaces or commas.
+pub fn split_values(text: &str, prefix: &str, out: &mut Vec<String>) {
+    out.extend(
+        text.split([' ', ',', '\t'])
+            .filter(|v| !v.is_empty())
+            .map(|v| format!("{prefix}{v}")),
+    );
+}
+
+/// The claim at a dot-separated `path` in a JWT payload.
+pub fn claim_at<'a>(payload: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(payload, |at, key| at.get(key))
+}
+
+/// Why a tool or a call is denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The configuration reads an identity and the request carries none.
+    NoIdentity,
+    /// A `deny` pattern of rule `rule` (0-based) matched the name.
+    Rule { rule: usize, pattern: String },
+    /// A `deny_annotations` entry of rule `rule` matched the tool's annotations.
+    Annotation { rule: usize, hint: &'static str },
+    /// No rule allowed it and `default` is `deny`.
+    Default,
+    /// An argument's value is not one rule `rule` allows.
+    Argument {
+        rule: usize,
+        argument: String,
+        value: String,
+    },
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Why::NoIdentity => f.write_str("the request carries no caller identity"),
+            Why::Rule { rule, pattern } => {
+                write!(f, "denied by access rule {rule} (`{pattern}`)")
+            }
+            Why::Annotation { rule, hint } => {
+                write!(f, "access rule {rule} denies tools annotated {hint}")
+            }
+            Why::Default => f.write_str("not allowed for this caller"),
+            Why::Argument {
+                rule,
+                argument,
+                value,
+            } => write!(
+                f,
+                "argument `{argument}` may not be {value} (access rule {rule})"
+            ),
+        }
+    }
+}
+
+/// Where a denial happened, for the stats (`toolsift.access.denied.<surface>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// LLM requests refused whole (HTTP 403): no identity, no tool left, a `tool_choice` of a
+    /// denied tool under `denied: "refused"`, a signed request carrying denied tools.
+    Request,
+    /// Function tools left out of LLM requests' tools arrays (and out of search results).
+    Tools,
+    /// Model calls of denied tools (or with refused arguments) kept from the client.
+    Call,
+    /// MCP requests refused whole: no identity, or nothing the gateway can govern.
+    McpRequest,
+    /// Server tools left out of what an MCP client can list or find.
+    McpTools,
+    /// MCP `tools/call`s (direct or through `call_tool`) refused before the server.
+    McpCall,
+}
+
+impl Surface {
+    pub const ALL: [Surface; 6] = [
+        Surface::Request,
+        Surface::Tools,
+        Surface::Call,
+        Surface::McpRequest,
+        Surface::McpTools,
+        Surface::McpCall,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Surface::Request => "request",
+            Surface::Tools => "tools",
+            Surface::Call => "call",
+            Surface::McpRequest => "mcp_request",
+            Surface::McpTools => "mcp_tools",
+            Surface::McpCall => "mcp_call",
+        }
+    }
+}
+
+/// One tool's (or call's) outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    Denied(Why),
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        matches!(self, Decision::Allowed)
+    }
+}
+
+/// A rule, compiled.
+#[derive(Debug, Clone)]
+struct Rule {
+    when: Vec<Glob>,
+    allow: Vec<Glob>,
+    deny: Vec<Glob>,
+    deny_annotations: Vec<(Hint, bool)>,
+    /// The tools whose arguments the rule restricts, and how.
+    arguments: Vec<(Glob, Vec<Allowed>)>,
+}
+
+/// An argument and the values (patterns) a call may pass for it.
+type Allowed = (String, Vec<Glob>);
+
+impl Rule {
+    fn applies_to(&self, caller: &Caller) -> bool {
+        self.when
+            .iter()
+            .any(|w| w.as_str() == "*" || caller.values().iter().any(|v| w.matches(v)))
+    }
+}
+
+/// Where one identity source reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A claim of the JWT payloads in a dynamic-metadata namespace.
+    Claim {
+        namespace: String,
+        key: Option<String>,
+        claim: String,
+        prefix: String,
+    },
+    /// A request header (lower-case name).
+    Header { name: String, prefix: String },
+}
+
+/// The `access` section, compiled: built once in `on_configure`, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    sources: Vec<Source>,
+    default: Effect,
+    rules: Vec<Rule>,
+    pub denied: Denied,
+}
+
+impl Policy {
+    /// Checks and compiles `access`; an error names the field (`rules[2].deny[0]`, relative to
+    /// the section).
+    pub fn new(config: &AccessConfig) -> Result<Policy, FieldError> {
+        let mut sources = Vec::new();
+        for (i, s) in config.identity.iter().enumerate() {
+            sources.push(
+                source(s)
+                    .map_err(|(field, why)| field_error(format!("identity[{i}]{field}"), why))?,
+            );
+        }
+        let mut rules = Vec::new();
+        for (i, r) in config.rules.iter().enumerate() {
+            rules.push(
+                rule(r).map_err(|(field, why)| field_error(format!("rules[{i}].{field}"), why))?,
+            );
+        }
+        Ok(Policy {
+            sources,
+            default: config.default,
+            rules,
+            denied: config.denied,
+        })
+    }
+
+    /// Where the caller's identity comes from.
+    pub fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    /// The caller of a request: the values of every identity source. `header` gives a request
+    /// header's bytes (a value that is not UTF-8 gives nothing); `payloads` the JWT payloads
+    /// in a dynamic-metadata namespace (all of them, or the one under `key`).
+    pub fn caller<'h>(
+        &self,
+        header: impl Fn(&str) -> Option<&'h [u8]>,
+        mut payloads: impl FnMut(&str, Option<&str>) -> Vec<Value>,
+    ) -> Caller {
+        let mut values = Vec::new();
+        for source in &self.sources {
+            match source {
+                Source::Header { name, prefix } => {
+                    if let Some(text) = header(name).and_then(|v| std::str::from_utf8(v).ok()) {
+                        split_values(text, prefix, &mut values);
+                    }
+                }
+                Source::Claim {
+                    namespace,
+                    key,
+                    claim,
+                    prefix,
+                } => {
+                    for payload in payloads(namespace, key.as_deref()) {
+                        if let Some(value) = claim_at(&payload, claim) {
+                            claim_values(value, prefix, &mut values);
+                        }
+                    }
+                }
+            }
+        }
+        Caller::new(values)
+    }
+
+    /// Whether the configuration reads an identity (and so requires one).
+    pub fn requires_identity(&self) -> bool {
+        !self.sources.is_empty()
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// What `caller` may do: the rules that apply to it, picked once per request.
+    pub fn grant(self: &Rc<Self>, caller: &Caller) -> Grant {
+        let identified = caller.is_identified() || !self.requires_identity();
+        let applicable = if identified {
+            (0..self.rules.len())
+                .filter(|&i| self.rules.get(i).is_some_and(|r| r.applies_to(caller)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Grant {
+            policy: Rc::clone(self),
+            applicable: applicable.into(),
+            identified,
+        }
+    }
+}
+
+fn source(s: &IdentitySource) -> Result<Source, (String, String)> {
+    let nonempty = |field: &str, v: &Option<String>| -> Result<Option<String>, (String, String)> {
+        match v {
+            Some(v) if v.trim().is_empty() => {
+                Err((format!(".{field}"), "must not be empty".into()))
+            }
+            other => Ok(other.clone()),
+        }
+    };
+    let metadata = nonempty("metadata", &s.metadata)?;
+    let claim = nonempty("claim", &s.claim)?;
+    let key = nonempty("key", &s.key)?;
+    let header = nonempty("header", &s.header)?;
+    match (metadata, header) {
+        (Some(namespace), None) => {
+            let claim = claim.ok_or_else(|| {
+                (
+                    ".claim".to_owned(),
+                    "required with `metadata`: the claim's path in the JWT payload".to_owned(),
+                )
+            })?;
+            if claim.split('.').any(str::is_empty) {
+                return Err((
+                    ".claim".into(),
+                    "a dot-separated path of claim names".into(),
+                ));
+            }
+            Ok(Source::Claim {
+                namespace,
+                key,
+                claim,
+                prefix: s.prefix.clone(),
+            })
+        }
+        (None, Some(name)) => {
+            if claim.is_some() || key.is_some() {
+                return Err((
+                    String::new(),
+                    "`claim` and `key` go with `metadata`, not `header`".into(),
+                ));
+            }
+            let valid = name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
+            if !valid {
+                return Err((".header".into(), "not a valid header name".into()));
+            }
+            Ok(Source::Header {
+                name: name.to_ascii_lowercase(),
+                prefix: s.prefix.clone(),
+            })
+        }
+        (Some(_), Some(_)) => Err((
+            String::new(),
+            "one of `metadata` (with `claim`) or `header`, not both".into(),
+        )),
+        (None, None) => Err((
+            String::new(),
+            "needs `metadata` (with `claim`) or `header`".into(),
+        )),
+    }
+}
+
+fn globs(field: &str, patterns: &[String]) -> Result<Vec<Glob>, (String, String)> {
+    patterns
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if p.is_empty() {
+                Err((format!("{field}[{i}]"), "empty pattern".to_owned()))
+            } else {
+                Ok(Glob::new(p))
+            }
+        })
+        .collect()
+}
+
+fn hint(text: &str) -> Option<(Hint, bool)> {
+    let (name, value) = match text.split_once(':') {
+        Some((name, value)) => (name.trim(), value.trim()),
+        None => (text.trim(), "true"),
+    };
+    let hint = Hint::ALL.into_iter().find(|h| h.name() == name)?;
+    let value = match value {
+        "true" => true,
+        "false" => false,
+        _ => return None,
+    };
+    Some((hint, value))
+}
+
+fn rule(r: &RuleConfig) -> Result<Rule, (String, String)> {
+    if r.when.is_empty() {
+        return Err((
+            "when".into(),
+            "must name at least one identity value (`*`: every caller)".into(),
+        ));
+    }
+    if r.allow.is_empty()
+        && r.deny.is_empty()
+        && r.deny_annotations.is_empty()
+        && r.arguments.is_empty()
+    {
+        return Err((
+            "allow".into(),
+            "a rule needs `allow`, `deny`, `deny_annotations` or `arguments`".into(),
+        ));
+    }
+    let deny_annotations = r
+        .deny_annotations
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            hint(a).ok_or_else(|| {
+                (
+                    format!("deny_annotations[{i}]"),
+                    format!(
+                        "`{a}` is not an MCP tool annotation: destructiveHint, readOnlyHint, \
+                         openWorldHint or idempotentHint, optionally `: true` or `: false`"
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut arguments = Vec::new();
+    for (tool, constraints) in &r.arguments {
+        if tool.is_empty() {
+            return Err(("arguments".into(), "empty tool pattern".into()));
+        }
+        let mut compiled = Vec::new();
+        for (argument, values) in constraints {
+            let at = format!("arguments.{tool}.{argument}");
+            if argument.is_empty() {
+                return Err((format!("arguments.{tool}"), "empty argument name".into()));
+            }
+            if values.is_empty() {
+                return Err((at, "must list at least one allowed value".into()));
+            }
+            compiled.push((argument.clone(), globs(&at, values)?));
+        }
+        arguments.push((Glob::new(tool), compiled));
+    }
+    Ok(Rule {
+        when: globs("when", &r.when)?,
+        allow: globs("allow", &r.allow)?,
+        deny: globs("deny", &r.deny)?,
+        deny_annotations,
+        arguments,
+    })
+}
+
+/// What one caller may do: the policy and the rules that apply to the caller.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    policy: Rc<Policy>,
+    applicable: Rc<[usize]>,
+    /// The caller has the identity the policy needs.
+    identified: bool,
+}
+
+impl Grant {
+    pub fn denied_mode(&self) -> Denied {
+        self.policy.denied
+    }
+
+    /// What the decisions of this grant depend on, besides the tool: two callers with the same
+    /// key get the same decision for every tool, so a cache keyed by it never crosses what
+    /// callers may see.
+    pub fn key(&self) -> (bool, Rc<[usize]>) {
+        (self.identified, Rc::clone(&self.applicable))
+    }
+
+    fn rules(&self) -> impl Iterator<Item = (usize, &Rule)> {
+        self.applicable
+            .iter()
+            .filter_map(|&i| self.policy.rules.get(i).map(|r| (i, r)))
+    }
+
+    /// Whether the caller may see (and so call) tool `name` with `annotations`.
+    pub fn tool(&self, name: &str, annotations: &Annotations) -> Decision {
+        if !self.identified {
+            return Decision::Denied(Why::NoIdentity);
+        }
+        let mut allowed = false;
+        for (i, rule) in self.rules() {
+            if let Some(p) = rule.deny.iter().find(|p| p.matches(name)) {
+                return Decision::Denied(Why::Rule {
+                    rule: i,
+                    pattern: p.as_str().to_owned(),
+                });
+            }
+            if let Some((hint, _)) = rule
+                .deny_annotations
+                .iter()
+                .find(|(hint, value)| annotations.get(*hint) == Some(*value))
+            {
+                return Decision::Denied(Why::Annotation {
+                    rule: i,
+                    hint: hint.name(),
+                });
+            }
+            allowed = allowed || rule.allow.iter().any(|p| p.matches(name));
+        }
+        if allowed || self.policy.default == Effect::Allow {
+            Decision::Allowed
+        } else {
+            Decision::Denied(Why::Default)
+        }
+    }
+
+    /// Whether the caller may call tool `name` with `arguments` (JSON object text): the tool
+    /// must be allowed, and every applicable rule that restricts its arguments satisfied.
+    /// An argument the call does not pass (or passes as `null`) is not checked; an object
+    /// value never satisfies a restriction.
+    pub fn call(&self, name: &str, annotations: &Annotations, arguments: &str) -> Decision {
+        let seen = self.tool(name, annotations);
+        if !seen.allowed() {
+            return seen;
+        }
+        let mut parsed: Option<Option<serde_json::Map<String, Value>>> = None;
+        for (i, rule) in self.rules() {
+            for (tool, constraints) in &rule.arguments {
+                if !tool.matches(name) {
+                    continue;
+                }
+                let args = parsed.get_or_insert_with(|| serde_json::from_str(arguments).ok());
+                for (argument, allowed) in constraints {
+                    let value = args.as_ref().and_then(|a| a.get(argument));
+                    if let Some(refused) = value.and_then(|v| refused_value(v, allowed)) {
+                        return Decision::Denied(Why::Argument {
+                            rule: i,
+                            argument: argument.clone(),
+                            value: refused,
+                        });
+                    }
+                }
+            }
+        }
+        Decision::Allowed
+    }
+}
+
+/// The first part of `value` no pattern of `allowed` matches (as JSON text), or `None`.
+fn refused_value(value: &Value, allowed: &[Glob]) -> Option<String> {
+    let fits = |text: &str| allowed.iter().any(|g| g.matches(text));
+    match value {
+        Value::Null => None,
+        Value::String(s) => (!fits(s)).then(|| value.to_string()),
+        Value::Number(_) | Value::Bool(_) => {
+            let text = value.to_string();
+            (!fits(&text)).then_some(text)
+        }
+        Value::Array(items) => items.iter().find_map(|v| match v {
+            Value::Null => Some("null".to_owned()),
+            other => refused_value(other, allowed),
+        }),
+        Value::Object(_) => Some("an object".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(json: &str) -> Rc<Policy> {
+        let config: AccessConfig = serde_json::from_str(json).unwrap();
+        Rc::new(Policy::new(&config).unwrap())
+    }
+
+    fn caller(values: &[&str]) -> Caller {
+        Caller::new(values.iter().map(|v| (*v).to_owned()))
+    }
+
+    const ISSUE_EXAMPLE: &str = r#"{
+        "identity": [{"metadata": "envoy.filters.http.jwt_authn", "claim": "groups"}, {"header": "x-tenant"}],
+        "default": "deny",
+        "rules": [
+            {"when": ["sre", "admins"], "allow": ["k8s_*", "get_*"]},
+            {"when": ["*"], "deny": ["*delete*", "*drop*"]},
+            {"when": ["finance"], "allow": ["invoice_*"], "arguments": {"invoice_*": {"currency": ["EUR", "USD"]}}},
+            {"when": ["*"], "deny_annotations": ["destructiveHint"]}
+        ],
+        "denied": "hidden"
+    }"#;
+
+    #[test]
+    fn deny_wins_allow_grants_default_decides_the_rest() {
+        let p = policy(ISSUE_EXAMPLE);
+        let none = Annotations::default();
+        let sre = p.grant(&caller(&["sre"]));
+        assert!(sre.tool("k8s_get_pods", &none).allowed());
+        assert!(sre.tool("get_weather", &none).allowed());
+        assert_eq!(
+            sre.tool("k8s_delete_pod", &none),
+            Decision::Denied(Why::Rule {
+                rule: 1,
+                pattern: "*delete*".into()
+            })
+        );
+        assert_eq!(
+            sre.tool("invoice_create", &none),
+            Decision::Denied(Why::Default)
+        );
+        let destructive = Annotations::default().with(Hint::Destructive, true);
+        assert_eq!(
+            sre.tool("k8s_restart", &destructive),
+            Decision::Denied(Why::Annotation {
+                rule: 3,
+                hint: "destructiveHint"
+            })
+        );
+        // A declared false hint does not match `destructiveHint` (declared true).
+        let safe = Annotations::default().with(Hint::Destructive, false);
+        assert!(sre.tool("k8s_restart", &safe).allowed());
+        let finance = p.grant(&caller(&["finance"]));
+        assert!(finance.tool("invoice_create", &none).allowed());
+        assert!(!finance.tool("k8s_get_pods", &none).allowed());
+        // No identity: nothing.
+        let anonymous = p.grant(&Caller::anonymous());
+        assert_eq!(
+            anonymous.tool("get_weather", &none),
+            Decision::Denied(Why::NoIdentity)
+        );
+    }
+
+    #[test]
+    fn arguments_restrict_calls() {
+        let p = policy(ISSUE_EXAMPLE);
+        let none = Annotations::default();
+        let finance = p.grant(&caller(&["finance"]));
+        assert!(
+            finance
+                .call("invoice_create", &none, r#"{"currency":"EUR","amount":3}"#)
+                .allowed()
+        );
+        assert_eq!(
+            finance.call("invoice_create", &none, r#"{"currency":"GBP"}"#),
+            Decision::Denied(Why::Argument {
+                rule: 2,
+                argument: "currency".into(),
+                value: "\"GBP\"".into()
+            })
+        );
+        // Not passed: not checked. Arrays: every element. Objects: never.
+        assert!(
+            finance
+                .call("invoice_create", &none, r#"{"amount":3}"#)
+                .allowed()
+        );
+        assert!(
+            finance
+                .call("invoice_create", &none, r#"{"currency":["EUR","USD"]}"#)
+                .allowed()
+        );
+        assert!(
+            !finance
+                .call("invoice_create", &none, r#"{"currency":["EUR","JPY"]}"#)
+                .allowed()
+        );
+        assert!(
+            !finance
+                .call("invoice_create", &none, r#"{"currency":{"code":"EUR"}}"#)
+                .allowed()
+        );
+        // A denied tool is denied whatever its arguments.
+        assert!(
+            !finance
+                .call("invoice_delete", &none, r#"{"currency":"EUR"}"#)
+                .allowed()
+        );
+    }
+
+    #[test]
+    fn identity_values_from_claims_and_headers() {
+        let payload: Value = serde_json::from_str(
+            r#"{"groups":["sre","admins"],"scope":"read write","tenant":"acme","realm":{"roles":["x"]},"n":3}"#,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        claim_values(claim_at(&payload, "groups").unwrap(), "", &mut out);
+        claim_values(claim_at(&payload, "scope").unwrap(), "scope:", &mut out);
+        claim_values(claim_at(&payload, "realm.roles").unwrap(), "", &mut out);
+        claim_values(claim_at(&payload, "n").unwrap(), "", &mut out);
+        assert!(claim_at(&payload, "missing").is_none());
+        split_values("acme, beta", "tenant:", &mut out);
+        assert_eq!(
+            Caller::new(out).values(),
+            [
+                "3",
+                "admins",
+                "scope:read",
+                "scope:write",
+                "sre",
+                "tenant:acme",
+                "tenant:beta",
+                "x"
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = |json: &str| {
+            let config: AccessConfig = serde_json::from_str(json).unwrap();
+            let e = Policy::new(&config).unwrap_err();
+            format!("{}: {}", e.field, e.why)
+        };
+        assert!(
+            err(r#"{"rules":[{"when":["a"],"allow":["x",""]}]}"#)
+                .starts_with("rules[0].allow[1]: ")
+        );
+        assert!(err(r#"{"rules":[{"when":[],"allow":["x"]}]}"#).starts_with("rules[0].when: "));
+        assert!(err(r#"{"rules":[{"when":["a"]}]}"#).starts_with("rules[0].allow: "));
+        assert!(
+            err(r#"{"rules":[{"when":["a"],"deny_annotations":["scaryHint"]}]}"#)
+                .starts_with("rules[0].deny_annotations[0]: ")
+        );
+        assert!(
+            err(r#"{"rules":[{"when":["a"],"arguments":{"t":{"c":[]}}}]}"#)
+                .starts_with("rules[0].arguments.t.c: ")
+        );
+        assert!(err(r#"{"identity":[{"metadata":"m"}]}"#).starts_with("identity[0].claim: "));
+        assert!(
+            err(r#"{"identity":[{"header":"x","metadata":"m","claim":"c"}]}"#)
+                .starts_with("identity[0]: ")
+        );
+        assert!(err(r#"{"identity":[{}]}"#).starts_with("identity[0]: "));
+        assert!(err(r#"{"identity":[{"header":"x y"}]}"#).starts_with("identity[0].header: "));
+    }
+
+    #[test]
+    fn grants_of_callers_matching_the_same_rules_share_a_key() {
+        let p = policy(ISSUE_EXAMPLE);
+        assert_eq!(
+            p.grant(&caller(&["sre"])).key(),
+            p.grant(&caller(&["admins"])).key()
+        );
+        assert_ne!(
+            p.grant(&caller(&["sre"])).key(),
+            p.grant(&caller(&["finance"])).key()
+        );
+        assert_ne!(
+            p.grant(&caller(&["nobody"])).key(),
+            p.grant(&Caller::anonymous()).key()
+        );
+    }
+
+    #[test]
+    fn annotations_are_read_from_mcp_tools() {
+        let a = Annotations::of_tool(
+            r#"{"name":"rm","annotations":{"destructiveHint":true,"readOnlyHint":false,"title":"x"}}"#,
+        );
+        assert_eq!(a.get(Hint::Destructive), Some(true));
+        assert_eq!(a.get(Hint::ReadOnly), Some(false));
+        assert_eq!(a.get(Hint::OpenWorld), None);
+        assert_eq!(
+            Annotations::of_tool("{\"annotations\":7,\"Hint\":1}"),
+            Annotations::default()
+        );
+        assert_eq!(hint("readOnlyHint: false"), Some((Hint::ReadOnly, false)));
+        assert_eq!(hint("openWorldHint"), Some((Hint::OpenWorld, true)));
+        assert_eq!(hint("readOnlyHint: maybe"), None);
+    }
+}

@@ -1,0 +1,24 @@
+//! The caller's identity under access rules, read once per request in the headers phase: the
+//! configured request headers, and the JWT payloads Envoy's `jwt_authn` left in the dynamic
+//! metadata (one read of the whole `metadata` property, decoded by [`crate::metadata`]).
+
+use super::{Shared, host};
+use crate::access::Grant;
+use crate::pairs::HeaderMap;
+
+/// What the request's caller may do; `None` without access rules.
+pub(super) fn grant(shared: &Shared, headers: &HeaderMap) -> Option<Grant> {
+    let engine = shared.engine.try_borrow().ok()?;
+    let policy = engine.policy()?;
+    let mut metadata: Option<Vec<u8>> = None;
+    let caller = policy.caller(
+        |name| headers.get(name),
+        |namespace, key| {
+            // No token: Envoy has no metadata to give, and the read answers nothing.
+            let bytes =
+                metadata.get_or_insert_with(|| host::property(&["metadata"]).unwrap_or_default());
+            crate::metadata::payloads(bytes, namespace, key)
+        },
+    );
+    Some(policy.grant(&caller))
+}
