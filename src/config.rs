@@ -503,7 +503,17 @@ impl Config {
             m.check()?;
         }
         if let Some(g) = &self.gating {
-            g.mcp.check()?;
+            if let Some(mcp) = &g.mcp {
+                mcp.check()?;
+            }
+            if g.mcp.is_none() && g.rules.is_empty() {
+                return Err(invalid(
+                    "gating",
+                    "needs `mcp` (a gating server), `rules`, or both",
+                ));
+            }
+            crate::mcp::gating::Rules::new(&g.rules)
+                .map_err(|(field, why)| invalid(&format!("gating.rules{field}"), why))?;
         }
         if let Some(c) = &self.custom {
             c.check()?;
@@ -675,15 +685,49 @@ impl Mcp {
     }
 }
 
-/// `_tool_gating` for LLM requests: the latest user text goes to an MCP server's gating tool
-/// before the tools are chosen (filter mode).
+/// `_tool_gating` for LLM requests: before the tools are chosen (filter mode), the latest user
+/// text goes to an MCP server's gating tool (`mcp`), to rules of the configuration (`rules`),
+/// or both; their exclusions add up, and a rule's claim comes before the server's.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gating {
-    pub mcp: GatingMcp,
+    #[serde(default)]
+    pub mcp: Option<GatingMcp>,
     /// What a claim does.
     #[serde(default)]
     pub claim: ClaimMode,
+    /// Gating without a server: text that matches a rule excludes tools or claims one, as a
+    /// server's `_tool_gating` answer would (see [`crate::mcp::gating::Rules`]).
+    #[serde(default)]
+    pub rules: Vec<GatingRule>,
+}
+
+/// One rule of `gating.rules`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatingRule {
+    pub when: GatingWhen,
+    /// Tool names or globs the matching text excludes.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// The tool the matching text belongs to.
+    #[serde(default)]
+    pub claim: Option<String>,
+    /// The arguments of the claimed call when the gateway answers it (`gating.claim:
+    /// "answer"`).
+    #[serde(default)]
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// When a gating rule applies: the text holds one of `words` (whole words or phrases, any
+/// case), or matches `regex`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatingWhen {
+    #[serde(default)]
+    pub words: Option<Vec<String>>,
+    #[serde(default)]
+    pub regex: Option<String>,
 }
 
 /// What a `_tool_gating` claim does to an LLM request.
@@ -1075,12 +1119,32 @@ mod tests {
             .unwrap();
         let g = c.gating.unwrap();
         assert_eq!(g.claim, ClaimMode::Answer);
+        let mcp = g.mcp.unwrap();
         assert_eq!(
-            (g.mcp.path.as_str(), g.mcp.authority(), g.mcp.timeout_ms),
+            (mcp.path.as_str(), mcp.authority(), mcp.timeout_ms),
             ("/mcp", "tools", 300)
         );
         let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
         assert!(err(r#"{"gating":{"mcp":{"cluster":" "}}}"#).contains("`gating.mcp.cluster`"));
+        // Rules alone are a gating of their own; errors name the rule's field.
+        let rules = Config::from_json(
+            br#"{"gating":{"rules":[{"when":{"words":["invoice"]},"exclude":["k8s_*"]}]}}"#,
+        )
+        .unwrap();
+        assert!(rules.gating.unwrap().mcp.is_none());
+        assert!(err(r#"{"gating":{}}"#).contains("`gating`: needs `mcp`"));
+        assert!(
+            err(r#"{"gating":{"rules":[{"when":{"regex":"(x"},"claim":"a"}]}}"#)
+                .contains("`gating.rules[0].when.regex`")
+        );
+        assert!(
+            err(r#"{"access":{"rules":[{"when":["a"],"allow":[""]}]}}"#)
+                .contains("`access.rules[0].allow[0]`")
+        );
+        assert!(
+            err(r#"{"access":{"rules":[{"when":["a"],"alow":["x"]}]}}"#)
+                .contains("unknown field `alow`")
+        );
         assert!(
             err(r#"{"gating":{"mcp":{"cluster":"c","path":"mcp"}}}"#).contains("`gating.mcp.path`")
         );
@@ -1096,7 +1160,7 @@ mod tests {
             err(r#"{"gating":{"mcp":{"cluster":"c"},"claim":"model"}}"#)
                 .contains("field `gating.claim`: unknown variant")
         );
-        assert!(err(r#"{"gating":{"claim":"answer"}}"#).contains("missing field `mcp`"));
+        assert!(err(r#"{"gating":{"claim":"answer"}}"#).contains("needs `mcp`"));
         assert!(
             err(r#"{"gating":{"mcp":{"cluster":"c","argument":""}}}"#)
                 .contains("`gating.mcp.argument`")

@@ -561,3 +561,57 @@ fn invalid_configuration_keeps_envoy_from_starting() {
         assert!(log.contains(field), "log does not name {field}:\n{log}");
     }
 }
+
+#[test]
+fn gating_rules_exclude_and_claim_without_a_server() {
+    // The operator's own `_tool_gating`: no MCP server, no call, the same effect.
+    let gw = Gateway::start(
+        r#"{"top_k":5,"gating":{"claim":"answer","rules":[
+            {"when":{"words":["weather"]},"exclude":["get_weather_*","get_current_weather"]},
+            {"when":{"regex":"(?i)\\bpage (the )?on-?call\\b"},"claim":"trigger_pagerduty_incident",
+             "arguments":{"severity":"critical"}}]}}"#,
+    );
+    for dialect in DIALECTS {
+        let (body, _) = request(dialect, "What is the current weather in Paris?");
+        let r = gw.post(path(dialect), &[], body.as_bytes());
+        assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+        let received = r.header("x-demo-tools").unwrap_or_default().to_owned();
+        assert!(
+            !received.is_empty() && !received.contains("weather"),
+            "{dialect}: excluded tools reached the upstream: {received:?}"
+        );
+        let header = r.header("x-toolsift").unwrap();
+        assert!(
+            header.ends_with(" gating=excluded:2"),
+            "{dialect}: {header}"
+        );
+    }
+    // A claimed request is answered by the gateway with the call, without the model (whose
+    // answers would say `toolsift_demo`).
+    for dialect in ["openai_chat", "anthropic"] {
+        let (body, _) = request(dialect, "Please page the on-call engineer now");
+        let r = gw.post(path(dialect), &[], body.as_bytes());
+        assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+        let text = r.text();
+        assert!(
+            text.contains("toolsift_claim") && !text.contains("toolsift_demo"),
+            "{text}"
+        );
+        assert!(
+            text.contains("trigger_pagerduty_incident") && text.contains("critical"),
+            "{text}"
+        );
+        assert!(
+            r.header("x-toolsift")
+                .unwrap()
+                .contains("claimed:trigger_pagerduty_incident"),
+            "{:?}",
+            r.header("x-toolsift")
+        );
+    }
+    assert_eq!(
+        gw.stat("toolsift.mcp.gating.excluded"),
+        2 * DIALECTS.len() as u64
+    );
+    assert_eq!(gw.stat("toolsift.mcp.gating.answered"), 2);
+}

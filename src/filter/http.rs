@@ -128,8 +128,8 @@ enum Step {
     Done,
     /// An embeddings call is out; the request stays paused until it answers.
     Waiting,
-    /// Answered locally (a refusal): nothing goes upstream.
-    Refused,
+    /// Answered locally (a refusal, a claimed call): nothing goes upstream.
+    Answered,
 }
 
 impl Filter {
@@ -181,7 +181,7 @@ impl Filter {
         shared.metrics.since(shared.metrics.filter_time_us, started);
         match result {
             Ok(Step::Done) => Action::Continue,
-            Ok(Step::Waiting | Step::Refused) => Action::Pause,
+            Ok(Step::Waiting | Step::Answered) => Action::Pause,
             Err(skipped) => self.skip(shared, skipped),
         }
     }
@@ -235,8 +235,15 @@ impl Filter {
         // Custom requests have no `tool_choice` a claim could name.
         if !self.gating_asked && self.search_headers.is_none() && !self.custom {
             self.gating_asked = true;
+            // `gating.rules` decide at once; a gating server, if any, is asked as well, and
+            // the two verdicts merged when it answers.
+            let local = engine.gating_verdict(&analysis);
+            if let Some(v) = &local {
+                super::mcp::count_verdict(shared, v);
+            }
             if let Some(token) = super::mcp::send_gating(&engine.config, &analysis.query) {
                 drop(engine);
+                self.verdict = local;
                 self.gating = Some(GatingWait {
                     token,
                     dialect,
@@ -244,6 +251,10 @@ impl Filter {
                     body,
                 });
                 return Ok(Step::Waiting);
+            }
+            if local.is_some() {
+                drop(engine);
+                return self.with_verdict(shared, dialect, analysis, body, local);
             }
         }
         drop(engine);
@@ -436,7 +447,7 @@ impl Filter {
         });
         let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
         match host::send_response(403, &headers, denial.body().as_bytes()) {
-            Ok(()) => Some(Ok(Step::Refused)),
+            Ok(()) => Some(Ok(Step::Answered)),
             Err(status) => {
                 log::warn!("cannot send the access denial: {status:?}");
                 Some(Err(Skip::Internal.into()))
@@ -982,8 +993,8 @@ impl Filter {
 }
 
 impl Filter {
-    /// `gating.mcp`: the verdict came (or the call failed: the request goes on without it).
-    /// A claim under `gating.claim: "answer"` is answered here, without the model.
+    /// `gating.mcp`: the verdict came (or the call failed: the request goes on without it, or
+    /// with the verdict of `gating.rules`).
     fn on_gating(
         &mut self,
         shared: &Shared,
@@ -997,7 +1008,25 @@ impl Filter {
             body,
             ..
         } = wait;
-        let verdict = super::mcp::read_gating(shared, num_headers, body_size);
+        let server = super::mcp::read_gating(shared, num_headers, body_size);
+        let verdict = crate::mcp::gating::merge(self.verdict.take(), server);
+        match self.with_verdict(shared, dialect, analysis, body, verdict) {
+            Ok(Step::Done) => Action::Continue,
+            Ok(Step::Waiting | Step::Answered) => Action::Pause,
+            Err(skipped) => self.skip(shared, skipped),
+        }
+    }
+
+    /// Goes on with the `_tool_gating` verdict (of the server, of `gating.rules`, or both). A
+    /// claim under `gating.claim: "answer"` is answered here, without the model.
+    fn with_verdict(
+        &mut self,
+        shared: &Shared,
+        dialect: Dialect,
+        analysis: Analysis,
+        body: Vec<u8>,
+        verdict: Option<crate::mcp::gating::Verdict>,
+    ) -> Result<Step, Skipped> {
         let answer = shared.engine.try_borrow().is_ok_and(|e| {
             e.config
                 .gating
@@ -1029,15 +1058,11 @@ impl Filter {
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                 });
-                return Action::Pause;
+                return Ok(Step::Answered);
             }
         }
         self.verdict = verdict;
-        match self.rank_and_apply(shared, dialect, analysis, body) {
-            Ok(Step::Done) => Action::Continue,
-            Ok(Step::Waiting | Step::Refused) => Action::Pause,
-            Err(skipped) => self.skip(shared, skipped),
-        }
+        self.rank_and_apply(shared, dialect, analysis, body)
     }
 
     /// Applies the `_tool_gating` verdict, if any, to the selection.

@@ -480,7 +480,7 @@ pub fn send_gating(config: &crate::config::Config, text: &str) -> Option<u32> {
     if config.mode != crate::config::Mode::Filter || text.trim().is_empty() {
         return None;
     }
-    let gating = &config.gating.as_ref()?.mcp;
+    let gating = config.gating.as_ref()?.mcp.as_ref()?;
     let (extra, body) = crate::mcp::llm::gating_call(gating, text);
     let mut headers: Vec<(&str, &str)> = vec![
         (":method", "POST"),
@@ -510,15 +510,20 @@ pub fn read_gating(
         shared.metrics.add(m.gating_calls, 1);
         match &verdict {
             None => shared.metrics.add(m.gating_failed, 1),
-            Some(v) => {
-                shared.metrics.add(m.gating_excluded, v.exclude.len());
-                if v.claim.is_some() {
-                    shared.metrics.add(m.gating_claimed, 1);
-                }
-            }
+            Some(v) => count_verdict(shared, v),
         }
     }
     verdict
+}
+
+/// Counts what a verdict (a server's, or `gating.rules`') excludes and claims.
+pub fn count_verdict(shared: &Shared, verdict: &crate::mcp::gating::Verdict) {
+    if let Some(m) = &shared.mcp_metrics {
+        shared.metrics.add(m.gating_excluded, verdict.exclude.len());
+        if verdict.claim.is_some() {
+            shared.metrics.add(m.gating_claimed, 1);
+        }
+    }
 }
 
 /// A claim answered without the model.
