@@ -16,6 +16,9 @@
 //!
 //! With `--search` (`make bench-latency-search`): the gateway's own time per search round in
 //! search mode, against the demo upstream's scripted model; see [`search`].
+//!
+//! With `--access` (`make bench-latency-access`): the time access rules add, the filter with
+//! 50 rules against the same filter without them; see [`access`].
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -63,6 +66,10 @@ fn main() {
             None => search::ROUNDS,
         };
         search::run(&pool, given_sizes, rounds);
+        return;
+    }
+    if args.iter().any(|a| a == "--access") {
+        access::run(&pool, given_sizes);
         return;
     }
     if args.iter().any(|a| a == "--memory") {
@@ -1448,5 +1455,147 @@ mod search {
             client_bytes as f64 / 1024.0,
             l1 - l0 - m,
         ))
+    }
+}
+
+/// `--access`: what access rules cost. One Envoy serves the shipped listener with toolsift and
+/// 50 access rules (identity from a header) and a copy of it with the same filter and no
+/// rules; requests with the same catalog (an agent loop) alternate between the two in rounds.
+/// Two callers: the same one every request (the allowed set of the catalog is remembered for
+/// the caller's rules), and callers rotating over 50 groups (decided afresh every request).
+mod access {
+    use super::{Bodies, Catalogs, Client, Gateway, balanced, listener_copy, load, percentile};
+
+    const ROUNDS: usize = 10;
+    const PER_ROUND: usize = 200;
+    pub const RULES: usize = 50;
+
+    /// 50 rules in the shapes the README documents: per-group allows by prefix and word,
+    /// denies for everyone, annotation denies and argument restrictions. Groups g0..g39 each
+    /// allow what some of the catalog's tool names start with; everything else is denied by
+    /// default.
+    pub fn rules(tools: &[String]) -> String {
+        let mut prefixes: Vec<String> = tools
+            .iter()
+            .filter_map(|t| {
+                let v: serde_json::Value = serde_json::from_str(t).ok()?;
+                let name = v["function"]["name"].as_str()?.to_owned();
+                let cut = name.find(['_', '-']).unwrap_or(name.len().min(4));
+                Some(name[..cut].to_owned())
+            })
+            .collect();
+        prefixes.sort();
+        prefixes.dedup();
+        let mut rules = Vec::new();
+        for g in 0..40 {
+            let a = &prefixes[(g * 7) % prefixes.len()];
+            let b = &prefixes[(g * 13 + 3) % prefixes.len()];
+            rules.push(serde_json::json!({"when": [format!("g{g}")], "allow": [format!("{a}*"), format!("*{b}*")]}));
+        }
+        for deny in ["*delete*", "*drop*", "*remove*", "*destroy*", "*purge*"] {
+            rules.push(serde_json::json!({"when": ["*"], "deny": [deny, format!("admin_{deny}")]}));
+        }
+        for hint in [
+            "destructiveHint",
+            "openWorldHint: true",
+            "readOnlyHint: false",
+        ] {
+            rules.push(serde_json::json!({"when": ["g4*"], "deny_annotations": [hint]}));
+        }
+        rules.push(serde_json::json!({"when": ["finance"], "allow": ["invoice_*"], "arguments": {"invoice_*": {"currency": ["EUR", "USD"]}}}));
+        rules.push(serde_json::json!({"when": ["g1?"], "arguments": {"*transfer*": {"amount": ["1*", "2*"]}}}));
+        assert_eq!(rules.len(), RULES);
+        serde_json::json!({"access": {
+            "identity": [{"header": "x-group"}],
+            "default": "deny",
+            "rules": rules,
+        }})
+        .to_string()
+    }
+
+    pub fn run(pool: &[String], sizes: Option<Vec<usize>>) {
+        let sizes = sizes.unwrap_or_else(|| vec![200]);
+        println!("load before: {}", load());
+        println!(
+            "| tools | rules | caller | median with rules / without (ms) | added median (ms) | p99 with / without (ms) | x-toolsift with rules |"
+        );
+        println!("|---:|---:|---|---:|---:|---:|---|");
+        for n in sizes {
+            for rotating in [false, true] {
+                println!("{}", measure(pool, n, rotating));
+            }
+        }
+        println!("load after: {}", load());
+    }
+
+    fn measure(pool: &[String], n: usize, rotating: bool) -> String {
+        let config = rules(&pool[..n]);
+        let bodies = Bodies::new(pool, n, Catalogs::Same);
+        let norules_port = Gateway::free_port();
+        let gw = Gateway::start_with(&config, &["--concurrency", "2"], |y| {
+            let end = y.find("  clusters:").unwrap();
+            let copy = listener_copy(&y, "llm_norules", norules_port, Some((&config, "{}")));
+            balanced(format!("{}{}{}", &y[..end], copy, &y[end..]))
+        });
+        let mut with_rules = Client::connect(gw.port);
+        let mut without = Client::connect(norules_port);
+        let caller = |i: usize| {
+            if rotating {
+                // Four groups each: callers whose allowed tools are more than `min_tools`,
+                // so both listeners forward `top_k` tools.
+                let g = |k: usize| (i * k + k) % 40;
+                format!(
+                    "x-demo-echo: none\r\nx-group: g{} g{} g{} g{} finance\r\n",
+                    g(1),
+                    g(3),
+                    g(7),
+                    g(11)
+                )
+            } else {
+                "x-demo-echo: none\r\nx-group: g3 g17 finance\r\n".to_owned()
+            }
+        };
+        let path = "/v1/chat/completions";
+        let (_, head) = with_rules.send(path, &caller(0), &bodies.body(0));
+        let shown = super::header(&head, "x-toolsift")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            shown.starts_with("kept=5 ") && shown.contains(" denied="),
+            "{head}"
+        );
+        let (_, head) = without.send(path, "x-demo-echo: none\r\n", &bodies.body(0));
+        assert!(!head.contains("denied="), "{head}");
+        for i in 0..100 {
+            with_rules.send(path, &caller(i), &bodies.body(i));
+            without.send(path, "x-demo-echo: none\r\n", &bodies.body(i));
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut next = 100;
+        for _ in 0..ROUNDS {
+            for _ in 0..PER_ROUND {
+                a.push(with_rules.send(path, &caller(next), &bodies.body(next)).0);
+                next += 1;
+            }
+            for _ in 0..PER_ROUND {
+                b.push(
+                    without
+                        .send(path, "x-demo-echo: none\r\n", &bodies.body(next))
+                        .0,
+                );
+                next += 1;
+            }
+        }
+        let (m_a, m_b) = (percentile(&mut a, 0.5), percentile(&mut b, 0.5));
+        let (p_a, p_b) = (percentile(&mut a, 0.99), percentile(&mut b, 0.99));
+        format!(
+            "| {n} | {RULES} | {} | {m_a:.3} / {m_b:.3} | **{:.3}** | {p_a:.3} / {p_b:.3} | `{shown}` |",
+            if rotating {
+                "rotating over 40 groups"
+            } else {
+                "the same"
+            },
+            m_a - m_b,
+        )
     }
 }

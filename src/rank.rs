@@ -7,7 +7,7 @@
 //! tokenised again, and kept in a cache bounded in bytes: the agent that sends the same catalog
 //! every turn pays for it once, and the one whose catalog changes by a tool pays for that tool.
 
-use crate::access::{Annotations, Grant};
+use crate::access::{Annotations, Grant, RuleMatches};
 use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, ToolText};
 use crate::fusion::{Fused, LexicalTool, Lexicon};
 use bm25::TokenEmbedder;
@@ -469,6 +469,8 @@ pub struct Catalog {
     /// Which entries the last grant's callers may see ([`Catalog::allowed_for`]), keyed by
     /// what its decisions depend on, never by who the caller is.
     last_allowed: RefCell<Option<(GrantKey, Rc<[bool]>)>>,
+    /// What each access rule says of each tool, for every caller's mask.
+    rule_matches: RuleMatches,
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
@@ -566,6 +568,7 @@ impl Catalog {
             last: RefCell::new(None),
             last_fused: RefCell::new(None),
             last_allowed: RefCell::new(None),
+            rule_matches: RuleMatches::default(),
             fetching: Cell::new(false),
             vector_bytes: Rc::clone(vector_bytes),
             heap_bytes: 0,
@@ -616,16 +619,17 @@ impl Catalog {
                 return Rc::clone(allowed);
             }
         }
-        let none = Annotations::default();
-        let allowed: Rc<[bool]> = self
-            .draft
-            .entries
-            .iter()
-            .map(|entry| match entry {
-                Entry::Function(tool) => grant.tool(&tool.name, &none).allowed(),
-                Entry::Builtin => true,
-            })
-            .collect();
+        let entries = &self.draft.entries;
+        let allowed: Rc<[bool]> = grant
+            .mask(
+                entries.len(),
+                |e| match entries.get(e)? {
+                    Entry::Function(tool) => Some((tool.name.as_str(), Annotations::default())),
+                    Entry::Builtin => None,
+                },
+                &self.rule_matches,
+            )
+            .into();
         if let Ok(mut last) = self.last_allowed.try_borrow_mut() {
             *last = Some((key, Rc::clone(&allowed)));
         }
