@@ -1,0 +1,445 @@
+//! Property tests of access rules across the surfaces a tool can pass, against an oracle
+//! written here from the README's rules (not from `src/access.rs`): for random catalogs,
+//! identities and rules, no denied tool is ever forwarded upstream, and a request left with no
+//! tool it may see is refused, never forwarded empty.
+//!
+//! `PROPTEST_CASES` overrides the number of cases (default 10,000 per property).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as Runner, TestRunner};
+use serde_json::{Value, json};
+use toolsift::access::Caller;
+use toolsift::config::Config;
+use toolsift::dialects::Dialect;
+use toolsift::pipeline::{Engine, Skip};
+
+/// Words tool names, patterns and groups are made of: few, so patterns and names collide.
+const WORDS: [&str; 8] = [
+    "get", "list", "delete", "drop", "pod", "invoice", "send", "user",
+];
+const GROUPS: [&str; 4] = ["a", "b", "c", "ops"];
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// The glob semantics the README gives (`*` any run, `?` one character), written plainly.
+fn glob(pattern: &[char], text: &[char]) -> bool {
+    match (pattern.first(), text.first()) {
+        (None, None) => true,
+        (Some('*'), _) => {
+            glob(&pattern[1..], text) || (!text.is_empty() && glob(pattern, &text[1..]))
+        }
+        (Some('?'), Some(_)) => glob(&pattern[1..], &text[1..]),
+        (Some(p), Some(t)) if p == t => glob(&pattern[1..], &text[1..]),
+        _ => false,
+    }
+}
+
+fn matches(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    glob(&p, &t)
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    when: Vec<String>,
+    allow: Vec<String>,
+    deny: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    tools: Vec<String>,
+    rules: Vec<Rule>,
+    default_allow: bool,
+    refused: bool,
+    /// `None`: no identity source configured (rules then apply to `*` only).
+    caller: Option<Vec<String>>,
+    dialect: usize,
+    top_k: usize,
+    min_tools: usize,
+    always_include: Vec<String>,
+    /// Index of a tool `tool_choice` names.
+    choice: Option<usize>,
+    /// Index of a tool the conversation already called.
+    called: Option<usize>,
+}
+
+impl Case {
+    /// The oracle: may the caller see `name`?
+    fn allowed(&self, name: &str) -> bool {
+        let values: &[String] = match &self.caller {
+            Some(values) if values.is_empty() => return false,
+            Some(values) => values,
+            None => &[],
+        };
+        let applies = |r: &Rule| {
+            r.when
+                .iter()
+                .any(|w| w == "*" || values.iter().any(|v| matches(w, v)))
+        };
+        let applicable: Vec<&Rule> = self.rules.iter().filter(|r| applies(r)).collect();
+        if applicable
+            .iter()
+            .any(|r| r.deny.iter().any(|p| matches(p, name)))
+        {
+            return false;
+        }
+        self.default_allow
+            || applicable
+                .iter()
+                .any(|r| r.allow.iter().any(|p| matches(p, name)))
+    }
+
+    fn config(&self) -> String {
+        let rules: Vec<Value> = self
+            .rules
+            .iter()
+            .map(|r| {
+                let mut o = json!({"when": r.when});
+                if !r.allow.is_empty() {
+                    o["allow"] = json!(r.allow);
+                }
+                if !r.deny.is_empty() {
+                    o["deny"] = json!(r.deny);
+                }
+                o
+            })
+            .collect();
+        let mut access = json!({
+            "default": if self.default_allow { "allow" } else { "deny" },
+            "denied": if self.refused { "refused" } else { "hidden" },
+            "rules": rules,
+        });
+        if self.caller.is_some() {
+            access["identity"] = json!([{"header": "x-group"}]);
+        }
+        json!({"top_k": self.top_k, "min_tools": self.min_tools,
+               "always_include": self.always_include, "access": access})
+        .to_string()
+    }
+}
+
+fn word() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(WORDS.to_vec())
+}
+
+/// A pattern: one or two words, `*` or `?` around or between.
+fn pattern() -> impl Strategy<Value = String> {
+    (word(), word(), 0..7u8).prop_map(|(a, b, shape)| match shape {
+        0 => format!("{a}_*"),
+        1 => format!("*{a}*"),
+        2 => format!("*_{a}"),
+        3 => format!("{a}_{b}"),
+        4 => "*".to_owned(),
+        5 => format!("{a}?{b}*"),
+        _ => format!("*{a}*{b}*"),
+    })
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    let when = prop::collection::vec(
+        prop::sample::select(vec!["a", "b", "c", "ops", "*", "o*", "?"]).prop_map(str::to_owned),
+        1..3,
+    );
+    (
+        when,
+        prop::collection::vec(pattern(), 0..3),
+        prop::collection::vec(pattern(), 0..3),
+    )
+        .prop_filter("a rule allows or denies", |(_, a, d)| {
+            !a.is_empty() || !d.is_empty()
+        })
+        .prop_map(|(when, allow, deny)| Rule { when, allow, deny })
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let names = prop::collection::vec((word(), word(), 0..3u8), 1..40).prop_map(|parts| {
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, (a, b, shape))| match shape {
+                0 => format!("{a}_{b}_{i}"),
+                1 => format!("{a}_{i}"),
+                _ => format!("{a}{b}{i}"),
+            })
+            .collect::<Vec<String>>()
+    });
+    let caller = prop::option::of(prop::collection::vec(
+        prop::sample::select(GROUPS.to_vec()).prop_map(str::to_owned),
+        0..3,
+    ));
+    (
+        names,
+        prop::collection::vec(rule(), 0..6),
+        any::<bool>(),
+        any::<bool>(),
+        caller,
+        0..6usize,
+        1..6usize,
+        prop::sample::select(vec![0usize, 3, 20]),
+        prop::collection::vec(pattern(), 0..2),
+        prop::option::of(any::<prop::sample::Index>()),
+        prop::option::of(any::<prop::sample::Index>()),
+    )
+        .prop_map(
+            |(
+                tools,
+                rules,
+                default_allow,
+                refused,
+                caller,
+                dialect,
+                top_k,
+                min_tools,
+                always,
+                choice,
+                called,
+            )| {
+                let n = tools.len();
+                Case {
+                    tools,
+                    rules,
+                    default_allow,
+                    refused,
+                    caller,
+                    dialect,
+                    top_k,
+                    min_tools,
+                    always_include: always,
+                    choice: choice.map(|i| i.index(n)),
+                    called: called.map(|i| i.index(n)),
+                }
+            },
+        )
+}
+
+const DIALECTS: [Dialect; 6] = [
+    Dialect::OpenaiChat,
+    Dialect::OpenaiResponses,
+    Dialect::Anthropic,
+    Dialect::Gemini,
+    Dialect::Bedrock,
+    Dialect::Ollama,
+];
+
+/// A request body of `dialect` with these tools, a question, and the pins asked for.
+fn body(case: &Case) -> String {
+    let dialect = DIALECTS[case.dialect];
+    let schema = json!({"type": "object", "properties": {"x": {"type": "string", "description": "the pod"}}});
+    let tool = |name: &str| -> Value {
+        let description = format!("Does {} things", name.replace('_', " "));
+        match dialect {
+            Dialect::OpenaiChat | Dialect::Ollama => {
+                json!({"type": "function", "function": {"name": name, "description": description, "parameters": schema}})
+            }
+            Dialect::OpenaiResponses => {
+                json!({"type": "function", "name": name, "description": description, "parameters": schema})
+            }
+            Dialect::Anthropic => {
+                json!({"name": name, "description": description, "input_schema": schema})
+            }
+            Dialect::Gemini => {
+                json!({"name": name, "description": description, "parameters": schema})
+            }
+            Dialect::Bedrock => {
+                json!({"toolSpec": {"name": name, "description": description, "inputSchema": {"json": schema}}})
+            }
+        }
+    };
+    let tools: Vec<Value> = case.tools.iter().map(|n| tool(n)).collect();
+    let question = "get the pod logs and send the invoice to the user";
+    let called = case.called.map(|i| case.tools[i].clone());
+    let choice = case.choice.map(|i| case.tools[i].clone());
+    let v = match dialect {
+        Dialect::OpenaiChat | Dialect::Ollama => {
+            let mut messages = vec![json!({"role": "user", "content": question})];
+            if let Some(c) = &called {
+                messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": c, "arguments": "{}"}}]}));
+                messages.push(json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}));
+            }
+            let mut v = json!({"model": "m", "messages": messages, "tools": tools});
+            if let Some(c) = &choice {
+                v["tool_choice"] = json!({"type": "function", "function": {"name": c}});
+            }
+            v
+        }
+        Dialect::OpenaiResponses => {
+            let mut input = vec![json!({"role": "user", "content": question})];
+            if let Some(c) = &called {
+                input.push(
+                    json!({"type": "function_call", "call_id": "c1", "name": c, "arguments": "{}"}),
+                );
+                input
+                    .push(json!({"type": "function_call_output", "call_id": "c1", "output": "ok"}));
+            }
+            let mut v = json!({"model": "m", "input": input, "tools": tools});
+            if let Some(c) = &choice {
+                v["tool_choice"] = json!({"type": "function", "name": c});
+            }
+            v
+        }
+        Dialect::Anthropic => {
+            let mut messages = vec![json!({"role": "user", "content": question})];
+            if let Some(c) = &called {
+                messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": c, "input": {}}]}));
+                messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]}));
+            }
+            let mut v =
+                json!({"model": "m", "max_tokens": 10, "messages": messages, "tools": tools});
+            if let Some(c) = &choice {
+                v["tool_choice"] = json!({"type": "tool", "name": c});
+            }
+            v
+        }
+        Dialect::Gemini => {
+            let mut contents = vec![json!({"role": "user", "parts": [{"text": question}]})];
+            if let Some(c) = &called {
+                contents.push(
+                    json!({"role": "model", "parts": [{"functionCall": {"name": c, "args": {}}}]}),
+                );
+                contents.push(json!({"role": "user", "parts": [{"functionResponse": {"name": c, "response": {}}}]}));
+            }
+            let mut v = json!({"contents": contents, "tools": [{"functionDeclarations": tools}]});
+            if let Some(c) = &choice {
+                v["toolConfig"] =
+                    json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [c]}});
+            }
+            v
+        }
+        Dialect::Bedrock => {
+            let mut messages = vec![json!({"role": "user", "content": [{"text": question}]})];
+            if let Some(c) = &called {
+                messages.push(json!({"role": "assistant", "content": [{"toolUse": {"toolUseId": "c1", "name": c, "input": {}}}]}));
+                messages.push(json!({"role": "user", "content": [{"toolResult": {"toolUseId": "c1", "content": [{"text": "ok"}]}}]}));
+            }
+            let mut tool_config = json!({"tools": tools});
+            if let Some(c) = &choice {
+                tool_config["toolChoice"] = json!({"tool": {"name": c}});
+            }
+            json!({"messages": messages, "toolConfig": tool_config})
+        }
+    };
+    v.to_string()
+}
+
+/// The function tools' names a provider reads from a forwarded body.
+fn forwarded(dialect: Dialect, body: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(body).unwrap();
+    let names = |tools: &Value, at: &dyn Fn(&Value) -> Option<String>| -> Vec<String> {
+        tools
+            .as_array()
+            .map_or_else(Vec::new, |a| a.iter().filter_map(at).collect())
+    };
+    let s = |v: &Value| v.as_str().map(str::to_owned);
+    match dialect {
+        Dialect::OpenaiChat | Dialect::Ollama => names(&v["tools"], &|t| s(&t["function"]["name"])),
+        Dialect::OpenaiResponses | Dialect::Anthropic => names(&v["tools"], &|t| s(&t["name"])),
+        Dialect::Gemini => v["tools"].as_array().map_or_else(Vec::new, |groups| {
+            groups
+                .iter()
+                .flat_map(|g| names(&g["functionDeclarations"], &|t| s(&t["name"])))
+                .collect()
+        }),
+        Dialect::Bedrock => names(&v["toolConfig"]["tools"], &|t| s(&t["toolSpec"]["name"])),
+    }
+}
+
+#[test]
+fn no_denied_tool_is_ever_forwarded() {
+    let mut runner = TestRunner::new(Runner {
+        cases: cases(),
+        failure_persistence: None,
+        ..Runner::default()
+    });
+    runner
+        .run(&case(), |case| {
+            let config = Config::from_json(case.config().as_bytes()).unwrap();
+            let mut engine = Engine::new(config);
+            let caller = Caller::new(case.caller.clone().unwrap_or_default());
+            let grant = engine.grant(&caller);
+            let dialect = DIALECTS[case.dialect];
+            let body = body(&case);
+            let allowed: Vec<bool> = case.tools.iter().map(|n| case.allowed(n)).collect();
+            match engine.analyse_as(dialect, &body, grant.as_ref()) {
+                Ok(analysis) => {
+                    let governed = analysis.access.as_ref().unwrap();
+                    prop_assert_eq!(governed.denied, allowed.iter().filter(|a| !**a).count());
+                    if let Some(denial) = &governed.denial {
+                        // Refused whole: never a request with no tool. A denial with tools left
+                        // is a tool_choice of a denied tool under `refused`.
+                        if allowed.iter().any(|a| *a) {
+                            prop_assert!(case.refused, "{denial:?}");
+                            let named = denial.tool.clone().unwrap();
+                            prop_assert!(!case.allowed(&named));
+                        }
+                        return Ok(());
+                    }
+                    prop_assert!(allowed.iter().any(|a| *a), "forwarded with no tool allowed");
+                    let out = analysis.rewrite(&body).unwrap_or(body.clone());
+                    let sent = forwarded(dialect, &out);
+                    prop_assert!(!sent.is_empty());
+                    for name in &sent {
+                        prop_assert!(case.allowed(name), "denied `{name}` forwarded");
+                    }
+                    // Every allowed tool under min_tools stays.
+                    let allowed_count = allowed.iter().filter(|a| **a).count();
+                    if allowed_count <= case.min_tools {
+                        prop_assert_eq!(sent.len(), allowed_count);
+                    }
+                }
+                Err(skipped) => {
+                    // Passed unchanged: only when nothing was denied.
+                    prop_assert_eq!(skipped.reason, Skip::FewTools);
+                    prop_assert!(
+                        allowed.iter().all(|a| *a),
+                        "a denied tool passed with {skipped:?}"
+                    );
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn the_oracle_and_the_policy_agree_on_every_tool() {
+    let mut runner = TestRunner::new(Runner {
+        cases: cases(),
+        failure_persistence: None,
+        ..Runner::default()
+    });
+    runner
+        .run(&case(), |case| {
+            let config = Config::from_json(case.config().as_bytes()).unwrap();
+            let engine = Engine::new(config);
+            let grant = engine
+                .grant(&Caller::new(case.caller.clone().unwrap_or_default()))
+                .unwrap();
+            for name in &case.tools {
+                let decided = grant.tool(name, &toolsift::access::Annotations::default());
+                prop_assert_eq!(
+                    decided.allowed(),
+                    case.allowed(name),
+                    "{}: {:?}",
+                    name,
+                    decided
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
