@@ -452,12 +452,17 @@ pub fn try_http(
     read_response(stream)
 }
 
-/// Reads until the server closes. A reset after a complete response is the server closing
-/// early, not an error.
+/// Reads until the server closes, or until a response with a `content-length` is complete:
+/// after a local reply (a refusal) Envoy waits up to its `delayed_close_timeout` (1 s) for the
+/// client to close first. A reset after a complete response is the server closing early, not
+/// an error.
 pub fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
     let mut raw = Vec::new();
     let mut buf = [0u8; 65536];
     loop {
+        if complete_by_length(&raw) {
+            break;
+        }
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
@@ -471,6 +476,22 @@ pub fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
         }
     }
     Ok(parse_response(&raw))
+}
+
+/// Whether `raw` holds a whole response head with a `content-length` and that many body bytes.
+fn complete_by_length(raw: &[u8]) -> bool {
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let length = head.split("\r\n").skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+            .flatten()
+    });
+    length.is_some_and(|n| raw.len() >= split + 4 + n)
 }
 
 fn parse_response(raw: &[u8]) -> Response {
