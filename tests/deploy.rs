@@ -17,45 +17,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use saphyr::{LoadableYamlNode, Scalar, Yaml};
+mod common;
+
+use common::repo;
+use common::yaml::load_yaml;
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// YAML (one document) as JSON; mapping keys must be strings.
-fn to_json(node: &Yaml) -> Value {
-    match node {
-        Yaml::Value(Scalar::Null) => Value::Null,
-        Yaml::Value(Scalar::Boolean(b)) => json!(b),
-        Yaml::Value(Scalar::Integer(i)) => json!(i),
-        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
-        Yaml::Value(Scalar::String(s)) => json!(s),
-        Yaml::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Mapping(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Yaml::Value(Scalar::String(s)) => s.to_string(),
-                        other => panic!("a mapping key that is not a string: {other:?}"),
-                    };
-                    (key, to_json(v))
-                })
-                .collect(),
-        ),
-        other => panic!("unexpected YAML node {other:?}"),
-    }
-}
-
-fn load_yaml(text: &str) -> Vec<Value> {
-    Yaml::load_from_str(text)
-        .unwrap()
-        .iter()
-        .map(to_json)
-        .filter(|doc| !doc.is_null())
-        .collect()
-}
 
 fn gunzip(path: &Path) -> String {
     let mut text = String::new();
