@@ -1114,8 +1114,9 @@ fn shipped_allowed(groups: &[&str], tenant: Option<&str>) -> BTreeSet<String> {
 
 /// docs/examples/envoy-access.yaml as shipped, run: its listener, admin and `llm` ports moved,
 /// its `idp` cluster (the identity provider, TLS) pointed at a local JWKS endpoint serving
-/// `key`, the `.wasm` path made absolute. Nothing else changes.
-fn start_shipped(key: &SigningKey) -> (Gateway, jwt::JwksServer) {
+/// `key`, the `.wasm` path made absolute, its access log written to the file `log` instead of
+/// stdout. Nothing else changes.
+fn start_shipped(key: &SigningKey, log: &std::path::Path) -> (Gateway, jwt::JwksServer) {
     let jwks = jwt::JwksServer::start(&[key]);
     let mut config = common::yaml::load_file("docs/examples/envoy-access.yaml").remove(0);
     let wasm = common::wasm_path();
@@ -1123,9 +1124,13 @@ fn start_shipped(key: &SigningKey) -> (Gateway, jwt::JwksServer) {
         config["admin"]["address"]["socket_address"]["port_value"] = json!(ports.admin);
         let listener = &mut config["static_resources"]["listeners"][0];
         listener["address"]["socket_address"]["port_value"] = json!(ports.listener);
-        let filters = listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]
-            .as_array_mut()
-            .unwrap();
+        let hcm = &mut listener["filter_chains"][0]["filters"][0]["typed_config"];
+        let logger = &mut hcm["access_log"][0];
+        logger["name"] = json!("envoy.access_loggers.file");
+        logger["typed_config"]["@type"] =
+            json!("type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog");
+        logger["typed_config"]["path"] = json!(log.to_str().unwrap());
+        let filters = hcm["http_filters"].as_array_mut().unwrap();
         let toolsift = filters
             .iter_mut()
             .find(|f| f["name"] == "toolsift")
@@ -1163,7 +1168,9 @@ fn start_shipped(key: &SigningKey) -> (Gateway, jwt::JwksServer) {
 #[test]
 fn the_shipped_envoy_config_enforces_its_rules() {
     let key = SigningKey::generate("idp-1");
-    let (gw, jwks) = start_shipped(&key);
+    let log = std::env::temp_dir().join(format!("toolsift-shipped-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let (gw, jwks) = start_shipped(&key, &log);
     assert!(
         jwks.fetches.load(std::sync::atomic::Ordering::SeqCst) >= 1,
         "JWKS fetched"
@@ -1265,11 +1272,26 @@ fn the_shipped_envoy_config_enforces_its_rules() {
     headers.push(("x-tenant", "globex"));
     let r = gw.post(chat, &headers, body.as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
-    let log = common::http(gw.upstream.port, "GET", "/scripted/log", &[], b"").json();
-    let sent = &log[0]["headers"];
+    let upstream_log = common::http(gw.upstream.port, "GET", "/scripted/log", &[], b"").json();
+    let sent = &upstream_log[0]["headers"];
     assert_eq!(sent["authorization"], "Bearer sk-client-provider-key");
     assert_eq!(sent["x-tenant"], "acme");
     assert!(sent.get("x-caller-token").is_none(), "{sent}");
+    // The access log: who called (the token's `sub`), and what toolsift did.
+    let r = ask(
+        Some(&token(json!({"sub": "alice", "groups": ["sre"]}))),
+        None,
+        chat,
+    );
+    let said = r.header("x-toolsift").unwrap().to_owned();
+    let lines = common::access_log_lines(&log, 14);
+    assert_eq!(lines.len(), 14, "one line per request");
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (&last["caller"], &last["toolsift"]),
+        (&json!("alice"), &json!(said)),
+        "{last}"
+    );
 }
 
 /// The one object of `kind` in the manifest at `path`.
