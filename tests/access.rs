@@ -519,6 +519,41 @@ fn a_pin_of_a_denied_tool_is_no_pin() {
     }
 }
 
+/// A group is the whole string the token lists: a caller in the group "contractors admins" is
+/// not in `admins`, and "sre team" is not `sre`. (Splitting each item of an array claim at
+/// spaces and commas made the first an admin.) A claim that is one string is a list of values
+/// separated by spaces or commas, as OAuth's `scope` is.
+#[test]
+fn an_array_claims_items_are_whole_values() {
+    let key = SigningKey::generate("k1");
+    let mut access = rules("hidden");
+    access["identity"] = json!([
+        {"metadata": jwt::NAMESPACE, "claim": "groups"},
+        {"metadata": jwt::NAMESPACE, "claim": "scope", "prefix": "scope:"}
+    ]);
+    access["rules"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"when": ["scope:tools.finance"], "allow": ["refund_charge"]}));
+    let gw = start(&config(access, json!({})), &key);
+    let question = "Run the shell command to list the files";
+    for dialect in DIALECTS {
+        let body = request(dialect, question, Extras::default());
+        for groups in [json!(["contractors admins"]), json!(["sre team", "a,b"])] {
+            let t = key.token(json!({"groups": groups}));
+            let r = send(&gw, dialect, false, Some(&t), &body);
+            assert_eq!(r.status, 403, "{dialect} {groups}: {}", r.text());
+        }
+        let t = key.token(json!({"groups": ["sre team", "sre"]}));
+        let r = send(&gw, dialect, false, Some(&t), &body);
+        assert!(received(&r).is_subset(&set(&SRE)), "{dialect}");
+        // A string claim is a list: `scope` as OAuth writes it.
+        let t = key.token(json!({"scope": "openid tools.finance"}));
+        let r = send(&gw, dialect, false, Some(&t), &body);
+        assert_eq!(received(&r), set(&["refund_charge"]), "{dialect}");
+    }
+}
+
 /// A request without a token passes `jwt_authn` (`allow_missing`) and toolsift refuses it:
 /// the configuration reads an identity, and there is none. A token that does not verify never
 /// reaches toolsift: `jwt_authn` answers 401.
