@@ -1488,3 +1488,43 @@ fn the_envoy_gateway_manifests_enforce_their_rules() {
     });
     assert_manifest_rules(&gw, header, |c| manifest_token(&key, p, c), "envoy gateway");
 }
+
+/// What the rules cannot reach (README.md, Limits): an entry of the tools array that is not a
+/// function tool (a provider built-in such as OpenAI's `web_search`, and any type toolsift
+/// does not read as a function: a Responses `custom` tool, even one named like a denied
+/// function) goes upstream whatever the rules say.
+#[test]
+fn entries_that_are_not_function_tools_pass_whatever_the_rules_say() {
+    let key = SigningKey::generate("k1");
+    let gw = start(&config(rules("hidden"), json!({})), &key);
+    let sre = key.token(json!({"groups": ["sre"]}));
+    let mut body = request(
+        "openai_responses",
+        "Delete the file notes.txt",
+        Extras::default(),
+    );
+    let tools = body["tools"].as_array_mut().unwrap();
+    tools.push(json!({"type": "web_search"}));
+    tools.push(json!({"type": "custom", "name": "delete_file", "description": "Delete a file"}));
+    let auth = format!("Bearer {sre}");
+    let r = gw.post(
+        path("openai_responses", false),
+        &[("authorization", &auth), ("x-demo-echo", "body")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent: Vec<Value> = r.json()["tools"].as_array().unwrap().clone();
+    let functions: BTreeSet<String> = sent
+        .iter()
+        .filter(|t| t["type"] == "function")
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(functions.is_subset(&set(&SRE)), "{functions:?}");
+    assert!(sent.contains(&json!({"type": "web_search"})));
+    assert!(
+        sent.iter()
+            .any(|t| t["type"] == "custom" && t["name"] == "delete_file"),
+        "{sent:?}"
+    );
+    assert_eq!(r.header("x-toolsift"), Some("kept=5 total=80 denied=70"));
+}
