@@ -224,14 +224,15 @@ impl Caller {
 }
 
 /// The identity values a claim holds: a string (space- or comma-separated values, as OAuth
-/// scopes are), or an array of strings; numbers and booleans as their JSON text.
+/// scopes are), or an array whose every string is one value, spaces and commas included (a
+/// group "contractors admins" is not `admins`); numbers and booleans as their JSON text.
 pub fn claim_values(claim: &Value, prefix: &str, out: &mut Vec<String>) {
     match claim {
         Value::String(s) => split_values(s, prefix, out),
         Value::Array(items) => {
             for item in items {
                 match item {
-                    Value::String(s) => split_values(s, prefix, out),
+                    Value::String(s) => out.push(format!("{prefix}{s}")),
                     Value::Number(_) | Value::Bool(_) => out.push(format!("{prefix}{item}")),
                     _ => {}
                 }
@@ -1038,6 +1039,18 @@ mod tests {
                 "x"
             ]
         );
+        // An array's strings are whole values: no group the token does not list.
+        let mut out = Vec::new();
+        let groups = serde_json::json!(["contractors admins", "a,b", "", 7]);
+        claim_values(&groups, "", &mut out);
+        assert_eq!(
+            Caller::new(out).values(),
+            ["7", "a,b", "contractors admins"]
+        );
+        let p = policy(ISSUE_EXAMPLE);
+        let none = Annotations::default();
+        let contractor = p.grant(&caller(&["contractors admins"]));
+        assert!(!contractor.tool("k8s_get_pods", &none).allowed());
     }
 
     #[test]

@@ -64,6 +64,7 @@ fn shipped_configs_are_clean() {
         "envoy-search.yaml",
         "docs/examples/envoy-openai.yaml",
         "docs/examples/envoy-anthropic.yaml",
+        "docs/examples/envoy-access.yaml",
         "e2e/envoy.yaml",
         "deploy/istio/search-mode/envoyfilter-wasm.yaml",
     ] {

@@ -17,45 +17,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use saphyr::{LoadableYamlNode, Scalar, Yaml};
+mod common;
+
+use common::repo;
+use common::yaml::load_yaml;
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// YAML (one document) as JSON; mapping keys must be strings.
-fn to_json(node: &Yaml) -> Value {
-    match node {
-        Yaml::Value(Scalar::Null) => Value::Null,
-        Yaml::Value(Scalar::Boolean(b)) => json!(b),
-        Yaml::Value(Scalar::Integer(i)) => json!(i),
-        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
-        Yaml::Value(Scalar::String(s)) => json!(s),
-        Yaml::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Mapping(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Yaml::Value(Scalar::String(s)) => s.to_string(),
-                        other => panic!("a mapping key that is not a string: {other:?}"),
-                    };
-                    (key, to_json(v))
-                })
-                .collect(),
-        ),
-        other => panic!("unexpected YAML node {other:?}"),
-    }
-}
-
-fn load_yaml(text: &str) -> Vec<Value> {
-    Yaml::load_from_str(text)
-        .unwrap()
-        .iter()
-        .map(to_json)
-        .filter(|doc| !doc.is_null())
-        .collect()
-}
 
 fn gunzip(path: &Path) -> String {
     let mut text = String::new();
@@ -101,44 +67,54 @@ fn strict(schema: &mut Value) {
     }
 }
 
-/// (`group/version`, kind) → the strict schema of every CRD in ../shared/k8s-crds.
+/// (`group/version`, kind) → the strict schema of every CRD in ../shared/k8s-crds and in
+/// tests/k8s-crds (the ones ../shared lacks; see its README).
 fn schemas() -> BTreeMap<(String, String), Value> {
-    let dir = repo().join("../shared/k8s-crds");
     let mut out = BTreeMap::new();
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (the CRD schemas come with the project's shared/ folder)",
-            dir.display()
-        )
-    });
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if !path.to_string_lossy().ends_with(".yaml.gz") {
-            continue;
-        }
-        for crd in load_yaml(&gunzip(&path)) {
-            if crd["kind"] != "CustomResourceDefinition" {
+    for dir in [
+        repo().join("../shared/k8s-crds"),
+        repo().join("tests/k8s-crds"),
+    ] {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (the CRD schemas come with the project's shared/ folder)",
+                dir.display()
+            )
+        });
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if !path.to_string_lossy().ends_with(".yaml.gz") {
                 continue;
             }
-            let group = crd["spec"]["group"].as_str().unwrap();
-            let kind = crd["spec"]["names"]["kind"].as_str().unwrap();
-            for version in crd["spec"]["versions"].as_array().unwrap() {
-                let mut schema = version["schema"]["openAPIV3Schema"].clone();
-                strict(&mut schema);
-                // Some CRDs (Istio's) leave the type fields out of their schema.
-                schema["properties"]["apiVersion"] = json!({"type": "string"});
-                schema["properties"]["kind"] = json!({"type": "string"});
-                schema["properties"]["metadata"] = json!({
-                    "type": "object",
-                    "required": ["name"],
-                    "properties": {"name": {"type": "string"}}
-                });
-                let api_version = format!("{group}/{}", version["name"].as_str().unwrap());
-                out.insert((api_version, kind.to_owned()), schema);
+            for crd in load_yaml(&gunzip(&path)) {
+                if crd["kind"] != "CustomResourceDefinition" {
+                    continue;
+                }
+                add_crd(&crd, &mut out);
             }
         }
     }
     out
+}
+
+/// The strict schema of each version of `crd`.
+fn add_crd(crd: &Value, out: &mut BTreeMap<(String, String), Value>) {
+    let group = crd["spec"]["group"].as_str().unwrap();
+    let kind = crd["spec"]["names"]["kind"].as_str().unwrap();
+    for version in crd["spec"]["versions"].as_array().unwrap() {
+        let mut schema = version["schema"]["openAPIV3Schema"].clone();
+        strict(&mut schema);
+        // Some CRDs (Istio's) leave the type fields out of their schema.
+        schema["properties"]["apiVersion"] = json!({"type": "string"});
+        schema["properties"]["kind"] = json!({"type": "string"});
+        schema["properties"]["metadata"] = json!({
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}}
+        });
+        let api_version = format!("{group}/{}", version["name"].as_str().unwrap());
+        out.insert((api_version, kind.to_owned()), schema);
+    }
 }
 
 fn manifests(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -178,6 +154,12 @@ fn every_manifest_under_deploy_matches_its_crd_schema() {
     manifests(&repo().join("deploy"), &mut files);
     files.sort();
     assert!(files.len() >= 8, "manifests found: {files:?}");
+    for kit in [
+        "deploy/istio/access/requestauthentication.yaml",
+        "deploy/envoy-gateway/access/securitypolicy.yaml",
+    ] {
+        assert!(files.contains(&repo().join(kit)), "{kit} not found");
+    }
     let mut errors = Vec::new();
     let mut checked = 0;
     for file in &files {
@@ -232,6 +214,43 @@ fn the_schema_check_rejects_mistakes() {
     assert_eq!(validate(&schemas, &plugin), Vec::<String>::new());
     let mut typo = plugin.clone();
     typo["spec"]["phse"] = json!("STATS");
+    assert!(!validate(&schemas, &typo).is_empty());
+
+    // The access kit's kinds (Envoy Gateway's SecurityPolicy from tests/k8s-crds).
+    let security = |provider: Value| {
+        json!({
+            "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+            "kind": "SecurityPolicy",
+            "metadata": {"name": "llm-callers"},
+            "spec": {
+                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "llm"}],
+                "jwt": {"providers": [provider]}
+            }
+        })
+    };
+    let good = json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"},
+                      "claimToHeaders": [{"header": "x-tenant", "claim": "tenant"}]});
+    assert_eq!(validate(&schemas, &security(good)), Vec::<String>::new());
+    for bad in [
+        // Envoy Gateway has no field for the payload's metadata key: it is the name.
+        json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"}, "payloadInMetadata": "x"}),
+        json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"}, "claimToHeaders": [{"header": "x"}]}),
+        json!({"remoteJWKS": {"uri": "https://idp/jwks"}}),
+    ] {
+        assert!(
+            !validate(&schemas, &security(bad.clone())).is_empty(),
+            "accepted {bad}"
+        );
+    }
+    let authn = json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "RequestAuthentication",
+        "metadata": {"name": "llm-callers"},
+        "spec": {"jwtRules": [{"issuer": "https://idp", "fromHeaders": [{"name": "x-caller-token"}]}]}
+    });
+    assert_eq!(validate(&schemas, &authn), Vec::<String>::new());
+    let mut typo = authn.clone();
+    typo["spec"]["jwtRules"][0]["outputClaimsToHeaders"] = json!([]);
     assert!(!validate(&schemas, &typo).is_empty());
 }
 

@@ -8,21 +8,12 @@
 
 mod common;
 
-use common::{Gateway, Response, envoy_refuses, tools_for};
+use common::{DIALECTS, Gateway, Response, envoy_refuses, tools_for};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::io::Write;
 
 const DEFAULT: &str = r#"{"debug": true}"#;
-
-const DIALECTS: [&str; 6] = [
-    "openai_chat",
-    "openai_responses",
-    "anthropic",
-    "gemini",
-    "bedrock",
-    "ollama",
-];
 
 fn path(dialect: &str) -> &'static str {
     match dialect {
@@ -478,33 +469,8 @@ fn tool_names_in_headers_cannot_split_the_response() {
 fn the_access_log_says_what_toolsift_did() {
     let log = std::env::temp_dir().join(format!("toolsift-access-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let to_file = |yaml: String| {
-        yaml.replace(
-            "- name: envoy.access_loggers.stdout",
-            "- name: envoy.access_loggers.file",
-        )
-        .replace(
-            "\"@type\": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
-            &format!(
-                "\"@type\": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog\n              path: {}",
-                log.display()
-            ),
-        )
-    };
-    let lines = |n: usize| -> Vec<Value> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let lines: Vec<Value> = text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-            if lines.len() >= n || std::time::Instant::now() > deadline {
-                return lines;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    };
+    let to_file = |yaml: String| common::access_log_to_file(&yaml, &log);
+    let lines = |n: usize| common::access_log_lines(&log, n);
     // Filter mode, with the response header off: the log still says.
     let gw = Gateway::start_with(r#"{"response_header": false}"#, &[], to_file);
     let (body, _) = request("openai_chat", "translate this paragraph into German");

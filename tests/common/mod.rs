@@ -9,6 +9,9 @@
     clippy::indexing_slicing
 )]
 
+pub mod jwt;
+pub mod yaml;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -174,6 +177,14 @@ impl EmbedServer {
     }
 }
 
+/// The ports of one Envoy run.
+pub struct Ports {
+    pub listener: u16,
+    pub admin: u16,
+    /// The demo upstream's.
+    pub upstream: u16,
+}
+
 /// Envoy running the repository's `envoy.yaml`, with its ports, the wasm path, the upstream
 /// and the plugin configuration substituted.
 pub struct Gateway {
@@ -196,10 +207,27 @@ impl Gateway {
         extra_args: &[&str],
         edit: impl FnOnce(String) -> String,
     ) -> Gateway {
+        Gateway::start_rendered(extra_args, |ports| {
+            edit(render_envoy_yaml(
+                config,
+                ports.listener,
+                ports.admin,
+                ports.upstream,
+            ))
+        })
+    }
+
+    /// Envoy running the configuration `render` writes for the ports it is given (the
+    /// listener's, the admin's, and the demo upstream's, which is started first).
+    pub fn start_rendered(extra_args: &[&str], render: impl FnOnce(&Ports) -> String) -> Gateway {
         let upstream = Upstream::start();
         let dir = scratch_dir("envoy");
         let (port, admin) = (free_port(), free_port());
-        let yaml = edit(render_envoy_yaml(config, port, admin, upstream.port));
+        let yaml = render(&Ports {
+            listener: port,
+            admin,
+            upstream: upstream.port,
+        });
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, yaml).unwrap();
         let log = dir.join("envoy.log");
@@ -276,6 +304,39 @@ impl Gateway {
 
     pub fn admin_get(&self, path: &str) -> String {
         String::from_utf8_lossy(&http(self.admin, "GET", path, &[], b"").body).into_owned()
+    }
+}
+
+/// The rendered Envoy YAML with its access log (the shipped configs log JSON lines on stdout)
+/// written to the file `path` instead.
+pub fn access_log_to_file(yaml: &str, path: &Path) -> String {
+    yaml.replace(
+        "- name: envoy.access_loggers.stdout",
+        "- name: envoy.access_loggers.file",
+    )
+    .replace(
+        "\"@type\": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+        &format!(
+            "\"@type\": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog\n              path: {}",
+            path.display()
+        ),
+    )
+}
+
+/// The JSON lines of the access log at `path`, once it holds `n` of them (Envoy writes in
+/// batches), or what it holds after 10 s.
+pub fn access_log_lines(path: &Path, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.len() >= n || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -452,12 +513,17 @@ pub fn try_http(
     read_response(stream)
 }
 
-/// Reads until the server closes. A reset after a complete response is the server closing
-/// early, not an error.
+/// Reads until the server closes, or until a response with a `content-length` is complete:
+/// after a local reply (a refusal) Envoy waits up to its `delayed_close_timeout` (1 s) for the
+/// client to close first. A reset after a complete response is the server closing early, not
+/// an error.
 pub fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
     let mut raw = Vec::new();
     let mut buf = [0u8; 65536];
     loop {
+        if complete_by_length(&raw) {
+            break;
+        }
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
@@ -471,6 +537,22 @@ pub fn read_response(mut stream: TcpStream) -> std::io::Result<Response> {
         }
     }
     Ok(parse_response(&raw))
+}
+
+/// Whether `raw` holds a whole response head with a `content-length` and that many body bytes.
+fn complete_by_length(raw: &[u8]) -> bool {
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let length = head.split("\r\n").skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())
+            .flatten()
+    });
+    length.is_some_and(|n| raw.len() >= split + 4 + n)
 }
 
 fn parse_response(raw: &[u8]) -> Response {
@@ -520,6 +602,16 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// The LLM APIs toolsift reads, by their `dialect` names.
+pub const DIALECTS: [&str; 6] = [
+    "openai_chat",
+    "openai_responses",
+    "anthropic",
+    "gemini",
+    "bedrock",
+    "ollama",
+];
 
 /// The 80-tool fixture catalog in OpenAI Chat Completions form.
 pub fn catalog() -> Vec<Value> {

@@ -117,8 +117,11 @@
 //! `GET /stats` counts every POST in `requests` and `by_path` (these included, except
 //! `/scripted/log/reset`), the embeddings routes alone in `"embeddings": {"requests": N,
 //! "inputs": M, "invalid_bodies": K}` (`inputs` sums the texts of the bodies that parsed,
-//! `invalid_bodies` counts those that did not), and the scripted requests in
-//! `"scripted": {"requests": N}`.
+//! `invalid_bodies` counts those that did not), the scripted requests in
+//! `"scripted": {"requests": N}`, and in `llm_bodies` the requests to the LLM paths whose body
+//! arrived whole (a request whose headers came but whose stream was reset before its body
+//! ended counts in `requests` only: a gateway that answers a request itself, as toolsift
+//! refuses one, has already let its headers through).
 //!
 //! Usage: `toolsift-demo-upstream [--listen 127.0.0.1:18000] [--verbose]`
 
@@ -411,6 +414,7 @@ pub(crate) struct Stats {
     embeddings_inputs: AtomicU64,
     embeddings_invalid_bodies: AtomicU64,
     scripted_requests: AtomicU64,
+    llm_bodies: AtomicU64,
 }
 
 impl Stats {
@@ -461,6 +465,7 @@ impl Stats {
                 "invalid_bodies": self.embeddings_invalid_bodies.load(Ordering::Relaxed),
             },
             "scripted": { "requests": self.scripted_requests.load(Ordering::Relaxed) },
+            "llm_bodies": self.llm_bodies.load(Ordering::Relaxed),
         })
     }
 }
@@ -575,7 +580,10 @@ async fn serve_llm_request(
             .fetch_add(1, Ordering::Relaxed);
     }
     let (body, trailers) = match read_body(body).await {
-        Ok(read) => read,
+        Ok(read) => {
+            server.stats.llm_bodies.fetch_add(1, Ordering::Relaxed);
+            read
+        }
         Err((status, rejection)) => {
             if scripted {
                 server.scripted_log.record(parts, None);
@@ -956,6 +964,12 @@ mod tests {
         assert!(head.contains("content-type: application/octet-stream"));
         let (status, _, _) = exchange(address, "POST", chat, "{not json").await;
         assert_eq!(status, 400);
+        let (_, _, stats) = exchange(address, "GET", "/stats", "").await;
+        let stats: Value = serde_json::from_str(&stats).unwrap();
+        assert_eq!(
+            (&stats["requests"], &stats["llm_bodies"]),
+            (&json!(2), &json!(2))
+        );
     }
 
     #[tokio::test]
