@@ -37,6 +37,7 @@ mod hostile {
         if let message::Incoming::Request(r) = message::incoming(bytes) {
             let _ = r.params();
         }
+        let _ = message::screen(bytes);
         let _ = message::server_reply("text/event-stream", bytes, "7");
         let _ = message::server_reply("application/json", bytes, "7");
         let _ = message::stream_notifications(&text);
