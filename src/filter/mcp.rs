@@ -10,8 +10,11 @@
 
 use super::Shared;
 use super::host::{self, Buffer, Headers, MetricKind};
+use crate::access::{Caller, Grant};
 use crate::mcp::catalog::CatalogCache;
-use crate::mcp::exchange::{CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step};
+use crate::mcp::exchange::{
+    CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context,
+};
 use crate::mcp::message::{StreamWatch, header_value};
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
@@ -87,11 +90,18 @@ pub struct McpRequest {
     watch: Option<StreamWatch>,
     server: String,
     recorded: bool,
+    /// The request's `:method`.
+    method: String,
 }
 
 impl McpRequest {
-    /// A request to an MCP path, from its headers.
-    pub fn new(map: &crate::pairs::HeaderMap, end_of_stream: bool) -> McpRequest {
+    /// A request to an MCP path, from its headers; under access rules, with what its caller
+    /// may do and who it is.
+    pub fn new(
+        map: &crate::pairs::HeaderMap,
+        end_of_stream: bool,
+        identity: Option<(Grant, Caller)>,
+    ) -> McpRequest {
         let text = |(n, v): (&[u8], &[u8])| {
             Some((
                 std::str::from_utf8(n).ok()?.to_owned(),
@@ -100,25 +110,21 @@ impl McpRequest {
         };
         let all: Vec<(String, String)> = map.iter().filter_map(text).collect();
         let get = |name: &str| all.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-        let auth: Vec<u8> = ["authorization", "cookie"]
-            .iter()
-            .flat_map(|name| {
-                map.iter()
-                    .filter(move |(n, _)| *n == name.as_bytes())
-                    .flat_map(|(_, v)| v.iter().copied().chain([0]))
-            })
-            .collect();
-        let auth = if auth.is_empty() {
-            0
-        } else {
-            xxhash_rust::xxh3::xxh3_64(&auth)
-        };
+        let credentials = ["authorization", "cookie"].into_iter().flat_map(|name| {
+            map.iter()
+                .filter(move |(n, _)| *n == name.as_bytes())
+                .map(|(_, v)| v)
+        });
+        let (grant, caller) = identity.unzip();
+        let auth = auth_context(credentials, caller.as_ref());
         let authority = get(":authority").unwrap_or_default();
-        let post = get(":method").as_deref() == Some("POST");
+        let method = get(":method").unwrap_or_default();
+        let post = method == "POST";
         let head = Head {
             server: authority.clone(),
             revision: get("mcp-protocol-version").unwrap_or_default(),
             auth,
+            grant,
         };
         McpRequest {
             exchange: Exchange::new(head),
@@ -131,7 +137,22 @@ impl McpRequest {
             watch: None,
             server: authority,
             recorded: false,
+            method,
         }
+    }
+
+    /// The request headers: under access rules, a request without the caller identity they
+    /// need is answered here.
+    pub fn on_headers(&mut self, shared: &Shared) -> Action {
+        let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
+            Some(envoy) => self.exchange.on_headers(&envoy, &self.method),
+            None => Step::Pass,
+        };
+        if step == Step::Answered {
+            self.buffering = false;
+            return Action::Pause;
+        }
+        Action::Continue
     }
 
     pub fn token(&self) -> Option<u32> {
@@ -150,7 +171,14 @@ impl McpRequest {
         // usize::MAX: called from the trailers callback, whatever was buffered.
         if body_size != usize::MAX && body_size > max {
             self.buffering = false;
-            return Action::Continue;
+            let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
+                Some(envoy) => self.exchange.too_large(&envoy),
+                None => Step::Pass,
+            };
+            return match step {
+                Step::Pass => Action::Continue,
+                Step::Wait | Step::Answered => Action::Pause,
+            };
         }
         if !end_of_stream {
             return Action::Pause;
@@ -421,6 +449,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn count(&self, event: Event) {
+        // Defined whenever `mcp` is configured, so on every MCP route.
         let (Some(m), metrics) = (&self.shared.mcp_metrics, &self.shared.metrics) else {
             return;
         };
@@ -451,6 +480,7 @@ impl Host for EnvoyHost<'_> {
                 metrics.add(metrics.embeddings_inputs, inputs);
             }
             Event::Fallback(reason) => metrics.fallback(reason),
+            Event::Denied(surface, n) => metrics.denied(surface, n),
         }
     }
 }
@@ -465,12 +495,13 @@ pub fn route(
     shared: &Shared,
     map: &crate::pairs::HeaderMap,
     end_of_stream: bool,
+    identity: Option<(Grant, Caller)>,
 ) -> Option<McpRequest> {
     let engine = shared.engine.try_borrow().ok()?;
     let mcp = engine.config.mcp.as_ref()?;
     let path = std::str::from_utf8(map.get(":path")?).ok()?;
     mcp.matches(path)
-        .then(|| McpRequest::new(map, end_of_stream))
+        .then(|| McpRequest::new(map, end_of_stream, identity))
 }
 
 /// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.

@@ -6,13 +6,15 @@
 //!
 //! [`message`] reads JSON-RPC messages (client requests, server answers in JSON or SSE),
 //! [`catalog`] the server's `tools/list` pages and the cache, [`gating`] the `_tool_gating`
-//! convention, and [`exchange`] is one client request's state machine behind a host trait;
+//! convention, [`govern`] what access rules make the gateway answer, and [`exchange`] is one
+//! client request's state machine behind a host trait;
 //! [`llm`] applies `_tool_gating` to LLM requests (`gating.mcp`).
 //! Pure Rust, no proxy-wasm: `filter/mcp.rs` is the adapter.
 
 pub mod catalog;
 pub mod exchange;
 pub mod gating;
+pub mod govern;
 pub mod llm;
 pub mod message;
 
