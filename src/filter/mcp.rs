@@ -15,6 +15,7 @@ use crate::mcp::catalog::CatalogCache;
 use crate::mcp::exchange::{
     CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context,
 };
+use crate::mcp::govern::{self, Unfit};
 use crate::mcp::message::{StreamWatch, header_value};
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
@@ -120,6 +121,7 @@ impl McpRequest {
         let authority = get(":authority").unwrap_or_default();
         let method = get(":method").unwrap_or_default();
         let post = method == "POST";
+        let governed = grant.is_some();
         let head = Head {
             server: authority.clone(),
             revision: get("mcp-protocol-version").unwrap_or_default(),
@@ -133,7 +135,9 @@ impl McpRequest {
                 .into_iter()
                 .filter(|(n, _)| !NOT_FORWARDED.contains(&n.as_str()))
                 .collect(),
-            buffering: post && !end_of_stream,
+            // Under access rules every body is read: a server might take a tools/call by
+            // another method.
+            buffering: (post || governed) && !end_of_stream,
             watch: None,
             server: authority,
             recorded: false,
@@ -146,7 +150,7 @@ impl McpRequest {
     pub fn on_headers(&mut self, shared: &Shared) -> Action {
         let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
             Some(envoy) => self.exchange.on_headers(&envoy, &self.method),
-            None => Step::Pass,
+            None => self.unavailable(shared),
         };
         if step == Step::Answered {
             self.buffering = false;
@@ -157,6 +161,26 @@ impl McpRequest {
 
     pub fn token(&self) -> Option<u32> {
         self.exchange.token()
+    }
+
+    /// The machine could not run (its host could not be had): the request passes, or under
+    /// access rules, which it could not be checked against, is answered with an error.
+    fn unavailable(&self, shared: &Shared) -> Step {
+        if !self.exchange.governed() {
+            return Step::Pass;
+        }
+        let answer = Unfit::Internal.answer();
+        log::warn!("mcp: {}", answer.message);
+        shared.metrics.denied(answer.surface, 1);
+        let body = govern::error_body("null", answer.code, &answer.message);
+        let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+        // Held either way: what cannot be checked never goes upstream.
+        if let Err(status) =
+            host::send_response(u32::from(answer.status), &headers, body.as_bytes())
+        {
+            log::warn!("mcp: cannot answer the request: {status:?}");
+        }
+        Step::Answered
     }
 
     /// A request body callback (`body_size`: everything buffered so far).
@@ -173,7 +197,7 @@ impl McpRequest {
             self.buffering = false;
             let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
                 Some(envoy) => self.exchange.too_large(&envoy),
-                None => Step::Pass,
+                None => self.unavailable(shared),
             };
             return match step {
                 Step::Pass => Action::Continue,
@@ -195,9 +219,9 @@ impl McpRequest {
         ) {
             (Some(envoy), Ok(mut cache)) => match envoy.settings() {
                 Some(settings) => self.exchange.on_body(&envoy, &mut cache, &settings, &body),
-                None => Step::Pass,
+                None => self.unavailable(shared),
             },
-            _ => Step::Pass,
+            _ => self.unavailable(shared),
         };
         match step {
             Step::Pass => Action::Continue,
@@ -222,9 +246,9 @@ impl McpRequest {
                 Some(settings) => self
                     .exchange
                     .on_call(&envoy, &mut cache, &settings, token, answer),
-                None => Step::Pass,
+                None => self.unavailable(shared),
             },
-            _ => Step::Pass,
+            _ => self.unavailable(shared),
         };
         step == Step::Pass
     }

@@ -269,6 +269,11 @@ impl Exchange {
         server.clone_into(&mut self.head.server);
     }
 
+    /// Whether access rules govern this request.
+    pub fn governed(&self) -> bool {
+        self.head.grant.is_some()
+    }
+
     /// The token of the call this request waits for.
     pub fn token(&self) -> Option<u32> {
         match self.state {
@@ -567,7 +572,7 @@ impl Exchange {
                 s => format!("HTTP {s}"),
             }
         );
-        self.error(host, status, -32603, &message)
+        self.error(host, status, govern::INTERNAL_ERROR, &message)
     }
 
     fn with_catalog<H: Host>(
@@ -1022,7 +1027,7 @@ impl Exchange {
             None => self.error(
                 host,
                 200,
-                -32603,
+                govern::INTERNAL_ERROR,
                 "toolsift: cannot send the call to the server",
             ),
         }
@@ -1105,7 +1110,7 @@ impl Exchange {
             return self.error(
                 host,
                 200,
-                -32603,
+                govern::INTERNAL_ERROR,
                 "toolsift: the server did not answer the call in time",
             );
         };
@@ -1167,8 +1172,7 @@ impl Exchange {
     /// Answers with a JSON-RPC error.
     fn error<H: Host>(&mut self, host: &H, status: u16, code: i64, message: &str) -> Step {
         let id = self.request.as_ref().map_or("null", |r| r.id.as_str());
-        let error = json!({"code": code, "message": message});
-        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}");
+        let body = govern::error_body(id, code, message);
         host.respond(status, "application/json", body.as_bytes());
         self.state = State::Done;
         Step::Answered

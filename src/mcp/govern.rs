@@ -18,6 +18,14 @@ pub const ACCESS_DENIED: i64 = -32003;
 pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC's invalid request: a message the gateway cannot check.
 pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC's internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+
+/// A JSON-RPC error response to the request whose id is `id` (JSON text; `null` when unknown).
+pub fn error_body(id: &str, code: i64, message: &str) -> String {
+    let error = serde_json::json!({"code": code, "message": message});
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}")
+}
 
 /// Why a whole request is refused under access rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +40,8 @@ pub enum Unfit {
     Unreadable,
     /// A body larger than `max_body_bytes`, never read.
     TooLarge,
+    /// The gateway could not run its checks (the host failed it).
+    Internal,
 }
 
 /// A JSON-RPC error the gateway answers with, and what `x-toolsift` says of it.
@@ -88,6 +98,14 @@ impl Unfit {
                 "too_large",
                 "toolsift: this message is larger than the gateway reads (max_body_bytes), so \
                  it cannot be checked against the access rules"
+                    .to_owned(),
+            ),
+            Unfit::Internal => (
+                500,
+                INTERNAL_ERROR,
+                "internal",
+                "toolsift: internal error: this message could not be checked against the \
+                 access rules"
                     .to_owned(),
             ),
         };
@@ -282,6 +300,13 @@ mod tests {
         assert!(a.message.contains("no caller identity"));
         assert_eq!(Unfit::Batch.answer().status, 400);
         assert_eq!(Unfit::TooLarge.answer().status, 413);
+        assert_eq!(Unfit::Internal.answer().status, 500);
+        let body: serde_json::Value =
+            serde_json::from_str(&error_body("null", ACCESS_DENIED, "a \"b\"")).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32003, "message": "a \"b\""}})
+        );
         assert!(
             [Unfit::NothingAllowed, Unfit::Batch, Unfit::Unreadable]
                 .iter()

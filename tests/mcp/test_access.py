@@ -243,12 +243,12 @@ def http_headers(token: str | None) -> dict[str, str]:
     return headers
 
 
-def post(envoy: Envoy, body, headers: dict[str, str]) -> tuple[int, dict | None, str | None]:
+def post(envoy: Envoy, body, headers: dict[str, str], method: str = "POST") -> tuple[int, dict | None, str | None]:
     """POSTs `body` (bytes, or JSON to write) to the gateway: the status, the JSON-RPC answer
     (the first message of an event stream; `None` when not JSON) and the session id the server
     gave, if any."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(envoy.url, data=data, headers=headers, method="POST")
+    request = urllib.request.Request(envoy.url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
             text, status, session = r.read().decode(), r.status, r.headers.get("mcp-session-id")
@@ -359,6 +359,11 @@ def test_a_batch_holding_tools_requests_is_refused(gateway, server, issuer):
     assert status == 400
     assert answer["error"]["message"].startswith("toolsift: this message cannot be checked"), answer
     assert server.calls() == [] and server.counts()["lists"] == 0
+    # Another method with the body of a denied call: the gateway answers it, not the server.
+    call = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "npmLatest", "arguments": {"packages": ["react"]}}}
+    status, answer, _ = post(envoy, call, headers, method="PUT")
+    assert answer["error"]["code"] == (-32602 if denied == "hidden" else -32003), (status, answer)
+    assert server.calls() == []
 
 
 @pytest.fixture(scope="module")
