@@ -15,7 +15,7 @@ use crate::mcp::catalog::CatalogCache;
 use crate::mcp::exchange::{
     CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context,
 };
-use crate::mcp::govern::{self, Unfit};
+use crate::mcp::govern;
 use crate::mcp::message::{StreamWatch, header_value};
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
@@ -150,7 +150,7 @@ impl McpRequest {
     pub fn on_headers(&mut self, shared: &Shared) -> Action {
         let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
             Some(envoy) => self.exchange.on_headers(&envoy, &self.method),
-            None => self.unavailable(shared),
+            None => unavailable(&mut self.exchange, shared),
         };
         if step == Step::Answered {
             self.buffering = false;
@@ -161,26 +161,6 @@ impl McpRequest {
 
     pub fn token(&self) -> Option<u32> {
         self.exchange.token()
-    }
-
-    /// The machine could not run (its host could not be had): the request passes, or under
-    /// access rules, which it could not be checked against, is answered with an error.
-    fn unavailable(&self, shared: &Shared) -> Step {
-        if !self.exchange.governed() {
-            return Step::Pass;
-        }
-        let answer = Unfit::Internal.answer();
-        log::warn!("mcp: {}", answer.message);
-        shared.metrics.denied(answer.surface, 1);
-        let body = govern::error_body("null", answer.code, &answer.message);
-        let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
-        // Held either way: what cannot be checked never goes upstream.
-        if let Err(status) =
-            host::send_response(u32::from(answer.status), &headers, body.as_bytes())
-        {
-            log::warn!("mcp: cannot answer the request: {status:?}");
-        }
-        Step::Answered
     }
 
     /// A request body callback (`body_size`: everything buffered so far).
@@ -197,7 +177,7 @@ impl McpRequest {
             self.buffering = false;
             let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
                 Some(envoy) => self.exchange.too_large(&envoy),
-                None => self.unavailable(shared),
+                None => unavailable(&mut self.exchange, shared),
             };
             return match step {
                 Step::Pass => Action::Continue,
@@ -219,9 +199,9 @@ impl McpRequest {
         ) {
             (Some(envoy), Ok(mut cache)) => match envoy.settings() {
                 Some(settings) => self.exchange.on_body(&envoy, &mut cache, &settings, &body),
-                None => self.unavailable(shared),
+                None => unavailable(&mut self.exchange, shared),
             },
-            _ => self.unavailable(shared),
+            _ => unavailable(&mut self.exchange, shared),
         };
         match step {
             Step::Pass => Action::Continue,
@@ -246,9 +226,9 @@ impl McpRequest {
                 Some(settings) => self
                     .exchange
                     .on_call(&envoy, &mut cache, &settings, token, answer),
-                None => self.unavailable(shared),
+                None => unavailable(&mut self.exchange, shared),
             },
-            _ => self.unavailable(shared),
+            _ => unavailable(&mut self.exchange, shared),
         };
         step == Step::Pass
     }
@@ -295,6 +275,23 @@ impl McpRequest {
         }
         Action::Continue
     }
+}
+
+/// The machine could not run (its host could not be had): the request passes, or under access
+/// rules, which it could not be checked against, is answered with an error.
+fn unavailable(exchange: &mut Exchange, shared: &Shared) -> Step {
+    let Some(answer) = exchange.unchecked() else {
+        return Step::Pass;
+    };
+    log::warn!("mcp: {}", answer.message);
+    shared.metrics.denied(answer.surface, 1);
+    let body = govern::error_body("null", answer.code, &answer.message);
+    let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+    // Held either way: what cannot be checked never goes upstream.
+    if let Err(status) = host::send_response(u32::from(answer.status), &headers, body.as_bytes()) {
+        log::warn!("mcp: cannot answer the request: {status:?}");
+    }
+    Step::Answered
 }
 
 /// The answer of the current `on_http_call_response`.

@@ -269,9 +269,13 @@ impl Exchange {
         server.clone_into(&mut self.head.server);
     }
 
-    /// Whether access rules govern this request.
-    pub fn governed(&self) -> bool {
-        self.head.grant.is_some()
+    /// The machine cannot run (its host could not be had). Under access rules, the refusal the
+    /// host must send (noted for `x-toolsift`); `None` otherwise: the request passes.
+    pub fn unchecked(&mut self) -> Option<govern::Answer> {
+        self.head.grant.as_ref()?;
+        let answer = Unfit::Internal.answer();
+        self.outcome = Some(format!("mcp=refused reason={}", answer.reason));
+        Some(answer)
     }
 
     /// The token of the call this request waits for.

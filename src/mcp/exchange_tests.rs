@@ -1508,3 +1508,13 @@ fn a_server_tool_the_caller_may_not_see_takes_no_meta_tool_name() {
     let (_, step) = s.run_head(&host, head, &call(5, "find_tools", r#"{"query":"x"}"#), &[]);
     assert_eq!(step, Step::Pass, "team a calls the server's own");
 }
+
+#[test]
+fn a_request_that_cannot_be_checked_fails_closed_under_access_rules() {
+    let s = setup("hidden");
+    let mut exchange = Exchange::new(s.head(MODERN_REVISION, &["a"]));
+    let answer = exchange.unchecked().unwrap();
+    assert_eq!((answer.status, answer.code), (500, -32603));
+    assert_eq!(exchange.header_value(), Some("mcp=refused reason=internal"));
+    assert_eq!(Exchange::new(Head::default()).unchecked(), None);
+}
