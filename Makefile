@@ -209,7 +209,8 @@ bench-latency-search: build $(ENVOY)
 
 ## MCP: toolsift in front of MCP servers built with the official Python SDK -------------------
 
-MCP_PIP    := mcp==2.3.0 pytest==9.2.0
+# PyJWT and cryptography: tests/mcp/test_access.py signs the tokens Envoy's jwt_authn checks.
+MCP_PIP    := mcp==2.3.0 pytest==9.2.0 PyJWT==2.15.1 cryptography==50.0.2
 MCP_STAMP  := $(VENV)/.mcp-$(subst ==,-,$(subst $() ,_,$(MCP_PIP)))
 MCP_PYTEST := $(VENV)/bin/python -m pytest tests/mcp -q -p no:cacheprovider
 

@@ -652,6 +652,18 @@ impl Grant {
         self.policy.denied
     }
 
+    /// The caller has the identity the policy needs (without it, every tool is denied).
+    pub fn is_identified(&self) -> bool {
+        self.identified
+    }
+
+    /// Whether a decision of this grant can depend on a tool's annotations (an applicable rule
+    /// has `deny_annotations`): a tool whose annotations cannot be read may then not be allowed
+    /// by its name alone.
+    pub fn reads_annotations(&self) -> bool {
+        self.rules().any(|(_, r)| !r.deny_annotations.is_empty())
+    }
+
     /// What the decisions of this grant depend on, besides the tool: two callers with the same
     /// key get the same decision for every tool, so a cache keyed by it never crosses what
     /// callers may see.
@@ -1098,6 +1110,18 @@ mod tests {
             p.grant(&caller(&["nobody"])).key(),
             p.grant(&Caller::anonymous()).key()
         );
+    }
+
+    #[test]
+    fn a_grant_says_whether_annotations_can_decide() {
+        let p = policy(ISSUE_EXAMPLE);
+        assert!(p.grant(&caller(&["sre"])).reads_annotations());
+        assert!(p.grant(&caller(&["sre"])).is_identified());
+        let anonymous = p.grant(&Caller::anonymous());
+        assert!(!anonymous.is_identified() && !anonymous.reads_annotations());
+        let names_only = policy(r#"{"rules":[{"when":["*"],"allow":["a*"]}]}"#);
+        let g = names_only.grant(&Caller::anonymous());
+        assert!(g.is_identified() && !g.reads_annotations());
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("config", config),
     ("request_custom", request_custom),
     ("header_map", header_map),
+    ("mcp_message", mcp_message),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -607,5 +608,53 @@ pub fn header_map(data: &[u8]) {
     for end_of_stream in [false, true] {
         let screened = RequestHeaders::from_map(&map, end_of_stream);
         let _ = screened.screen(&Config::default());
+    }
+}
+
+/// A client's POST on an MCP route, as access rules see it. Nothing panics; and what the gateway
+/// lets pass as harmless ([`screen`]) holds no `tools/…` method for a reader as lenient as the
+/// server's (Python's `json`: a repeated member's last value counts), in the message or in any
+/// member of a batch: a tools request is read by the gateway or refused, never passed unread.
+/// A request the gateway reads has the method and tool name that reader sees.
+///
+/// [`screen`]: toolsift::mcp::message::screen
+pub fn mcp_message(data: &[u8]) {
+    use toolsift::mcp::message::{Incoming, Screened, incoming, screen};
+    let lenient: Option<serde_json::Value> = serde_json::from_slice(data).ok();
+    let method_of = |v: &serde_json::Value| {
+        v.get("method")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    match incoming(data) {
+        Incoming::Request(request) => {
+            let seen = lenient.as_ref().and_then(method_of);
+            assert_eq!(
+                seen.as_deref(),
+                Some(request.method.as_str()),
+                "another method"
+            );
+            if let Some(params) = request.params() {
+                let name = lenient
+                    .as_ref()
+                    .and_then(|v| v.get("params"))
+                    .and_then(|p| p.get("name"))
+                    .and_then(serde_json::Value::as_str);
+                assert_eq!(params.name.as_deref(), name, "another tool name");
+            }
+        }
+        Incoming::Other => {
+            if screen(data) == Screened::Harmless {
+                let value = lenient.expect("harmless, yet not JSON");
+                let messages = match &value {
+                    serde_json::Value::Array(members) => members.iter().collect(),
+                    one => vec![one],
+                };
+                for message in messages {
+                    let method = method_of(message).unwrap_or_default();
+                    assert!(!method.starts_with("tools/"), "passed unread: {method}");
+                }
+            }
+        }
     }
 }

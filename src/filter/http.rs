@@ -816,11 +816,14 @@ impl HttpContext for Filter {
         };
         shared.metrics.add(shared.metrics.requests, 1);
         let pairs = host::headers(Headers::Request);
-        self.grant = super::identity::grant(&shared, &pairs);
-        if let Some(mcp) = super::mcp::route(&shared, &pairs, end_of_stream) {
-            // MCP routes: the body callbacks read the message; nothing is held here.
+        let identity = super::identity::grant(&shared, &pairs);
+        self.grant = identity.as_ref().map(|(grant, _)| grant.clone());
+        if let Some(mut mcp) = super::mcp::route(&shared, &pairs, end_of_stream, identity) {
+            // MCP routes: the body callbacks read the message; nothing is held here (a request
+            // the access rules refuse at once is answered).
+            let action = mcp.on_headers(&shared);
             self.mcp = Some(mcp);
-            return Action::Continue;
+            return action;
         }
         match self.screen_headers(&shared, &pairs, end_of_stream) {
             Ok(dialect) => {

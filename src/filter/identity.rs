@@ -3,11 +3,11 @@
 //! metadata (one read of the whole `metadata` property, decoded by [`crate::metadata`]).
 
 use super::{Shared, host};
-use crate::access::Grant;
+use crate::access::{Caller, Grant};
 use crate::pairs::HeaderMap;
 
-/// What the request's caller may do; `None` without access rules.
-pub(super) fn grant(shared: &Shared, headers: &HeaderMap) -> Option<Grant> {
+/// What the request's caller may do, and who it is; `None` without access rules.
+pub(super) fn grant(shared: &Shared, headers: &HeaderMap) -> Option<(Grant, Caller)> {
     let engine = shared.engine.try_borrow().ok()?;
     let policy = engine.policy()?;
     let mut metadata: Option<Vec<u8>> = None;
@@ -20,5 +20,5 @@ pub(super) fn grant(shared: &Shared, headers: &HeaderMap) -> Option<Grant> {
             crate::metadata::payloads(bytes, namespace, key)
         },
     );
-    Some(policy.grant(&caller))
+    Some((policy.grant(&caller), caller))
 }

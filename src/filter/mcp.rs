@@ -10,8 +10,12 @@
 
 use super::Shared;
 use super::host::{self, Buffer, Headers, MetricKind};
+use crate::access::{Caller, Grant};
 use crate::mcp::catalog::CatalogCache;
-use crate::mcp::exchange::{CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step};
+use crate::mcp::exchange::{
+    CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context,
+};
+use crate::mcp::govern;
 use crate::mcp::message::{StreamWatch, header_value};
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
@@ -87,11 +91,18 @@ pub struct McpRequest {
     watch: Option<StreamWatch>,
     server: String,
     recorded: bool,
+    /// The request's `:method`.
+    method: String,
 }
 
 impl McpRequest {
-    /// A request to an MCP path, from its headers.
-    pub fn new(map: &crate::pairs::HeaderMap, end_of_stream: bool) -> McpRequest {
+    /// A request to an MCP path, from its headers; under access rules, with what its caller
+    /// may do and who it is.
+    pub fn new(
+        map: &crate::pairs::HeaderMap,
+        end_of_stream: bool,
+        identity: Option<(Grant, Caller)>,
+    ) -> McpRequest {
         let text = |(n, v): (&[u8], &[u8])| {
             Some((
                 std::str::from_utf8(n).ok()?.to_owned(),
@@ -100,25 +111,22 @@ impl McpRequest {
         };
         let all: Vec<(String, String)> = map.iter().filter_map(text).collect();
         let get = |name: &str| all.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-        let auth: Vec<u8> = ["authorization", "cookie"]
-            .iter()
-            .flat_map(|name| {
-                map.iter()
-                    .filter(move |(n, _)| *n == name.as_bytes())
-                    .flat_map(|(_, v)| v.iter().copied().chain([0]))
-            })
-            .collect();
-        let auth = if auth.is_empty() {
-            0
-        } else {
-            xxhash_rust::xxh3::xxh3_64(&auth)
-        };
+        let credentials = ["authorization", "cookie"].into_iter().flat_map(|name| {
+            map.iter()
+                .filter(move |(n, _)| *n == name.as_bytes())
+                .map(|(_, v)| v)
+        });
+        let (grant, caller) = identity.unzip();
+        let auth = auth_context(credentials, caller.as_ref());
         let authority = get(":authority").unwrap_or_default();
-        let post = get(":method").as_deref() == Some("POST");
+        let method = get(":method").unwrap_or_default();
+        let post = method == "POST";
+        let governed = grant.is_some();
         let head = Head {
             server: authority.clone(),
             revision: get("mcp-protocol-version").unwrap_or_default(),
             auth,
+            grant,
         };
         McpRequest {
             exchange: Exchange::new(head),
@@ -127,11 +135,28 @@ impl McpRequest {
                 .into_iter()
                 .filter(|(n, _)| !NOT_FORWARDED.contains(&n.as_str()))
                 .collect(),
-            buffering: post && !end_of_stream,
+            // Under access rules every body is read: a server might take a tools/call by
+            // another method.
+            buffering: (post || governed) && !end_of_stream,
             watch: None,
             server: authority,
             recorded: false,
+            method,
         }
+    }
+
+    /// The request headers: under access rules, a request without the caller identity they
+    /// need is answered here.
+    pub fn on_headers(&mut self, shared: &Shared) -> Action {
+        let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
+            Some(envoy) => self.exchange.on_headers(&envoy, &self.method),
+            None => unavailable(&mut self.exchange, shared),
+        };
+        if step == Step::Answered {
+            self.buffering = false;
+            return Action::Pause;
+        }
+        Action::Continue
     }
 
     pub fn token(&self) -> Option<u32> {
@@ -150,7 +175,14 @@ impl McpRequest {
         // usize::MAX: called from the trailers callback, whatever was buffered.
         if body_size != usize::MAX && body_size > max {
             self.buffering = false;
-            return Action::Continue;
+            let step = match EnvoyHost::new(shared, &self.headers, self.method_headers) {
+                Some(envoy) => self.exchange.too_large(&envoy),
+                None => unavailable(&mut self.exchange, shared),
+            };
+            return match step {
+                Step::Pass => Action::Continue,
+                Step::Wait | Step::Answered => Action::Pause,
+            };
         }
         if !end_of_stream {
             return Action::Pause;
@@ -167,9 +199,9 @@ impl McpRequest {
         ) {
             (Some(envoy), Ok(mut cache)) => match envoy.settings() {
                 Some(settings) => self.exchange.on_body(&envoy, &mut cache, &settings, &body),
-                None => Step::Pass,
+                None => unavailable(&mut self.exchange, shared),
             },
-            _ => Step::Pass,
+            _ => unavailable(&mut self.exchange, shared),
         };
         match step {
             Step::Pass => Action::Continue,
@@ -194,9 +226,9 @@ impl McpRequest {
                 Some(settings) => self
                     .exchange
                     .on_call(&envoy, &mut cache, &settings, token, answer),
-                None => Step::Pass,
+                None => unavailable(&mut self.exchange, shared),
             },
-            _ => Step::Pass,
+            _ => unavailable(&mut self.exchange, shared),
         };
         step == Step::Pass
     }
@@ -243,6 +275,23 @@ impl McpRequest {
         }
         Action::Continue
     }
+}
+
+/// The machine could not run (its host could not be had): the request passes, or under access
+/// rules, which it could not be checked against, is answered with an error.
+fn unavailable(exchange: &mut Exchange, shared: &Shared) -> Step {
+    let Some(answer) = exchange.unchecked() else {
+        return Step::Pass;
+    };
+    log::warn!("mcp: {}", answer.message);
+    shared.metrics.denied(answer.surface, 1);
+    let body = govern::error_body("null", answer.code, &answer.message);
+    let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+    // Held either way: what cannot be checked never goes upstream.
+    if let Err(status) = host::send_response(u32::from(answer.status), &headers, body.as_bytes()) {
+        log::warn!("mcp: cannot answer the request: {status:?}");
+    }
+    Step::Answered
 }
 
 /// The answer of the current `on_http_call_response`.
@@ -421,6 +470,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn count(&self, event: Event) {
+        // Defined whenever `mcp` is configured, so on every MCP route.
         let (Some(m), metrics) = (&self.shared.mcp_metrics, &self.shared.metrics) else {
             return;
         };
@@ -451,6 +501,7 @@ impl Host for EnvoyHost<'_> {
                 metrics.add(metrics.embeddings_inputs, inputs);
             }
             Event::Fallback(reason) => metrics.fallback(reason),
+            Event::Denied(surface, n) => metrics.denied(surface, n),
         }
     }
 }
@@ -465,12 +516,13 @@ pub fn route(
     shared: &Shared,
     map: &crate::pairs::HeaderMap,
     end_of_stream: bool,
+    identity: Option<(Grant, Caller)>,
 ) -> Option<McpRequest> {
     let engine = shared.engine.try_borrow().ok()?;
     let mcp = engine.config.mcp.as_ref()?;
     let path = std::str::from_utf8(map.get(":path")?).ok()?;
     mcp.matches(path)
-        .then(|| McpRequest::new(map, end_of_stream))
+        .then(|| McpRequest::new(map, end_of_stream, identity))
 }
 
 /// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.

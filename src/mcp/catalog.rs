@@ -3,10 +3,12 @@
 //! calls private) authorization context, for as long as the server says (`ttlMs`), bounded in
 //! bytes.
 
+use crate::access::{Annotations, Grant};
 use crate::dialects::Dialect;
 use crate::rank::{Catalog, FieldWeights};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// The name of the server tool that takes part in selection (see [`super::gating`]): never
@@ -97,7 +99,15 @@ pub struct ServerCatalog {
     pub public: Option<bool>,
     /// Bytes this catalog holds (its tools' JSON, counted twice for the index).
     pub bytes: usize,
+    /// Per tool: the MCP annotations it declares (what access rules read besides its name).
+    annotations: Vec<Annotations>,
+    /// Which tools the last grant's callers may see ([`ServerCatalog::allowed_for`]), keyed by
+    /// what its decisions depend on, never by who the caller is.
+    last_allowed: RefCell<Option<(GrantKey, Rc<[bool]>)>>,
 }
+
+/// What a grant's decisions depend on ([`Grant::key`]).
+type GrantKey = (bool, Rc<[usize]>);
 
 /// One tool found, best first.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -130,6 +140,7 @@ impl ServerCatalog {
             .map(|t| t.raw.len() + t.name.len())
             .sum::<usize>()
             * 2;
+        let annotations = tools.iter().map(|t| Annotations::of_tool(&t.raw)).collect();
         ServerCatalog {
             tools,
             ranked,
@@ -138,7 +149,49 @@ impl ServerCatalog {
             ttl_ms,
             public,
             bytes,
+            annotations,
+            last_allowed: RefCell::new(None),
         }
+    }
+
+    /// The annotations tool `at` (its place in [`ServerCatalog::tools`]) declares.
+    pub fn annotations(&self, at: usize) -> Annotations {
+        self.annotations.get(at).copied().unwrap_or_default()
+    }
+
+    /// Per tool (in [`ServerCatalog::tools`] order): whether `grant`'s caller may see it, by its
+    /// name and annotations. Remembered for the last grant: every request of an agent loop comes
+    /// from the same caller, and callers whose applicable rules are the same share the answer.
+    pub fn allowed_for(&self, grant: &Grant) -> Rc<[bool]> {
+        let key = grant.key();
+        if let Ok(last) = self.last_allowed.try_borrow() {
+            if let Some((_, allowed)) = last.as_ref().filter(|(k, _)| *k == key) {
+                return Rc::clone(allowed);
+            }
+        }
+        let allowed: Rc<[bool]> = self
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(at, tool)| grant.tool(&tool.name, &self.annotations(at)).allowed())
+            .collect();
+        if let Ok(mut last) = self.last_allowed.try_borrow_mut() {
+            *last = Some((key, Rc::clone(&allowed)));
+        }
+        allowed
+    }
+
+    /// The place of tool `name` in [`ServerCatalog::tools`].
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.tools.iter().position(|t| t.name == name)
+    }
+
+    /// Findable tools `allowed` (from [`ServerCatalog::allowed_for`]) leaves out.
+    pub fn denied(&self, allowed: &[bool]) -> usize {
+        self.rankable
+            .iter()
+            .filter(|&&at| !allowed.get(at).copied().unwrap_or(false))
+            .count()
     }
 
     pub fn tool(&self, name: &str) -> Option<&Tool> {

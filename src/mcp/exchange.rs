@@ -17,10 +17,19 @@
 //! to, with the client's session and credentials, and cached ([`super::catalog`]). When it
 //! cannot be had, requests pass through (the client then sees the server as it is), except
 //! `find_tools` and `call_tool`, which only the gateway knows: they get an error.
+//!
+//! Under access rules ([`Head::grant`]) the caller sees, finds and calls only the tools its
+//! grant allows, and nothing reaches the server ungoverned: a request without the identity
+//! the rules need is refused at its headers; a message the gateway cannot read (or a batch
+//! holding a tools request) is refused; without the catalog, `tools/list` is refused and a
+//! direct call is decided by its name (refused when a rule needs annotations). What is
+//! answered is in [`super::govern`].
 
 use super::catalog::{self, CatalogCache, Key, Page, ServerCatalog, page};
 use super::gating::{self, Verdict};
-use super::message::{self, Incoming, Outcome, Request, TOOLS_LIST_CHANGED};
+use super::govern::{self, Refusal, Unfit};
+use super::message::{self, Incoming, Outcome, Request, Screened, TOOLS_LIST_CHANGED};
+use crate::access::{Caller, Grant, Surface, Why};
 use crate::config::Config;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
 use crate::fusion::{Channel, Fused};
@@ -111,6 +120,9 @@ pub enum Event {
     EmbeddingsCall(usize),
     /// Why a `find_tools` query went by keyword.
     Fallback(Fallback),
+    /// Under access rules: requests refused whole, server tools left out of what a client can
+    /// list or find, calls refused (`toolsift.access.denied.<surface>`).
+    Denied(Surface, usize),
 }
 
 /// The request's headers that matter here.
@@ -120,13 +132,39 @@ pub struct Head {
     pub server: String,
     /// `MCP-Protocol-Version` ("" when absent).
     pub revision: String,
-    /// A hash of the authorization context (`authorization`, `cookie`), 0 for none.
+    /// A hash of the authorization context ([`auth_context`]), 0 for none.
     pub auth: u64,
+    /// Under access rules: what the request's caller may do.
+    pub grant: Option<Grant>,
 }
 
 impl Head {
     pub fn modern(&self) -> bool {
         self.revision.as_str() >= MODERN_REVISION
+    }
+}
+
+/// The authorization context a request's private catalogs are kept for: the values of its
+/// `authorization` and `cookie` headers (`credentials`) and, under access rules, its caller's
+/// identity, which may come from another header or from metadata: a catalog fetched for one
+/// caller is never shown to another. 0 for none.
+pub fn auth_context<'a>(
+    credentials: impl IntoIterator<Item = &'a [u8]>,
+    caller: Option<&Caller>,
+) -> u64 {
+    let mut bytes: Vec<u8> = Vec::new();
+    for value in credentials {
+        bytes.extend_from_slice(value);
+        bytes.push(0);
+    }
+    if let Some(caller) = caller {
+        bytes.extend_from_slice(b"\0identity\0");
+        bytes.extend_from_slice(caller.key().as_bytes());
+    }
+    if bytes.is_empty() {
+        0
+    } else {
+        xxhash_rust::xxh3::xxh3_64(&bytes)
     }
 }
 
@@ -231,6 +269,15 @@ impl Exchange {
         server.clone_into(&mut self.head.server);
     }
 
+    /// The machine cannot run (its host could not be had). Under access rules, the refusal the
+    /// host must send (noted for `x-toolsift`); `None` otherwise: the request passes.
+    pub fn unchecked(&mut self) -> Option<govern::Answer> {
+        self.head.grant.as_ref()?;
+        let answer = Unfit::Internal.answer();
+        self.outcome = Some(format!("mcp=refused reason={}", answer.reason));
+        Some(answer)
+    }
+
     /// The token of the call this request waits for.
     pub fn token(&self) -> Option<u32> {
         match self.state {
@@ -248,6 +295,28 @@ impl Exchange {
         self.outcome.as_deref()
     }
 
+    /// The request's headers (`method`: its `:method`). Under access rules, a request whose
+    /// caller lacks the identity the rules need is refused here, before the server sees any of
+    /// it (CORS preflights excepted: they carry no credentials).
+    pub fn on_headers<H: Host>(&mut self, host: &H, method: &str) -> Step {
+        match &self.head.grant {
+            Some(grant) if !grant.is_identified() && method != "OPTIONS" => {
+                self.refuse(host, Unfit::NoIdentity)
+            }
+            _ => Step::Pass,
+        }
+    }
+
+    /// The body is larger than the gateway reads: it passes unread, or under access rules,
+    /// which could not check it, is refused.
+    pub fn too_large<H: Host>(&mut self, host: &H) -> Step {
+        if self.head.grant.is_some() {
+            self.refuse(host, Unfit::TooLarge)
+        } else {
+            Step::Pass
+        }
+    }
+
     /// The client's whole body.
     pub fn on_body<H: Host>(
         &mut self,
@@ -256,16 +325,35 @@ impl Exchange {
         settings: &Settings,
         body: &[u8],
     ) -> Step {
-        let Incoming::Request(request) = message::incoming(body) else {
-            return Step::Pass;
+        let governed = self.head.grant.is_some();
+        let request = match message::incoming(body) {
+            Incoming::Request(request) => request,
+            // Under access rules, nothing the gateway cannot check may reach the server.
+            Incoming::Other if governed => {
+                return match message::screen(body) {
+                    Screened::Harmless => Step::Pass,
+                    Screened::Batch => self.refuse(host, Unfit::Batch),
+                    Screened::Unreadable => self.refuse(host, Unfit::Unreadable),
+                };
+            }
+            Incoming::Other => return Step::Pass,
         };
+        let tools = request.method.starts_with("tools/");
         let Some(params) = request.params() else {
+            if governed && tools {
+                self.request = Some(request);
+                return self.refuse(host, Unfit::Unreadable);
+            }
             return Step::Pass;
         };
         let want = match request.method.as_str() {
             "tools/list" => Want::List,
             "tools/call" => {
                 let Some(name) = params.name.clone() else {
+                    if governed {
+                        self.request = Some(request);
+                        return self.refuse(host, Unfit::Unreadable);
+                    }
                     return Step::Pass;
                 };
                 let find = &settings.config.search.tool_name;
@@ -337,7 +425,7 @@ impl Exchange {
                 };
                 Step::Wait
             }
-            None => self.no_catalog(host, None),
+            None => self.no_catalog(host, settings, None),
         }
     }
 
@@ -402,7 +490,7 @@ impl Exchange {
             _ => None,
         };
         let Some(read) = read else {
-            return self.no_catalog(host, answer.status);
+            return self.no_catalog(host, settings, answer.status);
         };
         let cursor = read.next_cursor.clone();
         pages.push(read);
@@ -434,24 +522,61 @@ impl Exchange {
     }
 
     /// The catalog could not be had (`status`: the server's answer, if any).
-    fn no_catalog<H: Host>(&mut self, host: &H, status: Option<u16>) -> Step {
+    fn no_catalog<H: Host>(&mut self, host: &H, settings: &Settings, status: Option<u16>) -> Step {
         host.count(Event::CatalogFailed);
         self.outcome = Some("mcp=pass reason=no_catalog".to_owned());
-        match self.want {
-            Some(Want::List | Want::Direct { .. }) | None => Step::Pass,
-            Some(Want::Find { .. } | Want::CallTool { .. }) => {
-                // Keep the server's refusal (401, 404: a session gone) visible to the client.
-                let status = status.filter(|s| !(200..300).contains(s)).unwrap_or(200);
-                let message = format!(
-                    "toolsift: cannot read the server's tools ({})",
-                    match status {
-                        200 => "no answer".to_owned(),
-                        s => format!("HTTP {s}"),
+        let want = self.want.clone();
+        match (want, self.head.grant.clone()) {
+            // Under access rules the server's list never reaches the client unfiltered.
+            (Some(Want::List), Some(_)) => {
+                host.count(Event::Denied(Surface::McpRequest, 1));
+                self.outcome = Some("mcp=refused reason=no_catalog".to_owned());
+                self.catalog_error(host, status)
+            }
+            // A direct call is decided by its name and arguments.
+            (Some(Want::Direct { name }), Some(grant)) => {
+                let arguments = self.called_arguments();
+                match govern::check_call(&grant, None, &name, &arguments) {
+                    None => {
+                        self.outcome = Some(format!(
+                            "mcp=call tool={} reason=no_catalog",
+                            header_safe(&name)
+                        ));
+                        Step::Pass
                     }
-                );
-                self.error(host, status, -32603, &message)
+                    Some(Refusal::Denied(why)) => {
+                        let names = Names::plain(settings.config);
+                        self.deny_call(host, &names, &name, &why)
+                    }
+                    Some(Refusal::Unverified) => {
+                        host.count(Event::Denied(Surface::McpCall, 1));
+                        self.outcome = Some(format!(
+                            "mcp=refused tool={} reason=no_catalog",
+                            header_safe(&name)
+                        ));
+                        self.catalog_error(host, status)
+                    }
+                }
+            }
+            (Some(Want::List | Want::Direct { .. }), None) | (None, _) => Step::Pass,
+            (Some(Want::Find { .. } | Want::CallTool { .. }), _) => {
+                self.catalog_error(host, status)
             }
         }
+    }
+
+    /// The error a request that needs the catalog gets when it cannot be had. The server's
+    /// refusal (401, 404: a session gone) stays visible to the client.
+    fn catalog_error<H: Host>(&mut self, host: &H, status: Option<u16>) -> Step {
+        let status = status.filter(|s| !(200..300).contains(s)).unwrap_or(200);
+        let message = format!(
+            "toolsift: cannot read the server's tools ({})",
+            match status {
+                200 => "no answer".to_owned(),
+                s => format!("HTTP {s}"),
+            }
+        );
+        self.error(host, status, govern::INTERNAL_ERROR, &message)
     }
 
     fn with_catalog<H: Host>(
@@ -460,7 +585,8 @@ impl Exchange {
         settings: &Settings,
         catalog: &Rc<ServerCatalog>,
     ) -> Step {
-        let names = Names::for_catalog(settings.config, catalog);
+        let allowed = self.allowed(catalog);
+        let names = Names::for_catalog(settings.config, catalog, allowed.as_deref());
         let Some(want) = self.want.clone() else {
             return Step::Pass;
         };
@@ -472,16 +598,32 @@ impl Exchange {
             },
             other => other,
         };
+        // A caller that may see none of the server's tools is told so, never shown an empty
+        // search (a permission problem would look like a quality problem).
+        let nothing = allowed
+            .as_deref()
+            .is_some_and(|a| catalog.findable() > 0 && catalog.denied(a) == catalog.findable());
+        if nothing && matches!(want, Want::List | Want::Find { .. }) {
+            return self.refuse(host, Unfit::NothingAllowed);
+        }
+        // The gating tool is called only for a caller the rules let call it.
+        let gating = catalog
+            .gating
+            .filter(|&at| visible(allowed.as_deref(), at))
+            .and_then(|at| catalog.tools.get(at));
         match want {
             Want::List => self.list(host, settings, catalog, &names),
             Want::Direct { name } => {
-                if catalog.callable(&name) {
-                    host.count(Event::Direct);
-                    self.outcome = Some(format!("mcp=call tool={}", header_safe(&name)));
-                    Step::Pass
-                } else {
-                    self.unknown(host, &names, &name)
+                if !catalog.callable(&name) {
+                    return self.unknown(host, &names, &name);
                 }
+                let arguments = self.called_arguments();
+                if let Some(why) = self.refused_call(catalog, &name, &arguments) {
+                    return self.deny_call(host, &names, &name, &why);
+                }
+                host.count(Event::Direct);
+                self.outcome = Some(format!("mcp=call tool={}", header_safe(&name)));
+                Step::Pass
             }
             Want::Find { query: None, .. } => {
                 host.count(Event::FindTools);
@@ -495,7 +637,7 @@ impl Exchange {
             }
             Want::Find {
                 query: Some(query), ..
-            } => match catalog.gating.and_then(|g| catalog.tools.get(g)) {
+            } => match gating {
                 Some(tool) => {
                     let mut params = Map::new();
                     params.insert("name".into(), Value::String(catalog::GATING_TOOL.into()));
@@ -535,9 +677,47 @@ impl Exchange {
                         .unwrap_or_default();
                     return self.unknown(host, &names, &name);
                 };
-                self.call(host, settings, &name, arguments.as_deref())
+                // What is checked is exactly what the server gets.
+                let arguments = arguments
+                    .and_then(|a| serde_json::from_str::<Value>(&a).ok())
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}))
+                    .to_string();
+                if let Some(why) = self.refused_call(catalog, &name, &arguments) {
+                    return self.deny_call(host, &names, &name, &why);
+                }
+                self.call(host, settings, &name, &arguments)
             }
         }
+    }
+
+    /// Under access rules: which of the catalog's tools the caller may see.
+    fn allowed(&self, catalog: &ServerCatalog) -> Option<Rc<[bool]>> {
+        self.head.grant.as_ref().map(|g| catalog.allowed_for(g))
+    }
+
+    /// Under access rules: why the caller may not call `name` (a tool of `catalog`) with
+    /// `arguments`, if it may not.
+    fn refused_call(&self, catalog: &ServerCatalog, name: &str, arguments: &str) -> Option<Why> {
+        let grant = self.head.grant.as_ref()?;
+        let annotations = catalog
+            .position(name)
+            .map(|at| catalog.annotations(at))
+            .unwrap_or_default();
+        // The tool is in the catalog, so its annotations are known.
+        match govern::check_call(grant, Some(annotations), name, arguments)? {
+            Refusal::Denied(why) => Some(why),
+            Refusal::Unverified => None,
+        }
+    }
+
+    /// The `arguments` of the client's `tools/call` as JSON object text (`{}` when it has none).
+    fn called_arguments(&self) -> String {
+        self.request
+            .as_ref()
+            .and_then(Request::params)
+            .and_then(|p| p.arguments)
+            .unwrap_or_else(|| "{}".to_owned())
     }
 
     /// The `name` of the client's `tools/call`.
@@ -552,18 +732,20 @@ impl Exchange {
         catalog: &ServerCatalog,
         names: &Names,
     ) -> Step {
+        let allowed = self.allowed(catalog);
+        let may_see = |at: usize| visible(allowed.as_deref(), at);
+        let denied = allowed.as_deref().map(|a| catalog.denied(a));
+        let findable = catalog.findable().saturating_sub(denied.unwrap_or(0));
         let mut tools = vec![
-            find_tool_definition(
-                &names.find,
-                &names.call,
-                catalog.findable(),
-                settings.config,
-            ),
+            find_tool_definition(&names.find, &names.call, findable, settings.config),
             call_tool_definition(&names.call, &names.find),
         ];
         let mut shown = 0;
-        for tool in &catalog.tools {
-            if tool.name != catalog::GATING_TOOL && settings.config.always_includes(&tool.name) {
+        for (at, tool) in catalog.tools.iter().enumerate() {
+            if tool.name != catalog::GATING_TOOL
+                && settings.config.always_includes(&tool.name)
+                && may_see(at)
+            {
                 if let Ok(raw) = serde_json::from_str::<Value>(&tool.raw) {
                     tools.push(raw);
                     shown += 1;
@@ -573,9 +755,10 @@ impl Exchange {
         let mut result = Map::new();
         result.insert("tools".into(), Value::Array(tools));
         if self.head.modern() {
-            // Required of list results from 2026-07-28 on: the server's hints, echoed.
+            // Required of list results from 2026-07-28 on: the server's hints, echoed. Under
+            // access rules the answer is this caller's: never to be shared.
             result.insert("ttlMs".into(), catalog.ttl_ms.unwrap_or(0).into());
-            let scope = if catalog.public == Some(true) {
+            let scope = if catalog.public == Some(true) && allowed.is_none() {
                 "public"
             } else {
                 "private"
@@ -590,10 +773,23 @@ impl Exchange {
                 .saturating_sub(crate::rank::estimate_tokens(ours)),
         });
         self.outcome = Some(format!(
-            "mcp=tools/list kept={shown} total={}",
-            catalog.findable()
+            "mcp=tools/list kept={shown} total={}{}",
+            catalog.findable(),
+            self.denied_note(host, denied)
         ));
         self.result(host, result)
+    }
+
+    /// Under access rules, ` denied=N` for `x-toolsift` (the server's findable tools the caller
+    /// may not see), counted.
+    fn denied_note<H: Host>(&self, host: &H, denied: Option<usize>) -> String {
+        match denied {
+            Some(n) => {
+                host.count(Event::Denied(Surface::McpTools, n));
+                format!(" denied={n}")
+            }
+            None => String::new(),
+        }
     }
 
     /// Answers `find_tools` with the catalog ranked for the query, after the gating verdict.
@@ -715,6 +911,12 @@ impl Exchange {
             Some(fused) => catalog.found_in(&fused.order),
             None => catalog.rank(&query),
         };
+        // Under access rules the search finds only what the caller may see: filtered before
+        // gating's claim and the limit.
+        let allowed = self.allowed(catalog);
+        let may_see = |at: usize| visible(allowed.as_deref(), at);
+        found.retain(|f| may_see(f.tool));
+        let denied = allowed.as_deref().map(|a| catalog.denied(a));
         let mut gating_note = String::new();
         if let Some(verdict) = verdict {
             let before = found.len();
@@ -728,7 +930,7 @@ impl Exchange {
             gating_note = format!(" gating=excluded:{}", verdict.exclude.len());
             if let Some(claim) = &verdict.claim {
                 if catalog.callable(&claim.name) {
-                    let claimed = catalog.tools.iter().position(|t| t.name == claim.name);
+                    let claimed = catalog.position(&claim.name).filter(|&at| may_see(at));
                     if let Some(claimed) = claimed {
                         let score = found
                             .iter()
@@ -790,29 +992,29 @@ impl Exchange {
             "isError": false,
         });
         self.outcome = Some(format!(
-            "mcp=find_tools found={} total={}{gating_note}",
+            "mcp=find_tools found={} total={}{}{gating_note}",
             names.join(","),
-            catalog.findable()
+            catalog.findable(),
+            self.denied_note(host, denied)
         ));
         self.result(host, result)
     }
 
-    /// Sends the real `tools/call` for `call_tool`, with the client's id.
+    /// Sends the real `tools/call` for `call_tool`, with the client's id (`arguments`: JSON
+    /// object text).
     fn call<H: Host>(
         &mut self,
         host: &H,
         settings: &Settings,
         name: &str,
-        arguments: Option<&str>,
+        arguments: &str,
     ) -> Step {
         let Some(id) = self.request.as_ref().map(|r| r.id.clone()) else {
             return Step::Pass;
         };
         let mut params = Map::new();
         params.insert("name".into(), Value::String(name.to_owned()));
-        let arguments = arguments
-            .and_then(|a| serde_json::from_str::<Value>(a).ok())
-            .unwrap_or_else(|| json!({}));
+        let arguments = serde_json::from_str::<Value>(arguments).unwrap_or_else(|_| json!({}));
         params.insert("arguments".into(), arguments);
         let body = request_body(&id, "tools/call", params, self.meta.as_deref());
         self.outcome = Some(format!("mcp=call_tool tool={}", header_safe(name)));
@@ -829,7 +1031,7 @@ impl Exchange {
             None => self.error(
                 host,
                 200,
-                -32603,
+                govern::INTERNAL_ERROR,
                 "toolsift: cannot send the call to the server",
             ),
         }
@@ -912,7 +1114,7 @@ impl Exchange {
             return self.error(
                 host,
                 200,
-                -32603,
+                govern::INTERNAL_ERROR,
                 "toolsift: the server did not answer the call in time",
             );
         };
@@ -929,21 +1131,52 @@ impl Exchange {
 
     fn unknown<H: Host>(&mut self, host: &H, names: &Names, name: &str) -> Step {
         host.count(Event::Unknown);
-        let message = format!(
-            "Unknown tool: {name}. Search this server's tools with {}, then call one it returns (by its name, or with {}).",
-            names.find, names.call
-        );
         self.outcome = Some(format!("mcp=refused tool={}", header_safe(name)));
         // The status the 2026-07-28 transport gives invalid params; 200 before it.
         let status = if self.head.modern() { 400 } else { 200 };
-        self.error(host, status, -32602, &message)
+        self.error(
+            host,
+            status,
+            govern::INVALID_PARAMS,
+            &unknown_message(names, name),
+        )
+    }
+
+    /// Refuses a call of `name` the access rules deny (`why`): with `denied: "hidden"` as a
+    /// tool the server never listed, with `"refused"` saying why.
+    fn deny_call<H: Host>(&mut self, host: &H, names: &Names, name: &str, why: &Why) -> Step {
+        let Some(mode) = self.head.grant.as_ref().map(Grant::denied_mode) else {
+            return self.unknown(host, names, name);
+        };
+        let answer = govern::denied_call(
+            mode,
+            self.head.modern(),
+            name,
+            why,
+            unknown_message(names, name),
+        );
+        log::debug!("mcp: call of {name} refused: {why}");
+        host.count(Event::Denied(answer.surface, 1));
+        self.outcome = Some(format!(
+            "mcp=refused tool={} reason={}",
+            header_safe(name),
+            answer.reason
+        ));
+        self.error(host, answer.status, answer.code, &answer.message)
+    }
+
+    /// Refuses the whole request under access rules.
+    fn refuse<H: Host>(&mut self, host: &H, unfit: Unfit) -> Step {
+        let answer = unfit.answer();
+        host.count(Event::Denied(answer.surface, 1));
+        self.outcome = Some(format!("mcp=refused reason={}", answer.reason));
+        self.error(host, answer.status, answer.code, &answer.message)
     }
 
     /// Answers with a JSON-RPC error.
     fn error<H: Host>(&mut self, host: &H, status: u16, code: i64, message: &str) -> Step {
         let id = self.request.as_ref().map_or("null", |r| r.id.as_str());
-        let error = json!({"code": code, "message": message});
-        let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}");
+        let body = govern::error_body(id, code, message);
         host.respond(status, "application/json", body.as_bytes());
         self.state = State::Done;
         Step::Answered
@@ -988,17 +1221,50 @@ pub struct Names {
 }
 
 impl Names {
-    pub fn for_catalog(config: &Config, catalog: &ServerCatalog) -> Names {
+    /// The names for a caller that may see the tools `allowed` says (every tool: `None`): a
+    /// server tool the caller may not see takes no name from it.
+    pub fn for_catalog(
+        config: &Config,
+        catalog: &ServerCatalog,
+        allowed: Option<&[bool]>,
+    ) -> Names {
+        let taken = |name: &str| {
+            catalog
+                .position(name)
+                .is_some_and(|at| visible(allowed, at))
+        };
         let free = |base: &str, also_taken: Option<&str>| {
             std::iter::once(base.to_owned())
                 .chain((2..).map(|n| format!("{base}_{n}")))
-                .find(|n| catalog.tool(n).is_none() && Some(n.as_str()) != also_taken)
+                .find(|n| !taken(n) && Some(n.as_str()) != also_taken)
                 .unwrap_or_else(|| base.to_owned())
         };
         let find = free(&config.search.tool_name, None);
         let call = free(CALL_TOOL, Some(&find));
         Names { find, call }
     }
+
+    /// The names when the catalog is unknown.
+    pub fn plain(config: &Config) -> Names {
+        Names {
+            find: config.search.tool_name.clone(),
+            call: CALL_TOOL.to_owned(),
+        }
+    }
+}
+
+/// Whether tool `at` of a catalog is one the caller may see (`allowed`: per tool, under access
+/// rules; `None`: every tool).
+fn visible(allowed: Option<&[bool]>, at: usize) -> bool {
+    allowed.is_none_or(|a| a.get(at).copied().unwrap_or(false))
+}
+
+/// What a call of a tool the server never listed is told.
+fn unknown_message(names: &Names, name: &str) -> String {
+    format!(
+        "Unknown tool: {name}. Search this server's tools with {}, then call one it returns (by its name, or with {}).",
+        names.find, names.call
+    )
 }
 
 /// `name` is `base_N` for some number N ≥ 2.

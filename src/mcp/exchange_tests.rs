@@ -161,11 +161,23 @@ impl Setup {
         body: &str,
         pages: &[Vec<String>],
     ) -> (Exchange, Step) {
-        let mut exchange = Exchange::new(Head {
+        let head = Head {
             server: "mcp|localhost".into(),
             revision: revision.into(),
-            auth: 0,
-        });
+            ..Head::default()
+        };
+        self.run_head(host, head, body, pages)
+    }
+
+    /// [`Setup::run`] for a request with these headers (its caller, its credentials).
+    fn run_head(
+        &mut self,
+        host: &Mock,
+        head: Head,
+        body: &str,
+        pages: &[Vec<String>],
+    ) -> (Exchange, Step) {
+        let mut exchange = Exchange::new(head);
         let settings = Settings {
             config: &self.config,
             mcp: &self.mcp,
@@ -589,31 +601,39 @@ fn answers_to_unknown_tokens_are_ignored() {
     assert!(host.answered.borrow().is_empty());
 }
 
+impl Setup {
+    /// `tools/list` answered from one page of `tools` with the caching hints `extra`.
+    fn list_once(&mut self, host: &Mock, head: Head, tools: &[String], extra: &str) -> Value {
+        let mut exchange = Exchange::new(head);
+        let settings = Settings {
+            config: &self.config,
+            mcp: &self.mcp,
+        };
+        exchange.on_body(host, &mut self.cache, &settings, LIST.as_bytes());
+        let answer = list_answer("7400000001", tools, None, extra);
+        assert_eq!(
+            exchange.on_call(host, &mut self.cache, &settings, 1, answer),
+            Step::Answered
+        );
+        host.answer().1
+    }
+}
+
 #[test]
 fn ttl_zero_is_never_cached_and_names_stay_stable() {
     let mut s = Setup::new(r#"{"mcp":{}}"#);
-    let host = Mock::default();
-    let mut exchange = Exchange::new(Head {
+    let head = Head {
         revision: MODERN_REVISION.into(),
         ..Head::default()
-    });
-    let settings = Settings {
-        config: &s.config,
-        mcp: &s.mcp,
     };
-    exchange.on_body(&host, &mut s.cache, &settings, LIST.as_bytes());
-    let answer = list_answer(
-        "7400000001",
+    let answer = s.list_once(
+        &Mock::default(),
+        head,
         &catalog_tools(),
-        None,
         r#","ttlMs":0,"cacheScope":"public""#,
     );
-    assert_eq!(
-        exchange.on_call(&host, &mut s.cache, &settings, 1, answer),
-        Step::Answered
-    );
     assert!(s.cache.is_empty());
-    let result = &host.answer().1["result"];
+    let result = &answer["result"];
     assert_eq!(
         (result["ttlMs"].as_u64(), result["cacheScope"].as_str()),
         (Some(0), Some("public"))
@@ -791,4 +811,710 @@ fn hybrid_ranking_embeds_the_catalog_and_fuses_the_channels() {
             .borrow()
             .contains(&Event::Fallback(Fallback::Status))
     );
+}
+
+// Access rules ------------------------------------------------------------------------------
+
+use crate::access::Caller;
+
+/// Team `a` may use the weather tools and list files; team `b` may mail and file issues, but
+/// only to `*@example.com`; every caller is kept from destructive tools and from `*delete*`.
+const ACCESS: &str = r#"{
+    "identity": [{"header": "x-team"}],
+    "default": "deny",
+    "rules": [
+        {"when": ["a"], "allow": ["get_*", "weather_*", "list_*"]},
+        {"when": ["b"], "allow": ["send_*", "create_*"], "arguments": {"send_email": {"to": ["*@example.com"]}}},
+        {"when": ["*"], "deny": ["*delete*"], "deny_annotations": ["destructiveHint"]}
+    ],
+    "denied": "DENIED"
+}"#;
+
+const REVISIONS: [&str; 2] = ["2025-11-25", MODERN_REVISION];
+
+/// The catalog with two tools team `a` may not have whatever its rules allow: a `*delete*` one
+/// and a destructive one.
+fn governed_tools() -> Vec<String> {
+    let mut tools = catalog_tools();
+    tools.push(tool("get_then_delete", "Read a record, then delete it"));
+    tools.push(
+        r#"{"name":"get_wiped","description":"Wipe the weather cache","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true}}"#
+            .to_owned(),
+    );
+    tools
+}
+
+/// The configuration with [`ACCESS`] (`denied`: hidden or refused).
+fn access_config(denied: &str) -> String {
+    let access = ACCESS.replace("DENIED", denied);
+    format!(
+        r#"{{"always_include":["get_weather","send_email","get_wiped"],"mcp":{{}},"access":{access}}}"#
+    )
+}
+
+fn setup(denied: &str) -> Setup {
+    Setup::new(&access_config(denied))
+}
+
+impl Setup {
+    /// The headers of a request from a caller with `values` (`x-team`), on `revision`.
+    fn head(&self, revision: &str, values: &[&str]) -> Head {
+        let policy = Rc::new(self.config.policy().unwrap().unwrap());
+        let caller = Caller::new(values.iter().map(|v| (*v).to_owned()));
+        Head {
+            server: "mcp|localhost".into(),
+            revision: revision.into(),
+            auth: auth_context([&b"Bearer shared"[..]], Some(&caller)),
+            grant: Some(policy.grant(&caller)),
+        }
+    }
+
+    fn run_as(
+        &mut self,
+        host: &Mock,
+        revision: &str,
+        values: &[&str],
+        body: &str,
+    ) -> (Exchange, Step) {
+        let head = self.head(revision, values);
+        self.run_head(host, head, body, &[governed_tools()])
+    }
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn only_lists_sent(host: &Mock) -> bool {
+    host.sent.borrow().iter().all(|c| c.1 == "tools/list")
+}
+
+#[test]
+fn a_caller_lists_only_the_always_include_tools_its_rules_allow() {
+    for revision in REVISIONS {
+        for denied in ["hidden", "refused"] {
+            let mut s = setup(denied);
+            let host = Mock::default();
+            let (exchange, step) = s.run_as(&host, revision, &["a"], LIST);
+            assert_eq!(step, Step::Answered);
+            let (_, answer) = host.answer();
+            let tools = &answer["result"]["tools"];
+            // get_wiped is pinned but destructive; send_email is pinned but team b's.
+            assert_eq!(names(tools), ["find_tools", "call_tool", "get_weather"]);
+            assert!(
+                tools[0]["description"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("Search this server's 3 tools"),
+                "only what the caller can find is counted: {}",
+                tools[0]["description"]
+            );
+            assert_eq!(
+                exchange.header_value(),
+                Some("mcp=tools/list kept=1 total=7 denied=4")
+            );
+            assert!(
+                host.events
+                    .borrow()
+                    .contains(&Event::Denied(Surface::McpTools, 4))
+            );
+            let (_, step) = s.run_as(&host, revision, &["b"], LIST);
+            assert_eq!(step, Step::Answered);
+            let (_, answer) = host.answer();
+            assert_eq!(
+                names(&answer["result"]["tools"]),
+                ["find_tools", "call_tool", "send_email"]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_list_the_server_calls_public_is_answered_private_under_access_rules() {
+    let mut s = setup("hidden");
+    let head = s.head(MODERN_REVISION, &["a"]);
+    let answer = s.list_once(
+        &Mock::default(),
+        head,
+        &governed_tools(),
+        r#","ttlMs":60000,"cacheScope":"public""#,
+    );
+    assert_eq!(answer["result"]["cacheScope"], "private");
+}
+
+#[test]
+fn find_tools_finds_only_allowed_tools_before_the_limit() {
+    for revision in REVISIONS {
+        let mut s = setup("hidden");
+        let host = Mock::default();
+        let body = call(
+            2,
+            "find_tools",
+            r#"{"query":"what's the current weather in Paris","limit":1}"#,
+        );
+        // Without rules for it, get_weather would come first.
+        let (exchange, _) = s.run_as(&host, revision, &["a"], &body);
+        let found = &host.answer().1["result"]["structuredContent"]["tools"];
+        assert_eq!(names(found), ["get_weather"]);
+        assert_eq!(
+            exchange.header_value(),
+            Some("mcp=find_tools found=get_weather total=7 denied=4")
+        );
+        // Team b may have no weather tool: the limit is filled from what it may see, or the
+        // search finds nothing; never a weather tool.
+        let body = call(3, "find_tools", r#"{"query":"weather","limit":5}"#);
+        let (exchange, _) = s.run_as(&host, revision, &["b"], &body);
+        let found = names(&host.answer().1["result"]["structuredContent"]["tools"]);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(
+            exchange.header_value(),
+            Some("mcp=find_tools found= total=7 denied=5")
+        );
+        // A search for a denied tool by its own words finds the allowed ones only.
+        let body = call(
+            4,
+            "find_tools",
+            r#"{"query":"read a record then delete it"}"#,
+        );
+        s.run_as(&host, revision, &["a"], &body);
+        let found = names(&host.answer().1["result"]["structuredContent"]["tools"]);
+        assert!(!found.contains(&"get_then_delete".to_owned()), "{found:?}");
+        assert!(only_lists_sent(&host));
+    }
+}
+
+/// Every way to call `name` with `arguments` that the gateway sees: directly, and with
+/// `call_tool`.
+fn calls_of(name: &str, arguments: &str) -> [String; 2] {
+    [
+        call(5, name, arguments),
+        call(
+            5,
+            "call_tool",
+            &format!(r#"{{"name":"{name}","arguments":{arguments}}}"#),
+        ),
+    ]
+}
+
+#[test]
+fn a_denied_call_hidden_is_answered_as_an_unknown_tool_and_never_reaches_the_server() {
+    for revision in REVISIONS {
+        let mut s = setup("hidden");
+        // What a tool the server never listed gets.
+        let host = Mock::default();
+        s.run_as(&host, revision, &["a"], &call(5, "no_such_tool", "{}"));
+        let (unknown_status, unknown) = host.answer();
+        let unknown_message = unknown["error"]["message"].as_str().unwrap().to_owned();
+        for (name, arguments) in [
+            ("send_email", r#"{"to":"a@example.com"}"#),
+            ("get_then_delete", "{}"),
+            ("get_wiped", "{}"),
+        ] {
+            for body in calls_of(name, arguments) {
+                let host = Mock::default();
+                let (exchange, step) = s.run_as(&host, revision, &["a"], &body);
+                assert_eq!(step, Step::Answered, "{body}");
+                assert!(only_lists_sent(&host), "{body}");
+                let (status, answer) = host.answer();
+                assert_eq!(status, unknown_status);
+                assert_eq!(answer["error"]["code"], -32602);
+                assert_eq!(
+                    answer["error"]["message"].as_str().unwrap(),
+                    unknown_message.replace("no_such_tool", name)
+                );
+                assert_eq!(
+                    exchange.header_value().unwrap(),
+                    format!("mcp=refused tool={name} reason=access")
+                );
+                let events = host.events.borrow();
+                assert!(events.contains(&Event::Denied(Surface::McpCall, 1)));
+                assert!(!events.contains(&Event::Unknown), "not counted as unknown");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_denied_call_refused_says_why() {
+    for (revision, status) in [("2025-11-25", 200), (MODERN_REVISION, 403)] {
+        let mut s = setup("refused");
+        for (name, why) in [
+            ("send_email", "not allowed for this caller"),
+            ("get_then_delete", "denied by access rule 2 (`*delete*`)"),
+            (
+                "get_wiped",
+                "access rule 2 denies tools annotated destructiveHint",
+            ),
+        ] {
+            for body in calls_of(name, "{}") {
+                let host = Mock::default();
+                let (exchange, step) = s.run_as(&host, revision, &["a"], &body);
+                assert_eq!(step, Step::Answered);
+                assert!(only_lists_sent(&host), "{body}");
+                let (got, answer) = host.answer();
+                assert_eq!(got, status);
+                assert_eq!(answer["id"], 5);
+                assert_eq!(answer["error"]["code"], -32003);
+                assert_eq!(
+                    answer["error"]["message"].as_str().unwrap(),
+                    format!("toolsift: access denied: tool `{name}`: {why}")
+                );
+                assert_eq!(
+                    exchange.header_value().unwrap(),
+                    format!("mcp=refused tool={name} reason=access")
+                );
+            }
+        }
+        // A tool the server never listed is still just unknown.
+        let host = Mock::default();
+        s.run_as(&host, revision, &["a"], &call(5, "no_such_tool", "{}"));
+        assert_eq!(host.answer().1["error"]["code"], -32602);
+    }
+}
+
+#[test]
+fn arguments_the_rules_refuse_never_reach_the_server() {
+    for revision in REVISIONS {
+        for denied in ["hidden", "refused"] {
+            let mut s = setup(denied);
+            for body in calls_of("send_email", r#"{"to":"boss@evil.test","body":"hi"}"#) {
+                let host = Mock::default();
+                let (exchange, step) = s.run_as(&host, revision, &["b"], &body);
+                assert_eq!(step, Step::Answered);
+                assert!(only_lists_sent(&host), "{body}");
+                let (status, answer) = host.answer();
+                let message = answer["error"]["message"].as_str().unwrap();
+                assert!(
+                    message.contains(r#"`to` may not be "boss@evil.test""#),
+                    "{message}"
+                );
+                match denied {
+                    "hidden" => {
+                        assert_eq!(answer["error"]["code"], -32602);
+                        assert!(!message.contains("rule"), "{message}");
+                        assert_eq!(
+                            status,
+                            if revision == MODERN_REVISION {
+                                400
+                            } else {
+                                200
+                            }
+                        );
+                    }
+                    _ => {
+                        assert_eq!(answer["error"]["code"], -32003);
+                        assert_eq!(
+                            status,
+                            if revision == MODERN_REVISION {
+                                403
+                            } else {
+                                200
+                            }
+                        );
+                    }
+                }
+                assert_eq!(
+                    exchange.header_value(),
+                    Some("mcp=refused tool=send_email reason=arguments")
+                );
+            }
+            // Allowed values go through: directly as the client sent them, with call_tool as
+            // the gateway's own call.
+            let [direct, meta] = calls_of("send_email", r#"{"to":"boss@example.com"}"#);
+            let host = Mock::default();
+            let (_, step) = s.run_as(&host, revision, &["b"], &direct);
+            assert_eq!(step, Step::Pass);
+            let (_, step) = s.run_as(&host, revision, &["b"], &meta);
+            assert_eq!(step, Step::Wait);
+            assert_eq!(
+                host.last_sent()["params"]["arguments"],
+                json!({"to": "boss@example.com"})
+            );
+            // What is checked is what would be sent: a repeated member is read as the server
+            // reads it (the last one).
+            let repeated = call(
+                6,
+                "send_email",
+                r#"{"to":"boss@example.com","to":"boss@evil.test"}"#,
+            );
+            let (_, step) = s.run_as(&host, revision, &["b"], &repeated);
+            assert_eq!(step, Step::Answered);
+        }
+    }
+}
+
+#[test]
+fn gating_claims_and_the_gating_tool_follow_the_rules() {
+    let gating = r#"{"name":"_tool_gating","inputSchema":{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}}"#;
+    let mut tools = governed_tools();
+    tools.push(gating.to_owned());
+    let body = call(9, "find_tools", r#"{"query":"weather alerts"}"#);
+    // Team a may call the gating tool; its claim of a tool team a may not see is dropped.
+    let config = r#"{"mcp":{},"access":{"identity":[{"header":"x-team"}],"rules":[
+        {"when":["a"],"allow":["weather_*","get_*","_tool_gating"]},
+        {"when":["b"],"allow":["weather_*","get_*"]}]}}"#;
+    let mut s = Setup::new(config);
+    let host = Mock::default();
+    let head = s.head("2025-11-25", &["a"]);
+    let (mut exchange, step) = s.run_head(&host, head, &body, &[tools.clone()]);
+    assert_eq!(step, Step::Wait, "the gating tool is called");
+    let verdict = sse(&[
+        r#"{"jsonrpc":"2.0","id":7400000999,"result":{"structuredContent":{"claim":"send_email"}}}"#
+            .to_owned(),
+    ]);
+    let token = exchange.token().unwrap();
+    let settings = Settings {
+        config: &s.config,
+        mcp: &s.mcp,
+    };
+    assert_eq!(
+        exchange.on_call(&host, &mut s.cache, &settings, token, verdict),
+        Step::Answered
+    );
+    let found = names(&host.answer().1["result"]["structuredContent"]["tools"]);
+    assert_eq!(found[0], "weather_alerts", "{found:?}");
+    assert!(!found.contains(&"send_email".to_owned()));
+    assert!(!exchange.header_value().unwrap().contains("claimed"));
+    // Team b may not call it: the search goes on without it.
+    let host = Mock::default();
+    let head = s.head("2025-11-25", &["b"]);
+    let (_, step) = s.run_head(&host, head, &body, &[tools]);
+    assert_eq!(step, Step::Answered);
+    assert!(only_lists_sent(&host), "no gating call");
+    let found = names(&host.answer().1["result"]["structuredContent"]["tools"]);
+    assert_eq!(found[0], "weather_alerts", "{found:?}");
+}
+
+#[test]
+fn without_the_catalog_nothing_passes_ungoverned() {
+    let failures = [
+        CallAnswer::default(),
+        CallAnswer {
+            status: Some(503),
+            content_type: "text/plain".into(),
+            body: b"upstream connect error".to_vec(),
+        },
+        list_answer("7400000001", &["{".to_owned()], None, ""),
+    ];
+    let annotated = access_config("hidden");
+    for revision in REVISIONS {
+        for failure in &failures {
+            // Names-only rules: a direct call is decided by its name.
+            let names_only = r#"{"mcp":{},"access":{"identity":[{"header":"x-team"}],
+                "rules":[{"when":["a"],"allow":["get_*"]}],"denied":"refused"}}"#;
+            for (config, body, expect) in [
+                (names_only, LIST.to_owned(), "mcp=refused reason=no_catalog"),
+                (
+                    names_only,
+                    call(1, "get_weather", "{}"),
+                    "mcp=call tool=get_weather reason=no_catalog",
+                ),
+                (
+                    names_only,
+                    call(1, "send_email", "{}"),
+                    "mcp=refused tool=send_email reason=access",
+                ),
+                // A rule reads annotations the gateway cannot see: refused.
+                (
+                    annotated.as_str(),
+                    call(1, "get_weather", "{}"),
+                    "mcp=refused tool=get_weather reason=no_catalog",
+                ),
+                (
+                    names_only,
+                    call(1, "call_tool", r#"{"name":"get_weather"}"#),
+                    "mcp=pass reason=no_catalog",
+                ),
+            ] {
+                let s = Setup::new(config);
+                let host = Mock::default();
+                let mut exchange = Exchange::new(s.head(revision, &["a"]));
+                let settings = s.settings();
+                let mut cache = CatalogCache::new(1 << 20);
+                assert_eq!(
+                    exchange.on_body(&host, &mut cache, &settings, body.as_bytes()),
+                    Step::Wait
+                );
+                let step = exchange.on_call(&host, &mut cache, &settings, 1, failure.clone());
+                assert_eq!(exchange.header_value(), Some(expect), "{body}");
+                if expect.starts_with("mcp=call") {
+                    assert_eq!(step, Step::Pass, "{body}");
+                    assert!(host.answered.borrow().is_empty());
+                } else {
+                    assert_eq!(step, Step::Answered, "{body}");
+                    assert!(host.sent.borrow().len() == 1 && only_lists_sent(&host));
+                }
+                if body == LIST {
+                    let (_, answer) = host.answer();
+                    assert_eq!(answer["error"]["code"], -32603, "never the server's list");
+                    assert!(
+                        host.events
+                            .borrow()
+                            .contains(&Event::Denied(Surface::McpRequest, 1))
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn what_the_gateway_cannot_check_is_refused_under_access_rules() {
+    for revision in REVISIONS {
+        let s = setup("hidden");
+        for (body, reason) in [
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+                "batch",
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_email"}}]"#,
+                "batch",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_weather","name":"send_email"}}"#,
+                "unreadable",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call","params":{"name":"send_email"}}"#,
+                "unreadable",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"send_email"}}"#,
+                "unreadable",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_email","arguments":[]}}"#,
+                "unreadable",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+                "unreadable",
+            ),
+            ("\u{feff}{}", "unreadable"),
+        ] {
+            let host = Mock::default();
+            let mut exchange = Exchange::new(s.head(revision, &["a"]));
+            let settings = s.settings();
+            let step =
+                exchange.on_body(&host, &mut CatalogCache::new(1), &settings, body.as_bytes());
+            assert_eq!(step, Step::Answered, "{body}");
+            assert!(host.sent.borrow().is_empty());
+            let (status, answer) = host.answer();
+            assert_eq!(
+                (status, &answer["error"]["code"]),
+                (400, &json!(-32600)),
+                "{body}"
+            );
+            assert_eq!(
+                exchange.header_value().unwrap(),
+                format!("mcp=refused reason={reason}")
+            );
+            assert!(
+                host.events
+                    .borrow()
+                    .contains(&Event::Denied(Surface::McpRequest, 1))
+            );
+        }
+        // Notifications, responses and other methods cannot touch a tool: they pass.
+        for body in [
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":"s1","result":{"roots":[]}}"#,
+            r#"[{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#,
+        ] {
+            let host = Mock::default();
+            let mut exchange = Exchange::new(s.head(revision, &["a"]));
+            let settings = s.settings();
+            let step =
+                exchange.on_body(&host, &mut CatalogCache::new(1), &settings, body.as_bytes());
+            assert_eq!(step, Step::Pass, "{body}");
+        }
+        // Too large to read: refused, never passed unread.
+        let host = Mock::default();
+        let mut exchange = Exchange::new(s.head(revision, &["a"]));
+        assert_eq!(exchange.too_large(&host), Step::Answered);
+        assert_eq!(host.answer().0, 413);
+        assert_eq!(
+            Exchange::new(Head::default()).too_large(&host),
+            Step::Pass,
+            "without access rules it passes as before"
+        );
+    }
+}
+
+#[test]
+fn no_identity_is_refused_at_the_headers() {
+    let s = setup("hidden");
+    for method in ["POST", "GET", "DELETE"] {
+        let host = Mock::default();
+        let mut exchange = Exchange::new(s.head(MODERN_REVISION, &[]));
+        assert_eq!(exchange.on_headers(&host, method), Step::Answered);
+        let (status, answer) = host.answer();
+        assert_eq!(status, 403);
+        assert_eq!(answer["id"], Value::Null);
+        assert_eq!(answer["error"]["code"], -32003);
+        assert_eq!(
+            answer["error"]["message"],
+            "toolsift: access denied: the request carries no caller identity"
+        );
+        assert_eq!(
+            exchange.header_value(),
+            Some("mcp=refused reason=no_identity")
+        );
+        assert_eq!(
+            *host.events.borrow(),
+            [Event::Denied(Surface::McpRequest, 1)]
+        );
+    }
+    let host = Mock::default();
+    for (head, method) in [
+        (s.head(MODERN_REVISION, &[]), "OPTIONS"),
+        (s.head(MODERN_REVISION, &["a"]), "POST"),
+        // A caller with an identity no rule names is identified: its rules decide.
+        (s.head(MODERN_REVISION, &["nobody"]), "GET"),
+        (Head::default(), "POST"),
+    ] {
+        assert_eq!(Exchange::new(head).on_headers(&host, method), Step::Pass);
+    }
+    assert!(host.answered.borrow().is_empty());
+}
+
+#[test]
+fn a_caller_allowed_no_tool_is_told_so() {
+    for revision in REVISIONS {
+        let mut s = setup("hidden");
+        for body in [
+            LIST.to_owned(),
+            call(2, "find_tools", r#"{"query":"weather"}"#),
+        ] {
+            let host = Mock::default();
+            let (exchange, step) = s.run_as(&host, revision, &["nobody"], &body);
+            assert_eq!(step, Step::Answered);
+            let (status, answer) = host.answer();
+            assert_eq!((status, &answer["error"]["code"]), (403, &json!(-32003)));
+            assert_eq!(
+                exchange.header_value(),
+                Some("mcp=refused reason=nothing_allowed")
+            );
+        }
+    }
+}
+
+#[test]
+fn tenants_never_share_what_they_may_not_see() {
+    let mut s = setup("hidden");
+    // Contexts: the same credentials with other identities differ; without access rules, the
+    // identity plays no part.
+    let a = Caller::new(["a".to_owned()]);
+    let b = Caller::new(["b".to_owned()]);
+    let token = [&b"Bearer shared"[..]];
+    assert_ne!(auth_context(token, Some(&a)), auth_context(token, Some(&b)));
+    assert_ne!(
+        auth_context([], Some(&Caller::anonymous())),
+        0,
+        "under access rules, even no identity is a context"
+    );
+    assert_eq!(auth_context([], None), 0);
+    assert_ne!(
+        auth_context(token, None),
+        auth_context([&b"Bearer other"[..]], None)
+    );
+    // A list the server says nothing about is private: team b's request fetches its own, with
+    // its own headers, although team a's is cached for the same credentials.
+    let host = Mock::default();
+    s.run_as(&host, MODERN_REVISION, &["a"], LIST);
+    assert_eq!(host.sent.borrow().len(), 1);
+    s.run_as(&host, MODERN_REVISION, &["b"], LIST);
+    assert_eq!(host.sent.borrow().len(), 2, "b did not get a's catalog");
+    s.run_as(&host, MODERN_REVISION, &["a"], LIST);
+    assert_eq!(host.sent.borrow().len(), 2, "a's is still cached");
+    // A public list is shared; what each caller gets depends on its own rules only, whoever
+    // came first (the catalog remembers the last grant's decisions).
+    let mut shared = setup("hidden");
+    let public = |id: &str| {
+        list_answer(
+            id,
+            &governed_tools(),
+            None,
+            r#","ttlMs":60000,"cacheScope":"public""#,
+        )
+    };
+    let find = call(
+        3,
+        "find_tools",
+        r#"{"query":"send an email or get the weather"}"#,
+    );
+    let mut seen = Vec::new();
+    for team in ["a", "b", "a", "b"] {
+        let host = Mock::default();
+        let mut exchange = Exchange::new(shared.head(MODERN_REVISION, &[team]));
+        let settings = Settings {
+            config: &shared.config,
+            mcp: &shared.mcp,
+        };
+        let mut step = exchange.on_body(&host, &mut shared.cache, &settings, find.as_bytes());
+        if step == Step::Wait {
+            step = exchange.on_call(&host, &mut shared.cache, &settings, 1, public("7400000001"));
+        }
+        assert_eq!(step, Step::Answered);
+        seen.push(names(
+            &host.answer().1["result"]["structuredContent"]["tools"],
+        ));
+    }
+    assert_eq!(seen[0], ["get_weather", "weather_alerts"]);
+    assert_eq!(seen[1], ["send_email"]);
+    assert_eq!(seen[0], seen[2]);
+    assert_eq!(seen[1], seen[3]);
+    assert_eq!(shared.cache.len(), 1, "one shared catalog");
+}
+
+#[test]
+fn a_server_tool_the_caller_may_not_see_takes_no_meta_tool_name() {
+    let mut tools = governed_tools();
+    tools.push(tool("find_tools", "the server's own search"));
+    let config = r#"{"mcp":{},"access":{"identity":[{"header":"x-team"}],"default":"allow",
+        "rules":[{"when":["b"],"deny":["find_tools"]}]}}"#;
+    let mut s = Setup::new(config);
+    let host = Mock::default();
+    let head = s.head("2025-11-25", &["a"]);
+    s.run_head(&host, head, LIST, &[tools.clone()]);
+    assert_eq!(
+        host.answer().1["result"]["tools"][0]["name"],
+        "find_tools_2"
+    );
+    // Team b never learns the server has a find_tools: its meta-tool takes the name.
+    let head = s.head("2025-11-25", &["b"]);
+    s.run_head(&host, head, LIST, &[tools.clone()]);
+    assert_eq!(host.answer().1["result"]["tools"][0]["name"], "find_tools");
+    let head = s.head("2025-11-25", &["b"]);
+    let (_, step) = s.run_head(
+        &host,
+        head,
+        &call(4, "find_tools", r#"{"query":"email"}"#),
+        &[tools],
+    );
+    assert_eq!(step, Step::Answered);
+    assert_eq!(
+        host.answer().1["result"]["structuredContent"]["tools"][0]["name"],
+        "send_email"
+    );
+    let head = s.head("2025-11-25", &["a"]);
+    let (_, step) = s.run_head(&host, head, &call(5, "find_tools", r#"{"query":"x"}"#), &[]);
+    assert_eq!(step, Step::Pass, "team a calls the server's own");
+}
+
+#[test]
+fn a_request_that_cannot_be_checked_fails_closed_under_access_rules() {
+    let s = setup("hidden");
+    let mut exchange = Exchange::new(s.head(MODERN_REVISION, &["a"]));
+    let answer = exchange.unchecked().unwrap();
+    assert_eq!((answer.status, answer.code), (500, -32603));
+    assert_eq!(exchange.header_value(), Some("mcp=refused reason=internal"));
+    assert_eq!(Exchange::new(Head::default()).unchecked(), None);
 }

@@ -69,6 +69,51 @@ pub fn incoming(body: &[u8]) -> Incoming {
     })
 }
 
+/// What a message the gateway does not read as one request could do, for access rules:
+/// whether the server might read a request for its tools in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Screened {
+    /// A notification, a response, or a request for another method (or a batch of these):
+    /// it can neither list nor call a tool.
+    Harmless,
+    /// A batch holding a `tools/…` request, or a member the gateway cannot read.
+    Batch,
+    /// Anything else the gateway cannot read as one JSON-RPC message (not UTF-8, not JSON, a
+    /// repeated member, a member of an odd type), or a `tools/…` request it cannot read.
+    Unreadable,
+}
+
+/// Screens a client's POST body that [`incoming`] did not read as one request (a batch, a
+/// notification, a response, anything malformed). A member that is not an object, a `method`
+/// that is not a string, and a method starting `tools/` are never harmless: whatever the
+/// server would make of them, the gateway cannot check them against access rules.
+pub fn screen(body: &[u8]) -> Screened {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Screened::Unreadable;
+    };
+    if text.trim_start().starts_with('[') {
+        let Ok(members) = serde_json::from_str::<Vec<&RawValue>>(text) else {
+            return Screened::Unreadable;
+        };
+        return if members.iter().all(|m| harmless(m.get())) {
+            Screened::Harmless
+        } else {
+            Screened::Batch
+        };
+    }
+    if harmless(text) {
+        Screened::Harmless
+    } else {
+        Screened::Unreadable
+    }
+}
+
+/// One message that can neither list nor call a tool.
+fn harmless(text: &str) -> bool {
+    serde_json::from_str::<AnyMessage>(text)
+        .is_ok_and(|m| m.method.is_none_or(|method| !method.starts_with("tools/")))
+}
+
 /// The members of `params` the gateway reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Params {
@@ -146,12 +191,20 @@ pub enum Outcome {
     Error(String),
 }
 
+/// Any JSON-RPC message: every member one can have, so that a repeated one is an error (as in
+/// [`incoming`]); `jsonrpc` and `params` are only counted.
 #[derive(Deserialize)]
 struct AnyMessage<'a> {
+    #[serde(borrow, default)]
+    #[allow(dead_code)]
+    jsonrpc: Option<&'a RawValue>,
     #[serde(borrow, default)]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<crate::json::Str<'a>>,
+    #[serde(borrow, default)]
+    #[allow(dead_code)]
+    params: Option<&'a RawValue>,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -350,6 +403,50 @@ mod tests {
             incoming(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}"),
             Incoming::Other
         );
+    }
+
+    #[test]
+    fn screens_what_is_not_one_request() {
+        for body in [
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":"s-1","error":{"code":-1,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"initialize"}"#,
+            r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            "[]",
+        ] {
+            assert_eq!(screen(body.as_bytes()), Screened::Harmless, "{body}");
+        }
+        for body in [
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}]"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}]"#,
+            r#"[1]"#,
+            r#"[{"jsonrpc":"2.0","method":7}]"#,
+        ] {
+            assert_eq!(screen(body.as_bytes()), Screened::Batch, "{body}");
+        }
+        for body in [
+            "",
+            "{",
+            "null",
+            "[{]",
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools\/list","params":[]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{}}"#,
+        ] {
+            assert_eq!(screen(body.as_bytes()), Screened::Unreadable, "{body}");
+        }
+        assert_eq!(screen(b"{\"method\":\"\xff\"}"), Screened::Unreadable);
+        // An escaped member name is the member: a request with it is read as one.
+        assert!(matches!(
+            incoming(br#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"tools/list"}"#),
+            Incoming::Request(r) if r.method == "tools/list"
+        ));
     }
 
     #[test]

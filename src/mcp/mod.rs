@@ -6,13 +6,15 @@
 //!
 //! [`message`] reads JSON-RPC messages (client requests, server answers in JSON or SSE),
 //! [`catalog`] the server's `tools/list` pages and the cache, [`gating`] the `_tool_gating`
-//! convention, and [`exchange`] is one client request's state machine behind a host trait;
+//! convention, [`govern`] what access rules make the gateway answer, and [`exchange`] is one
+//! client request's state machine behind a host trait;
 //! [`llm`] applies `_tool_gating` to LLM requests (`gating.mcp`).
 //! Pure Rust, no proxy-wasm: `filter/mcp.rs` is the adapter.
 
 pub mod catalog;
 pub mod exchange;
 pub mod gating;
+pub mod govern;
 pub mod llm;
 pub mod message;
 
@@ -37,6 +39,7 @@ mod hostile {
         if let message::Incoming::Request(r) = message::incoming(bytes) {
             let _ = r.params();
         }
+        let _ = message::screen(bytes);
         let _ = message::server_reply("text/event-stream", bytes, "7");
         let _ = message::server_reply("application/json", bytes, "7");
         let _ = message::stream_notifications(&text);

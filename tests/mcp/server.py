@@ -13,9 +13,13 @@ Options a test turns on:
 - `--json-response`: legacy-revision answers as JSON instead of SSE.
 - `--ttl-ms`, `--cache-scope`: the 2026-07-28 caching hints on `tools/list`.
 - `--page-size`: tools per `tools/list` page (pagination by `nextCursor`).
+- `--annotate NAME:HINT` (repeatable): tool NAME declares the MCP annotation HINT
+  (`destructiveHint`, `readOnlyHint`, `openWorldHint`, `idempotentHint`) true.
+- `--list-delay-ms`: each `tools/list` answers this late (a slow catalog).
 
-`GET /test/calls` lists the calls received (`[{"tool", "arguments"}]`), `GET /test/lists`
-counts the `tools/list` requests; `POST /test/reset` clears both.
+`GET /test/calls` lists every `tools/call` received but `_tool_gating`'s, known tool or not
+(`[{"tool", "arguments"}]`), `GET /test/lists` counts the `tools/list` requests; `POST
+/test/reset` clears both.
 
 Run: `.venv/bin/python tests/mcp/server.py --port 18200 --dataset livemcpbench --count 250`.
 The line "mcp server listening on 127.0.0.1:PORT" on stderr says it is ready.
@@ -24,6 +28,7 @@ The line "mcp server listening on 127.0.0.1:PORT" on stderr says it is ready.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import socket
@@ -43,7 +48,9 @@ from starlette.routing import Route
 DATASETS = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 
 
-def load_tools(dataset: str, start: int, count: int) -> list[types.Tool]:
+def load_tools(dataset: str, start: int, count: int, annotate: dict[str, list[str]] | None = None) -> list[types.Tool]:
+    """The dataset's tools `start`..`start + count`; `annotate`: tool name → hints it declares."""
+    annotate = annotate or {}
     tools = []
     with open(DATASETS / dataset / "tools.jsonl", encoding="utf-8") as f:
         for i, line in enumerate(f):
@@ -55,11 +62,13 @@ def load_tools(dataset: str, start: int, count: int) -> list[types.Tool]:
             schema = function.get("parameters") or {"type": "object", "properties": {}}
             if schema.get("type") != "object":
                 schema = {"type": "object", "properties": {}}
+            hints = annotate.get(function["name"])
             tools.append(
                 types.Tool(
                     name=function["name"],
                     description=function.get("description") or None,
                     input_schema=schema,
+                    annotations=types.ToolAnnotations.model_validate({h: True for h in hints}) if hints else None,
                 )
             )
     return tools
@@ -91,7 +100,11 @@ def gating_answer(rules: list[dict[str, Any]], query: str) -> dict[str, Any]:
 
 
 def build(args: argparse.Namespace) -> Server:
-    tools = load_tools(args.dataset, 0, args.count)
+    annotate: dict[str, list[str]] = {}
+    for pair in args.annotate:
+        name, _, hint = pair.partition(":")
+        annotate.setdefault(name, []).append(hint)
+    tools = load_tools(args.dataset, 0, args.count, annotate)
     extra = load_tools(args.dataset, args.count, args.toolset) if args.toolset else []
     rules = json.loads(Path(args.gating).read_text()) if args.gating else None
     state: dict[str, Any] = {"calls": [], "lists": 0, "gating": 0}
@@ -114,6 +127,8 @@ def build(args: argparse.Namespace) -> Server:
 
     async def on_list_tools(ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         state["lists"] += 1
+        if args.list_delay_ms:
+            await asyncio.sleep(args.list_delay_ms / 1000)
         all_tools = listed()
         start = int(params.cursor) if params and params.cursor else 0
         page = all_tools[start : start + args.page_size]
@@ -129,15 +144,15 @@ def build(args: argparse.Namespace) -> Server:
             return types.CallToolResult(
                 content=[types.TextContent(text=json.dumps(answer))], structured_content=answer
             )
+        # Every call that reaches the server, known tool or not: tests check what never does.
+        state["calls"].append({"tool": params.name, "arguments": arguments})
         if params.name == "enable_toolset" and extra:
             state["enabled"] = True
-            state["calls"].append({"tool": params.name, "arguments": arguments})
             # Request-scoped: it rides this call's response stream (SSE), before the result.
             await ctx.session.send_notification(types.ToolListChangedNotification(), ctx.request_id)
             return types.CallToolResult(content=[types.TextContent(text=f"enabled {len(extra)} tools")])
         if not any(t.name == params.name for t in listed()):
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        state["calls"].append({"tool": params.name, "arguments": arguments})
         result = {"server": args.name, "tool": params.name, "arguments": arguments}
         return types.CallToolResult(
             content=[types.TextContent(text=f"{args.name}: {params.name} ran with {json.dumps(arguments)}")],
@@ -179,6 +194,8 @@ def main() -> None:
     parser.add_argument("--ttl-ms", type=int, default=60_000)
     parser.add_argument("--cache-scope", choices=["public", "private"], default="public")
     parser.add_argument("--page-size", type=int, default=100)
+    parser.add_argument("--annotate", action="append", default=[])
+    parser.add_argument("--list-delay-ms", type=int, default=0)
     args = parser.parse_args()
     server = build(args)
     app = server.streamable_http_app(
