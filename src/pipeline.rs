@@ -603,6 +603,11 @@ impl Engine {
         }
     }
 
+    /// `gating.rules`, compiled (empty without them).
+    pub fn gating_rules(&self) -> &crate::mcp::gating::Rules {
+        &self.gating_rules
+    }
+
     /// The `_tool_gating` verdict of `gating.rules` for `analysis`'s question over its tools;
     /// `None` when no rule matches (or there are none).
     pub fn gating_verdict(&self, analysis: &Analysis) -> Option<crate::mcp::gating::Verdict> {

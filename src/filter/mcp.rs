@@ -387,6 +387,7 @@ impl<'a> EnvoyHost<'a> {
         Some(Settings {
             config: &self.engine.config,
             mcp: self.engine.config.mcp.as_ref()?,
+            gating: Some(self.engine.gating_rules()).filter(|r| !r.is_empty()),
         })
     }
 }

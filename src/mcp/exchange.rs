@@ -238,6 +238,8 @@ enum State {
 pub struct Settings<'a> {
     pub config: &'a Config,
     pub mcp: &'a crate::config::Mcp,
+    /// `gating.rules`, which `find_tools` heeds as it heeds a server's `_tool_gating`.
+    pub gating: Option<&'a gating::Rules>,
 }
 
 /// One client request on an MCP route.
@@ -250,6 +252,8 @@ pub struct Exchange {
     state: State,
     /// What was done, for `x-toolsift`.
     outcome: Option<String>,
+    /// `find_tools`: the verdict of `gating.rules` for its query, until the search runs.
+    rules_verdict: Option<Verdict>,
 }
 
 impl Exchange {
@@ -261,6 +265,7 @@ impl Exchange {
             want: None,
             state: State::Idle,
             outcome: None,
+            rules_verdict: None,
         }
     }
 
@@ -637,33 +642,40 @@ impl Exchange {
             }
             Want::Find {
                 query: Some(query), ..
-            } => match gating {
-                Some(tool) => {
-                    let mut params = Map::new();
-                    params.insert("name".into(), Value::String(catalog::GATING_TOOL.into()));
-                    let arguments: Value =
-                        serde_json::from_str(&gating::arguments(&tool.raw, &query))
-                            .unwrap_or(Value::Null);
-                    params.insert("arguments".into(), arguments);
-                    let body = request_body(GATING_ID, "tools/call", params, self.meta.as_deref());
-                    host.count(Event::GatingCalled);
-                    let timeout = settings.mcp.gating_timeout_ms as u64;
-                    match host.send(&body, "tools/call", Some(catalog::GATING_TOOL), timeout) {
-                        Some(token) => {
-                            self.state = State::Gating {
-                                token,
-                                catalog: Rc::clone(catalog),
-                            };
-                            Step::Wait
-                        }
-                        None => {
-                            host.count(Event::GatingFailed);
-                            self.find(host, catalog, None)
+            } => {
+                // `gating.rules` decide at once; the server's `_tool_gating`, if any, is asked
+                // as well and the verdicts merged.
+                let names = catalog.tools.iter().map(|t| t.name.as_str());
+                self.rules_verdict = settings.gating.and_then(|r| r.verdict(&query, names));
+                match gating {
+                    Some(tool) => {
+                        let mut params = Map::new();
+                        params.insert("name".into(), Value::String(catalog::GATING_TOOL.into()));
+                        let arguments: Value =
+                            serde_json::from_str(&gating::arguments(&tool.raw, &query))
+                                .unwrap_or(Value::Null);
+                        params.insert("arguments".into(), arguments);
+                        let body =
+                            request_body(GATING_ID, "tools/call", params, self.meta.as_deref());
+                        host.count(Event::GatingCalled);
+                        let timeout = settings.mcp.gating_timeout_ms as u64;
+                        match host.send(&body, "tools/call", Some(catalog::GATING_TOOL), timeout) {
+                            Some(token) => {
+                                self.state = State::Gating {
+                                    token,
+                                    catalog: Rc::clone(catalog),
+                                };
+                                Step::Wait
+                            }
+                            None => {
+                                host.count(Event::GatingFailed);
+                                self.find(host, catalog, None)
+                            }
                         }
                     }
+                    None => self.find(host, catalog, None),
                 }
-                None => self.find(host, catalog, None),
-            },
+            }
             Want::CallTool { name, arguments } => {
                 host.count(Event::CallTool);
                 let Some(name) = name.filter(|n| catalog.callable(n)) else {
@@ -799,6 +811,7 @@ impl Exchange {
         catalog: &Rc<ServerCatalog>,
         verdict: Option<Verdict>,
     ) -> Step {
+        let verdict = gating::merge(self.rules_verdict.take(), verdict);
         let (Some(hybrid), Some(index), Some(query)) =
             (host.hybrid(), catalog.index(), self.query())
         else {

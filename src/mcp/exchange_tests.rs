@@ -133,16 +133,22 @@ struct Setup {
     config: Config,
     mcp: Mcp,
     cache: CatalogCache,
+    /// `gating.rules`, compiled as the filter's engine compiles them.
+    rules: crate::mcp::gating::Rules,
 }
 
 impl Setup {
     fn new(config: &str) -> Setup {
         let config = Config::from_json(config.as_bytes()).unwrap();
         let mcp = config.mcp.clone().unwrap_or_default();
+        let rules = crate::pipeline::Engine::new(config.clone())
+            .gating_rules()
+            .clone();
         Setup {
             config,
             mcp,
             cache: CatalogCache::new(1 << 20),
+            rules,
         }
     }
 
@@ -150,6 +156,7 @@ impl Setup {
         Settings {
             config: &self.config,
             mcp: &self.mcp,
+            gating: Some(&self.rules).filter(|r| !r.is_empty()),
         }
     }
 
@@ -181,6 +188,7 @@ impl Setup {
         let settings = Settings {
             config: &self.config,
             mcp: &self.mcp,
+            gating: Some(&self.rules).filter(|r| !r.is_empty()),
         };
         let mut step = exchange.on_body(host, &mut self.cache, &settings, body.as_bytes());
         let mut page = 0;
@@ -421,6 +429,35 @@ fn a_server_tool_named_like_a_meta_tool_is_never_shadowed() {
 }
 
 #[test]
+fn gating_rules_exclude_and_claim_in_find_tools() {
+    // The configuration's own gating, no server tool: the same effect as a server's verdict.
+    let mut s = Setup::new(
+        r#"{"mcp":{},"gating":{"rules":[
+            {"when":{"words":["weather"]},"exclude":["get_weather*"]},
+            {"when":{"regex":"(?i)alerts?"},"claim":"send_email"}]}}"#,
+    );
+    let host = Mock::default();
+    let body = call(9, "find_tools", r#"{"query":"weather alerts"}"#);
+    let (exchange, step) = s.run(&host, "2025-11-25", &body, &[catalog_tools()]);
+    assert_eq!(step, Step::Answered);
+    let names: Vec<String> = host.answer().1["result"]["structuredContent"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["send_email", "weather_alerts"]);
+    let header = exchange.header_value().unwrap();
+    assert!(
+        header.ends_with("gating=excluded:1,claimed:send_email"),
+        "{header}"
+    );
+    assert!(host.events.borrow().contains(&Event::Excluded(1)));
+    // No call was made for the verdict: only the catalog's pages went to the server.
+    assert!(only_lists_sent(&host));
+}
+
+#[test]
 fn gating_excludes_and_claims() {
     let mut s = Setup::new(r#"{"mcp":{"gating_timeout_ms":250}}"#);
     let mut tools = catalog_tools();
@@ -449,6 +486,7 @@ fn gating_excludes_and_claims() {
         let settings = Settings {
             config: &s.config,
             mcp: &s.mcp,
+            gating: None,
         };
         let step = exchange.on_call(&host, &mut s.cache, &settings, token, answer);
         assert_eq!(step, Step::Answered);
@@ -608,6 +646,7 @@ impl Setup {
         let settings = Settings {
             config: &self.config,
             mcp: &self.mcp,
+            gating: Some(&self.rules).filter(|r| !r.is_empty()),
         };
         exchange.on_body(host, &mut self.cache, &settings, LIST.as_bytes());
         let answer = list_answer("7400000001", tools, None, extra);
@@ -757,6 +796,7 @@ fn hybrid_ranking_embeds_the_catalog_and_fuses_the_channels() {
             let settings = Settings {
                 config: &s.config,
                 mcp: &s.mcp,
+                gating: None,
             };
             let step = exchange.on_call(
                 &host,
@@ -794,6 +834,7 @@ fn hybrid_ranking_embeds_the_catalog_and_fuses_the_channels() {
     let settings = Settings {
         config: &s.config,
         mcp: &s.mcp,
+        gating: None,
     };
     let step = exchange.on_call(
         &host,
@@ -1170,6 +1211,7 @@ fn gating_claims_and_the_gating_tool_follow_the_rules() {
     let settings = Settings {
         config: &s.config,
         mcp: &s.mcp,
+        gating: None,
     };
     assert_eq!(
         exchange.on_call(&host, &mut s.cache, &settings, token, verdict),
@@ -1457,6 +1499,7 @@ fn tenants_never_share_what_they_may_not_see() {
         let settings = Settings {
             config: &shared.config,
             mcp: &shared.mcp,
+            gating: None,
         };
         let mut step = exchange.on_body(&host, &mut shared.cache, &settings, find.as_bytes());
         if step == Step::Wait {
