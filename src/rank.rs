@@ -974,7 +974,7 @@ impl CatalogCache {
             }
         }
         let sizes = items.iter().map(Range::len).collect();
-        let layout = Layout::Flat(crate::rewrite::ArrayLayout {
+        let layout = Layout::Flat(crate::json::ArrayLayout {
             span: 0..container.len(),
             items,
         });

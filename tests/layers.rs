@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules that must be part of no import circle.
-const LAYERED: &[&str] = &["access", "glob", "metadata", "pairs", "text"];
+const LAYERED: &[&str] = &["access", "glob", "json", "metadata", "pairs", "text"];
 
 /// The circles left elsewhere: each circle found must lie within one of these (a circle that
 /// grows, or a new one, fails). Shrink the list when one is cut.
@@ -28,7 +28,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[&[
     "dialects",
     "embeddings",
     "fusion",
-    "json",
     "mcp",
     "pipeline",
     "rank",

@@ -8,7 +8,7 @@
 //! is the one place that picks it.
 
 use super::{Entry, Item, Layout, Problem, Request};
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 pub use crate::search::sse::Framing;
 use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Map, Value};

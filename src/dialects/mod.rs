@@ -14,7 +14,7 @@ pub mod shared;
 pub use codec::{Codec, Framing, PathStream, ProviderSearch, RequestCodec, ResponseCodec};
 pub use shared::schema;
 
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use std::fmt;
 
 /// Longest query text ranked, in bytes; longer text keeps its head and tail.

@@ -7,7 +7,7 @@ use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Dialect, Entry, Group, Item, Layout, Problem, Request};
 use crate::dialects::shared::{note_call};
 use crate::json::Str;
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;

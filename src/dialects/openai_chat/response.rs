@@ -14,7 +14,7 @@ use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
 use crate::dialects::shared::splice::{apply_patches, json_string};
 use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path};
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};

@@ -14,7 +14,7 @@ use crate::dialects::openai_chat::response::{Fate, call, rename_splices, usage_s
 use crate::dialects::shared::splice::{apply_patches, json_string, write_patched};
 use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path};
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};

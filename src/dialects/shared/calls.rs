@@ -4,8 +4,8 @@
 
 use crate::dialects::Problem;
 use crate::dialects::shared::splice::{apply_patches, json_string, set_member};
+use crate::json::ArrayLayout;
 use crate::json::find_path;
-use crate::rewrite::ArrayLayout;
 use crate::search::Edits;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};

@@ -3,7 +3,7 @@
 
 use crate::dialects::Problem;
 use crate::json::find_path;
-use crate::rewrite::splice;
+use crate::json::splice;
 use crate::search::Frame;
 use serde::Deserialize;
 use serde_json::Value;
