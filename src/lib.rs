@@ -29,6 +29,7 @@ pub mod rank;
 pub mod rewrite;
 pub mod search;
 pub mod select;
+pub mod sse;
 pub mod text;
 
 #[cfg(target_arch = "wasm32")]

@@ -18,20 +18,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules that must be part of no import circle.
-const LAYERED: &[&str] = &["access", "glob", "json", "metadata", "pairs", "text"];
+const LAYERED: &[&str] = &[
+    "access", "dialects", "glob", "json", "metadata", "pairs", "rewrite", "sse", "text",
+];
 
 /// The circles left elsewhere: each circle found must lie within one of these (a circle that
 /// grows, or a new one, fails). Shrink the list when one is cut.
 const KNOWN_CIRCLES: &[&[&str]] = &[&[
     "config",
     "custom",
-    "dialects",
     "embeddings",
     "fusion",
     "mcp",
     "pipeline",
     "rank",
-    "rewrite",
     "search",
     "select",
 ]];

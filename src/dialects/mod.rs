@@ -11,7 +11,10 @@
 mod codec;
 pub mod shared;
 
-pub use codec::{Codec, Framing, PathStream, ProviderSearch, RequestCodec, ResponseCodec};
+pub use codec::{
+    Call, Codec, Edits, Frame, Framing, Opening, PathStream, ProviderSearch, Reply, RequestCodec,
+    ResponseCodec, ToolResult, Usage,
+};
 pub use shared::schema;
 
 use crate::json::ArrayLayout;
