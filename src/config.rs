@@ -512,7 +512,7 @@ impl Config {
                     "needs `mcp` (a gating server), `rules`, or both",
                 ));
             }
-            crate::mcp::gating::Rules::new(&g.rules)
+            crate::gating::Rules::new(&g.rules)
                 .map_err(|(field, why)| invalid(&format!("gating.rules{field}"), why))?;
         }
         if let Some(c) = &self.custom {
@@ -697,37 +697,9 @@ pub struct Gating {
     #[serde(default)]
     pub claim: ClaimMode,
     /// Gating without a server: text that matches a rule excludes tools or claims one, as a
-    /// server's `_tool_gating` answer would (see [`crate::mcp::gating::Rules`]).
+    /// server's `_tool_gating` answer would (see [`crate::gating::Rules`]).
     #[serde(default)]
-    pub rules: Vec<GatingRule>,
-}
-
-/// One rule of `gating.rules`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatingRule {
-    pub when: GatingWhen,
-    /// Tool names or globs the matching text excludes.
-    #[serde(default)]
-    pub exclude: Vec<String>,
-    /// The tool the matching text belongs to.
-    #[serde(default)]
-    pub claim: Option<String>,
-    /// The arguments of the claimed call when the gateway answers it (`gating.claim:
-    /// "answer"`).
-    #[serde(default)]
-    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-/// When a gating rule applies: the text holds one of `words` (whole words or phrases, any
-/// case), or matches `regex`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatingWhen {
-    #[serde(default)]
-    pub words: Option<Vec<String>>,
-    #[serde(default)]
-    pub regex: Option<String>,
+    pub rules: Vec<crate::gating::GatingRule>,
 }
 
 /// What a `_tool_gating` claim does to an LLM request.

@@ -19,6 +19,7 @@ pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
 pub mod fusion;
+pub mod gating;
 pub mod glob;
 pub mod json;
 pub mod mcp;

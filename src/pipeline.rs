@@ -580,7 +580,7 @@ pub struct Engine {
     /// The `access` section, compiled.
     policy: Option<Rc<Policy>>,
     /// `gating.rules`, compiled (empty without them).
-    gating_rules: crate::mcp::gating::Rules,
+    gating_rules: crate::gating::Rules,
 }
 
 impl Engine {
@@ -592,7 +592,7 @@ impl Engine {
         let gating_rules = config
             .gating
             .as_ref()
-            .and_then(|g| crate::mcp::gating::Rules::new(&g.rules).ok())
+            .and_then(|g| crate::gating::Rules::new(&g.rules).ok())
             .unwrap_or_default();
         Engine {
             config,
@@ -606,7 +606,7 @@ impl Engine {
 
     /// The `_tool_gating` verdict of `gating.rules` for `analysis`'s question over its tools;
     /// `None` when no rule matches (or there are none).
-    pub fn gating_verdict(&self, analysis: &Analysis) -> Option<crate::mcp::gating::Verdict> {
+    pub fn gating_verdict(&self, analysis: &Analysis) -> Option<crate::gating::Verdict> {
         if self.gating_rules.is_empty() {
             return None;
         }

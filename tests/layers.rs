@@ -19,22 +19,24 @@ use std::path::{Path, PathBuf};
 
 /// Modules that must be part of no import circle.
 const LAYERED: &[&str] = &[
-    "access", "dialects", "glob", "json", "metadata", "pairs", "rewrite", "sse", "text",
+    "access",
+    "dialects",
+    "embeddings",
+    "gating",
+    "glob",
+    "json",
+    "mcp",
+    "metadata",
+    "pairs",
+    "rewrite",
+    "search",
+    "sse",
+    "text",
 ];
 
 /// The circles left elsewhere: each circle found must lie within one of these (a circle that
 /// grows, or a new one, fails). Shrink the list when one is cut.
-const KNOWN_CIRCLES: &[&[&str]] = &[&[
-    "config",
-    "custom",
-    "embeddings",
-    "fusion",
-    "mcp",
-    "pipeline",
-    "rank",
-    "search",
-    "select",
-]];
+const KNOWN_CIRCLES: &[&[&str]] = &[&["config", "custom", "fusion", "pipeline", "rank", "select"]];
 
 /// One token of Rust source, as far as imports need: identifiers (keywords included) and
 /// single punctuation characters (`::` is two `:`).
