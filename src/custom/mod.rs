@@ -15,15 +15,16 @@
 //! custom request has no `tool_choice` and no conversation toolsift can read: only
 //! `always_include` pins tools.
 
+mod config;
 pub mod jsonpath;
 pub mod tags;
 
-use crate::config::Custom;
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::shared::content_text;
 use crate::dialects::{Dialect, Entry, MAX_QUERY_BYTES};
 use crate::json::span_in;
 use crate::pipeline::Skip;
+pub use config::{Custom, ToolFields};
 use jsonpath::JsonPath;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
