@@ -90,6 +90,17 @@ impl From<Problem> for Skip {
     }
 }
 
+impl From<crate::custom::ReadError> for Skip {
+    fn from(e: crate::custom::ReadError) -> Skip {
+        match e {
+            crate::custom::ReadError::MalformedJson => Skip::MalformedJson,
+            crate::custom::ReadError::NoTools => Skip::NoTools,
+            crate::custom::ReadError::BadShape => Skip::BadShape,
+            crate::custom::ReadError::Internal => Skip::Internal,
+        }
+    }
+}
+
 /// A request that passed through, and how many function tools it had if that is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Skipped {
@@ -109,6 +120,12 @@ impl From<Skip> for Skipped {
 impl From<Problem> for Skipped {
     fn from(p: Problem) -> Skipped {
         Skip::from(p).into()
+    }
+}
+
+impl From<crate::custom::ReadError> for Skipped {
+    fn from(e: crate::custom::ReadError) -> Skipped {
+        Skip::from(e).into()
     }
 }
 

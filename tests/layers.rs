@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 /// Modules that must be part of no import circle.
 const LAYERED: &[&str] = &[
     "access",
+    "config",
+    "custom",
     "dialects",
     "embeddings",
     "gating",
@@ -28,15 +30,17 @@ const LAYERED: &[&str] = &[
     "mcp",
     "metadata",
     "pairs",
+    "pipeline",
     "rewrite",
     "search",
+    "select",
     "sse",
     "text",
 ];
 
 /// The circles left elsewhere: each circle found must lie within one of these (a circle that
 /// grows, or a new one, fails). Shrink the list when one is cut.
-const KNOWN_CIRCLES: &[&[&str]] = &[&["config", "custom", "fusion", "pipeline", "rank", "select"]];
+const KNOWN_CIRCLES: &[&[&str]] = &[&["fusion", "rank"]];
 
 /// One token of Rust source, as far as imports need: identifiers (keywords included) and
 /// single punctuation characters (`::` is two `:`).
