@@ -3,7 +3,7 @@
 
 use crate::access::{Caller, Grant, Policy, Why};
 use crate::config::Config;
-use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
@@ -131,7 +131,8 @@ impl From<crate::custom::ReadError> for Skipped {
 
 /// Everything decided about one body.
 pub struct Analysis {
-    pub dialect: Dialect,
+    /// What read the body: its dialect, or the custom request shape.
+    pub reader: Reader,
     pub query: String,
     pub catalog: Rc<Catalog>,
     /// The catalog index came from the cache.
@@ -201,6 +202,12 @@ impl Denial {
 }
 
 impl Analysis {
+    /// The body's dialect; `None` for a custom request shape, to which no dialect's own code
+    /// (search mode, `_tool_gating` claims, the `tool_choice` writers) applies.
+    pub fn dialect(&self) -> Option<Dialect> {
+        self.reader.dialect()
+    }
+
     pub fn total(&self) -> usize {
         self.selection.decisions.len()
     }
@@ -313,7 +320,7 @@ impl Analysis {
         }
         // A dialect's catalog holds the body's tools array, byte for byte (compared on a
         // cache hit, copied from the body otherwise), as checked text.
-        let container = if self.catalog.custom {
+        let container = if self.catalog.reader == Reader::Custom {
             std::str::from_utf8(body.get(self.container.clone())?).ok()?
         } else {
             self.catalog.container()
@@ -718,7 +725,8 @@ impl Engine {
                 false,
             ),
         };
-        self.conclude(request, catalog, cache_hit, span, grant)
+        let reader = Reader::Dialect(dialect);
+        self.conclude(reader, request, catalog, cache_hit, span, grant)
     }
 
     /// Reads, ranks and selects the tools of a body of the `custom` shape (a request on a
@@ -742,22 +750,29 @@ impl Engine {
                     shape.entry(text)
                 });
         let request = Request {
-            dialect: crate::custom::PLACEHOLDER_DIALECT,
             query: found.query,
             choice: Choice::default(),
             called: Vec::new(),
             stream: false,
         };
-        let mut analysis = self.conclude(request, catalog, cache_hit, found.span, grant)?;
+        let mut analysis = self.conclude(
+            Reader::Custom,
+            request,
+            catalog,
+            cache_hit,
+            found.span,
+            grant,
+        )?;
         analysis.text_edit = found.text;
         Ok(analysis)
     }
 
-    /// Ranks and selects a request's catalog (`container`: where its tools sit in the body).
-    /// Under access rules the caller's denied tools leave whatever else happens: also below
-    /// `min_tools`, also when pinned.
+    /// Ranks and selects a request's catalog (`container`: where its tools sit in the body;
+    /// `reader`: what read it). Under access rules the caller's denied tools leave whatever else
+    /// happens: also below `min_tools`, also when pinned.
     fn conclude(
         &self,
+        reader: Reader,
         request: Request,
         catalog: Rc<Catalog>,
         cache_hit: bool,
@@ -803,7 +818,7 @@ impl Engine {
             ),
         };
         Ok(Analysis {
-            dialect: request.dialect,
+            reader,
             query: request.query,
             catalog,
             cache_hit,

@@ -8,7 +8,7 @@
 //! every turn pays for it once, and the one whose catalog changes by a tool pays for that tool.
 
 use crate::access::{Annotations, Grant};
-use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, ToolText};
+use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, Reader, ToolText};
 use crate::fusion::{Fused, LexicalTool, Lexicon};
 use bm25::TokenEmbedder;
 use std::cell::{Cell, OnceCell, RefCell};
@@ -96,9 +96,9 @@ struct TermCount {
 /// ranking's `exact` and `param_keys` channels, and (hybrid ranking) its vector. Read once per
 /// distinct definition and shared.
 pub struct ToolParts {
-    dialect: Dialect,
-    /// Read by the configuration's custom request shape ([`crate::custom`]), not by `dialect`.
-    custom: bool,
+    /// What read the definition's bytes (`None`: parts of an entry read elsewhere, which the
+    /// cache never holds).
+    reader: Option<Reader>,
     /// The definition's exact bytes: a catalog that reuses these parts is checked against
     /// them byte for byte, so no hash collision can pass one tool off as another.
     text: Box<str>,
@@ -117,24 +117,22 @@ pub struct ToolParts {
 impl ToolParts {
     /// Reads one entry of a `dialect` container and tokenises its text.
     pub fn read(dialect: Dialect, item: &Item) -> Result<ToolParts, Problem> {
-        Ok(Self::of(dialect, item.text, dialect.read_item(item)?))
+        let entry = dialect.read_item(item)?;
+        Ok(Self::of(Some(Reader::Dialect(dialect)), item.text, entry))
     }
 
     /// The parts of a tool a custom request shape read from `text`.
     fn of_custom(text: &str, entry: Entry) -> ToolParts {
-        ToolParts {
-            custom: true,
-            ..ToolParts::of(crate::custom::PLACEHOLDER_DIALECT, text, entry)
-        }
+        ToolParts::of(Some(Reader::Custom), text, entry)
     }
 
     /// The parts of an entry already read, without its bytes (tests, and indexes built from
     /// entries).
     pub fn of_entry(entry: Entry) -> ToolParts {
-        ToolParts::of(Dialect::OpenaiChat, "", entry)
+        ToolParts::of(None, "", entry)
     }
 
-    fn of(dialect: Dialect, text: &str, entry: Entry) -> ToolParts {
+    fn of(reader: Option<Reader>, text: &str, entry: Entry) -> ToolParts {
         let mut ids: Vec<(u32, usize)> = Vec::new();
         let mut lengths = [0u32; 3];
         let lexical = match &entry {
@@ -176,8 +174,7 @@ impl ToolParts {
             }
         }
         ToolParts {
-            dialect,
-            custom: false,
+            reader,
             text: text.into(),
             entry,
             terms: terms.into(),
@@ -443,10 +440,8 @@ type GrantKey = (bool, Rc<[usize]>);
 /// A tools container, read and indexed: everything selection and rewriting need that depends
 /// only on the container's bytes.
 pub struct Catalog {
-    pub dialect: Dialect,
-    /// Read by the configuration's custom request shape ([`crate::custom`]); `dialect` is then
-    /// a placeholder.
-    pub custom: bool,
+    /// What read the container: a dialect, or the custom request shape ([`crate::custom`]).
+    pub reader: Reader,
     pub draft: CatalogDraft,
     pub index: Index,
     /// What the lexical channels of hybrid ranking read.
@@ -511,8 +506,7 @@ impl Catalog {
             items.iter().map(&mut *parts_of).collect::<Result<_, _>>()?;
         let sizes = items.iter().map(|item| item.text.len()).collect();
         Ok(Catalog::index(
-            dialect,
-            false,
+            Reader::Dialect(dialect),
             container,
             parts,
             sizes,
@@ -523,10 +517,8 @@ impl Catalog {
     }
 
     /// Indexes a container's entries, given their parts, sizes and layout.
-    #[allow(clippy::too_many_arguments)]
     fn index(
-        dialect: Dialect,
-        custom: bool,
+        reader: Reader,
         container: &str,
         parts: Rc<[Rc<ToolParts>]>,
         sizes: Vec<usize>,
@@ -555,8 +547,7 @@ impl Catalog {
         );
         let tokens = draft.sizes.iter().map(|&b| estimate_tokens(b)).collect();
         let mut catalog = Catalog {
-            dialect,
-            custom,
+            reader,
             draft,
             index,
             lexicon,
@@ -574,15 +565,9 @@ impl Catalog {
         catalog
     }
 
-    /// Whether `candidate` is this catalog's container, byte for byte, read by `dialect` (or by
-    /// the custom request shape).
-    fn is(&self, dialect: Option<Dialect>, candidate: &[u8]) -> bool {
-        let reader = if self.custom {
-            None
-        } else {
-            Some(self.dialect)
-        };
-        reader == dialect && same_bytes(candidate, self.container.as_bytes())
+    /// Whether `candidate` is this catalog's container, byte for byte, read by `reader`.
+    fn is(&self, reader: Reader, candidate: &[u8]) -> bool {
+        self.reader == reader && same_bytes(candidate, self.container.as_bytes())
     }
 
     /// The container this catalog was read from (for a dialect's catalog, byte for byte the
@@ -856,7 +841,7 @@ impl CatalogCache {
         let pos = self.catalogs.iter().rposition(|catalog| {
             bytes
                 .get(..catalog.container.len())
-                .is_some_and(|candidate| catalog.is(Some(dialect), candidate))
+                .is_some_and(|candidate| catalog.is(Reader::Dialect(dialect), candidate))
         })?;
         let hit = self.catalogs.remove(pos);
         let found = (Rc::clone(&hit), hit.container.len());
@@ -919,7 +904,7 @@ impl CatalogCache {
         let mut uncached = 0;
         let mut parts_of = |item: &Item| -> Result<Rc<ToolParts>, Problem> {
             let seed = dialect as u64 * 2 + u64::from(item.builtin);
-            let known = |p: &ToolParts| p.dialect == dialect && !p.custom;
+            let known = |p: &ToolParts| p.reader == Some(Reader::Dialect(dialect));
             self.parts_of(item.text, seed, known, &mut uncached, || {
                 ToolParts::read(dialect, item)
             })
@@ -954,7 +939,11 @@ impl CatalogCache {
         read: &mut dyn FnMut(&str) -> Entry,
     ) -> (Rc<Catalog>, bool) {
         let bytes = container.as_bytes();
-        if let Some(pos) = self.catalogs.iter().rposition(|c| c.is(None, bytes)) {
+        if let Some(pos) = self
+            .catalogs
+            .iter()
+            .rposition(|c| c.is(Reader::Custom, bytes))
+        {
             let hit = self.catalogs.remove(pos);
             self.catalogs.push(Rc::clone(&hit));
             return (hit, true);
@@ -964,7 +953,7 @@ impl CatalogCache {
         let mut parts = Vec::with_capacity(items.len());
         for range in &items {
             let text = container.get(range.clone()).unwrap_or_default();
-            let known = |p: &ToolParts| p.custom;
+            let known = |p: &ToolParts| p.reader == Some(Reader::Custom);
             let taken = self.parts_of(text, CUSTOM_SEED, known, &mut uncached, || {
                 Ok(ToolParts::of_custom(text, read(text)))
             });
@@ -979,8 +968,7 @@ impl CatalogCache {
             items,
         });
         let catalog = Catalog::index(
-            crate::custom::PLACEHOLDER_DIALECT,
-            true,
+            Reader::Custom,
             container,
             parts.into(),
             sizes,

@@ -11,9 +11,10 @@
 //!   of those strings, and with `strip_tags` the tags' markup too; every other byte of the body,
 //!   and of those strings, is the client's.
 //!
-//! Ranking and selection are the dialects' ([`crate::pipeline::Engine::analyse_custom`]). A
-//! custom request has no `tool_choice` and no conversation toolsift can read: only
-//! `always_include` pins tools.
+//! Ranking and selection are the dialects' ([`crate::pipeline::Engine::analyse_custom`]); the
+//! shape reads as [`crate::dialects::Reader::Custom`], and its catalogs and tools are cached
+//! apart from any dialect's. A custom request has no `tool_choice` and no conversation toolsift
+//! can read: only `always_include` pins tools.
 
 mod config;
 pub mod jsonpath;
@@ -21,7 +22,7 @@ pub mod tags;
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::shared::content_text;
-use crate::dialects::{Dialect, Entry, MAX_QUERY_BYTES};
+use crate::dialects::{Entry, MAX_QUERY_BYTES};
 use crate::json::span_in;
 pub use config::{Custom, ToolFields};
 use jsonpath::JsonPath;
@@ -29,11 +30,6 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::ops::Range;
 use std::rc::Rc;
-
-/// What a custom request's [`crate::pipeline::Analysis`] and catalog name as their dialect,
-/// which nothing reads for them: custom requests reach no dialect's own code (search mode,
-/// `_tool_gating` claims and the `tool_choice` writers are not applied to them).
-pub const PLACEHOLDER_DIALECT: Dialect = Dialect::OpenaiChat;
 
 /// Why a body cannot be read as the custom shape (the pipeline's skip reasons of the same
 /// names).
