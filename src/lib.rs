@@ -21,6 +21,7 @@ pub mod eval;
 pub mod fusion;
 pub mod gating;
 pub mod glob;
+pub mod index;
 pub mod json;
 pub mod mcp;
 pub mod metadata;
