@@ -213,12 +213,19 @@ fn item_end(tokens: &[Token], mut i: usize) -> usize {
 struct Parsed {
     code: Vec<Token>,
     modules: Vec<(String, Option<String>)>,
+    /// The `mod name;` declared under `#[cfg(test)]`.
+    test_modules: Vec<(String, Option<String>)>,
+    /// A macro declares modules (`$(pub mod $module;)+`): every file and folder beside the
+    /// children that is no test module is one.
+    by_macro: bool,
 }
 
 fn parse(source: &str) -> Parsed {
     let all = tokens(source);
     let mut code = Vec::new();
     let mut modules = Vec::new();
+    let mut test_modules = Vec::new();
+    let mut by_macro = false;
     let mut i = 0;
     // Attributes read since the last item began: `cfg(test)`, and a `path = "…"`.
     let mut test_only = false;
@@ -250,7 +257,14 @@ fn parse(source: &str) -> Parsed {
             continue;
         }
         if test_only {
-            i = item_end(&all, i);
+            let end = item_end(&all, i);
+            if let Some(at) = (i..end).find(|&j| ident(all.get(j)) == Some("mod")) {
+                if let (Some(name), true) = (ident(all.get(at + 1)), is_punct(all.get(at + 2), ';'))
+                {
+                    test_modules.push((name.to_owned(), path.clone()));
+                }
+            }
+            i = end;
             test_only = false;
             path = None;
             continue;
@@ -260,6 +274,7 @@ fn parse(source: &str) -> Parsed {
             if let (Some(name), true) = (ident(all.get(i + 1)), is_punct(all.get(i + 2), ';')) {
                 modules.push((name.to_owned(), path.take()));
             }
+            by_macro |= is_punct(all.get(i + 1), '$');
         }
         if matches!(all.get(i), Some(Token::Punct(';' | '{' | '}'))) {
             path = None;
@@ -267,7 +282,12 @@ fn parse(source: &str) -> Parsed {
         code.push(all[i].clone());
         i += 1;
     }
-    Parsed { code, modules }
+    Parsed {
+        code,
+        modules,
+        test_modules,
+        by_macro,
+    }
 }
 
 /// The top-level modules `code` imports through `crate::` (or `$crate::`).
@@ -311,24 +331,37 @@ fn imports(code: &[Token]) -> BTreeSet<String> {
     out
 }
 
+/// The files a walk read, and those it left out as test-only.
+#[derive(Default)]
+struct Files {
+    read: BTreeSet<PathBuf>,
+    tests: BTreeSet<PathBuf>,
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
 /// Each top-level module of the library and the top-level modules it imports (itself left
-/// out), walking from `src/lib.rs`.
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// out), walking from `src/lib.rs`; and the files read.
+fn graph() -> (BTreeMap<String, BTreeSet<String>>, Files) {
+    let src = src();
     let root = parse(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
     let top: BTreeSet<String> = root.modules.iter().map(|(n, _)| n.clone()).collect();
     let mut graph = BTreeMap::new();
+    let mut files = Files::default();
+    files.read.insert(src.join("lib.rs"));
     for (name, path) in &root.modules {
         let file = match path {
             Some(p) => src.join(p),
             None => module_file(&src, name),
         };
         let mut uses = BTreeSet::new();
-        walk(&file, &mut uses);
+        walk(&file, &mut uses, &mut files);
         uses.retain(|m| m != name && top.contains(m));
         graph.insert(name.clone(), uses);
     }
-    graph
+    (graph, files)
 }
 
 /// The file of module `name` declared in a file whose children live in `dir`.
@@ -342,9 +375,10 @@ fn module_file(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// Adds what `file` and its (non-test) submodules import to `uses`.
-fn walk(file: &Path, uses: &mut BTreeSet<String>) {
+fn walk(file: &Path, uses: &mut BTreeSet<String>, files: &mut Files) {
     let source =
         std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    files.read.insert(file.to_path_buf());
     let parsed = parse(&source);
     uses.extend(imports(&parsed.code));
     let parent = file.parent().unwrap();
@@ -359,7 +393,37 @@ fn walk(file: &Path, uses: &mut BTreeSet<String>) {
             Some(p) => parent.join(p),
             None => module_file(&children, name),
         };
-        walk(&child, uses);
+        walk(&child, uses, files);
+    }
+    for (name, path) in &parsed.test_modules {
+        files.tests.insert(match path {
+            Some(p) => parent.join(p),
+            None => module_file(&children, name),
+        });
+    }
+    if parsed.by_macro {
+        let declared = |name: &str| {
+            parsed.modules.iter().any(|(n, _)| n == name)
+                || parsed.test_modules.iter().any(|(n, _)| n == name)
+        };
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(&children)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for entry in entries {
+            let name = entry.file_stem().unwrap().to_string_lossy().into_owned();
+            let file = if entry.is_dir() {
+                entry.join("mod.rs")
+            } else if entry.extension().is_some_and(|x| x == "rs") && name != "mod" {
+                entry.clone()
+            } else {
+                continue;
+            };
+            if file.exists() && !declared(&name) {
+                walk(&file, uses, files);
+            }
+        }
     }
 }
 
@@ -431,9 +495,36 @@ fn print(graph: &BTreeMap<String, BTreeSet<String>>) {
     }
 }
 
+/// Every `.rs` file below `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_file_of_the_library_is_read() {
+    let (_, files) = graph();
+    let mut all = Vec::new();
+    rust_files(&src(), &mut all);
+    let missed: Vec<String> = all
+        .iter()
+        .filter(|f| !f.starts_with(src().join("bin")))
+        .filter(|f| !files.read.contains(*f) && !files.tests.contains(*f))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(missed.is_empty(), "files the walk never read: {missed:?}");
+    assert!(files.tests.iter().all(|f| !files.read.contains(f)));
+}
+
 #[test]
 fn the_core_is_part_of_no_import_circle() {
-    let graph = graph();
+    let (graph, _) = graph();
     print(&graph);
     for m in LAYERED {
         assert!(
@@ -481,6 +572,7 @@ fn the_reader_sees_what_the_compiler_sees() {
         #[path = "other.rs"]
         pub(crate) mod elsewhere;
         macro_rules! m { () => { $crate::i::j } }
+        macro_rules! mods { ($($m:ident),+) => { $(pub mod $m;)+ } }
         "####,
     );
     let found: Vec<String> = imports(&parsed.code).into_iter().collect();
@@ -492,6 +584,11 @@ fn the_reader_sees_what_the_compiler_sees() {
             ("elsewhere".to_owned(), Some("other.rs".to_owned()))
         ]
     );
+    assert_eq!(
+        parsed.test_modules,
+        [("t".to_owned(), Some("t.rs".to_owned()))]
+    );
+    assert!(parsed.by_macro);
     let mut g = BTreeMap::new();
     let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
     g.insert("a".to_owned(), set(&["b"]));
