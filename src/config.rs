@@ -351,7 +351,7 @@ pub struct Config {
     pub mcp: Option<Mcp>,
     /// `_tool_gating` for LLM requests (see [`Gating`]).
     pub gating: Option<Gating>,
-    /// Requests of a JSON shape of their own (see [`Custom`]).
+    /// Requests of a JSON shape of their own (see [`crate::custom::Custom`]).
     pub custom: Option<crate::custom::Custom>,
     /// Who may see and call which tool (see [`crate::access`]).
     pub access: Option<crate::access::AccessConfig>,

@@ -19,7 +19,7 @@
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
-//! - [`pipeline`], then [`search`], [`eval`], [`mcp`], and the [`filter`] on top.
+//! - [`pipeline`], then [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top.
 
 pub mod access;
 pub mod config;
