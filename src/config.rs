@@ -2,7 +2,6 @@
 //! `pluginConfig`). Parsed strictly (unknown keys are errors, so a typo never silently turns a
 //! setting off), then checked; every error names the field.
 
-use crate::custom::jsonpath::{FieldPath, JsonPath, Step};
 use crate::dialects::Dialect;
 use serde::Deserialize;
 use std::fmt;
@@ -352,8 +351,8 @@ pub struct Config {
     pub mcp: Option<Mcp>,
     /// `_tool_gating` for LLM requests (see [`Gating`]).
     pub gating: Option<Gating>,
-    /// Requests of a JSON shape of their own (see [`Custom`]).
-    pub custom: Option<Custom>,
+    /// Requests of a JSON shape of their own (see [`crate::custom::Custom`]).
+    pub custom: Option<crate::custom::Custom>,
     /// Who may see and call which tool (see [`crate::access`]).
     pub access: Option<crate::access::AccessConfig>,
 }
@@ -512,11 +511,12 @@ impl Config {
                     "needs `mcp` (a gating server), `rules`, or both",
                 ));
             }
-            crate::mcp::gating::Rules::new(&g.rules)
+            crate::gating::Rules::new(&g.rules)
                 .map_err(|(field, why)| invalid(&format!("gating.rules{field}"), why))?;
         }
         if let Some(c) = &self.custom {
-            c.check()?;
+            c.check()
+                .map_err(|(field, why)| invalid(&format!("custom.{field}"), why))?;
         }
         self.policy()?;
         self.search.check()
@@ -697,37 +697,9 @@ pub struct Gating {
     #[serde(default)]
     pub claim: ClaimMode,
     /// Gating without a server: text that matches a rule excludes tools or claims one, as a
-    /// server's `_tool_gating` answer would (see [`crate::mcp::gating::Rules`]).
+    /// server's `_tool_gating` answer would (see [`crate::gating::Rules`]).
     #[serde(default)]
-    pub rules: Vec<GatingRule>,
-}
-
-/// One rule of `gating.rules`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatingRule {
-    pub when: GatingWhen,
-    /// Tool names or globs the matching text excludes.
-    #[serde(default)]
-    pub exclude: Vec<String>,
-    /// The tool the matching text belongs to.
-    #[serde(default)]
-    pub claim: Option<String>,
-    /// The arguments of the claimed call when the gateway answers it (`gating.claim:
-    /// "answer"`).
-    #[serde(default)]
-    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-/// When a gating rule applies: the text holds one of `words` (whole words or phrases, any
-/// case), or matches `regex`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatingWhen {
-    #[serde(default)]
-    pub words: Option<Vec<String>>,
-    #[serde(default)]
-    pub regex: Option<String>,
+    pub rules: Vec<crate::gating::GatingRule>,
 }
 
 /// What a `_tool_gating` claim does to an LLM request.
@@ -799,135 +771,6 @@ impl GatingMcp {
     }
 }
 
-/// Custom request shapes (`custom`): requests whose path matches `paths` are read by this
-/// shape instead of a dialect (see `crate::custom`). Either the tools are a JSON array
-/// (`tools_path`, each tool's `fields`, the question at `query_path`), or they are written as
-/// text tags in strings (`text_path`; the question in `<userq>`, or at `query_path`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Custom {
-    /// Glob patterns (`*`, `?`) over the request path (without its query).
-    pub paths: Vec<String>,
-    /// Where the question is: the texts it selects, joined.
-    #[serde(default)]
-    pub query_path: Option<JsonPath>,
-    /// The tools array; with a `[*]`, the array before it, each tool read at what follows.
-    #[serde(default)]
-    pub tools_path: Option<JsonPath>,
-    /// Where each tool of `tools_path` keeps its name, description and parameter schema.
-    #[serde(default)]
-    pub fields: ToolFields,
-    /// The strings that hold tools as text tags.
-    #[serde(default)]
-    pub text_path: Option<JsonPath>,
-    /// Text tags: remove the tags' markup from the strings forwarded, keeping their contents.
-    #[serde(default)]
-    pub strip_tags: bool,
-}
-
-/// Paths from a tool's own value to its fields (`name`, `function.name`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ToolFields {
-    pub name: FieldPath,
-    pub description: FieldPath,
-    pub parameters: FieldPath,
-}
-
-impl Default for ToolFields {
-    fn default() -> Self {
-        let path = |p: &str| FieldPath::parse(p).unwrap_or_default();
-        ToolFields {
-            name: path("name"),
-            description: path("description"),
-            parameters: path("parameters"),
-        }
-    }
-}
-
-impl Custom {
-    fn check(&self) -> Result<(), ConfigError> {
-        if self.paths.is_empty() {
-            return Err(invalid(
-                "custom.paths",
-                "must name at least one path pattern",
-            ));
-        }
-        for (i, p) in self.paths.iter().enumerate() {
-            if !p.starts_with('/') && !p.starts_with('*') {
-                return Err(invalid(
-                    &format!("custom.paths[{i}]"),
-                    "must start with `/` or `*`",
-                ));
-            }
-        }
-        let each = |p: &JsonPath| p.steps().iter().filter(|s| **s == Step::Each).count();
-        match (&self.tools_path, &self.text_path) {
-            (Some(_), Some(_)) => Err(invalid(
-                "custom.text_path",
-                "set `tools_path` (tools in a JSON array) or `text_path` (tools in text tags), \
-                 not both",
-            )),
-            (None, None) => Err(invalid(
-                "custom.tools_path",
-                "required: set `tools_path` (tools in a JSON array) or `text_path` (tools in \
-                 text tags)",
-            )),
-            (Some(tools), None) => {
-                if each(tools) > 1 {
-                    return Err(invalid(
-                        "custom.tools_path",
-                        format_args!(
-                            "`{tools}` must select one array: at most one `[*]`, before the \
-                             path to each tool (`$.tools[*].function`)"
-                        ),
-                    ));
-                }
-                if self.query_path.is_none() {
-                    return Err(invalid(
-                        "custom.query_path",
-                        "required with `tools_path` (e.g. `$.messages[-1].content`)",
-                    ));
-                }
-                if self.strip_tags {
-                    return Err(invalid(
-                        "custom.strip_tags",
-                        "applies to text tags (`text_path`) only",
-                    ));
-                }
-                for (name, field) in [
-                    ("name", &self.fields.name),
-                    ("description", &self.fields.description),
-                    ("parameters", &self.fields.parameters),
-                ] {
-                    if each(&field.0) > 0 {
-                        return Err(invalid(
-                            &format!("custom.fields.{name}"),
-                            "must select one value: no `[*]`",
-                        ));
-                    }
-                }
-                Ok(())
-            }
-            (None, Some(_)) => {
-                if self.fields != ToolFields::default() {
-                    return Err(invalid(
-                        "custom.fields",
-                        "applies to `tools_path` only (text tags name their fields)",
-                    ));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Whether a request to `path` has this shape.
-    pub fn matches(&self, path: &str) -> bool {
-        let path = path.split(['?', '#']).next().unwrap_or_default();
-        self.paths.iter().any(|p| glob_match(p, path))
-    }
-}
-
 /// `*` matches any run of characters, `?` one character; everything else matches itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     crate::glob::matches(pattern, text)
@@ -936,6 +779,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::custom::jsonpath::FieldPath;
 
     #[test]
     fn empty_means_defaults() {

@@ -2,7 +2,7 @@
 //! and weighted Reciprocal Rank Fusion merges them.
 //!
 //! Channels:
-//! - `bm25`: the keyword ranking over name, description and parameters ([`crate::rank::Index`]);
+//! - `bm25`: the keyword ranking over name, description and parameters ([`crate::index::Index`]);
 //! - `exact`: query words found as whole words in the name or the description, and query
 //!   phrases (two consecutive words) found there in the same order;
 //! - `param_keys`: query words that are a parameter's name ("city", "channel");
@@ -12,7 +12,7 @@
 //! Σ weight / (k + rank) over the channels that voted for it. Each tool's votes are kept, so a
 //! kept tool can say which channels put it there.
 
-use crate::rank::{Index, Scored, ToolParts, term_id};
+use crate::index::{Index, LexicalTool, Scored, ToolParts, term_id};
 use std::collections::HashSet;
 use std::rc::Rc;
 
@@ -121,37 +121,6 @@ impl Fused {
 pub struct Lexicon {
     /// Parallel to the index's documents.
     tools: Vec<Rc<ToolParts>>,
-}
-
-/// One tool's lexical facts, as term ids, read with its parts.
-#[derive(Debug, Default)]
-pub(crate) struct LexicalTool {
-    /// Name and description terms in order, for word and phrase matches.
-    name: Box<[u32]>,
-    description: Box<[u32]>,
-    /// Terms of the parameter names, sorted and distinct.
-    keys: Box<[u32]>,
-}
-
-impl LexicalTool {
-    pub(crate) fn new(
-        name: Vec<u32>,
-        description: Vec<u32>,
-        keys: impl Iterator<Item = u32>,
-    ) -> LexicalTool {
-        let mut keys: Vec<u32> = keys.collect();
-        keys.sort_unstable();
-        keys.dedup();
-        LexicalTool {
-            name: name.into(),
-            description: description.into(),
-            keys: keys.into(),
-        }
-    }
-
-    pub(crate) fn heap_bytes(&self) -> usize {
-        (self.name.len() + self.description.len() + self.keys.len()) * std::mem::size_of::<u32>()
-    }
 }
 
 impl Lexicon {
@@ -465,7 +434,7 @@ fn ranks(mut scores: Vec<(usize, f32)>, limit: usize) -> impl Iterator<Item = (u
 mod tests {
     use super::*;
     use crate::dialects::{Entry, ToolText};
-    use crate::rank::FieldWeights;
+    use crate::index::FieldWeights;
 
     fn tool(name: &str, description: &str, keys: &[&str]) -> Entry {
         Entry::Function(

@@ -270,7 +270,86 @@ pub fn without_member(object: &str, key: &str) -> Option<String> {
             _ => key_start..value.end,
         }
     };
-    crate::rewrite::splice(object, remove, "")
+    splice(object, remove, "")
+}
+
+/// Where a JSON array and each of its items sit inside some base string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrayLayout {
+    pub span: Range<usize>,
+    pub items: Vec<Range<usize>>,
+}
+
+impl ArrayLayout {
+    /// `array` and `items` must be borrowed from `base`.
+    pub fn of(base: &str, array: &str, items: &[&RawValue]) -> Option<Self> {
+        let span = span_in(base, array)?;
+        let items = items
+            .iter()
+            .map(|i| span_in(base, i.get()))
+            .collect::<Option<Vec<_>>>()?;
+        Some(ArrayLayout { span, items })
+    }
+
+    /// Writes the array into `out` with the items that `item` returns (`None` drops one), in
+    /// their original order. The bytes between `[` and the first item, between items, and
+    /// after the last item are the original ones, so a pretty-printed array stays pretty.
+    pub fn write<'b>(
+        &self,
+        base: &'b str,
+        out: &mut String,
+        mut item: impl FnMut(usize, &'b str) -> Option<Cow<'b, str>>,
+    ) {
+        let (Some(first), Some(last)) = (self.items.first(), self.items.last()) else {
+            out.push_str(base.get(self.span.clone()).unwrap_or("[]"));
+            return;
+        };
+        let separator = match self.items.get(1) {
+            Some(second) => base.get(first.end..second.start).unwrap_or(","),
+            None => ",",
+        };
+        let mut kept = 0;
+        for (i, range) in self.items.iter().enumerate() {
+            let Some(text) = base.get(range.clone()).and_then(|t| item(i, t)) else {
+                continue;
+            };
+            out.push_str(if kept == 0 {
+                base.get(self.span.start..first.start).unwrap_or("[")
+            } else {
+                separator
+            });
+            out.push_str(&text);
+            kept += 1;
+        }
+        if kept == 0 {
+            out.push('[');
+        }
+        out.push_str(base.get(last.end..self.span.end).unwrap_or("]"));
+    }
+}
+
+/// `body` with `range` replaced by `replacement`.
+pub fn splice(body: &str, range: Range<usize>, replacement: &str) -> Option<String> {
+    Some(
+        [
+            body.get(..range.start)?,
+            replacement,
+            body.get(range.end..)?,
+        ]
+        .concat(),
+    )
+}
+
+/// [`splice`] over bytes.
+pub fn splice_bytes(body: &[u8], range: Range<usize>, replacement: &[u8]) -> Option<Vec<u8>> {
+    Some(
+        [
+            body.get(..range.start)?,
+            replacement,
+            body.get(range.end..)?,
+        ]
+        .concat(),
+    )
 }
 
 #[cfg(test)]

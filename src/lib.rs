@@ -1,15 +1,25 @@
 //! toolsift: cut the `tools` array of LLM requests to the tools the user's question needs.
 //!
 //! Data flow (each step is a module):
-//! request bytes → [`dialect`] (find the query, the tools, the pinned tools; [`custom`] for
+//! request bytes → [`dialects`] (find the query, the tools, the pinned tools; [`custom`] for
 //!   request shapes the configuration describes)
-//! → [`rank`] (BM25 over a cached per-catalog index; with `ranking: hybrid`, [`fusion`] of the
-//!   BM25, exact-match, parameter-key and [`embeddings`] vector channels)
-//! → [`select`] (top_k, min_score, token budget, pins)
+//! → [`rank`] (the catalog of the tools array, cached per worker, over a BM25 [`index`] of its
+//!   tools' parts; with `ranking: hybrid`, [`fusion`] of the BM25, exact-match, parameter-key
+//!   and [`embeddings`] vector channels)
+//! → [`select`] (top_k, min_score, token budget, pins; what [`access`] rules let the caller see)
 //! → [`rewrite`] (splice the kept tools back into the original bytes) → bytes.
 //!
 //! [`pipeline`] runs those steps for one body; it is pure Rust and shared by the
-//! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI.
+//! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI. Search mode ([`search`])
+//! and MCP ([`mcp`]) build on it.
+//!
+//! Every module imports only modules below it (`tests/layers.rs` keeps it so):
+//! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`];
+//! - [`access`], [`gating`] (verdicts, `gating.rules`), [`dialects`] (on json, sse, text);
+//! - [`custom`], [`index`], [`rewrite`] (on the dialects);
+//! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
+//! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
+//! - [`pipeline`], then [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top.
 
 pub mod access;
 pub mod config;
@@ -19,7 +29,9 @@ pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
 pub mod fusion;
+pub mod gating;
 pub mod glob;
+pub mod index;
 pub mod json;
 pub mod mcp;
 pub mod metadata;
@@ -29,6 +41,7 @@ pub mod rank;
 pub mod rewrite;
 pub mod search;
 pub mod select;
+pub mod sse;
 pub mod text;
 
 #[cfg(target_arch = "wasm32")]

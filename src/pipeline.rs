@@ -3,10 +3,11 @@
 
 use crate::access::{Caller, Grant, Policy, Why};
 use crate::config::Config;
-use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Fused, FusionParams};
+use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
-use crate::rewrite::{rebuild_container, splice_bytes};
+use crate::rewrite::rebuild_container;
 use crate::select::{Selection, all_allowed, select};
 use std::ops::Range;
 use std::rc::Rc;
@@ -89,6 +90,17 @@ impl From<Problem> for Skip {
     }
 }
 
+impl From<crate::custom::ReadError> for Skip {
+    fn from(e: crate::custom::ReadError) -> Skip {
+        match e {
+            crate::custom::ReadError::MalformedJson => Skip::MalformedJson,
+            crate::custom::ReadError::NoTools => Skip::NoTools,
+            crate::custom::ReadError::BadShape => Skip::BadShape,
+            crate::custom::ReadError::Internal => Skip::Internal,
+        }
+    }
+}
+
 /// A request that passed through, and how many function tools it had if that is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Skipped {
@@ -111,9 +123,16 @@ impl From<Problem> for Skipped {
     }
 }
 
+impl From<crate::custom::ReadError> for Skipped {
+    fn from(e: crate::custom::ReadError) -> Skipped {
+        Skip::from(e).into()
+    }
+}
+
 /// Everything decided about one body.
 pub struct Analysis {
-    pub dialect: Dialect,
+    /// What read the body: its dialect, or the custom request shape.
+    pub reader: Reader,
     pub query: String,
     pub catalog: Rc<Catalog>,
     /// The catalog index came from the cache.
@@ -183,6 +202,12 @@ impl Denial {
 }
 
 impl Analysis {
+    /// The body's dialect; `None` for a custom request shape, to which no dialect's own code
+    /// (search mode, `_tool_gating` claims, the `tool_choice` writers) applies.
+    pub fn dialect(&self) -> Option<Dialect> {
+        self.reader.dialect()
+    }
+
     pub fn total(&self) -> usize {
         self.selection.decisions.len()
     }
@@ -295,7 +320,7 @@ impl Analysis {
         }
         // A dialect's catalog holds the body's tools array, byte for byte (compared on a
         // cache hit, copied from the body otherwise), as checked text.
-        let container = if self.catalog.custom {
+        let container = if self.catalog.reader == Reader::Custom {
             std::str::from_utf8(body.get(self.container.clone())?).ok()?
         } else {
             self.catalog.container()
@@ -579,7 +604,7 @@ pub struct Engine {
     /// The `access` section, compiled.
     policy: Option<Rc<Policy>>,
     /// `gating.rules`, compiled (empty without them).
-    gating_rules: crate::mcp::gating::Rules,
+    gating_rules: crate::gating::Rules,
 }
 
 impl Engine {
@@ -591,7 +616,7 @@ impl Engine {
         let gating_rules = config
             .gating
             .as_ref()
-            .and_then(|g| crate::mcp::gating::Rules::new(&g.rules).ok())
+            .and_then(|g| crate::gating::Rules::new(&g.rules).ok())
             .unwrap_or_default();
         Engine {
             config,
@@ -604,13 +629,13 @@ impl Engine {
     }
 
     /// `gating.rules`, compiled (empty without them).
-    pub fn gating_rules(&self) -> &crate::mcp::gating::Rules {
+    pub fn gating_rules(&self) -> &crate::gating::Rules {
         &self.gating_rules
     }
 
     /// The `_tool_gating` verdict of `gating.rules` for `analysis`'s question over its tools;
     /// `None` when no rule matches (or there are none).
-    pub fn gating_verdict(&self, analysis: &Analysis) -> Option<crate::mcp::gating::Verdict> {
+    pub fn gating_verdict(&self, analysis: &Analysis) -> Option<crate::gating::Verdict> {
         if self.gating_rules.is_empty() {
             return None;
         }
@@ -705,7 +730,8 @@ impl Engine {
                 false,
             ),
         };
-        self.conclude(request, catalog, cache_hit, span, grant)
+        let reader = Reader::Dialect(dialect);
+        self.conclude(reader, request, catalog, cache_hit, span, grant)
     }
 
     /// Reads, ranks and selects the tools of a body of the `custom` shape (a request on a
@@ -729,22 +755,29 @@ impl Engine {
                     shape.entry(text)
                 });
         let request = Request {
-            dialect: crate::custom::PLACEHOLDER_DIALECT,
             query: found.query,
             choice: Choice::default(),
             called: Vec::new(),
             stream: false,
         };
-        let mut analysis = self.conclude(request, catalog, cache_hit, found.span, grant)?;
+        let mut analysis = self.conclude(
+            Reader::Custom,
+            request,
+            catalog,
+            cache_hit,
+            found.span,
+            grant,
+        )?;
         analysis.text_edit = found.text;
         Ok(analysis)
     }
 
-    /// Ranks and selects a request's catalog (`container`: where its tools sit in the body).
-    /// Under access rules the caller's denied tools leave whatever else happens: also below
-    /// `min_tools`, also when pinned.
+    /// Ranks and selects a request's catalog (`container`: where its tools sit in the body;
+    /// `reader`: what read it). Under access rules the caller's denied tools leave whatever else
+    /// happens: also below `min_tools`, also when pinned.
     fn conclude(
         &self,
+        reader: Reader,
         request: Request,
         catalog: Rc<Catalog>,
         cache_hit: bool,
@@ -790,7 +823,7 @@ impl Engine {
             ),
         };
         Ok(Analysis {
-            dialect: request.dialect,
+            reader,
             query: request.query,
             catalog,
             cache_hit,

@@ -1,441 +1,21 @@
-//! Ranking: BM25 over each function tool's name, description and parameters.
-//!
-//! What a tool contributes to an index (its terms per field, its lexical facts, its estimated
-//! tokens, later its vector) is read once per distinct tool definition ([`ToolParts`], keyed by
-//! its bytes) and shared by every catalog that holds it. A catalog is assembled from its tools'
-//! parts (document frequencies and lengths summed), so a new tools array of known tools is never
-//! tokenised again, and kept in a cache bounded in bytes: the agent that sends the same catalog
-//! every turn pays for it once, and the one whose catalog changes by a tool pays for that tool.
+//! Catalogs: a tools container read and indexed, from its tools' parts ([`ToolParts`], keyed
+//! by their bytes and shared by every catalog that holds them), and kept in a cache bounded in
+//! bytes: the agent that sends the same catalog every turn pays for it once, and the one whose
+//! catalog changes by a tool pays for that tool. The index itself is [`crate::index`]'s.
 
 use crate::access::{Annotations, Grant, RuleMatches};
-use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, ToolText};
-use crate::fusion::{Fused, LexicalTool, Lexicon};
-use bm25::TokenEmbedder;
-use std::cell::{Cell, OnceCell, RefCell};
-use std::collections::{HashMap, HashSet};
+use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, Reader};
+use crate::fusion::{Fused, Lexicon};
+use crate::index::ALLOCATION;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::size_of;
 use std::ops::Range;
 use std::rc::{Rc, Weak};
 
-/// How many times each field's text counts. Repeating a field raises its term frequency the way
-/// BM25F field weights do: a word in the name says more than the same word in the description,
-/// and a word in the description more than one in a parameter's name or description.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FieldWeights {
-    pub name: usize,
-    pub description: usize,
-    pub params: usize,
-}
-
-impl Default for FieldWeights {
-    /// Name 4, description 2, parameters 1: the best of the grids over the three shared datasets
-    /// in `docs/tuning-notes.md`, and the middle of a flat plateau (name 3–6, description 1–2)
-    /// rather than a sharp peak.
-    fn default() -> Self {
-        FieldWeights {
-            name: 4,
-            description: 2,
-            params: 1,
-        }
-    }
-}
-
-impl FieldWeights {
-    fn apply(self, [name, description, params]: [u32; 3]) -> usize {
-        (name as usize)
-            .saturating_mul(self.name)
-            .saturating_add((description as usize).saturating_mul(self.description))
-            .saturating_add((params as usize).saturating_mul(self.params))
-    }
-}
-
-/// BM25 term-frequency saturation. Higher than the textbook 1.2 because field weights work by
-/// repetition: a name word already occurs four times, and with k1 = 1.2 it would saturate
-/// before a second name word or a description match could add much. 3.0 beat 1.2, 1.5 and 2.0
-/// on seal_tools and toolbench and cost livemcpbench nothing measurable.
-const K1: f32 = 3.0;
-/// BM25 length normalisation. Tools with long parameter lists match many query words by
-/// chance; normalising harder (0.9 rather than 0.75) keeps them from crowding out short,
-/// precise tools, and helped on all three datasets.
-const B: f32 = 0.9;
-
-/// A term's id in the index: the `bm25` crate's hash of the term (FxHash, 32 bits), computed on
-/// the tokeniser's buffer, so no term is ever kept as a string.
-pub(crate) fn term_id(term: &str) -> u32 {
-    <u32 as TokenEmbedder>::embed(term)
-}
-
-/// The weight of a term in a document, exactly as the `bm25` crate's `Embedder` computes it
-/// (same operations in the same order, so the same `f32`): term-frequency saturation by `K1`,
-/// length normalisation by `B` against the catalog's average document length.
-/// `length_norm` is [`length_norm`] of the document: the part of the denominator every term of
-/// a document shares, computed once per document (the same operations, so the same bits).
-fn term_weight(frequency: usize, length_norm: f32) -> f32 {
-    let token_frequency = frequency as f32;
-    let numerator = token_frequency * (K1 + 1.0);
-    let denominator = token_frequency + length_norm;
-    numerator / denominator
-}
-
-/// `K1 · (1 − B + B · length / avgdl)`: the crate's length normalisation of one document.
-fn length_norm(length: usize, avgdl: f32) -> f32 {
-    K1 * (1.0 - B + B * (length as f32 / avgdl))
-}
-
-/// One distinct term of a tool and how often it occurs in each field.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct TermCount {
-    id: u32,
-    /// Occurrences in the name, the description and the parameters.
-    fields: [u32; 3],
-}
-
-/// What one tool definition contributes to every catalog that holds it: its entry as the
-/// dialect reads it, its distinct terms with their count per field, the lexical facts of hybrid
-/// ranking's `exact` and `param_keys` channels, and (hybrid ranking) its vector. Read once per
-/// distinct definition and shared.
-pub struct ToolParts {
-    dialect: Dialect,
-    /// Read by the configuration's custom request shape ([`crate::custom`]), not by `dialect`.
-    custom: bool,
-    /// The definition's exact bytes: a catalog that reuses these parts is checked against
-    /// them byte for byte, so no hash collision can pass one tool off as another.
-    text: Box<str>,
-    pub entry: Entry,
-    /// Sorted by term id.
-    terms: Box<[TermCount]>,
-    /// Terms in the name, the description and the parameters.
-    lengths: [u32; 3],
-    lexical: LexicalTool,
-    /// The tool's unit vector under this worker's embeddings settings, once known.
-    vector: OnceCell<Box<[f32]>>,
-    /// When a catalog last took these parts: the least recently used go first.
-    last_used: Cell<u64>,
-}
-
-impl ToolParts {
-    /// Reads one entry of a `dialect` container and tokenises its text.
-    pub fn read(dialect: Dialect, item: &Item) -> Result<ToolParts, Problem> {
-        Ok(Self::of(dialect, item.text, dialect.read_item(item)?))
-    }
-
-    /// The parts of a tool a custom request shape read from `text`.
-    fn of_custom(text: &str, entry: Entry) -> ToolParts {
-        ToolParts {
-            custom: true,
-            ..ToolParts::of(crate::custom::PLACEHOLDER_DIALECT, text, entry)
-        }
-    }
-
-    /// The parts of an entry already read, without its bytes (tests, and indexes built from
-    /// entries).
-    pub fn of_entry(entry: Entry) -> ToolParts {
-        ToolParts::of(Dialect::OpenaiChat, "", entry)
-    }
-
-    fn of(dialect: Dialect, text: &str, entry: Entry) -> ToolParts {
-        let mut ids: Vec<(u32, usize)> = Vec::new();
-        let mut lengths = [0u32; 3];
-        let lexical = match &entry {
-            Entry::Function(t) => {
-                let field = |text: &str| {
-                    let mut out = Vec::new();
-                    crate::text::for_each_term(text, |term| out.push(term_id(term)));
-                    out
-                };
-                let name = field(&t.name);
-                let description = field(&t.description);
-                ids.extend(name.iter().map(|&id| (id, 0)));
-                ids.extend(description.iter().map(|&id| (id, 1)));
-                let before = ids.len();
-                for p in &t.params {
-                    crate::text::for_each_term(p, |term| ids.push((term_id(term), 2)));
-                }
-                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-                lengths = [
-                    count(name.len()),
-                    count(description.len()),
-                    count(ids.len() - before),
-                ];
-                LexicalTool::new(name, description, t.keys.iter().flat_map(|k| field(k)))
-            }
-            Entry::Builtin => LexicalTool::default(),
-        };
-        ids.sort_unstable();
-        let mut terms: Vec<TermCount> = Vec::new();
-        for (id, field) in ids {
-            if terms.last().is_none_or(|t| t.id != id) {
-                terms.push(TermCount {
-                    id,
-                    ..TermCount::default()
-                });
-            }
-            if let Some(n) = terms.last_mut().and_then(|t| t.fields.get_mut(field)) {
-                *n = n.saturating_add(1);
-            }
-        }
-        ToolParts {
-            dialect,
-            custom: false,
-            text: text.into(),
-            entry,
-            terms: terms.into(),
-            lengths,
-            lexical,
-            vector: OnceCell::new(),
-            last_used: Cell::new(0),
-        }
-    }
-
-    pub(crate) fn lexical(&self) -> &LexicalTool {
-        &self.lexical
-    }
-
-    /// The tool's vector, once known.
-    pub fn vector(&self) -> Option<&[f32]> {
-        self.vector.get().map(|v| &v[..])
-    }
-
-    /// Bytes this worker holds for these parts, vector excepted (estimated from what is
-    /// allocated; the allocator's own overhead is not counted).
-    fn heap_bytes(&self) -> usize {
-        // Each string, list and shared box is an allocation of its own.
-        let s = |x: &String| ALLOCATION + x.capacity() + size_of::<String>();
-        let strings = match &self.entry {
-            Entry::Function(t) => {
-                3 * ALLOCATION
-                    + size_of::<ToolText>()
-                    + s(&t.name)
-                    + s(&t.description)
-                    + t.params.iter().map(s).sum::<usize>()
-                    + t.keys.iter().map(s).sum::<usize>()
-            }
-            Entry::Builtin => 0,
-        };
-        6 * ALLOCATION
-            + size_of::<ToolParts>()
-            + self.text.len()
-            + strings
-            + self.terms.len() * size_of::<TermCount>()
-            + self.lexical.heap_bytes()
-    }
-
-    /// Bytes of its vector, once known, with the allocation's own.
-    fn vector_bytes(&self) -> usize {
-        self.vector()
-            .map_or(0, |v| ALLOCATION + std::mem::size_of_val(v))
-    }
-}
-
-/// What the allocator adds to each allocation, about: dlmalloc's header and its rounding to 8
-/// bytes. The cache counts it so that what it holds, estimated, stays near what Envoy's memory
-/// shows (without it, 64 MiB of estimated parts took a fifth more).
-const ALLOCATION: usize = 16;
-
-/// A BM25 index over the function tools of one catalog.
-///
-/// Scoring uses the `bm25` crate's formula, Σ over distinct query terms of IDF × weight with
-/// IDF = ln(1 + (N − n + 0.5) / (n + 0.5)) and the crate's term weights, but over postings lists
-/// with the IDF computed once: the crate's `Scorer` recomputes IDF per document and searches
-/// each document's terms linearly, which costs milliseconds per query on catalogs of thousands.
-/// `scores_match_the_crates_scorer` checks the two agree.
-pub struct Index {
-    /// Distinct terms, sorted; the postings of `terms[i]` are `postings[starts[i]..starts[i + 1]]`.
-    terms: Vec<u32>,
-    idf: Vec<f32>,
-    starts: Vec<u32>,
-    /// (document, BM25 term weight), by term, documents in catalog order.
-    postings: Vec<(u32, f32)>,
-    /// Entry index (in the catalog) of each document, in catalog order.
-    documents: Vec<usize>,
-}
-
-/// One function tool's place in a ranking.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Scored {
-    /// Index in the catalog's entries.
-    pub entry: usize,
-    pub score: f32,
-}
-
-impl Index {
-    /// An index of `entries` (their parts read afresh).
-    pub fn build(entries: &[Entry], weights: FieldWeights) -> Index {
-        let parts: Vec<(usize, ToolParts)> = entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| matches!(e, Entry::Function(_)))
-            .map(|(i, e)| (i, ToolParts::of_entry(e.clone())))
-            .collect();
-        let docs: Vec<(usize, &ToolParts)> = parts.iter().map(|(i, p)| (*i, p)).collect();
-        Index::assemble(&docs, weights)
-    }
-
-    /// The index of the documents `docs` (catalog entry, parts): lengths and document
-    /// frequencies summed from the parts, nothing tokenised.
-    fn assemble(docs: &[(usize, &ToolParts)], weights: FieldWeights) -> Index {
-        let lengths: Vec<usize> = docs.iter().map(|(_, p)| weights.apply(p.lengths)).collect();
-        let total: usize = lengths.iter().sum();
-        let avgdl = if docs.is_empty() {
-            1.0
-        } else {
-            total as f32 / docs.len() as f32
-        };
-        let avgdl = avgdl.max(1.0);
-        let mut triples: Vec<(u32, u32, f32)> =
-            Vec::with_capacity(docs.iter().map(|(_, p)| p.terms.len()).sum());
-        for ((doc, (_, parts)), &length) in (0u32..).zip(docs).zip(&lengths) {
-            let norm = length_norm(length, avgdl);
-            for term in &parts.terms {
-                let frequency = weights.apply(term.fields);
-                // A term only in a field of weight 0 is not in the document at all.
-                if frequency > 0 {
-                    triples.push((term.id, doc, term_weight(frequency, norm)));
-                }
-            }
-        }
-        // By term, documents in catalog order (they were pushed in that order).
-        sort_by_term(&mut triples);
-        let mut terms = Vec::new();
-        let mut starts = Vec::new();
-        let mut postings = Vec::with_capacity(triples.len());
-        for (term, doc, weight) in triples {
-            if terms.last() != Some(&term) {
-                terms.push(term);
-                starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
-            }
-            postings.push((doc, weight));
-        }
-        starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
-        let n = docs.len() as f32;
-        let idf = starts
-            .windows(2)
-            .map(|w| {
-                let df = w.get(1).zip(w.first()).map_or(0, |(b, a)| b - a) as f32;
-                (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-            })
-            .collect();
-        Index {
-            terms,
-            idf,
-            starts,
-            postings,
-            documents: docs.iter().map(|(entry, _)| *entry).collect(),
-        }
-    }
-
-    /// A term's IDF and postings, if any document has it.
-    fn postings_of(&self, term: u32) -> Option<(f32, &[(u32, f32)])> {
-        let i = self.terms.binary_search(&term).ok()?;
-        let (start, end) = (*self.starts.get(i)?, *self.starts.get(i + 1)?);
-        Some((
-            *self.idf.get(i)?,
-            self.postings.get(start as usize..end as usize)?,
-        ))
-    }
-
-    /// The IDF of a term, if any document has it.
-    pub fn idf(&self, term: u32) -> Option<f32> {
-        self.postings_of(term).map(|(idf, _)| idf)
-    }
-
-    /// The documents (positions in [`Index::documents`]) that contain a term.
-    pub fn documents_with(&self, term: u32) -> impl Iterator<Item = usize> + '_ {
-        self.postings_of(term)
-            .into_iter()
-            .flat_map(|(_, docs)| docs.iter().map(|&(doc, _)| doc as usize))
-    }
-
-    /// The catalog entry of each document, in catalog order.
-    pub fn documents(&self) -> &[usize] {
-        &self.documents
-    }
-
-    /// Every function tool, best first; equal scores keep catalog order.
-    pub fn rank(&self, query: &str) -> Vec<Scored> {
-        let mut scores = vec![0f32; self.documents.len()];
-        // Each distinct query term counts once. The crate's scorer counts repeats, but a word a
-        // user repeats ("weather … weather") is no more a sign of the tool than said once, and
-        // counting it twice lets one word outvote the rest of the request: deduplicating lifted
-        // seal_tools Recall@5 by five points (`docs/tuning-notes.md`).
-        let mut seen = HashSet::new();
-        crate::text::for_each_term(query, |term| {
-            let id = term_id(term);
-            if !seen.insert(id) {
-                return;
-            }
-            let Some((idf, docs_with_term)) = self.postings_of(id) else {
-                return;
-            };
-            for &(doc, weight) in docs_with_term {
-                if let Some(s) = scores.get_mut(doc as usize) {
-                    *s += idf * weight;
-                }
-            }
-        });
-        // Scores are sums of positive weights: a tool no query term matched scores 0 and
-        // ranks after every matched one, in catalog order. Only the matched ones (a few dozen
-        // of hundreds, usually) are sorted; sorting them all was a third of ranking's time.
-        let (mut ranked, unmatched): (Vec<Scored>, Vec<Scored>) = self
-            .documents
-            .iter()
-            .zip(scores)
-            .map(|(&entry, score)| Scored { entry, score })
-            .partition(|s| s.score != 0.0);
-        // Stable sort: ties stay in catalog order.
-        ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
-        ranked.extend(unmatched);
-        ranked
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.terms.capacity() * size_of::<u32>()
-            + self.idf.capacity() * size_of::<f32>()
-            + self.starts.capacity() * size_of::<u32>()
-            + self.postings.capacity() * size_of::<(u32, f32)>()
-            + self.documents.capacity() * size_of::<usize>()
-    }
-}
-
-/// Sorts postings by term, stably (documents stay in the order they were pushed): a radix
-/// sort on the term's 11-bit digits, three passes over the postings with 2,048 counters
-/// each, where a comparison sort of a 1,000-tool catalog's 40,000 postings was a third of
-/// assembling it (and 16-bit digits spent more on their 65,536 counters than on a 200-tool
-/// catalog's 6,000 postings).
-fn sort_by_term(triples: &mut Vec<(u32, u32, f32)>) {
-    const BITS: u32 = 11;
-    if triples.len() < 256 {
-        triples.sort_by_key(|&(term, _, _)| term);
-        return;
-    }
-    let mut scratch = vec![(0u32, 0u32, 0f32); triples.len()];
-    let mut starts = vec![0usize; 1 << BITS];
-    for shift in [0, BITS, 2 * BITS] {
-        let digit = |t: &(u32, u32, f32)| ((t.0 >> shift) & ((1 << BITS) - 1)) as usize;
-        starts.fill(0);
-        for t in triples.iter() {
-            if let Some(count) = starts.get_mut(digit(t)) {
-                *count += 1;
-            }
-        }
-        let mut at = 0;
-        for slot in starts.iter_mut() {
-            let count = *slot;
-            *slot = at;
-            at += count;
-        }
-        for t in triples.iter() {
-            if let Some(next) = starts.get_mut(digit(t)) {
-                if let Some(place) = scratch.get_mut(*next) {
-                    *place = *t;
-                }
-                *next += 1;
-            }
-        }
-        std::mem::swap(triples, &mut scratch);
-    }
-}
+// Ranking's vocabulary, read with the catalogs that hold it.
+pub use crate::index::{FieldWeights, Index, Scored, ToolParts};
 
 /// What a grant's decisions depend on ([`Grant::key`]).
 type GrantKey = (bool, Rc<[usize]>);
@@ -443,10 +23,8 @@ type GrantKey = (bool, Rc<[usize]>);
 /// A tools container, read and indexed: everything selection and rewriting need that depends
 /// only on the container's bytes.
 pub struct Catalog {
-    pub dialect: Dialect,
-    /// Read by the configuration's custom request shape ([`crate::custom`]); `dialect` is then
-    /// a placeholder.
-    pub custom: bool,
+    /// What read the container: a dialect, or the custom request shape ([`crate::custom`]).
+    pub reader: Reader,
     pub draft: CatalogDraft,
     pub index: Index,
     /// What the lexical channels of hybrid ranking read.
@@ -513,8 +91,7 @@ impl Catalog {
             items.iter().map(&mut *parts_of).collect::<Result<_, _>>()?;
         let sizes = items.iter().map(|item| item.text.len()).collect();
         Ok(Catalog::index(
-            dialect,
-            false,
+            Reader::Dialect(dialect),
             container,
             parts,
             sizes,
@@ -525,10 +102,8 @@ impl Catalog {
     }
 
     /// Indexes a container's entries, given their parts, sizes and layout.
-    #[allow(clippy::too_many_arguments)]
     fn index(
-        dialect: Dialect,
-        custom: bool,
+        reader: Reader,
         container: &str,
         parts: Rc<[Rc<ToolParts>]>,
         sizes: Vec<usize>,
@@ -557,8 +132,7 @@ impl Catalog {
         );
         let tokens = draft.sizes.iter().map(|&b| estimate_tokens(b)).collect();
         let mut catalog = Catalog {
-            dialect,
-            custom,
+            reader,
             draft,
             index,
             lexicon,
@@ -577,15 +151,9 @@ impl Catalog {
         catalog
     }
 
-    /// Whether `candidate` is this catalog's container, byte for byte, read by `dialect` (or by
-    /// the custom request shape).
-    fn is(&self, dialect: Option<Dialect>, candidate: &[u8]) -> bool {
-        let reader = if self.custom {
-            None
-        } else {
-            Some(self.dialect)
-        };
-        reader == dialect && same_bytes(candidate, self.container.as_bytes())
+    /// Whether `candidate` is this catalog's container, byte for byte, read by `reader`.
+    fn is(&self, reader: Reader, candidate: &[u8]) -> bool {
+        self.reader == reader && same_bytes(candidate, self.container.as_bytes())
     }
 
     /// The container this catalog was read from (for a dialect's catalog, byte for byte the
@@ -685,7 +253,7 @@ impl Catalog {
     }
 
     pub fn function_count(&self) -> usize {
-        self.index.documents.len()
+        self.index.documents().len()
     }
 
     pub fn name(&self, entry: usize) -> Option<&str> {
@@ -860,7 +428,7 @@ impl CatalogCache {
         let pos = self.catalogs.iter().rposition(|catalog| {
             bytes
                 .get(..catalog.container.len())
-                .is_some_and(|candidate| catalog.is(Some(dialect), candidate))
+                .is_some_and(|candidate| catalog.is(Reader::Dialect(dialect), candidate))
         })?;
         let hit = self.catalogs.remove(pos);
         let found = (Rc::clone(&hit), hit.container.len());
@@ -923,7 +491,7 @@ impl CatalogCache {
         let mut uncached = 0;
         let mut parts_of = |item: &Item| -> Result<Rc<ToolParts>, Problem> {
             let seed = dialect as u64 * 2 + u64::from(item.builtin);
-            let known = |p: &ToolParts| p.dialect == dialect && !p.custom;
+            let known = |p: &ToolParts| p.reader == Some(Reader::Dialect(dialect));
             self.parts_of(item.text, seed, known, &mut uncached, || {
                 ToolParts::read(dialect, item)
             })
@@ -958,7 +526,11 @@ impl CatalogCache {
         read: &mut dyn FnMut(&str) -> Entry,
     ) -> (Rc<Catalog>, bool) {
         let bytes = container.as_bytes();
-        if let Some(pos) = self.catalogs.iter().rposition(|c| c.is(None, bytes)) {
+        if let Some(pos) = self
+            .catalogs
+            .iter()
+            .rposition(|c| c.is(Reader::Custom, bytes))
+        {
             let hit = self.catalogs.remove(pos);
             self.catalogs.push(Rc::clone(&hit));
             return (hit, true);
@@ -968,7 +540,7 @@ impl CatalogCache {
         let mut parts = Vec::with_capacity(items.len());
         for range in &items {
             let text = container.get(range.clone()).unwrap_or_default();
-            let known = |p: &ToolParts| p.custom;
+            let known = |p: &ToolParts| p.reader == Some(Reader::Custom);
             let taken = self.parts_of(text, CUSTOM_SEED, known, &mut uncached, || {
                 Ok(ToolParts::of_custom(text, read(text)))
             });
@@ -978,13 +550,12 @@ impl CatalogCache {
             }
         }
         let sizes = items.iter().map(Range::len).collect();
-        let layout = Layout::Flat(crate::rewrite::ArrayLayout {
+        let layout = Layout::Flat(crate::json::ArrayLayout {
             span: 0..container.len(),
             items,
         });
         let catalog = Catalog::index(
-            crate::custom::PLACEHOLDER_DIALECT,
-            true,
+            Reader::Custom,
             container,
             parts.into(),
             sizes,
@@ -1125,52 +696,6 @@ impl CatalogCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bm25::{EmbedderBuilder, Tokenizer};
-
-    fn function(name: &str, description: &str, params: &[&str]) -> Entry {
-        Entry::Function(
-            ToolText {
-                name: name.into(),
-                description: description.into(),
-                params: params.iter().map(|p| p.to_string()).collect(),
-                keys: Vec::new(),
-            }
-            .into(),
-        )
-    }
-
-    /// The tokenizer the crate's embedder sees in these tests: documents are already
-    /// normalised and joined with spaces.
-    #[derive(Default, Clone, Copy)]
-    struct Normalised;
-
-    impl Tokenizer for Normalised {
-        fn tokenize(&self, input_text: &str) -> Vec<String> {
-            input_text
-                .split(' ')
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-                .collect()
-        }
-    }
-
-    /// A tool's document as BM25F-by-repetition reads it: each field's terms repeated by its
-    /// weight (how the index was built before tools were read into parts).
-    fn document_terms(text: &ToolText, weights: FieldWeights) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut add = |field: &str, times: usize| {
-            let terms = crate::text::terms(field);
-            for _ in 0..times {
-                out.extend(terms.iter().cloned());
-            }
-        };
-        add(&text.name, weights.name);
-        add(&text.description, weights.description);
-        for p in &text.params {
-            add(p, weights.params);
-        }
-        out
-    }
 
     fn chat_tools(tools: &[(&str, &str)]) -> String {
         let items: Vec<String> = tools
@@ -1182,129 +707,6 @@ mod tests {
             })
             .collect();
         format!("[{}]", items.join(", "))
-    }
-
-    #[test]
-    fn name_matches_outrank_parameter_matches() {
-        let entries = vec![
-            function(
-                "create_calendar_event",
-                "Adds an event",
-                &["title", "attendees"],
-            ),
-            function(
-                "send_email",
-                "Sends an email",
-                &["to", "subject", "calendar"],
-            ),
-            Entry::Builtin,
-            function("get_weather", "Current weather for a city", &["city"]),
-        ];
-        let index = Index::build(&entries, FieldWeights::default());
-        let ranked = index.rank("put a meeting on my calendar");
-        assert_eq!(ranked[0].entry, 0);
-        assert_eq!(ranked[1].entry, 1);
-        assert_eq!(
-            ranked[2],
-            Scored {
-                entry: 3,
-                score: 0.0
-            }
-        );
-        assert_eq!(ranked.len(), 3, "built-ins are not ranked");
-    }
-
-    #[test]
-    fn scores_match_the_crates_scorer() {
-        let names = [
-            "send_slack_message",
-            "list_slack_channels",
-            "get_weather",
-            "send_email",
-        ];
-        let entries: Vec<Entry> = names
-            .iter()
-            .map(|n| {
-                function(
-                    n,
-                    &format!("{n} tool that sends and lists messages"),
-                    &["channel", "text", "Sends the text to the channel"],
-                )
-            })
-            .collect();
-        let weights = FieldWeights::default();
-        let index = Index::build(&entries, weights);
-        let texts: Vec<&ToolText> = entries
-            .iter()
-            .map(|e| match e {
-                Entry::Function(t) => &**t,
-                Entry::Builtin => unreachable!(),
-            })
-            .collect();
-        let docs: Vec<String> = texts
-            .iter()
-            .map(|t| document_terms(t, weights).join(" "))
-            .collect();
-        let avgdl =
-            docs.iter().map(|d| d.split(' ').count()).sum::<usize>() as f32 / docs.len() as f32;
-        let embedder = EmbedderBuilder::<u32, Normalised>::with_avgdl(avgdl)
-            .k1(K1)
-            .b(B)
-            .build();
-        let mut scorer = bm25::Scorer::<u32>::new();
-        for (doc, text) in (0u32..).zip(&docs) {
-            let embedding = embedder.embed(text);
-            // Every posting weight is the crate's own, to the bit.
-            for t in &embedding.0 {
-                let (_, postings) = index.postings_of(t.index).unwrap();
-                let &(_, ours) = postings.iter().find(|(d, _)| *d == doc).unwrap();
-                assert_eq!(ours.to_bits(), t.value.to_bits(), "doc {doc}");
-            }
-            scorer.upsert(&doc, embedding);
-        }
-        for query in [
-            "send a slack message to the channel",
-            "weather weather email",
-            "nothing",
-        ] {
-            let ours = index.rank(query);
-            // Ours counts each distinct query term once; give the crate's scorer the same.
-            let mut q = embedder.embed(&crate::text::terms(query).join(" "));
-            let mut seen = HashSet::new();
-            q.0.retain(|t| seen.insert(t.index));
-            for s in ours {
-                let theirs = scorer.score(&(s.entry as u32), &q).unwrap();
-                assert!(
-                    (s.score - theirs).abs() <= 1e-5 * theirs.abs().max(1.0),
-                    "{query}: {s:?} vs {theirs}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn postings_sort_by_term_keeping_document_order() {
-        for n in [10usize, 5000] {
-            let mut triples: Vec<(u32, u32, f32)> = (0..n as u32)
-                .map(|i| (i.wrapping_mul(2_654_435_761) % 977 * 65_599, i, i as f32))
-                .collect();
-            let mut expected = triples.clone();
-            expected.sort_by_key(|&(term, doc, _)| (term, doc));
-            sort_by_term(&mut triples);
-            assert_eq!(triples, expected, "{n}");
-        }
-    }
-
-    #[test]
-    fn ties_keep_catalog_order() {
-        let entries = vec![function("a_tool", "", &[]), function("b_tool", "", &[])];
-        let index = Index::build(&entries, FieldWeights::default());
-        let ranked: Vec<usize> = index
-            .rank("nothing matches")
-            .iter()
-            .map(|s| s.entry)
-            .collect();
-        assert_eq!(ranked, [0, 1]);
     }
 
     #[test]

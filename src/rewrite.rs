@@ -3,65 +3,11 @@
 //! and whitespace everywhere else reach the upstream exactly as the client sent them.
 
 use crate::dialects::{CatalogDraft, Layout};
-use crate::json::span_in;
-use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::ops::Range;
 
-/// Where a JSON array and each of its items sit inside some base string.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArrayLayout {
-    pub span: Range<usize>,
-    pub items: Vec<Range<usize>>,
-}
-
-impl ArrayLayout {
-    /// `array` and `items` must be borrowed from `base`.
-    pub fn of(base: &str, array: &str, items: &[&RawValue]) -> Option<Self> {
-        let span = span_in(base, array)?;
-        let items = items
-            .iter()
-            .map(|i| span_in(base, i.get()))
-            .collect::<Option<Vec<_>>>()?;
-        Some(ArrayLayout { span, items })
-    }
-
-    /// Writes the array into `out` with the items that `item` returns (`None` drops one), in
-    /// their original order. The bytes between `[` and the first item, between items, and
-    /// after the last item are the original ones, so a pretty-printed array stays pretty.
-    pub fn write<'b>(
-        &self,
-        base: &'b str,
-        out: &mut String,
-        mut item: impl FnMut(usize, &'b str) -> Option<Cow<'b, str>>,
-    ) {
-        let (Some(first), Some(last)) = (self.items.first(), self.items.last()) else {
-            out.push_str(base.get(self.span.clone()).unwrap_or("[]"));
-            return;
-        };
-        let separator = match self.items.get(1) {
-            Some(second) => base.get(first.end..second.start).unwrap_or(","),
-            None => ",",
-        };
-        let mut kept = 0;
-        for (i, range) in self.items.iter().enumerate() {
-            let Some(text) = base.get(range.clone()).and_then(|t| item(i, t)) else {
-                continue;
-            };
-            out.push_str(if kept == 0 {
-                base.get(self.span.start..first.start).unwrap_or("[")
-            } else {
-                separator
-            });
-            out.push_str(&text);
-            kept += 1;
-        }
-        if kept == 0 {
-            out.push('[');
-        }
-        out.push_str(base.get(last.end..self.span.end).unwrap_or("]"));
-    }
-}
+// The byte-level pieces (an array's layout, a range replaced) sit in `crate::json`, below the
+// dialects, which use them too.
+pub use crate::json::{ArrayLayout, splice, splice_bytes};
 
 /// The tools container rebuilt with the entries for which `keep[i]` is true.
 pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool]) -> String {
@@ -94,30 +40,6 @@ pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool])
         }
     }
     out
-}
-
-/// `body` with `range` replaced by `replacement`.
-pub fn splice(body: &str, range: Range<usize>, replacement: &str) -> Option<String> {
-    Some(
-        [
-            body.get(..range.start)?,
-            replacement,
-            body.get(range.end..)?,
-        ]
-        .concat(),
-    )
-}
-
-/// [`splice`] over bytes.
-pub fn splice_bytes(body: &[u8], range: Range<usize>, replacement: &[u8]) -> Option<Vec<u8>> {
-    Some(
-        [
-            body.get(..range.start)?,
-            replacement,
-            body.get(range.end..)?,
-        ]
-        .concat(),
-    )
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ const LONGEST_STOP_WORD: usize = 7;
 
 /// Splits `text` into normalised terms and calls `emit` for each, in order. Each term is
 /// written into one reused buffer and lent to `emit`: a new tool's text is tokenised without a
-/// `String` per term (callers hash the term in place, see [`crate::rank::term_id`]).
+/// `String` per term (callers hash the term in place, see [`crate::index::term_id`]).
 pub fn for_each_term(text: &str, emit: impl FnMut(&str)) {
     // Tool text is mostly ASCII: its bytes are its characters, no UTF-8 decoding needed.
     if text.is_ascii() {

@@ -11,29 +11,39 @@
 //!   of those strings, and with `strip_tags` the tags' markup too; every other byte of the body,
 //!   and of those strings, is the client's.
 //!
-//! Ranking and selection are the dialects' ([`crate::pipeline::Engine::analyse_custom`]). A
-//! custom request has no `tool_choice` and no conversation toolsift can read: only
-//! `always_include` pins tools.
+//! Ranking and selection are the dialects' ([`crate::pipeline::Engine::analyse_custom`]); the
+//! shape reads as [`crate::dialects::Reader::Custom`], and its catalogs and tools are cached
+//! apart from any dialect's. A custom request has no `tool_choice` and no conversation toolsift
+//! can read: only `always_include` pins tools.
 
+mod config;
 pub mod jsonpath;
 pub mod tags;
 
-use crate::config::Custom;
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::shared::content_text;
-use crate::dialects::{Dialect, Entry, MAX_QUERY_BYTES};
+use crate::dialects::{Entry, MAX_QUERY_BYTES};
 use crate::json::span_in;
-use crate::pipeline::Skip;
+pub use config::{Custom, ToolFields};
 use jsonpath::JsonPath;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::ops::Range;
 use std::rc::Rc;
 
-/// What a custom request's [`crate::pipeline::Analysis`] and catalog name as their dialect,
-/// which nothing reads for them: custom requests reach no dialect's own code (search mode,
-/// `_tool_gating` claims and the `tool_choice` writers are not applied to them).
-pub const PLACEHOLDER_DIALECT: Dialect = Dialect::OpenaiChat;
+/// Why a body cannot be read as the custom shape (the pipeline's skip reasons of the same
+/// names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// Not JSON.
+    MalformedJson,
+    /// No tools array, or no tagged tool.
+    NoTools,
+    /// The tools path leads to something other than an array.
+    BadShape,
+    /// A value was not where the parser said; never expected.
+    Internal,
+}
 
 /// The `custom` section, compiled.
 #[derive(Debug)]
@@ -99,11 +109,9 @@ impl Shape {
         })
     }
 
-    /// Finds the question and the tools of `body`. Not JSON: [`Skip::MalformedJson`]; no
-    /// tools array, or no tagged tool: [`Skip::NoTools`]; a tools path that leads to something
-    /// other than an array: [`Skip::BadShape`].
-    pub fn read<'b>(&self, body: &'b str) -> Result<Found<'b>, Skip> {
-        let root: &RawValue = serde_json::from_str(body).map_err(|_| Skip::MalformedJson)?;
+    /// Finds the question and the tools of `body`, or says why it cannot ([`ReadError`]).
+    pub fn read<'b>(&self, body: &'b str) -> Result<Found<'b>, ReadError> {
+        let root: &RawValue = serde_json::from_str(body).map_err(|_| ReadError::MalformedJson)?;
         match &self.kind {
             Kind::Json { array, .. } => self.read_array(body, root, array),
             Kind::Tags { strings } => self.read_tags(body, root, strings),
@@ -141,19 +149,19 @@ impl Shape {
         body: &'b str,
         root: &'b RawValue,
         array: &JsonPath,
-    ) -> Result<Found<'b>, Skip> {
-        let value = array.select_one(root).ok_or(Skip::NoTools)?;
+    ) -> Result<Found<'b>, ReadError> {
+        let value = array.select_one(root).ok_or(ReadError::NoTools)?;
         let text = value.get();
         if text == "null" {
-            return Err(Skip::NoTools);
+            return Err(ReadError::NoTools);
         }
-        let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|_| Skip::BadShape)?;
-        let span = span_in(body, text).ok_or(Skip::Internal)?;
+        let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|_| ReadError::BadShape)?;
+        let span = span_in(body, text).ok_or(ReadError::Internal)?;
         let items = items
             .iter()
             .map(|item| span_in(text, item.get()))
             .collect::<Option<Vec<_>>>()
-            .ok_or(Skip::Internal)?;
+            .ok_or(ReadError::Internal)?;
         Ok(Found {
             query: bounded(self.question(root).unwrap_or_default()),
             container: Cow::Borrowed(text),
@@ -168,7 +176,7 @@ impl Shape {
         body: &'b str,
         root: &'b RawValue,
         strings: &JsonPath,
-    ) -> Result<Found<'b>, Skip> {
+    ) -> Result<Found<'b>, ReadError> {
         let mut tagged = Vec::new();
         let mut container = String::new();
         let mut items = Vec::new();
@@ -199,7 +207,7 @@ impl Shape {
                 container.push_str(block);
             }
             tagged.push(Tagged {
-                span: span_in(body, value.get()).ok_or(Skip::Internal)?,
+                span: span_in(body, value.get()).ok_or(ReadError::Internal)?,
                 removals: blocks
                     .iter()
                     .map(|b| decoded.literal_range(b.removal.clone()))
@@ -211,11 +219,11 @@ impl Shape {
             });
         }
         if items.is_empty() {
-            return Err(Skip::NoTools);
+            return Err(ReadError::NoTools);
         }
         let span = match (tagged.first(), tagged.last()) {
             (Some(first), Some(last)) => first.span.start..last.span.end,
-            _ => return Err(Skip::Internal),
+            _ => return Err(ReadError::Internal),
         };
         let query = match &self.query {
             Some(_) => self.question(root),
@@ -358,6 +366,7 @@ fn reads_as_kept(literal: &str, rewritten: &str, keep: &[bool], first: usize) ->
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::pipeline::Skip;
 
     fn shape(custom: &str) -> Shape {
         let config = Config::from_json(format!(r#"{{"custom":{custom}}}"#).as_bytes()).unwrap();
@@ -415,20 +424,31 @@ mod tests {
     #[test]
     fn says_why_it_cannot_read_a_body() {
         let s = shape(r#"{"paths":["/x"],"query_path":"$.q","tools_path":"$.tools"}"#);
-        assert_eq!(s.read("{").unwrap_err(), Skip::MalformedJson);
+        assert_eq!(Skip::from(s.read("{").unwrap_err()), Skip::MalformedJson);
         assert_eq!(
-            s.read(r#"{"tools":[]} x"#).unwrap_err(),
+            Skip::from(s.read(r#"{"tools":[]} x"#).unwrap_err()),
             Skip::MalformedJson
         );
-        assert_eq!(s.read(r#"{"q":"x"}"#).unwrap_err(), Skip::NoTools);
-        assert_eq!(s.read(r#"{"tools":null}"#).unwrap_err(), Skip::NoTools);
-        assert_eq!(s.read(r#"{"tools":{"a":1}}"#).unwrap_err(), Skip::BadShape);
+        assert_eq!(
+            Skip::from(s.read(r#"{"q":"x"}"#).unwrap_err()),
+            Skip::NoTools
+        );
+        assert_eq!(
+            Skip::from(s.read(r#"{"tools":null}"#).unwrap_err()),
+            Skip::NoTools
+        );
+        assert_eq!(
+            Skip::from(s.read(r#"{"tools":{"a":1}}"#).unwrap_err()),
+            Skip::BadShape
+        );
         // No question: ranked against nothing, as a dialect's request without user text.
         assert_eq!(s.read(r#"{"tools":[]}"#).unwrap().query, "");
         let t = shape(r#"{"paths":["/x"],"text_path":"$.messages[*].content"}"#);
         assert_eq!(
-            t.read(r#"{"messages":[{"content":"no tags"}]}"#)
-                .unwrap_err(),
+            Skip::from(
+                t.read(r#"{"messages":[{"content":"no tags"}]}"#)
+                    .unwrap_err()
+            ),
             Skip::NoTools
         );
     }

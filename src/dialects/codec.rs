@@ -8,9 +8,8 @@
 //! is the one place that picks it.
 
 use super::{Entry, Item, Layout, Problem, Request};
-use crate::rewrite::ArrayLayout;
-pub use crate::search::sse::Framing;
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use crate::json::ArrayLayout;
+pub use crate::sse::{Frame, Framing};
 use serde_json::{Map, Value};
 use std::ops::Range;
 
@@ -175,6 +174,81 @@ pub trait ResponseCodec: Sync {
     /// A whole response with one call of tool `name` with `arguments`, for a request the
     /// gateway answers itself (`gating.claim: "answer"`); `model` echoed where the API does.
     fn claimed_answer(&self, name: &str, arguments: &Value, model: &str) -> Value;
+}
+
+/// One tool call the model made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The id its result must name: OpenAI Chat `id`, Responses `call_id`, Anthropic `id`,
+    /// Bedrock `toolUseId`; Gemini's `id` when the part has one, else empty.
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON object text (OpenAI's argument string decoded, Anthropic's and
+    /// Bedrock's `input`, Gemini's `args`).
+    pub arguments: String,
+}
+
+/// Token counts of one response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Usage {
+    /// The sum, saturating: counts come from the provider and may be anything.
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            input: self.input.saturating_add(other.input),
+            output: self.output.saturating_add(other.output),
+        }
+    }
+}
+
+/// What one model turn said, read from a whole response or a whole event stream.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reply {
+    /// Every tool call of the turn, in order.
+    pub calls: Vec<Call>,
+    pub usage: Option<Usage>,
+    /// The assistant turn as conversation items of this dialect's request format (JSON texts),
+    /// ready to append to the conversation array of the follow-up request: the response's own
+    /// message (or Responses output items) when read from a whole body, rebuilt from the
+    /// events when read from a stream.
+    pub turn: Vec<String>,
+}
+
+/// The answer the gateway gives one call of the meta-tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    pub call: Call,
+    /// A JSON object text: `{"tools":[…]}`, or `{"error":"…"}`.
+    pub content: String,
+    pub is_error: bool,
+}
+
+/// Changes to the response the client gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Edits {
+    /// Ids of calls to remove (the meta-tool's, when it was called alongside real tools).
+    /// When a call has no id (Gemini), its name is given instead.
+    pub drop: Vec<String>,
+    /// Calls to rewrite in place (`use_tool` resolved to a real tool): (id, name, arguments
+    /// JSON object text).
+    pub rename: Vec<(String, String, String)>,
+    /// Usage of every round, written in place of the response's own.
+    pub usage: Option<Usage>,
+}
+
+/// What the first frames of a stream show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// Nothing decisive yet: keep holding.
+    Undecided,
+    /// The model is answering (its first output is text): release the stream.
+    Answer,
+    /// The model's first output is a tool call: hold the stream to its end.
+    Calls,
 }
 
 /// The flat split shared by every dialect whose tools are one array: a structural scan that

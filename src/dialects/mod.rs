@@ -11,10 +11,13 @@
 mod codec;
 pub mod shared;
 
-pub use codec::{Codec, Framing, PathStream, ProviderSearch, RequestCodec, ResponseCodec};
+pub use codec::{
+    Call, Codec, Edits, Frame, Framing, Opening, PathStream, ProviderSearch, Reply, RequestCodec,
+    ResponseCodec, ToolResult, Usage,
+};
 pub use shared::schema;
 
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use std::fmt;
 
 /// Longest query text ranked, in bytes; longer text keeps its head and tail.
@@ -81,7 +84,6 @@ impl Dialect {
     /// tools array, which [`crate::json::find_path`] locates and [`Dialect::catalog`] reads.
     pub fn parse(self, body: &str) -> Result<Request, Problem> {
         let mut request = self.codec().parse(body)?;
-        request.dialect = self;
         request.query = crate::text::head_and_tail(&request.query, MAX_QUERY_BYTES);
         Ok(request)
     }
@@ -140,6 +142,33 @@ impl fmt::Display for Dialect {
     }
 }
 
+/// What reads a request's tools: one of the API dialects, or the configuration's custom
+/// request shape ([`crate::custom`]). The custom shape is no dialect: no dialect's own code
+/// (search mode, the `tool_choice` writers, `_tool_gating` claims) is applied to its requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reader {
+    Dialect(Dialect),
+    Custom,
+}
+
+impl Reader {
+    /// The dialect, unless the custom shape reads.
+    pub fn dialect(self) -> Option<Dialect> {
+        match self {
+            Reader::Dialect(dialect) => Some(dialect),
+            Reader::Custom => None,
+        }
+    }
+
+    /// The dialect's name, or `custom`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reader::Dialect(dialect) => dialect.name(),
+            Reader::Custom => "custom",
+        }
+    }
+}
+
 /// Why a body cannot be handled. Every variant passes the request upstream unchanged (or is
 /// answered with a 400 under `on_error: reject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +200,6 @@ impl Problem {
 /// What one request body says, besides its tools.
 #[derive(Debug)]
 pub struct Request {
-    pub dialect: Dialect,
     /// The latest user text, bounded to [`MAX_QUERY_BYTES`].
     pub query: String,
     /// What `tool_choice` (or the dialect's equivalent) asks for.

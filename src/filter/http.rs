@@ -14,7 +14,7 @@ use super::search::Search;
 use super::{Shared, vectors};
 use crate::access::Surface;
 use crate::config::{Mode, OnError};
-use crate::dialects::{Dialect, PathStream};
+use crate::dialects::{Dialect, PathStream, Reader};
 use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
     Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
@@ -31,11 +31,9 @@ pub struct Filter {
     context_id: u32,
     /// Search mode held the request headers (`search.hold_headers`), and they still are.
     headers_held: bool,
-    /// Set while the request body is being buffered for us.
-    buffering: Option<Dialect>,
-    /// The request is on a custom route (`custom.paths`): its body is read by the custom
-    /// shape, and `buffering` names a placeholder dialect.
-    custom: bool,
+    /// Set while the request body is being buffered for us: what reads it (the custom shape
+    /// on a custom route, `custom.paths`).
+    buffering: Option<Reader>,
     /// What happened, for the response headers.
     outcome: Option<Outcome>,
     /// A request waiting for its embeddings call.
@@ -139,7 +137,6 @@ impl Filter {
             context_id,
             headers_held: false,
             buffering: None,
-            custom: false,
             outcome: None,
             waiting: None,
             search_headers: None,
@@ -161,23 +158,22 @@ impl Filter {
         shared: &Shared,
         map: &crate::pairs::HeaderMap,
         end_of_stream: bool,
-    ) -> Result<Dialect, Skip> {
+    ) -> Result<Reader, Skip> {
         let headers = RequestHeaders::from_map(map, end_of_stream);
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         self.read_only = headers.signed && engine.read_signed_only();
         if let Some(screened) = headers.screen_custom(&engine.config) {
-            self.custom = true;
-            return screened.map(|()| crate::custom::PLACEHOLDER_DIALECT);
+            return screened.map(|()| Reader::Custom);
         }
-        headers.screen(&engine.config)
+        headers.screen(&engine.config).map(Reader::Dialect)
     }
 
     /// Runs the pipeline over the buffered body and replaces it. Returns the action for the
     /// body or trailers callback.
-    fn finish(&mut self, shared: &Shared, dialect: Dialect, body_size: usize) -> Action {
+    fn finish(&mut self, shared: &Shared, reader: Reader, body_size: usize) -> Action {
         self.buffering = None;
         let started = now();
-        let result = self.filter_body(shared, dialect, body_size, started);
+        let result = self.filter_body(shared, reader, body_size, started);
         shared.metrics.since(shared.metrics.filter_time_us, started);
         match result {
             Ok(Step::Done) => Action::Continue,
@@ -189,7 +185,7 @@ impl Filter {
     fn filter_body(
         &mut self,
         shared: &Shared,
-        dialect: Dialect,
+        reader: Reader,
         body_size: usize,
         started: Option<SystemTime>,
     ) -> Result<Step, Skipped> {
@@ -198,7 +194,7 @@ impl Filter {
             host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
         // Each phase starts when the last one ended: one clock read less per phase.
         let mut started = metrics.since(metrics.phase_read_us, started);
-        if let Some(resolved) = self.resolve_alias(dialect, &body)? {
+        if let Some(resolved) = self.resolve_alias(reader, &body)? {
             host::set_buffer(Buffer::RequestBody, 0, body.len(), resolved.as_bytes())
                 .map_err(|_| Skip::Internal)?;
             body = resolved.into_bytes();
@@ -207,10 +203,9 @@ impl Filter {
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         // Only the custom shape reads the body as text: a dialect checks what it reads.
         let grant = self.grant.as_ref();
-        let analysis = if self.custom {
-            engine.analyse_custom_as(body_text(&body)?, grant)?
-        } else {
-            engine.analyse_as(dialect, &body, grant)?
+        let analysis = match reader {
+            Reader::Custom => engine.analyse_custom_as(body_text(&body)?, grant)?,
+            Reader::Dialect(dialect) => engine.analyse_as(dialect, &body, grant)?,
         };
         metrics.since(
             if analysis.cache_hit {
@@ -233,7 +228,9 @@ impl Filter {
         }
         // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
         // Custom requests have no `tool_choice` a claim could name.
-        if !self.gating_asked && self.search_headers.is_none() && !self.custom {
+        if let (false, None, Reader::Dialect(dialect)) =
+            (self.gating_asked, &self.search_headers, reader)
+        {
             self.gating_asked = true;
             // `gating.rules` decide at once; a gating server, if any, is asked as well, and
             // the two verdicts merged when it answers.
@@ -258,7 +255,7 @@ impl Filter {
             }
         }
         drop(engine);
-        self.rank_and_apply(shared, dialect, analysis, body)
+        self.rank_and_apply(shared, reader, analysis, body)
     }
 
     /// Ranks (hybrid when configured, which may wait for an embeddings call) and writes the
@@ -266,7 +263,7 @@ impl Filter {
     fn rank_and_apply(
         &mut self,
         shared: &Shared,
-        dialect: Dialect,
+        reader: Reader,
         mut analysis: Analysis,
         body: Vec<u8>,
     ) -> Result<Step, Skipped> {
@@ -299,15 +296,15 @@ impl Filter {
         self.gate(config, &mut analysis);
         drop(engine);
         self.apply(shared, debug, &analysis, &body, ranked)?;
-        self.claim_tool_choice(dialect);
+        self.claim_tool_choice(reader);
         Ok(Step::Done)
     }
 
     /// In search mode, an OpenAI Responses body whose `previous_response_id` names a response
     /// id the client was shown in place of the one the provider stored (see
     /// [`crate::search::alias`]), with the stored one.
-    fn resolve_alias(&self, dialect: Dialect, body: &[u8]) -> Result<Option<String>, Skipped> {
-        if self.search_headers.is_none() || dialect != Dialect::OpenaiResponses {
+    fn resolve_alias(&self, reader: Reader, body: &[u8]) -> Result<Option<String>, Skipped> {
+        if self.search_headers.is_none() || reader != Reader::Dialect(Dialect::OpenaiResponses) {
             return Ok(None);
         }
         Ok(crate::search::alias::resolve(
@@ -375,11 +372,7 @@ impl Filter {
         // Prompts stay out of logs above debug level.
         log::debug!(
             "toolsift: {} query={:?} kept {kept}/{total} catalog_cache_hit={} ranked={ranked:?}",
-            if self.custom {
-                "custom"
-            } else {
-                analysis.dialect.name()
-            },
+            analysis.reader.name(),
             analysis.query,
             analysis.cache_hit
         );
@@ -562,7 +555,7 @@ impl Filter {
             (config.debug, ranked)
         };
         let result = self.apply(shared, debug, &analysis, &body, ranked);
-        self.claim_tool_choice(analysis.dialect);
+        self.claim_tool_choice(analysis.reader);
         shared
             .metrics
             .since(shared.metrics.phase_answer_us, started);
@@ -826,14 +819,14 @@ impl HttpContext for Filter {
             return action;
         }
         match self.screen_headers(&shared, &pairs, end_of_stream) {
-            Ok(dialect) => {
+            Ok(reader) => {
                 if let Err(status) = host::remove_header(Headers::Request, "content-length") {
                     log::warn!("cannot remove content-length: {status:?}");
                     return self.skip(&shared, Skip::Internal.into());
                 }
-                self.buffering = Some(dialect);
+                self.buffering = Some(reader);
                 // Custom shapes are filtered in search mode too.
-                if !self.custom {
+                if let Reader::Dialect(dialect) = reader {
                     self.search_headers = search_headers(&shared, dialect, &pairs);
                 }
                 if self.search_headers.is_some() {
@@ -862,7 +855,7 @@ impl HttpContext for Filter {
         if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
             return mcp.on_body(&shared, body_size, end_of_stream);
         }
-        let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
+        let (Some(shared), Some(reader)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
         if self.headers_held {
@@ -884,7 +877,7 @@ impl HttpContext for Filter {
         if !end_of_stream {
             return Action::Pause;
         }
-        self.finish(&shared, dialect, body_size)
+        self.finish(&shared, reader, body_size)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
@@ -892,10 +885,10 @@ impl HttpContext for Filter {
             return mcp.on_body(&shared, usize::MAX, true);
         }
         // With trailers (HTTP/2, gRPC-web), the body callback never sees end_of_stream.
-        let (Some(shared), Some(dialect)) = (self.shared.clone(), self.buffering) else {
+        let (Some(shared), Some(reader)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
-        self.finish(&shared, dialect, usize::MAX)
+        self.finish(&shared, reader, usize::MAX)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -1065,7 +1058,7 @@ impl Filter {
             }
         }
         self.verdict = verdict;
-        self.rank_and_apply(shared, dialect, analysis, body)
+        self.rank_and_apply(shared, Reader::Dialect(dialect), analysis, body)
     }
 
     /// Applies the `_tool_gating` verdict, if any, to the selection.
@@ -1077,8 +1070,12 @@ impl Filter {
 
     /// A claim (`gating.claim: "tool_choice"`, or a stream under `"answer"`): `tool_choice`
     /// names the claimed tool in the body the upstream gets.
-    fn claim_tool_choice(&self, dialect: Dialect) {
+    fn claim_tool_choice(&self, reader: Reader) {
         let Some(claim) = self.gated.as_ref().and_then(|g| g.claimed.as_ref()) else {
+            return;
+        };
+        // Only a dialect's requests are gated.
+        let Reader::Dialect(dialect) = reader else {
             return;
         };
         let body = host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();

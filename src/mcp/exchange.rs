@@ -239,7 +239,7 @@ pub struct Settings<'a> {
     pub config: &'a Config,
     pub mcp: &'a crate::config::Mcp,
     /// `gating.rules`, which `find_tools` heeds as it heeds a server's `_tool_gating`.
-    pub gating: Option<&'a gating::Rules>,
+    pub gating: Option<&'a crate::gating::Rules>,
 }
 
 /// One client request on an MCP route.

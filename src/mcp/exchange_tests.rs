@@ -134,7 +134,7 @@ struct Setup {
     mcp: Mcp,
     cache: CatalogCache,
     /// `gating.rules`, compiled as the filter's engine compiles them.
-    rules: crate::mcp::gating::Rules,
+    rules: crate::gating::Rules,
 }
 
 impl Setup {

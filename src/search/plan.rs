@@ -38,6 +38,8 @@ pub struct ProviderPlan {
 /// The first request of a search, and what the follow-ups need to know of it.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The request's dialect.
+    pub dialect: Dialect,
     /// The body sent upstream.
     pub body: String,
     /// Per catalog entry: the model can see it (built-ins always can).
@@ -236,6 +238,8 @@ pub fn plan(
     body: &str,
     room: HeaderRoom<'_>,
 ) -> Option<Planned> {
+    // Search mode serves the dialects' requests, never a custom request shape's.
+    let dialect = analysis.dialect()?;
     let catalog = &analysis.catalog;
     let draft = &catalog.draft;
     let container = body.get(analysis.container.clone())?;
@@ -289,7 +293,7 @@ pub fn plan(
         }
     }
 
-    if let Some((search_tool, beta)) = provider_search(config, analysis.dialect, body, room) {
+    if let Some((search_tool, beta)) = provider_search(config, dialect, body, room) {
         let tools = defer_for_provider(container, draft, &visible, &search_tool);
         // What the provider loads: the client's own `defer_loading`, else ours.
         let loaded = |i: usize| match texts.get(i) {
@@ -313,7 +317,7 @@ pub fn plan(
     let names = MetaNames::for_catalog(config, |n| {
         (0..texts.len()).any(|i| catalog.name(i) == Some(n))
     });
-    let meta = meta_entries(config, &names, analysis.dialect, &deferred_names);
+    let meta = meta_entries(config, &names, dialect, &deferred_names);
     let shown = order
         .iter()
         .filter_map(|&i| texts.get(i))
@@ -359,6 +363,7 @@ pub fn plan(
     };
     let body = splice(body, analysis.container.clone(), &tools)?;
     Some(Planned::Search(Plan {
+        dialect,
         body,
         visible,
         meta_entries: meta,

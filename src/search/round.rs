@@ -85,7 +85,7 @@ impl Session {
             .map(str::to_owned)
             .collect();
         Session {
-            dialect: analysis.dialect,
+            dialect: plan.dialect,
             body: plan.body,
             catalog: Rc::clone(&analysis.catalog),
             entries,

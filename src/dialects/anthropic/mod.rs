@@ -6,7 +6,7 @@ pub(crate) mod response;
 
 use super::shared::splice::set_path_member;
 use super::{Entry, Problem, ProviderSearch, Request, RequestCodec, ResponseCodec};
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Map, Value, json};
 
 /// Anthropic's own tool search tool, sent by `native_search` rules without a `tool`.
@@ -91,7 +91,7 @@ impl ResponseCodec for Anthropic {
     }
 
     fn continue_stream(&self, sent: &[Frame], next: &str) -> Result<String, Problem> {
-        let (next, _) = crate::search::sse::frames(next);
+        let (next, _) = crate::sse::frames(next);
         response::continue_stream(sent, &next)
     }
 

@@ -7,7 +7,7 @@
 //! dialects all keep tool calls as elements of a content array, and editing them in place keeps
 //! every other byte of the upstream's response.
 
-use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
 use crate::dialects::shared::calls::{CallShape, check_object, edit_calls};
 use crate::dialects::shared::splice::{
     apply_patches, json_string, parse_object, replace_member, set_member, write_patched,
@@ -563,7 +563,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::search::sse::write_all;
+    use crate::sse::write_all;
 
     /// A reply with a thinking block, text and two parallel calls, pretty-printed.
     const TWO_CALLS: &str = r#"{
@@ -1005,7 +1005,7 @@ mod tests {
     }
 
     fn reread(text: &str) -> (Vec<Frame>, Reply) {
-        let (frames, used) = crate::search::sse::frames(text);
+        let (frames, used) = crate::sse::frames(text);
         assert_eq!(used, text.len());
         let reply = read_stream(&frames).unwrap();
         (frames, reply)

@@ -7,7 +7,7 @@ mod response;
 
 use super::shared::splice::set_path_member;
 use super::{Entry, PathStream, Problem, Request, RequestCodec, ResponseCodec};
-use crate::search::{Edits, Reply, ToolResult};
+use crate::dialects::{Edits, Reply, ToolResult};
 use serde_json::{Map, Value, json};
 
 pub struct Bedrock;

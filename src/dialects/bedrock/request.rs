@@ -2,7 +2,7 @@
 //! `toolConfig.tools[].toolSpec` with `inputSchema.json`, `toolConfig.toolChoice`.
 
 use crate::dialects::schema::{Member, Text, tool_text};
-use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::{Choice, Entry, Problem, Request};
 use crate::dialects::shared::{content_text, note_call};
 use crate::json::Str;
 use serde::Deserialize;
@@ -85,7 +85,6 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         }
     }
     Ok(Request {
-        dialect: Dialect::Bedrock,
         query,
         choice,
         called,
@@ -129,6 +128,7 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialects::Dialect;
 
     #[test]
     fn reads_tool_config_inside_body() {

@@ -2,7 +2,7 @@
 //! binary event-stream framing, which search mode does not read): `output.message.content[]`
 //! (`text`, `toolUse{toolUseId,name,input}`, `reasoningContent`), `stopReason`, `usage`.
 
-use crate::search::{Call, Edits, Reply, ToolResult, Usage};
+use crate::dialects::{Call, Edits, Reply, ToolResult, Usage};
 use crate::dialects::shared::calls::{CallShape, edit_calls};
 use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
 use crate::dialects::Problem;

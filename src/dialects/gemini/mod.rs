@@ -10,7 +10,7 @@ use super::{
     Entry, Item, Layout, PathStream, Problem, Request, RequestCodec, ResponseCodec,
 };
 use crate::json::find_path;
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Map, Value, json};
 use std::ops::Range;
 

@@ -4,10 +4,10 @@
 //! and snake_case field names, so both are read.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::dialects::{Choice, Dialect, Entry, Group, Item, Layout, Problem, Request};
+use crate::dialects::{Choice, Entry, Group, Item, Layout, Problem, Request};
 use crate::dialects::shared::{note_call};
 use crate::json::Str;
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -93,7 +93,6 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         }
     }
     Ok(Request {
-        dialect: Dialect::Gemini,
         query,
         choice,
         called,
@@ -174,6 +173,7 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialects::Dialect;
 
     #[test]
     fn reads_contents_calls_and_config() {

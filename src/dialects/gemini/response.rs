@@ -5,7 +5,7 @@
 //!
 //! A call without an `id` is named by its `name` in [`Edits`] (and its result by its name).
 
-use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
 use crate::dialects::shared::calls::{CallShape, edit_calls};
 use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
 use crate::dialects::Problem;
@@ -515,7 +515,7 @@ pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::sse::write_all;
+    use crate::sse::write_all;
 
     /// Text with a signature, a call without id and one with, pretty-printed.
     const TWO_CALLS: &str = r#"{
@@ -877,7 +877,7 @@ mod tests {
             ..drop(&["find_tools"])
         };
         let out = finish_stream(&frames, &edits).unwrap();
-        let (kept, _) = crate::search::sse::frames(&out);
+        let (kept, _) = crate::sse::frames(&out);
         assert_eq!(kept.len(), 4);
         let reply = read_stream(&kept).unwrap();
         assert_eq!(
@@ -890,7 +890,7 @@ mod tests {
 
         // The last chunk stays, emptied, because it carries the finish reason and the usage.
         let out = finish_stream(&frames, &drop(&["get_weather"])).unwrap();
-        let (kept, _) = crate::search::sse::frames(&out);
+        let (kept, _) = crate::sse::frames(&out);
         assert_eq!(kept.len(), 5);
         assert!(kept[4].data.starts_with(
             r#"{"candidates":[{"content":{"parts":[],"role":"model"},"finishReason":"STOP""#
@@ -905,7 +905,7 @@ mod tests {
             ..Edits::default()
         };
         let reply =
-            read_stream(&crate::search::sse::frames(&finish_stream(&frames, &edits).unwrap()).0)
+            read_stream(&crate::sse::frames(&finish_stream(&frames, &edits).unwrap()).0)
                 .unwrap();
         assert_eq!(reply.calls[0], call("", "get_forecast", r#"{"days":2}"#));
     }

@@ -9,7 +9,7 @@ mod response;
 
 use super::openai_chat::OpenaiChat;
 use super::{Entry, Framing, Problem, Request, RequestCodec, ResponseCodec};
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Value, json};
 
 pub struct Ollama;

@@ -3,7 +3,7 @@
 //! function format, and `stream`, which is true when absent. Ollama has no `tool_choice`.
 
 use crate::dialects::shared::{content_text, note_call};
-use crate::dialects::{Choice, Dialect, Problem, Request};
+use crate::dialects::{Choice, Problem, Request};
 use crate::json::Str;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -57,7 +57,6 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         .find(|t| !t.trim().is_empty())
         .unwrap_or_default();
     Ok(Request {
-        dialect: Dialect::Ollama,
         query,
         choice: Choice::default(),
         called,

@@ -12,7 +12,7 @@ use crate::dialects::Problem;
 use crate::dialects::shared::calls::{CallShape, edit_calls};
 use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
 use crate::json::{Str, array_items, find_path, span_in};
-use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;

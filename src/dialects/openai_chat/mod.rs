@@ -6,7 +6,7 @@ pub(crate) mod response;
 
 use super::shared::splice::set_path_member;
 use super::{Entry, Problem, ProviderSearch, Request, RequestCodec, ResponseCodec};
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Value, json};
 
 pub struct OpenaiChat;

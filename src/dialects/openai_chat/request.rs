@@ -2,7 +2,7 @@
 //! Mistral, LiteLLM, OpenRouter): `tools[].function`, `messages`, `tool_choice`.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::{Choice, Entry, Problem, Request};
 use crate::dialects::shared::{content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -69,7 +69,6 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         .find(|t| !t.trim().is_empty())
         .unwrap_or_default();
     Ok(Request {
-        dialect: Dialect::OpenaiChat,
         query,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called,
@@ -151,6 +150,7 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialects::Dialect;
 
     #[test]
     fn reads_query_calls_and_choice() {

@@ -9,12 +9,12 @@
 //! call, one call of several removed). When a message loses every call its `tool_calls` key has
 //! to go, and that body (or chunk) is re-serialised through `serde_json::Value`.
 
-use crate::search::sse::write_all;
-use crate::search::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::sse::write_all;
+use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
 use crate::dialects::shared::splice::{apply_patches, json_string};
 use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path};
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -822,7 +822,7 @@ pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::sse::frames as split;
+    use crate::sse::frames as split;
 
     /// A tool-call response as the API reference shows it, pretty-printed.
     const ONE_CALL: &str = r#"{

@@ -6,7 +6,7 @@ mod response;
 
 use super::shared::splice::set_path_member;
 use super::{Entry, Problem, ProviderSearch, Request, RequestCodec, ResponseCodec};
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult};
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Map, Value, json};
 
 pub struct OpenaiResponses;
@@ -82,7 +82,7 @@ impl ResponseCodec for OpenaiResponses {
     }
 
     fn continue_stream(&self, sent: &[Frame], next: &str) -> Result<String, Problem> {
-        let (next, _) = crate::search::sse::frames(next);
+        let (next, _) = crate::sse::frames(next);
         response::continue_stream(sent, &next)
     }
 

@@ -2,7 +2,7 @@
 //! of items, `tool_choice`.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::dialects::{Choice, Dialect, Entry, Problem, Request};
+use crate::dialects::{Choice, Entry, Problem, Request};
 use crate::dialects::shared::{content_text, note_call};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -55,7 +55,6 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             .unwrap_or_default()
     };
     Ok(Request {
-        dialect: Dialect::OpenaiResponses,
         query,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called,
@@ -130,6 +129,7 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dialects::Dialect;
 
     #[test]
     fn string_input_is_the_query() {

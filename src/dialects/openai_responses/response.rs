@@ -8,13 +8,13 @@
 //! Every change is spliced into the original bytes: removing a call is removing an array
 //! element, so nothing here needs re-serialising.
 
-use crate::search::sse::write_all;
-use crate::search::{Edits, Frame, Opening, Reply, ToolResult, Usage};
+use crate::sse::write_all;
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult, Usage};
 use crate::dialects::openai_chat::response::{Fate, call, rename_splices, usage_splices};
 use crate::dialects::shared::splice::{apply_patches, json_string, write_patched};
 use crate::dialects::Problem;
 use crate::json::{Str, array_items, find_path};
-use crate::rewrite::ArrayLayout;
+use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -446,8 +446,8 @@ pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::Call;
-    use crate::search::sse::frames as split;
+    use crate::dialects::Call;
+    use crate::sse::frames as split;
 
     const REASONING: &str =
         r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAA"}"#;

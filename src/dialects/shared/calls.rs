@@ -2,11 +2,11 @@
 //! Bedrock `toolUse` blocks, Ollama `tool_calls`): removed or renamed in place, every other
 //! byte kept.
 
+use crate::dialects::Edits;
 use crate::dialects::Problem;
 use crate::dialects::shared::splice::{apply_patches, json_string, set_member};
+use crate::json::ArrayLayout;
 use crate::json::find_path;
-use crate::rewrite::ArrayLayout;
-use crate::search::Edits;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::borrow::Cow;

@@ -1,10 +1,10 @@
 //! Editing a response's JSON text in place: each change is a patch of one byte range, so every
 //! byte outside the changed values stays as the provider wrote it.
 
+use crate::dialects::Frame;
 use crate::dialects::Problem;
 use crate::json::find_path;
-use crate::rewrite::splice;
-use crate::search::Frame;
+use crate::json::splice;
 use serde::Deserialize;
 use serde_json::Value;
 use std::ops::Range;

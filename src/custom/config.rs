@@ -1,0 +1,134 @@
+//! The configuration's `custom` section: which requests have the custom shape, and where their
+//! question and tools are. [`crate::config::Config`] holds it; [`super::Shape`] is it compiled.
+
+use super::jsonpath::{FieldPath, JsonPath, Step};
+use serde::Deserialize;
+
+/// Custom request shapes (`custom`): requests whose path matches `paths` are read by this
+/// shape instead of a dialect (see [`super::Shape`]). Either the tools are a JSON array
+/// (`tools_path`, each tool's `fields`, the question at `query_path`), or they are written as
+/// text tags in strings (`text_path`; the question in `<userq>`, or at `query_path`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Custom {
+    /// Glob patterns (`*`, `?`) over the request path (without its query).
+    pub paths: Vec<String>,
+    /// Where the question is: the texts it selects, joined.
+    #[serde(default)]
+    pub query_path: Option<JsonPath>,
+    /// The tools array; with a `[*]`, the array before it, each tool read at what follows.
+    #[serde(default)]
+    pub tools_path: Option<JsonPath>,
+    /// Where each tool of `tools_path` keeps its name, description and parameter schema.
+    #[serde(default)]
+    pub fields: ToolFields,
+    /// The strings that hold tools as text tags.
+    #[serde(default)]
+    pub text_path: Option<JsonPath>,
+    /// Text tags: remove the tags' markup from the strings forwarded, keeping their contents.
+    #[serde(default)]
+    pub strip_tags: bool,
+}
+
+/// Paths from a tool's own value to its fields (`name`, `function.name`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolFields {
+    pub name: FieldPath,
+    pub description: FieldPath,
+    pub parameters: FieldPath,
+}
+
+impl Default for ToolFields {
+    fn default() -> Self {
+        let path = |p: &str| FieldPath::parse(p).unwrap_or_default();
+        ToolFields {
+            name: path("name"),
+            description: path("description"),
+            parameters: path("parameters"),
+        }
+    }
+}
+
+impl Custom {
+    /// Checks the section; an error names the field below `custom`, and why.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        if self.paths.is_empty() {
+            return Err(invalid("paths", "must name at least one path pattern"));
+        }
+        for (i, p) in self.paths.iter().enumerate() {
+            if !p.starts_with('/') && !p.starts_with('*') {
+                return Err(invalid(format!("paths[{i}]"), "must start with `/` or `*`"));
+            }
+        }
+        let each = |p: &JsonPath| p.steps().iter().filter(|s| **s == Step::Each).count();
+        match (&self.tools_path, &self.text_path) {
+            (Some(_), Some(_)) => Err(invalid(
+                "text_path",
+                "set `tools_path` (tools in a JSON array) or `text_path` (tools in text tags), \
+                 not both",
+            )),
+            (None, None) => Err(invalid(
+                "tools_path",
+                "required: set `tools_path` (tools in a JSON array) or `text_path` (tools in \
+                 text tags)",
+            )),
+            (Some(tools), None) => {
+                if each(tools) > 1 {
+                    return Err(invalid(
+                        "tools_path",
+                        format!(
+                            "`{tools}` must select one array: at most one `[*]`, before the \
+                             path to each tool (`$.tools[*].function`)"
+                        ),
+                    ));
+                }
+                if self.query_path.is_none() {
+                    return Err(invalid(
+                        "query_path",
+                        "required with `tools_path` (e.g. `$.messages[-1].content`)",
+                    ));
+                }
+                if self.strip_tags {
+                    return Err(invalid(
+                        "strip_tags",
+                        "applies to text tags (`text_path`) only",
+                    ));
+                }
+                for (name, field) in [
+                    ("name", &self.fields.name),
+                    ("description", &self.fields.description),
+                    ("parameters", &self.fields.parameters),
+                ] {
+                    if each(&field.0) > 0 {
+                        return Err(invalid(
+                            format!("fields.{name}"),
+                            "must select one value: no `[*]`",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            (None, Some(_)) => {
+                if self.fields != ToolFields::default() {
+                    return Err(invalid(
+                        "fields",
+                        "applies to `tools_path` only (text tags name their fields)",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether a request to `path` has this shape.
+    pub fn matches(&self, path: &str) -> bool {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        self.paths.iter().any(|p| crate::glob::matches(p, path))
+    }
+}
+
+/// An error of the section: the field below `custom`, and why.
+fn invalid(field: impl Into<String>, why: impl Into<String>) -> (String, String) {
+    (field.into(), why.into())
+}
