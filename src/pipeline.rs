@@ -1251,7 +1251,10 @@ mod tests {
             .unwrap();
         assert_eq!((a.kept(), a.total(), a.denied()), (2, 25, 2));
         let names = a.kept_names();
-        assert!(!names.contains(&"tool_7") && !names.contains(&"tool_1"), "{names:?}");
+        assert!(
+            !names.contains(&"tool_7") && !names.contains(&"tool_1"),
+            "{names:?}"
+        );
         let out = provider_tools(&a.rewrite(&body).unwrap());
         assert_eq!(out.len(), 2);
         assert!(a.access.as_ref().unwrap().denial.is_none());
@@ -1280,7 +1283,11 @@ mod tests {
             .unwrap();
         let denial = a.access.as_ref().unwrap().denial.clone().unwrap();
         assert_eq!(denial.tool.as_deref(), Some("tool_7"));
-        assert!(denial.message().contains("tool `tool_7`"), "{}", denial.message());
+        assert!(
+            denial.message().contains("tool `tool_7`"),
+            "{}",
+            denial.message()
+        );
         let body: serde_json::Value = serde_json::from_str(&denial.body()).unwrap();
         assert_eq!(body["error"]["code"], "access_denied");
     }
@@ -1294,7 +1301,10 @@ mod tests {
             .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
             .unwrap();
         assert_eq!((a.kept(), a.total(), a.denied()), (2, 3, 1));
-        assert_eq!(provider_tools(&a.rewrite(&body).unwrap()), ["tool_0", "tool_2"]);
+        assert_eq!(
+            provider_tools(&a.rewrite(&body).unwrap()),
+            ["tool_0", "tool_2"]
+        );
         // Nothing denied: untouched, as before.
         let mut plain = governed_engine("");
         let ok_tools = chat_body(3, "anything").replace("tool_1", "tool_9");
@@ -1321,7 +1331,10 @@ mod tests {
         let a = engine
             .analyse_as(Dialect::OpenaiChat, &only_denied, grant.as_ref())
             .unwrap();
-        assert_eq!(a.access.as_ref().unwrap().denial.as_ref().unwrap().why, Why::Default);
+        assert_eq!(
+            a.access.as_ref().unwrap().denial.as_ref().unwrap().why,
+            Why::Default
+        );
     }
 
     #[test]

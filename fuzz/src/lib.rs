@@ -196,7 +196,7 @@ fn check_rewrite(
 
 fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
     let out = match plan(config, analysis, body, HELD) {
-        None | Some(Planned::Native) => return,
+        None | Some(Planned::Native(_)) => return,
         Some(Planned::Provider(provider)) => provider.body,
         Some(Planned::Search(search)) => search.body,
     };

@@ -469,10 +469,14 @@ impl Filter {
         };
         let planned = crate::search::plan::plan(config, analysis, text, room);
         match planned {
-            Some(crate::search::plan::Planned::Native) => {
+            Some(crate::search::plan::Planned::Native(without_denied)) => {
                 metrics.add(metrics.search_native, 1);
-                metrics.add(metrics.unchanged, 1);
-                Ok(Some((analysis.total(), "native")))
+                let shown = analysis.total() - analysis.denied();
+                match without_denied {
+                    Some(body) => replace_request_body(shared, analysis, body_len, &body, shown)?,
+                    None => metrics.add(metrics.unchanged, 1),
+                }
+                Ok(Some((shown, "native")))
             }
             Some(crate::search::plan::Planned::Provider(plan)) => {
                 replace_request_body(shared, analysis, body_len, &plan.body, plan.shown)?;
