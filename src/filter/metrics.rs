@@ -68,6 +68,9 @@ pub struct Metrics {
     pub search_round_time_us: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
+    /// Under access rules, model answers that could not be read (so not checked) and were
+    /// replaced by toolsift's error.
+    pub access_unchecked: u32,
 }
 
 impl Metrics {
@@ -125,6 +128,7 @@ impl Metrics {
             phase_write_us: histogram("toolsift.phase.write_us")?,
             skipped,
             access_denied,
+            access_unchecked: counter("toolsift.access.unchecked")?,
         })
     }
 

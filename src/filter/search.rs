@@ -63,8 +63,14 @@ impl Search {
         };
         let HeadStep {
             drop_content_length,
+            drop_content_encoding,
             flow,
         } = self.responder.on_headers(&envoy, &head);
+        if drop_content_encoding {
+            if let Err(status) = host::remove_header(Headers::Response, "content-encoding") {
+                log::warn!("cannot remove the response content-encoding: {status:?}");
+            }
+        }
         if drop_content_length {
             if let Err(status) = host::remove_header(Headers::Response, "content-length") {
                 // The body cannot be replaced safely: let this response through as it is.
@@ -236,6 +242,8 @@ impl Host for EnvoyHost<'_> {
                 m.add(m.embeddings_inputs, inputs);
             }
             Event::Fallback(reason) => m.fallback(reason),
+            Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
+            Event::Unchecked => m.add(m.access_unchecked, 1),
         }
     }
 

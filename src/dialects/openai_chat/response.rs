@@ -333,6 +333,10 @@ pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
     let choices = completion.choices.ok_or(Problem::BadShape)?;
     let mut splices = Vec::new();
     for message in choices.iter().filter_map(|c| c.message.as_ref()) {
+        if legacy_dropped(message.function_call, edits) {
+            // The deprecated `function_call` key must go, and `finish_reason` with it.
+            return rebuilt_reply(body, edits);
+        }
         let Some(array) = message.tool_calls else {
             continue;
         };
@@ -344,19 +348,46 @@ pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
         if fates.iter().all(|f| matches!(f, Fate::Keep)) {
             continue;
         }
-        if !fates.is_empty() && fates.iter().all(|f| matches!(f, Fate::Drop)) {
-            // The `tool_calls` key itself must go, and `finish_reason` with it.
+        let all_dropped = !fates.is_empty() && fates.iter().all(|f| matches!(f, Fate::Drop));
+        if all_dropped || (edits.text.is_some() && message.content.is_none()) {
+            // The `tool_calls` key itself must go, and `finish_reason` with it; or words must
+            // go into a message that has no `content` member.
             return rebuilt_reply(body, edits);
         }
         let layout = ArrayLayout::of(body, array.get(), &items).ok_or(Problem::BadShape)?;
         let mut kept = String::with_capacity(array.get().len());
         layout.write(body, &mut kept, |i, text| fates.get(i)?.apply(text));
         splices.push((layout.span, kept));
+        let dropped = fates.iter().any(|f| matches!(f, Fate::Drop));
+        if let (Some(words), Some(content), true) = (&edits.text, message.content, dropped) {
+            let said: Option<String> = serde_json::from_str(content.get()).ok().flatten();
+            let span = crate::json::span_in(body, content.get()).ok_or(Problem::BadShape)?;
+            splices.push((span, json_string(&joined(said.as_deref(), words))));
+        }
     }
     if let Some(usage) = edits.usage {
         splices.extend(usage_splices(body, &["usage"], USAGE_KEYS, usage));
     }
     apply_patches(body, splices).ok_or(Problem::BadShape)
+}
+
+/// Whether the deprecated `function_call` of a message is one `edits` drop (by name: it has
+/// no id).
+fn legacy_dropped(function_call: Option<&RawValue>, edits: &Edits) -> bool {
+    let Some(call) = function_call.and_then(crate::json::parse::<FunctionCall>) else {
+        return false;
+    };
+    call.name
+        .as_deref()
+        .is_some_and(|name| edits.drop.iter().any(|d| d == name))
+}
+
+/// A message's words followed by `words` (a refusal), a blank line between.
+pub(crate) fn joined(said: Option<&str>, words: &str) -> String {
+    match said.filter(|s| !s.is_empty()) {
+        Some(said) => format!("{said}\n\n{words}"),
+        None => words.to_owned(),
+    }
 }
 
 /// What becomes of one tool call (or Responses output item) of the original text.
@@ -411,11 +442,27 @@ fn rebuilt_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
         .and_then(Value::as_array_mut)
         .ok_or(Problem::BadShape)?;
     for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
-        let emptied = choice
-            .get_mut("message")
-            .and_then(Value::as_object_mut)
-            .is_some_and(|message| edit_calls(message, edits));
-        if emptied && choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+        let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let legacy = message
+            .get("function_call")
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str)
+            .is_some_and(|name| edits.drop.iter().any(|d| d == name));
+        if legacy {
+            message.remove("function_call");
+        }
+        let dropped_before = call_count(message);
+        let emptied = edit_calls(message, edits) || (legacy && call_count(message) == 0);
+        let dropped = legacy || call_count(message) < dropped_before || emptied;
+        if let (Some(words), true) = (&edits.text, dropped) {
+            let said = message.get("content").and_then(Value::as_str);
+            let content = joined(said, words);
+            message.insert("content".into(), content.into());
+        }
+        let reason = choice.get("finish_reason").and_then(Value::as_str);
+        if emptied && matches!(reason, Some("tool_calls" | "function_call")) {
             choice.insert("finish_reason".into(), "stop".into());
         }
     }
@@ -450,6 +497,14 @@ fn edit_calls(message: &mut Map<String, Value>, edits: &Edits) -> bool {
         message.remove("tool_calls");
     }
     emptied
+}
+
+/// The calls a message (or delta) object holds.
+fn call_count(message: &Map<String, Value>) -> usize {
+    message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 fn call_id(entry: &Value) -> Option<&str> {
@@ -491,6 +546,8 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
     // The calls seen so far, per choice index: a delta's call (and so whether it is dropped,
     // renamed or renumbered) is known from the delta that opened it, which comes first.
     let mut choices: BTreeMap<u64, StreamedCalls> = BTreeMap::new();
+    // The words (`edits.text`) go where the first dropped call opened, once.
+    let mut words = edits.text.as_deref();
     for frame in frames {
         if is_done(frame) {
             frame.write(&mut out);
@@ -503,7 +560,13 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
             let pieces = choice.delta.as_ref().and_then(|d| d.tool_calls.as_ref());
             for (piece_position, piece) in pieces.into_iter().flatten().enumerate() {
                 let (slot, opened) = calls.absorb(piece);
-                let change = calls.change(slot, opened, piece, edits);
+                let mut change = calls.change(slot, opened, piece, edits);
+                if let (Some(PieceChange::Remove), true, Some(text)) =
+                    (&change, opened && calls.is_dropped(slot, edits), words)
+                {
+                    change = Some(PieceChange::RemoveWithText(text.to_owned()));
+                    words = None;
+                }
                 if let Some(change) = change {
                     changes.push((position, piece_position, change));
                 }
@@ -540,6 +603,9 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
 enum PieceChange {
     /// A piece of a dropped call, or a later piece of a renamed one.
     Remove,
+    /// The opening piece of the dropped call whose place these words take: the delta carries
+    /// them as `content`.
+    RemoveWithText(String),
     /// The opening piece of a renamed call: it carries the new name and the whole arguments
     /// (and a new `index` when calls before it were dropped).
     Rename {
@@ -578,7 +644,7 @@ fn edited_chunk(
                 continue;
             };
             match change {
-                PieceChange::Remove => {
+                PieceChange::Remove | PieceChange::RemoveWithText(_) => {
                     if *piece_at < pieces.len() {
                         pieces.remove(*piece_at);
                         removed_any = true;
@@ -605,6 +671,11 @@ fn edited_chunk(
             }
             if pieces.is_empty() {
                 delta.remove("tool_calls");
+            }
+            if let PieceChange::RemoveWithText(words) = change {
+                let said = delta.get("content").and_then(Value::as_str);
+                let content = joined(said, words);
+                delta.insert("content".into(), content.into());
             }
         }
     }
@@ -930,6 +1001,7 @@ mod tests {
             drop: drop.iter().map(|d| d.to_string()).collect(),
             rename: Vec::new(),
             usage,
+            text: None,
         }
     }
 
@@ -1304,6 +1376,7 @@ mod tests {
                 r#"{"days":3}"#.into(),
             )],
             usage: None,
+            text: None,
         };
         let out = finish_stream(&two_call_stream(), &edits).unwrap();
         let (kept, reply) = reread(&out);
@@ -1351,5 +1424,33 @@ mod tests {
         let reply = read_stream(&frames).unwrap();
         let names: Vec<_> = reply.calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["f", "g", "h", "k"]);
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::OpenaiChat.codec();
+        // Beside an allowed call: the call stays, the words join the message.
+        let (out, reply) = refused(codec, TWO_CALLS, false, &["call_wx"]);
+        assert_eq!(reply.calls.len(), 1);
+        assert_eq!(json(&out)["choices"][0]["finish_reason"], "tool_calls");
+        // Alone: the turn ends.
+        let (out, reply) = refused(codec, ONE_CALL, false, &["call_find"]);
+        assert!(reply.calls.is_empty());
+        let v = json(&out);
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("not available"));
+        // A deprecated `function_call` (no id) is dropped by name.
+        let legacy = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "function_call":{"name":"get_weather","arguments":"{}"}},"finish_reason":"function_call"}]}"#;
+        let (out, reply) = refused(codec, legacy, false, &["get_weather"]);
+        assert!(reply.calls.is_empty() && json(&out)["choices"][0]["finish_reason"] == "stop");
+        // Streamed: the words ride in the dropped call's opening chunk.
+        let stream = write_all(&two_call_stream());
+        let (_, reply) = refused(codec, &stream, true, &["call_wx"]);
+        assert_eq!(reply.calls.len(), 1);
+        let (out, reply) = refused(codec, &stream, true, &["call_find", "call_wx"]);
+        assert!(reply.calls.is_empty());
+        assert!(out.contains(r#""finish_reason":"stop""#), "{out}");
     }
 }
