@@ -8,21 +8,14 @@
 
 mod common;
 
+use common::llm::DIALECTS;
+
 use common::{Gateway, Response, envoy_refuses, tools_for};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::io::Write;
 
 const DEFAULT: &str = r#"{"debug": true}"#;
-
-const DIALECTS: [&str; 6] = [
-    "openai_chat",
-    "openai_responses",
-    "anthropic",
-    "gemini",
-    "bedrock",
-    "ollama",
-];
 
 fn path(dialect: &str) -> &'static str {
     match dialect {

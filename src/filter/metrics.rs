@@ -69,8 +69,10 @@ pub struct Metrics {
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
     /// Under access rules, model answers that could not be read (so not checked) and were
-    /// replaced by toolsift's error.
+    /// replaced by toolsift's error; and requests refused because their response stream is one
+    /// toolsift cannot check (Bedrock's binary event stream, Gemini's JSON-array stream).
     pub access_unchecked: u32,
+    pub access_unsupported_stream: u32,
 }
 
 impl Metrics {
@@ -129,6 +131,7 @@ impl Metrics {
             skipped,
             access_denied,
             access_unchecked: counter("toolsift.access.unchecked")?,
+            access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
         })
     }
 

@@ -102,7 +102,7 @@ impl Search {
     /// Once decided, the search's rounds, found tools and usage, for the access log:
     /// `%FILTER_STATE(wasm.toolsift_search:PLAIN)%`, as `x-toolsift-search` says them.
     fn record(&mut self) {
-        if self.recorded || !self.responder.finished() {
+        if self.recorded || !self.responder.finished() || !self.responder.session().searches() {
             return;
         }
         self.recorded = true;

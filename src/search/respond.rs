@@ -244,6 +244,11 @@ impl Responder {
         let content_type = head.content_type.as_deref().unwrap_or_default();
         let content_type = content_type.to_ascii_lowercase();
         let readable = content_type.contains("json") || content_type.contains("event-stream");
+        if !self.session.searches() {
+            // A guard is set before the body says whether it asks for a stream: the answer
+            // says (SSE, or Ollama's JSON lines).
+            self.stream = content_type.contains("event-stream") || content_type.contains("ndjson");
+        }
         if head.status.as_deref() != Some("200") || !readable || head.end_of_stream {
             // Errors, odd answers and empty ones reach the client as the upstream sent them.
             self.phase = Phase::Passing;

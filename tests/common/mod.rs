@@ -9,6 +9,8 @@
     clippy::indexing_slicing
 )]
 
+pub mod llm;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
