@@ -144,12 +144,44 @@ pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> S
 
 pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let completion: Completion = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
-    let choices = completion.choices.ok_or(Problem::BadShape)?;
+    let mut choices = completion.choices.ok_or(Problem::BadShape)?.into_iter();
     let message = choices
-        .into_iter()
         .next()
         .and_then(|c| c.message)
         .ok_or(Problem::BadShape)?;
+    let (mut calls, has_tool_calls) = message_calls(&message)?;
+    // The turn is the first choice's; a client that asked for several (`n`) gets every
+    // choice's calls, so every one is read (and checked under access rules).
+    for other in choices.filter_map(|c| c.message) {
+        calls.extend(message_calls(&other)?.0);
+    }
+    // Rebuilt rather than copied: `refusal`, `annotations` and `audio` are response-only, and
+    // not every compatible server accepts them back as input.
+    let mut turn = String::from(r#"{"role":"assistant","content":"#);
+    turn.push_str(message.content.map_or("null", RawValue::get));
+    if let Some(reasoning) = message.reasoning_content {
+        turn.push_str(r#","reasoning_content":"#);
+        turn.push_str(reasoning.get());
+    }
+    if let (Some(raw), true) = (message.tool_calls, has_tool_calls) {
+        turn.push_str(r#","tool_calls":"#);
+        turn.push_str(raw.get());
+    }
+    if let Some(raw) = message.function_call {
+        turn.push_str(r#","function_call":"#);
+        turn.push_str(raw.get());
+    }
+    turn.push('}');
+    Ok(Reply {
+        calls,
+        usage: completion.usage.as_ref().and_then(TokenCounts::usage),
+        turn: vec![turn],
+    })
+}
+
+/// The function calls of one message, in order (its deprecated `function_call` last), and
+/// whether its `tool_calls` has entries of any kind.
+fn message_calls(message: &Message) -> Result<(Vec<Call>, bool), Problem> {
     let tool_calls: Vec<ToolCall> = match message.tool_calls {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?,
         None => Vec::new(),
@@ -177,28 +209,7 @@ pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
             function.arguments.as_deref().unwrap_or_default(),
         ));
     }
-    // Rebuilt rather than copied: `refusal`, `annotations` and `audio` are response-only, and
-    // not every compatible server accepts them back as input.
-    let mut turn = String::from(r#"{"role":"assistant","content":"#);
-    turn.push_str(message.content.map_or("null", RawValue::get));
-    if let Some(reasoning) = message.reasoning_content {
-        turn.push_str(r#","reasoning_content":"#);
-        turn.push_str(reasoning.get());
-    }
-    if let (Some(raw), false) = (message.tool_calls, tool_calls.is_empty()) {
-        turn.push_str(r#","tool_calls":"#);
-        turn.push_str(raw.get());
-    }
-    if let Some(raw) = message.function_call {
-        turn.push_str(r#","function_call":"#);
-        turn.push_str(raw.get());
-    }
-    turn.push('}');
-    Ok(Reply {
-        calls,
-        usage: completion.usage.as_ref().and_then(TokenCounts::usage),
-        turn: vec![turn],
-    })
+    Ok((calls, !tool_calls.is_empty()))
 }
 
 pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
@@ -206,6 +217,8 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls = StreamedCalls::default();
+    // The calls of the other choices (`n` > 1), which the client gets too.
+    let mut others: BTreeMap<u64, StreamedCalls> = BTreeMap::new();
     let mut legacy: Option<(String, String)> = None;
     let mut usage = None;
     for frame in frames.iter().filter(|f| !is_done(f)) {
@@ -217,7 +230,13 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
             continue;
         };
         saw_choices = true;
-        // The turn is the first choice's: search mode never asks for `n` > 1.
+        for choice in choices.iter().filter(|c| c.index.unwrap_or(0) != 0) {
+            let other = others.entry(choice.index.unwrap_or(0)).or_default();
+            for piece in choice.delta.iter().flat_map(|d| d.tool_calls.iter().flatten()) {
+                other.absorb(piece);
+            }
+        }
+        // The turn is the first choice's.
         let first = choices.iter().filter(|c| c.index.unwrap_or(0) == 0);
         for delta in first.filter_map(|c| c.delta.as_ref()) {
             text.push_str(delta.content.as_deref().unwrap_or_default());
@@ -274,6 +293,12 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
             json!({"name": name, "arguments": arguments}),
         );
     }
+    let other_calls = others.values().flat_map(|o| &o.calls);
+    reply_calls.extend(
+        other_calls
+            .filter(|c| is_function(c.kind.as_deref()))
+            .map(|c| call(&c.id, &c.name, &c.arguments)),
+    );
     Ok(Reply {
         calls: reply_calls,
         usage,
@@ -1452,5 +1477,45 @@ mod tests {
         let (out, reply) = refused(codec, &stream, true, &["call_find", "call_wx"]);
         assert!(reply.calls.is_empty());
         assert!(out.contains(r#""finish_reason":"stop""#), "{out}");
+    }
+
+    #[test]
+    fn every_choice_s_calls_are_read_and_refused() {
+        use crate::dialects::shared::testing::REFUSAL;
+        // `n` = 2: the second choice calls the denied tool.
+        let two = TWO_CALLS.replace(
+            r#""finish_reason":"tool_calls"}]"#,
+            r#""finish_reason":"tool_calls"},{"index":1,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_2nd","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},"finish_reason":"tool_calls"}]"#,
+        );
+        let reply = read_reply(&two).unwrap();
+        assert_eq!(reply.calls.len(), 3);
+        assert_eq!(reply.calls[2].id, "call_2nd");
+        let edits = Edits {
+            drop: vec!["call_2nd".into()],
+            text: Some(REFUSAL.into()),
+            ..Edits::default()
+        };
+        let out = finish_reply(&two, &edits).unwrap();
+        assert_eq!(read_reply(&out).unwrap().calls.len(), 2);
+        let second = &json(&out)["choices"][1];
+        assert_eq!(second["finish_reason"], "stop");
+        assert_eq!(second["message"]["content"], REFUSAL);
+        assert!(second["message"].get("tool_calls").is_none());
+        // Streamed: the second choice's call is read, and refused.
+        let mut frames = two_call_stream();
+        frames.insert(
+            1,
+            chunk(
+                r#"[{"index":1,"delta":{"tool_calls":[{"index":0,"id":"call_2nd","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},"finish_reason":null}]"#,
+            ),
+        );
+        let stream = write_all(&frames);
+        let reply = read_stream(&frames).unwrap();
+        assert_eq!(reply.calls.last().map(|c| c.id.as_str()), Some("call_2nd"));
+        let out = finish_stream(&frames, &edits).unwrap();
+        let (again, used) = split(&out);
+        assert_eq!(used, out.len());
+        assert_eq!(read_stream(&again).unwrap().calls.len(), 2, "{stream}");
+        assert!(out.contains(REFUSAL), "{out}");
     }
 }
