@@ -260,7 +260,7 @@ impl Responder {
             "" | "identity"
         ) {
             // Compressed although the request no longer offered it: the turn cannot be read.
-            if self.session.searches() {
+            if !self.session.checks_calls() {
                 host.count(Event::Unreadable);
                 self.phase = Phase::Passing;
                 return pass;
@@ -361,7 +361,7 @@ impl Responder {
         if self.stream && !self.opened {
             // Frame what came in: a chunk may end inside an event or a character.
             let Some(text) = self.body.get(self.framed..).and_then(sse::utf8_prefix) else {
-                if self.session.searches() {
+                if !self.session.checks_calls() {
                     return self.release(host);
                 }
                 self.cannot_check(host);
@@ -385,7 +385,7 @@ impl Responder {
                     return self.watch_bytes(host, held, end_of_stream);
                 }
                 // A stream that cannot be watched is held whole when its calls are checked.
-                Opening::Answer if self.session.searches() => return self.release(host),
+                Opening::Answer if !self.session.checks_calls() => return self.release(host),
                 Opening::Answer | Opening::Calls => self.opened = true,
                 Opening::Undecided => {}
             }
@@ -396,7 +396,7 @@ impl Responder {
         let body = std::mem::take(&mut self.body);
         match String::from_utf8(body) {
             Ok(text) => self.turn(host, text, false, None),
-            Err(_) if !self.session.searches() => {
+            Err(_) if self.session.checks_calls() => {
                 self.cannot_check(host);
                 Flow::Continue
             }
@@ -443,7 +443,7 @@ impl Responder {
             let mut data = std::mem::take(&mut watch.carry);
             data.extend_from_slice(&fresh);
             let Some(text) = sse::utf8_prefix(&data) else {
-                if !self.session.searches() {
+                if self.session.checks_calls() {
                     self.cannot_check(host);
                     return Flow::Continue;
                 }
@@ -521,7 +521,7 @@ impl Responder {
             codec.read_reply(&text)
         };
         let Ok(reply) = reply else {
-            if !self.session.searches() {
+            if self.session.checks_calls() {
                 self.cannot_check(host);
                 return Flow::Continue;
             }

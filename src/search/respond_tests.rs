@@ -715,3 +715,44 @@ fn a_guard_fails_closed_on_what_it_cannot_read() {
     assert_eq!(envoy.feed(&mut m, b"{\"error\":{}}", true), Flow::Continue);
     assert_eq!(envoy.client_text(), "{\"error\":{}}");
 }
+
+/// Search mode under access rules reads every answer too: what it cannot read (compressed
+/// anyway) becomes toolsift's error, not an unchecked answer.
+#[test]
+fn a_search_under_access_rules_fails_closed_on_what_it_cannot_read() {
+    let config = Config::from_json(
+        br#"{"mode":"search","min_tools":3,"access":{"default":"allow",
+            "rules":[{"when":["*"],"deny":["filler_1*"]}]}}"#,
+    )
+    .unwrap();
+    let codec = Dialect::OpenaiChat.codec();
+    let params = serde_json::json!({"type":"object"});
+    let tools: Vec<String> = (0..24)
+        .map(|i| codec.tool_entry(&format!("filler_{i}"), "Does filler things", &params))
+        .collect();
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"weather?"}}],"tools":[{}]}}"#,
+        tools.join(",")
+    );
+    let mut engine = Engine::new(config.clone());
+    let grant = engine.grant(&crate::access::Caller::anonymous());
+    let analysis = engine
+        .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+        .unwrap();
+    let Some(Planned::Search(plan)) = plan(&config, &analysis, &body, HeaderRoom::default()) else {
+        panic!("planned");
+    };
+    let session = Session::new(&config, &analysis, &body, plan);
+    assert!(session.searches() && session.checks_calls());
+    let mut m = Responder::new(session, false, false);
+    let envoy = Envoy::default();
+    let gzip = Head {
+        content_encoding: Some("gzip".into()),
+        ..head("application/json")
+    };
+    assert!(m.on_headers(&envoy, &gzip).drop_content_encoding);
+    envoy.feed(&mut m, b"\x1f\x8b\x08\x00\x00", true);
+    assert!(envoy.client_text().contains("access_unchecked"));
+    assert_eq!(envoy.counted(Event::Unchecked), 1);
+    assert_eq!(envoy.counted(Event::Unreadable), 0);
+}

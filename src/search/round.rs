@@ -148,6 +148,12 @@ impl Session {
         self.catalog.is_some()
     }
 
+    /// Whether the session checks the model's calls against access rules: then what it cannot
+    /// read does not reach the client unchecked.
+    pub fn checks_calls(&self) -> bool {
+        self.grant.is_some()
+    }
+
     /// Model calls refused so far.
     pub fn refused(&self) -> usize {
         self.refused
