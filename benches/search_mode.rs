@@ -222,7 +222,7 @@ fn run(config: &Config, analysis: &Analysis, body: &str, question: &str) -> Run 
     let plan_us = t0.elapsed().as_secs_f64() * 1e6;
     let plan: Plan = match planned {
         Some(Planned::Search(p)) => p,
-        Some(Planned::Native | Planned::Provider(_)) => {
+        Some(Planned::Native(_) | Planned::Provider(_)) => {
             panic!("no provider tool search in these requests")
         }
         None => panic!("plan() did not plan the request"),

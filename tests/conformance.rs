@@ -8,8 +8,9 @@
 //!   array and the kept tool unchanged, the result JSON; planned for search mode, JSON.
 //! - `*.response.json`: a whole answer (or, holding an array, Gemini's JSON-array stream) read;
 //!   its calls are tools its request offered; finished with its first call removed and every
-//!   round's usage written, read again: one call fewer, that usage. Error bodies are read
-//!   without panicking and yield no calls.
+//!   round's usage written, read again: one call fewer, that usage; and with the first call
+//!   refused (access rules): one call fewer, the refusal's words in the turn. Error bodies are
+//!   read without panicking and yield no calls.
 //! - `*.response.sse`, `*.response.ndjson`: framed as the codec says, read, decided (the
 //!   opening over every prefix), continued after its first half, finished as above.
 //! - Anything else (Bedrock's binary event stream, which search mode does not follow) is
@@ -173,8 +174,42 @@ fn edits_for(reply: &Reply) -> (Edits, Usage) {
         drop,
         rename: Vec::new(),
         usage: Some(usage),
+        text: None,
     };
     (edits, usage)
+}
+
+/// The words a refusal writes in place of a call (access rules).
+const REFUSAL: &str = "Tool `x` is not available.";
+
+/// [`edits_for`] with the first call refused (the words take its place), written by
+/// `refuse` and read back as the client's reader sees it: one call fewer, the words once in
+/// the turn.
+fn check_refused(
+    dialect: Dialect,
+    name: &str,
+    reply: &Reply,
+    refuse: impl Fn(&Edits) -> Result<Reply, toolsift::dialects::Problem>,
+) {
+    if reply.calls.is_empty() {
+        return;
+    }
+    let edits = &Edits {
+        text: Some(REFUSAL.to_owned()),
+        ..edits_for(reply).0
+    };
+    let again = refuse(edits).unwrap_or_else(|e| panic!("{dialect} {name}: not refused: {e:?}"));
+    assert_eq!(
+        again.calls.len(),
+        calls_left(reply, edits),
+        "{dialect} {name}: the refused call removed"
+    );
+    assert_eq!(
+        again.turn.join("").matches(REFUSAL).count(),
+        1,
+        "{dialect} {name}: the refusal in the turn: {:?}",
+        again.turn
+    );
 }
 
 fn check_reply(dialect: Dialect, name: &str, reply: &Reply, request: Option<&str>) {
@@ -229,6 +264,14 @@ fn check_whole(codec: &dyn Codec, dialect: Dialect, name: &str, text: &str, requ
         "{dialect} {name}: a call removed"
     );
     assert_eq!(again.usage, Some(usage), "{dialect} {name}: usage written");
+    check_refused(dialect, name, &reply, |refusal| {
+        let out = codec.finish_reply(text, refusal)?;
+        assert!(
+            is_json(&out),
+            "{dialect} {name}: refused answer is not JSON"
+        );
+        codec.read_reply(&out)
+    });
 }
 
 fn check_stream(
@@ -303,6 +346,16 @@ fn check_stream(
     if reply.usage.is_some() {
         assert_eq!(again.usage, Some(usage), "{dialect} {name}: usage written");
     }
+    check_refused(dialect, name, &reply, |refusal| {
+        let out = codec.finish_stream(frames, refusal)?;
+        let (refused, used) = framing.frames(&out);
+        assert_eq!(
+            used,
+            out.len(),
+            "{dialect} {name}: refusal ends inside an event"
+        );
+        codec.read_stream(&refused)
+    });
 }
 
 #[test]

@@ -197,7 +197,7 @@ fn check_rewrite(
 
 fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
     let out = match plan(config, analysis, body, HELD) {
-        None | Some(Planned::Native) => return,
+        None | Some(Planned::Native(_)) => return,
         Some(Planned::Provider(provider)) => provider.body,
         Some(Planned::Search(search)) => search.body,
     };
@@ -356,6 +356,18 @@ fn session(dialect: Dialect) -> Session {
     })
 }
 
+/// A guard of access rules that deny the tools `get_*` to everyone.
+fn guard(dialect: Dialect) -> Session {
+    let config = Config::from_json(
+        br#"{"access":{"default":"allow","rules":[{"when":["*"],"deny":["get_*"]}]}}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let grant = Engine::new(config)
+        .grant(&toolsift::access::Caller::anonymous())
+        .unwrap_or_else(|| panic!("access rules"));
+    Session::guard(dialect, grant)
+}
+
 /// `data[0]` picks the dialect (its low 7 bits) and whole or streamed (its high bit), `data[1]` seeds the chunking, the rest
 /// is a provider's answer. Read as search mode reads it: the model's turn, the session's next
 /// step, and the answer finished for the client (calls removed, usage rewritten); a stream is
@@ -475,10 +487,12 @@ fn check_turn(dialect: Dialect, session: &mut Session, reply: &Reply) -> Edits {
             dialect.parse(&body).unwrap_or_else(|e| {
                 panic!("follow-up is not a {dialect:?} request ({e:?}): {body}")
             });
+            // With a refusal's words in their place, as access rules write them.
             Edits {
                 drop: reply.calls.iter().map(|c| c.id.clone()).collect(),
                 rename: Vec::new(),
                 usage: reply.usage,
+                text: Some("Tool `x` is not available.".to_owned()),
             }
         }
     }
@@ -486,11 +500,12 @@ fn check_turn(dialect: Dialect, session: &mut Session, reply: &Reply) -> Edits {
 
 /// Search mode's response side (`toolsift::search::respond`) driven through a model of Envoy's
 /// buffering. `data[0]`: the dialect (low 4 bits), streamed (bit 4), held headers (bit 5), ends
-/// with trailers (bit 6); `data[1]` seeds the chunking; the rest is the model's first answer and,
-/// after a 0xFF byte (never in UTF-8), the answer every follow-up gets. Nothing panics; Envoy's
-/// buffer is empty at the end (what was held went out); every byte of the answer is read from
-/// Envoy once at most; follow-ups stop; an answer that calls no meta-tool reaches the client
-/// byte for byte, whatever the chunking.
+/// with trailers (bit 6), a guard of access rules instead of a search (bit 7); `data[1]` seeds
+/// the chunking; the rest is the model's first answer and, after a 0xFF byte (never in UTF-8),
+/// the answer every follow-up gets. Nothing panics; Envoy's buffer is empty at the end (what
+/// was held went out); every byte of the answer is read from Envoy once at most; follow-ups
+/// stop; an answer that calls no meta-tool reaches the client byte for byte, whatever the
+/// chunking; through a guard that denies `get_*`, what the client gets calls no such tool.
 pub fn respond(data: &[u8]) {
     let [selector, seed, rest @ ..] = data else {
         return;
@@ -505,7 +520,12 @@ pub fn respond(data: &[u8]) {
         Some(at) => (&rest[..at], &rest[at + 1..]),
         None => (rest, rest),
     };
-    let mut machine = Responder::new(session(dialect), streamed, hold);
+    let guarded = selector & 0x80 != 0;
+    let mut machine = if guarded {
+        Responder::new(guard(dialect), streamed, false)
+    } else {
+        Responder::new(session(dialect), streamed, hold)
+    };
     let envoy = Envoy::default();
     let content_type = if streamed {
         "text/event-stream"
@@ -557,6 +577,21 @@ pub fn respond(data: &[u8]) {
     } else {
         codec.read_reply(text)
     };
+    if guarded {
+        let client = envoy.client_text();
+        let reread = if streamed {
+            codec.read_stream(&codec.framing().frames(&client).0)
+        } else {
+            codec.read_reply(&client)
+        };
+        if let Ok(reread) = reread {
+            assert!(
+                !reread.calls.iter().any(|c| c.name.starts_with("get_")),
+                "a denied call reached the client: {client}"
+            );
+        }
+        return;
+    }
     let meta = |name: &str| name == "find_tools" || name == "use_tool";
     if reply.is_ok_and(|r| !r.calls.iter().any(|c| meta(&c.name)))
         && !text.contains("find_tools")

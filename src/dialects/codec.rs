@@ -238,6 +238,10 @@ pub struct Edits {
     pub rename: Vec<(String, String, String)>,
     /// Usage of every round, written in place of the response's own.
     pub usage: Option<Usage>,
+    /// Words the client gets from the model in place of the calls dropped (a refusal under
+    /// access rules): written where the first dropped call was, or after the turn's own
+    /// text. When no call remains, the stop reason becomes the dialect's end of turn.
+    pub text: Option<String>,
 }
 
 /// What the first frames of a stream show.

@@ -473,10 +473,14 @@ impl Filter {
         };
         let planned = crate::search::plan::plan(config, analysis, text, room);
         match planned {
-            Some(crate::search::plan::Planned::Native) => {
+            Some(crate::search::plan::Planned::Native(without_denied)) => {
                 metrics.add(metrics.search_native, 1);
-                metrics.add(metrics.unchanged, 1);
-                Ok(Some((analysis.total(), "native")))
+                let shown = analysis.total() - analysis.denied();
+                match without_denied {
+                    Some(body) => replace_request_body(shared, analysis, body_len, &body, shown)?,
+                    None => metrics.add(metrics.unchanged, 1),
+                }
+                Ok(Some((shown, "native")))
             }
             Some(crate::search::plan::Planned::Provider(plan)) => {
                 replace_request_body(shared, analysis, body_len, &plan.body, plan.shown)?;
@@ -825,6 +829,13 @@ impl HttpContext for Filter {
                     return self.skip(&shared, Skip::Internal.into());
                 }
                 self.buffering = Some(reader);
+                if let (Some(grant), crate::dialects::Reader::Dialect(dialect)) =
+                    (self.grant.clone(), reader)
+                {
+                    if let Some(refused) = self.guard(&shared, dialect, grant, &pairs) {
+                        return refused;
+                    }
+                }
                 // Custom shapes are filtered in search mode too.
                 if let Reader::Dialect(dialect) = reader {
                     self.search_headers = search_headers(&shared, dialect, &pairs);
@@ -957,6 +968,60 @@ impl HttpContext for Filter {
 }
 
 impl Filter {
+    /// Under access rules, every LLM request's answer is checked before the client gets it
+    /// (whatever becomes of the request: filtered, passed with few tools, handed to the
+    /// provider's search): a call of a tool its caller may not use is replaced by a refusal.
+    /// The answer is asked for uncompressed so that it can be read. A request whose answer
+    /// would come in a stream toolsift cannot read (Bedrock's binary event stream, Gemini's
+    /// JSON array) is refused here with a 400, since a denied call in it could not be stopped.
+    /// Search mode replaces the guard with its own machine, which checks calls the same way.
+    fn guard(
+        &mut self,
+        shared: &Shared,
+        dialect: Dialect,
+        grant: crate::access::Grant,
+        map: &crate::pairs::HeaderMap,
+    ) -> Option<Action> {
+        let path = map
+            .get(":path")
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .unwrap_or_default();
+        if dialect.codec().path_stream(path) == PathStream::Unsupported {
+            let metrics = &shared.metrics;
+            metrics.add(metrics.access_unsupported_stream, 1);
+            self.buffering = None;
+            let body = serde_json::json!({
+                "error": {
+                    "type": "toolsift_error",
+                    "code": "access_unsupported_stream",
+                    "message": "toolsift: access rules are on, and this API's stream on this path \
+                        (Bedrock converse-stream, Gemini streamGenerateContent without alt=sse) \
+                        cannot be checked for calls of denied tools: use the whole answer, or \
+                        Gemini's alt=sse",
+                }
+            });
+            let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+            return Some(
+                match host::send_response(400, &headers, body.to_string().as_bytes()) {
+                    Ok(()) => Action::Pause,
+                    Err(status) => {
+                        log::warn!("cannot refuse the unsupported stream: {status:?}");
+                        Action::Continue
+                    }
+                },
+            );
+        }
+        if let Err(status) = host::remove_header(Headers::Request, "accept-encoding") {
+            log::debug!("cannot remove accept-encoding: {status:?}");
+        }
+        let session = crate::search::round::Session::guard(dialect, grant);
+        self.search = Some(Search::new(
+            Responder::new(session, false, false),
+            Vec::new(),
+        ));
+        None
+    }
+
     /// Search mode with `search.hold_headers`: holds the request headers until the body is read,
     /// so a `native_search` rule can add `anthropic-beta` (only the body names the model) and
     /// the follow-ups can copy the request as the router rewrote it (a header map that was held

@@ -68,6 +68,11 @@ pub struct Metrics {
     pub search_round_time_us: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
+    /// Under access rules, model answers that could not be read (so not checked) and were
+    /// replaced by toolsift's error; and requests refused because their response stream is one
+    /// toolsift cannot check (Bedrock's binary event stream, Gemini's JSON-array stream).
+    pub access_unchecked: u32,
+    pub access_unsupported_stream: u32,
 }
 
 impl Metrics {
@@ -125,6 +130,8 @@ impl Metrics {
             phase_write_us: histogram("toolsift.phase.write_us")?,
             skipped,
             access_denied,
+            access_unchecked: counter("toolsift.access.unchecked")?,
+            access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
         })
     }
 

@@ -63,8 +63,14 @@ impl Search {
         };
         let HeadStep {
             drop_content_length,
+            drop_content_encoding,
             flow,
         } = self.responder.on_headers(&envoy, &head);
+        if drop_content_encoding {
+            if let Err(status) = host::remove_header(Headers::Response, "content-encoding") {
+                log::warn!("cannot remove the response content-encoding: {status:?}");
+            }
+        }
         if drop_content_length {
             if let Err(status) = host::remove_header(Headers::Response, "content-length") {
                 // The body cannot be replaced safely: let this response through as it is.
@@ -96,7 +102,7 @@ impl Search {
     /// Once decided, the search's rounds, found tools and usage, for the access log:
     /// `%FILTER_STATE(wasm.toolsift_search:PLAIN)%`, as `x-toolsift-search` says them.
     fn record(&mut self) {
-        if self.recorded || !self.responder.finished() {
+        if self.recorded || !self.responder.finished() || !self.responder.session().searches() {
             return;
         }
         self.recorded = true;
@@ -236,6 +242,8 @@ impl Host for EnvoyHost<'_> {
                 m.add(m.embeddings_inputs, inputs);
             }
             Event::Fallback(reason) => m.fallback(reason),
+            Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
+            Event::Unchecked => m.add(m.access_unchecked, 1),
         }
     }
 

@@ -15,8 +15,10 @@ use std::borrow::Cow;
 /// What search mode does with one request.
 #[derive(Debug)]
 pub enum Planned {
-    /// The request carries the provider's own tool search: it goes upstream untouched.
-    Native,
+    /// The request carries the provider's own tool search: it goes upstream untouched, or
+    /// (under access rules) with the caller's denied tools removed, every other byte kept:
+    /// this body, when any was denied.
+    Native(Option<String>),
     /// A `search.native_search` rule matched the model: the provider searches.
     Provider(ProviderPlan),
     /// The gateway answers `find_tools`.
@@ -248,16 +250,37 @@ pub fn plan(
         return None;
     }
     let is_function = |i: usize| matches!(draft.entries.get(i), Some(Entry::Function(_)));
+    // Under access rules a tool the caller may not see is never shown, deferred or findable:
+    // it is not there at all. Built-ins are always allowed.
+    let allowed = |i: usize| {
+        analysis
+            .access
+            .as_ref()
+            .is_none_or(|g| g.allowed.get(i).copied().unwrap_or(false))
+    };
     if (0..texts.len())
         .any(|i| !is_function(i) && texts.get(i).is_some_and(|t| is_native_search_tool(t)))
     {
-        return Some(Planned::Native);
+        // The provider searches what the request carries: the denied tools leave it.
+        if analysis.denied() == 0 {
+            return Some(Planned::Native(None));
+        }
+        let keep: Vec<bool> = (0..texts.len()).map(allowed).collect();
+        let tools = rebuild_container(container, draft, &keep);
+        return Some(Planned::Native(Some(splice(
+            body,
+            analysis.container.clone(),
+            &tools,
+        )?)));
     }
 
     // Which function tools the model sees, in the order it sees them.
     let mut visible = vec![false; texts.len()];
     let mut order: Vec<usize> = Vec::new();
     let mut show = |i: usize, visible: &mut Vec<bool>| {
+        if !allowed(i) {
+            return;
+        }
         if let Some(v) = visible.get_mut(i) {
             if !*v {
                 *v = true;
@@ -282,7 +305,8 @@ pub fn plan(
             break;
         }
         let deferred_by_client = texts.get(d.entry).is_some_and(|t| client_deferred(t));
-        if !deferred_by_client && !visible.get(d.entry).copied().unwrap_or(true) {
+        let hidden = !visible.get(d.entry).copied().unwrap_or(true);
+        if !deferred_by_client && hidden && allowed(d.entry) {
             show(d.entry, &mut visible);
             eager += 1;
         }
@@ -294,14 +318,16 @@ pub fn plan(
     }
 
     if let Some((search_tool, beta)) = provider_search(config, dialect, body, room) {
-        let tools = defer_for_provider(container, draft, &visible, &search_tool);
+        // The provider would search a deferred tool: denied ones leave instead.
+        let keep: Vec<bool> = (0..texts.len()).map(allowed).collect();
+        let tools = defer_for_provider(container, draft, &visible, &keep, &search_tool);
         // What the provider loads: the client's own `defer_loading`, else ours.
         let loaded = |i: usize| match texts.get(i) {
             Some(t) if find_path(t, &["defer_loading"]).is_some() => !client_deferred(t),
             _ => visible.get(i).copied().unwrap_or(true),
         };
         let shown = (0..texts.len())
-            .filter(|&i| is_function(i) && loaded(i))
+            .filter(|&i| is_function(i) && allowed(i) && loaded(i))
             .count();
         return Some(Planned::Provider(ProviderPlan {
             body: splice(body, analysis.container.clone(), &tools)?,
@@ -311,7 +337,7 @@ pub fn plan(
     }
 
     let deferred_names: Vec<&str> = (0..texts.len())
-        .filter(|&i| !visible.get(i).copied().unwrap_or(true))
+        .filter(|&i| allowed(i) && !visible.get(i).copied().unwrap_or(true))
         .filter_map(|i| catalog.name(i))
         .collect();
     let names = MetaNames::for_catalog(config, |n| {
@@ -412,14 +438,15 @@ pub use crate::dialects::anthropic::{
     SEARCH_TOOL as ANTHROPIC_SEARCH_TOOL, SEARCH_TOOL_NAME as ANTHROPIC_SEARCH_TOOL_NAME,
 };
 
-/// The tools array (flat: the dialects with deferral) with `search_tool` first and
-/// `defer_loading: true` added to every function tool that is not visible. Every other byte,
-/// separators included, stays; a tool whose `defer_loading` the client set either way is left
-/// as the client wrote it.
+/// The tools array (flat: the dialects with deferral) with `search_tool` first,
+/// `defer_loading: true` added to every function tool that is not visible, and the entries
+/// `keep` says no to left out. Every other byte, separators included, stays; a tool whose
+/// `defer_loading` the client set either way is left as the client wrote it.
 fn defer_for_provider(
     container: &str,
     draft: &CatalogDraft,
     visible: &[bool],
+    keep: &[bool],
     search_tool: &str,
 ) -> String {
     let Layout::Flat(array) = &draft.layout else {
@@ -427,6 +454,9 @@ fn defer_for_provider(
     };
     let mut out = String::with_capacity(container.len() + 24 * visible.len());
     array.write(container, &mut out, |i, text| {
+        if !keep.get(i).copied().unwrap_or(true) {
+            return None;
+        }
         let defer = matches!(draft.entries.get(i), Some(Entry::Function(_)))
             && !visible.get(i).copied().unwrap_or(true)
             && find_path(text, &["defer_loading"]).is_none();
@@ -650,6 +680,116 @@ mod tests {
             sent["tools"][1]["description"],
             "Find tools in the workshop"
         );
+    }
+
+    /// `plan` for the caller in group `group` under rules that deny `send_*` and `get_time`
+    /// to everyone, and `get_weather` to `guests`.
+    fn governed(config: &str, dialect: Dialect, body: &str, group: &str) -> Planned {
+        let access = r#""access":{"identity":[{"header":"x-group"}],"default":"allow",
+            "rules":[{"when":["*"],"deny":["send_*","get_time"]},
+                     {"when":["guests"],"deny":["get_weather"]}]}"#;
+        let config = config.replacen('{', &format!("{{{access},"), 1);
+        let config = Config::from_json(config.as_bytes()).unwrap();
+        let mut engine = Engine::new(config.clone());
+        let grant = engine.grant(&crate::access::Caller::new([group.to_owned()]));
+        let analysis = engine.analyse_as(dialect, body, grant.as_ref()).unwrap();
+        let room = HeaderRoom {
+            held: true,
+            anthropic_beta: "",
+        };
+        plan(&config, &analysis, body, room).unwrap()
+    }
+
+    fn names_in(dialect_tools: &Value) -> Vec<String> {
+        dialect_tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    #[test]
+    fn denied_tools_are_never_shown_pinned_or_hinted() {
+        // send_email is always included, called in the history and named by tool_choice;
+        // get_time ranks first for the question (eager_k 2): all denied.
+        let body = r#"{"model":"claude-haiku-4-5","max_tokens":9,"tool_choice":{"type":"tool","name":"send_email"},
+"messages":[{"role":"user","content":"what time is it"},
+ {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"send_email","input":{}}]},
+ {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"},{"type":"text","text":"what time is it"}]}],
+"tools":[{"name":"get_time","description":"what time is it now","input_schema":{}},
+ {"name":"send_email","description":"send an email","input_schema":{}},
+ {"name":"get_weather","description":"weather","input_schema":{}},
+ {"name":"keep_me","description":"kept","input_schema":{}},
+ {"name":"tell_time","description":"what time is it in a city","input_schema":{}},
+ {"name":"list_files","description":"files","input_schema":{}}]}"#;
+        let config = r#"{"mode":"search","min_tools":1,"always_include":["keep_me","send_*"],
+            "search":{"eager_k":2,"catalog_hint":true}}"#;
+        let Planned::Search(p) = governed(config, Dialect::Anthropic, body, "staff") else {
+            panic!("searched");
+        };
+        let sent: Value = serde_json::from_str(&p.body).unwrap();
+        let shown = names_in(&sent["tools"]);
+        assert_eq!(shown[0], "find_tools");
+        assert!(shown.contains(&"keep_me".to_owned()), "{shown:?}");
+        for denied in ["send_email", "get_time"] {
+            assert!(!shown.contains(&denied.to_owned()), "{denied} in {shown:?}");
+            assert!(!p.meta_entries[0].contains(denied), "{denied} hinted");
+        }
+        // eager_k 2 shows the two best allowed tools, not a denied one in their place.
+        assert_eq!(shown.len(), 1 + 3, "{shown:?}");
+        assert!(p.meta_entries[0].contains("Tools that can be found:"));
+        // The denied tools are not deferred either: nothing can make them visible.
+        // get_time and send_email are the catalog's first two entries.
+        assert!(!p.visible[0] && !p.visible[1]);
+    }
+
+    #[test]
+    fn native_search_requests_lose_their_denied_tools_and_nothing_else() {
+        let body = r#"{"model":"claude-opus-4-5","max_tokens":9,"messages":[{"role":"user","content":"x"}],
+"tools": [ {"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"},
+  {"name":"get_weather","input_schema":{},"defer_loading":true},
+  {"name":"send_email","input_schema":{},"defer_loading":true} ,
+  {"name":"keep_me","input_schema":{}} ]}"#;
+        let config = r#"{"mode":"search","min_tools":1}"#;
+        let Planned::Native(Some(out)) = governed(config, Dialect::Anthropic, body, "staff") else {
+            panic!("native, rewritten");
+        };
+        assert_eq!(
+            out,
+            body.replace(
+                r#",
+  {"name":"send_email","input_schema":{},"defer_loading":true} "#,
+                ""
+            )
+        );
+        // Nothing denied: untouched.
+        let clean = body.replace("send_email", "read_email");
+        assert!(matches!(
+            governed(config, Dialect::Anthropic, &clean, "staff"),
+            Planned::Native(None)
+        ));
+        // Without access rules: untouched as before.
+        assert!(matches!(
+            planned(config, Dialect::Anthropic, body),
+            Planned::Native(None)
+        ));
+    }
+
+    #[test]
+    fn provider_search_never_defers_a_denied_tool() {
+        let body = anthropic_body("claude-opus-4-5");
+        let Planned::Provider(p) = governed(RULES, Dialect::Anthropic, &body, "guests") else {
+            panic!("provider");
+        };
+        let sent: Value = serde_json::from_str(&p.body).unwrap();
+        let names = names_in(&sent["tools"]);
+        assert_eq!(
+            names,
+            ["tool_search_tool_bm25", "keep_me", "web_search"],
+            "get_weather (guests), send_email and get_time (everyone) are gone"
+        );
+        assert_eq!(p.shown, 1);
     }
 
     #[test]

@@ -85,6 +85,12 @@ pub enum Event {
     EmbeddingsCall(usize),
     /// A search query ranked by keyword because its embeddings could not be had.
     Fallback(Fallback),
+    /// Model calls refused by access rules (a denied tool, or refused arguments): kept from
+    /// the client.
+    Refused(usize),
+    /// Under access rules, a model turn that could not be read (so not checked) was replaced
+    /// by toolsift's error: a call in it could have been of a denied tool.
+    Unchecked,
 }
 
 /// What a callback returns to Envoy.
@@ -110,6 +116,8 @@ pub struct Head {
 pub struct HeadStep {
     /// Remove `content-length`: the body may be replaced by one of another length.
     pub drop_content_length: bool,
+    /// Remove `content-encoding`: the (compressed) body will be replaced by toolsift's error.
+    pub drop_content_encoding: bool,
     pub flow: Flow,
 }
 
@@ -132,6 +140,9 @@ enum Phase {
     Passing,
     /// A stream released at its first text, passing while watched.
     Watching,
+    /// Under access rules, a response that cannot be checked: held to its end, then replaced
+    /// by toolsift's error.
+    Unchecked,
     /// A follow-up is out (its token); the response is paused.
     FollowUp(u32),
     /// The search queries' embeddings are being fetched (the call's token).
@@ -227,11 +238,17 @@ impl Responder {
     pub fn on_headers<H: Host>(&mut self, host: &H, head: &Head) -> HeadStep {
         let pass = HeadStep {
             drop_content_length: false,
+            drop_content_encoding: false,
             flow: Flow::Continue,
         };
         let content_type = head.content_type.as_deref().unwrap_or_default();
         let content_type = content_type.to_ascii_lowercase();
         let readable = content_type.contains("json") || content_type.contains("event-stream");
+        if !self.session.searches() {
+            // A guard is set before the body says whether it asks for a stream: the answer
+            // says (SSE, or Ollama's JSON lines).
+            self.stream = content_type.contains("event-stream") || content_type.contains("ndjson");
+        }
         if head.status.as_deref() != Some("200") || !readable || head.end_of_stream {
             // Errors, odd answers and empty ones reach the client as the upstream sent them.
             self.phase = Phase::Passing;
@@ -243,15 +260,26 @@ impl Responder {
             "" | "identity"
         ) {
             // Compressed although the request no longer offered it: the turn cannot be read.
-            host.count(Event::Unreadable);
-            self.phase = Phase::Passing;
-            return pass;
+            if !self.session.checks_calls() {
+                host.count(Event::Unreadable);
+                self.phase = Phase::Passing;
+                return pass;
+            }
+            // Under access rules what cannot be checked does not reach the client: the body
+            // is read to its end and replaced by toolsift's error.
+            self.phase = Phase::Unchecked;
+            return HeadStep {
+                drop_content_length: true,
+                drop_content_encoding: true,
+                flow: Flow::Continue,
+            };
         }
-        host.count(Event::Held);
+        self.count_search(host, Event::Held);
         self.phase = Phase::Reading;
         self.headers_held = self.may_hold_headers;
         HeadStep {
             drop_content_length: true,
+            drop_content_encoding: false,
             flow: if self.headers_held {
                 Flow::Pause
             } else {
@@ -266,6 +294,7 @@ impl Responder {
         match self.phase {
             Phase::Reading => self.read(host, body_size, end_of_stream),
             Phase::Watching => self.watch(host, body_size, end_of_stream),
+            Phase::Unchecked => self.swallow(host, body_size, end_of_stream),
             // A paused response gets no callbacks; anything else passes.
             _ => Flow::Continue,
         }
@@ -276,8 +305,41 @@ impl Responder {
         match self.phase {
             Phase::Reading => self.read(host, self.in_envoy, true),
             Phase::Watching => self.watch(host, self.in_envoy, true),
+            Phase::Unchecked => self.swallow(host, self.in_envoy, true),
             _ => Flow::Continue,
         }
+    }
+
+    /// A response that cannot be checked: held to its end, then replaced by the error.
+    fn swallow<H: Host>(&mut self, host: &H, body_size: usize, end_of_stream: bool) -> Flow {
+        self.in_envoy = body_size;
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        self.cannot_check(host);
+        Flow::Continue
+    }
+
+    /// Counts `event` when the session searches (search mode's stats).
+    fn count_search<H: Host>(&self, host: &H, event: Event) {
+        if self.session.searches() {
+            host.count(event);
+        }
+    }
+
+    /// Under access rules, a model turn that cannot be read is not let through unchecked: the
+    /// client gets toolsift's error instead (in a stream already under way, an error event).
+    fn cannot_check<H: Host>(&mut self, host: &H) {
+        host.count(Event::Unchecked);
+        self.send_error(
+            host,
+            502,
+            &Some("application/json".to_owned()),
+            &toolsift_error(
+                "access_unchecked",
+                "the model's answer could not be read, so it was not checked against the access rules",
+            ),
+        );
     }
 
     /// The bytes of Envoy's buffer not read yet.
@@ -299,7 +361,11 @@ impl Responder {
         if self.stream && !self.opened {
             // Frame what came in: a chunk may end inside an event or a character.
             let Some(text) = self.body.get(self.framed..).and_then(sse::utf8_prefix) else {
-                return self.release(host);
+                if !self.session.checks_calls() {
+                    return self.release(host);
+                }
+                self.cannot_check(host);
+                return Flow::Continue;
             };
             let (frames, consumed) = self.session.codec().framing().frames(text);
             self.framed += consumed;
@@ -311,15 +377,16 @@ impl Responder {
                 Opening::Answer if self.session.codec().continues_streams() => {
                     // The client gets the stream from here; what Envoy holds goes too, minus
                     // anything from a meta-tool call on.
-                    host.count(Event::Released);
+                    self.count_search(host, Event::Released);
                     self.phase = Phase::Watching;
                     self.watch = Some(Watch::default());
                     let held = std::mem::take(&mut self.body);
                     self.frames.clear();
                     return self.watch_bytes(host, held, end_of_stream);
                 }
-                Opening::Answer => return self.release(host),
-                Opening::Calls => self.opened = true,
+                // A stream that cannot be watched is held whole when its calls are checked.
+                Opening::Answer if !self.session.checks_calls() => return self.release(host),
+                Opening::Answer | Opening::Calls => self.opened = true,
                 Opening::Undecided => {}
             }
         }
@@ -329,6 +396,10 @@ impl Responder {
         let body = std::mem::take(&mut self.body);
         match String::from_utf8(body) {
             Ok(text) => self.turn(host, text, false, None),
+            Err(_) if self.session.checks_calls() => {
+                self.cannot_check(host);
+                Flow::Continue
+            }
             Err(_) => {
                 host.count(Event::Unreadable);
                 self.phase = Phase::Passing;
@@ -340,7 +411,7 @@ impl Responder {
 
     /// Lets the response go as it is.
     fn release<H: Host>(&mut self, host: &H) -> Flow {
-        host.count(Event::Released);
+        self.count_search(host, Event::Released);
         self.phase = Phase::Passing;
         self.body = Vec::new();
         self.frames = Vec::new();
@@ -359,6 +430,7 @@ impl Responder {
     /// meta-tool call; from there on everything is held (Envoy's buffer paused) and decided at
     /// the end of the stream.
     fn watch_bytes<H: Host>(&mut self, host: &H, fresh: Vec<u8>, end_of_stream: bool) -> Flow {
+        let searches = self.session.searches();
         let Some(watch) = self.watch.as_mut() else {
             return Flow::Continue;
         };
@@ -371,6 +443,10 @@ impl Responder {
             let mut data = std::mem::take(&mut watch.carry);
             data.extend_from_slice(&fresh);
             let Some(text) = sse::utf8_prefix(&data) else {
+                if self.session.checks_calls() {
+                    self.cannot_check(host);
+                    return Flow::Continue;
+                }
                 // Not text: stop watching, and let the rest through as it comes.
                 host.replace_body(in_envoy, &data);
                 self.watch = None;
@@ -384,7 +460,7 @@ impl Responder {
             let mut call_at = None;
             for (frame, end) in frames {
                 let calls = codec.calls_started(&frame);
-                if calls.iter().any(|name| self.session.is_meta(name)) {
+                if calls.iter().any(|name| self.session.holds_call(name)) {
                     call_at = Some(start);
                     break;
                 }
@@ -398,7 +474,9 @@ impl Responder {
             };
             let rest = data.split_off(cut.min(data.len()));
             if call_at.is_some() {
-                host.count(Event::Held);
+                if searches {
+                    host.count(Event::Held);
+                }
                 host.replace_body(in_envoy, &data);
                 // Envoy now holds the events before the call, which the client still gets
                 // first; the rest is ours until the turn is decided.
@@ -443,6 +521,10 @@ impl Responder {
             codec.read_reply(&text)
         };
         let Ok(reply) = reply else {
+            if self.session.checks_calls() {
+                self.cannot_check(host);
+                return Flow::Continue;
+            }
             host.count(Event::Unreadable);
             return self.deliver(host, &text, follow_up, None);
         };
@@ -470,7 +552,13 @@ impl Responder {
         started: Option<u64>,
     ) -> Flow {
         let codec = self.session.codec();
-        match self.session.on_reply(reply) {
+        let refused_before = self.session.refused();
+        let next = self.session.on_reply(reply);
+        let refused = self.session.refused().saturating_sub(refused_before);
+        if refused > 0 {
+            host.count(Event::Refused(refused));
+        }
+        match next {
             Next::Deliver(edits) => {
                 let finished = if edits == Edits::default() {
                     None
@@ -481,6 +569,12 @@ impl Responder {
                 } else {
                     codec.finish_reply(text, &edits).ok()
                 };
+                if refused > 0 && !self.refusals_removed(finished.as_deref()) {
+                    // What the codec wrote still calls a refused tool (or could not be
+                    // written): the client gets toolsift's error, never the call.
+                    self.cannot_check(host);
+                    return Flow::Continue;
+                }
                 self.deliver(host, text, follow_up, finished.as_deref())
             }
             Next::FollowUp(body) => match host.send_follow_up(&body) {
@@ -500,6 +594,21 @@ impl Responder {
         }
     }
 
+    /// Whether `finished`, read back as the client will read it, calls no tool the session
+    /// refuses (`None`: the codec could not write it).
+    fn refusals_removed(&self, finished: Option<&str>) -> bool {
+        let Some(finished) = finished else {
+            return false;
+        };
+        let codec = self.session.codec();
+        let reply = if self.stream {
+            codec.read_stream(&codec.framing().frames(finished).0)
+        } else {
+            codec.read_reply(finished)
+        };
+        reply.is_ok_and(|r| !self.session.refuses_any(&r))
+    }
+
     /// With hybrid ranking, ranks the model's search queries as filter mode ranks a request: at
     /// once when every vector is known, else after one embeddings call for the missing ones
     /// (its token and what it fills are returned). A query of a catalog whose tools are not all
@@ -511,7 +620,7 @@ impl Responder {
         reply: &Reply,
     ) -> Option<(u32, Vec<(String, Gathered, Vec<Slot>)>)> {
         let hybrid = host.hybrid()?;
-        let catalog = Rc::clone(self.session.catalog());
+        let catalog = Rc::clone(self.session.catalog()?);
         let mut waiting = Vec::new();
         let mut inputs: Vec<String> = Vec::new();
         for query in self.session.queries(reply) {
@@ -568,8 +677,8 @@ impl Responder {
         let Some(pending) = self.pending.take() else {
             return true;
         };
-        if let Some(hybrid) = host.hybrid() {
-            let catalog = Rc::clone(self.session.catalog());
+        if let (Some(hybrid), Some(catalog)) = (host.hybrid(), self.session.catalog()) {
+            let catalog = Rc::clone(catalog);
             let inputs = pending.queries.iter().map(|(_, _, s)| s.len()).sum();
             let known = pending
                 .queries
@@ -675,7 +784,10 @@ impl Responder {
             let rest = rest.unwrap_or_else(|| {
                 error_event(
                     codec.framing(),
-                    &toolsift_error("the next round's stream cannot be continued"),
+                    &toolsift_error(
+                        "search_follow_up_failed",
+                        "the next round's stream cannot be continued",
+                    ),
                 )
             });
             let mut out = watch.before_call;
@@ -726,7 +838,7 @@ impl Responder {
             host,
             502,
             &Some("application/json".to_owned()),
-            &toolsift_error(why),
+            &toolsift_error("search_follow_up_failed", why),
         );
     }
 
@@ -747,13 +859,17 @@ impl Responder {
 }
 
 /// toolsift's own error body: `{"type":"error","error":{"type":"toolsift_error",…}}`.
-fn toolsift_error(why: &str) -> String {
+fn toolsift_error(code: &str, why: &str) -> String {
+    let what = match code {
+        "access_unchecked" => "access rules",
+        _ => "tool search",
+    };
     serde_json::json!({
         "type": "error",
         "error": {
             "type": "toolsift_error",
-            "code": "search_follow_up_failed",
-            "message": format!("toolsift: tool search: {why}"),
+            "code": code,
+            "message": format!("toolsift: {what}: {why}"),
         }
     })
     .to_string()

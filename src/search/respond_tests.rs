@@ -118,6 +118,15 @@ fn session(dialect: Dialect, names: &[String], stream: bool) -> Session {
     Session::new(&config, &analysis, &body, plan)
 }
 
+/// The content type of an answer, streamed or whole.
+fn content_type(stream: bool) -> &'static str {
+    if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    }
+}
+
 fn head(content_type: &str) -> Head {
     Head {
         status: Some("200".into()),
@@ -150,11 +159,7 @@ fn run(
 ) -> (Outcome, Envoy) {
     let mut m = machine(dialect, names, stream, hold);
     let envoy = Envoy::default();
-    let content_type = if stream {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
+    let content_type = content_type(stream);
     let step = m.on_headers(&envoy, &head(content_type));
     assert!(step.drop_content_length);
     assert_eq!(step.flow == Flow::Pause, hold);
@@ -467,6 +472,7 @@ fn errors_compressed_and_empty_answers_pass() {
             step,
             HeadStep {
                 drop_content_length: false,
+                drop_content_encoding: false,
                 flow: Flow::Continue
             },
             "case {i}"
@@ -573,4 +579,180 @@ fn a_follow_up_that_cannot_be_sent() {
     envoy.feed(&mut m, searching.as_bytes(), true);
     assert!(envoy.client_text().contains("toolsift_error"));
     assert!(!envoy.client_text().contains("find_tools"));
+}
+
+/// A guard (filter mode under access rules) for a caller that may call anything but `denied`.
+fn guard(dialect: Dialect, denied: &str, stream: bool) -> Responder {
+    let config = Config::from_json(
+        format!(
+            r#"{{"access":{{"identity":[{{"header":"x-group"}}],"default":"allow",
+                "rules":[{{"when":["*"],"deny":["{denied}"]}}]}}}}"#
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let grant = Engine::new(config)
+        .grant(&crate::access::Caller::new(["staff".to_owned()]))
+        .unwrap();
+    Responder::new(Session::guard(dialect, grant), stream, false)
+}
+
+/// `answer` through a guard that denies `denied`, cut at `cuts`: what the client got.
+fn guarded(dialect: Dialect, denied: &str, stream: bool, answer: &str, cuts: &[usize]) -> Envoy {
+    let mut m = guard(dialect, denied, stream);
+    let envoy = Envoy::default();
+    let content_type = content_type(stream);
+    let step = m.on_headers(&envoy, &head(content_type));
+    assert_eq!(step.flow, Flow::Continue, "a guard never holds headers");
+    let bytes = answer.as_bytes();
+    let mut at = 0;
+    for (i, &cut) in cuts.iter().chain([bytes.len()].iter()).enumerate() {
+        envoy.feed(&mut m, &bytes[at..cut], i == cuts.len());
+        at = cut;
+    }
+    assert_eq!(m.token(), None, "a guard never follows up");
+    assert!(envoy.buffer.borrow().is_empty());
+    assert!(envoy.follow_ups.borrow().is_empty());
+    envoy
+}
+
+/// Every recorded stream and whole answer with calls, through a guard that denies its last
+/// call's tool, whatever the chunking: the client never gets that call, gets the refusal in
+/// its place, and keeps the other calls; the same bytes for every chunking.
+#[test]
+fn recorded_answers_lose_their_denied_calls_to_a_refusal() {
+    for dialect in SSE_DIALECTS {
+        let codec = dialect.codec();
+        let streams = recordings(codec.recordings(), ".response.sse")
+            .into_iter()
+            .map(|(n, t)| (n, t, true));
+        let wholes = recordings(codec.recordings(), ".response.json")
+            .into_iter()
+            .filter(|(_, t)| t.trim_start().starts_with('{'))
+            .map(|(n, t)| (n, t, false));
+        for (name, text, stream) in streams.chain(wholes) {
+            let names = calls_of(dialect, &text, stream);
+            let Some(denied) = names.last() else {
+                continue;
+            };
+            let cuts: Vec<Vec<usize>> = if stream {
+                splits(&text)
+            } else {
+                vec![Vec::new(), vec![text.len() / 2]]
+            };
+            let mut seen: Option<String> = None;
+            for cut in cuts {
+                let envoy = guarded(dialect, denied, stream, &text, &cut);
+                let client = envoy.client_text();
+                let called = calls_of(dialect, &client, stream);
+                assert!(!called.contains(denied), "{name} cut at {cut:?}: {client}");
+                let kept = names.iter().filter(|n| *n != denied).count();
+                assert_eq!(called.len(), kept, "{name}: the allowed calls stay");
+                assert!(
+                    client.contains(&format!("Tool `{denied}` is not available.")),
+                    "{name}: {client}"
+                );
+                let refused = names.iter().filter(|n| *n == denied).count();
+                assert_eq!(envoy.counted(Event::Refused(refused)), 1, "{name}");
+                match &seen {
+                    None => seen = Some(client),
+                    Some(first) => assert_eq!(&client, first, "{name} cut at {cut:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// Answers without a denied call pass byte for byte, and nothing is counted as search mode's.
+#[test]
+fn a_guard_lets_allowed_answers_through_unchanged() {
+    for dialect in SSE_DIALECTS {
+        for (name, text) in recordings(dialect.codec().recordings(), ".response.sse") {
+            let envoy = guarded(dialect, "no_such_tool", true, &text, &[text.len() / 3]);
+            assert_eq!(envoy.client_text(), text, "{name}");
+            assert!(
+                envoy.events.borrow().is_empty(),
+                "{name}: {:?}",
+                envoy.events
+            );
+        }
+    }
+}
+
+/// What a guard cannot read does not reach the client unchecked: a compressed or unreadable
+/// answer becomes toolsift's error; errors and other statuses pass.
+#[test]
+fn a_guard_fails_closed_on_what_it_cannot_read() {
+    let mut m = guard(Dialect::OpenaiChat, "x", false);
+    let envoy = Envoy::default();
+    let gzip = Head {
+        content_encoding: Some("gzip".into()),
+        ..head("application/json")
+    };
+    let step = m.on_headers(&envoy, &gzip);
+    assert!(step.drop_content_encoding && step.drop_content_length);
+    envoy.feed(&mut m, b"\x1f\x8b\x08\x00", false);
+    envoy.feed(&mut m, b"\x00\x00", true);
+    assert!(
+        envoy.client_text().contains("access_unchecked"),
+        "{}",
+        envoy.client_text()
+    );
+    assert_eq!(envoy.counted(Event::Unchecked), 1);
+    let envoy = guarded(Dialect::OpenaiChat, "x", false, "{\"choices\":7}", &[]);
+    assert!(envoy.client_text().contains("access_unchecked"));
+    // A stream that ends without a turn the codec can read: the same.
+    let envoy = guarded(Dialect::Anthropic, "x", true, "data: {\"type\":7}\n\n", &[]);
+    assert_eq!(envoy.counted(Event::Unchecked), 1);
+    // An error status passes as it is.
+    let mut m = guard(Dialect::OpenaiChat, "x", false);
+    let envoy = Envoy::default();
+    let failed = Head {
+        status: Some("429".into()),
+        ..head("application/json")
+    };
+    assert!(!m.on_headers(&envoy, &failed).drop_content_length);
+    assert_eq!(envoy.feed(&mut m, b"{\"error\":{}}", true), Flow::Continue);
+    assert_eq!(envoy.client_text(), "{\"error\":{}}");
+}
+
+/// Search mode under access rules reads every answer too: what it cannot read (compressed
+/// anyway) becomes toolsift's error, not an unchecked answer.
+#[test]
+fn a_search_under_access_rules_fails_closed_on_what_it_cannot_read() {
+    let config = Config::from_json(
+        br#"{"mode":"search","min_tools":3,"access":{"default":"allow",
+            "rules":[{"when":["*"],"deny":["filler_1*"]}]}}"#,
+    )
+    .unwrap();
+    let codec = Dialect::OpenaiChat.codec();
+    let params = serde_json::json!({"type":"object"});
+    let tools: Vec<String> = (0..24)
+        .map(|i| codec.tool_entry(&format!("filler_{i}"), "Does filler things", &params))
+        .collect();
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"weather?"}}],"tools":[{}]}}"#,
+        tools.join(",")
+    );
+    let mut engine = Engine::new(config.clone());
+    let grant = engine.grant(&crate::access::Caller::anonymous());
+    let analysis = engine
+        .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+        .unwrap();
+    let Some(Planned::Search(plan)) = plan(&config, &analysis, &body, HeaderRoom::default()) else {
+        panic!("planned");
+    };
+    let session = Session::new(&config, &analysis, &body, plan);
+    assert!(session.searches() && session.checks_calls());
+    let mut m = Responder::new(session, false, false);
+    let envoy = Envoy::default();
+    let gzip = Head {
+        content_encoding: Some("gzip".into()),
+        ..head("application/json")
+    };
+    assert!(m.on_headers(&envoy, &gzip).drop_content_encoding);
+    envoy.feed(&mut m, b"\x1f\x8b\x08\x00\x00", true);
+    assert!(envoy.client_text().contains("access_unchecked"));
+    assert_eq!(envoy.counted(Event::Unchecked), 1);
+    assert_eq!(envoy.counted(Event::Unreadable), 0);
 }

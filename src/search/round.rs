@@ -10,6 +10,7 @@
 
 use super::plan::{MetaNames, Plan, entry_texts, without_defer};
 use super::{Call, Edits, Reply, ToolResult, Usage};
+use crate::access::{Annotations, Decision, Denied, Grant, Why};
 use crate::config::Config;
 use crate::dialects::{Codec, Dialect};
 use crate::dialects::{Layout, MAX_QUERY_BYTES};
@@ -50,13 +51,21 @@ pub enum Next {
     FollowUp(String),
 }
 
-/// One request's search, across its rounds.
+/// One request's search, across its rounds; or, with no search (filter mode under access
+/// rules, [`Session::guard`]), one request's model turn checked against its caller's grant.
 #[derive(Clone)]
 pub struct Session {
     dialect: Dialect,
     /// The last request body sent upstream.
     body: String,
-    catalog: Rc<Catalog>,
+    /// The request's catalog; `None` when the session does not search.
+    catalog: Option<Rc<Catalog>>,
+    /// Under access rules: what the caller may do, and per catalog entry whether it may see
+    /// it (a search never finds a tool it may not).
+    grant: Option<Grant>,
+    allowed: Option<Rc<[bool]>>,
+    /// Model calls refused so far (denied tools, refused arguments).
+    refused: usize,
     /// The client's tool entries, as the client wrote them.
     entries: Vec<String>,
     visible: Vec<bool>,
@@ -87,7 +96,10 @@ impl Session {
         Session {
             dialect: plan.dialect,
             body: plan.body,
-            catalog: Rc::clone(&analysis.catalog),
+            catalog: Some(Rc::clone(&analysis.catalog)),
+            grant: analysis.access.as_ref().map(|g| g.grant.clone()),
+            allowed: analysis.access.as_ref().map(|g| Rc::clone(&g.allowed)),
+            refused: 0,
             entries,
             visible: plan.visible,
             meta_entries: plan.meta_entries,
@@ -100,8 +112,82 @@ impl Session {
         }
     }
 
-    pub fn catalog(&self) -> &Rc<Catalog> {
-        &self.catalog
+    /// No search, no follow-up: the model's turn is only checked against `grant`, and a
+    /// call it refuses is replaced by a refusal in the dialect's own shape (filter mode, and
+    /// requests search mode hands to the provider, under access rules).
+    pub fn guard(dialect: Dialect, grant: Grant) -> Session {
+        Session {
+            dialect,
+            body: String::new(),
+            catalog: None,
+            grant: Some(grant),
+            allowed: None,
+            refused: 0,
+            entries: Vec::new(),
+            visible: Vec::new(),
+            meta_entries: Vec::new(),
+            names: MetaNames {
+                find: String::new(),
+                use_tool: None,
+            },
+            max_rounds: 0,
+            rounds: 0,
+            usage: Vec::new(),
+            found: Vec::new(),
+            rankings: Vec::new(),
+        }
+    }
+
+    /// The request's catalog, when the session searches.
+    pub fn catalog(&self) -> Option<&Rc<Catalog>> {
+        self.catalog.as_ref()
+    }
+
+    /// Whether the session answers the meta-tool (search mode), or only checks calls.
+    pub fn searches(&self) -> bool {
+        self.catalog.is_some()
+    }
+
+    /// Whether the session checks the model's calls against access rules: then what it cannot
+    /// read does not reach the client unchecked.
+    pub fn checks_calls(&self) -> bool {
+        self.grant.is_some()
+    }
+
+    /// Model calls refused so far.
+    pub fn refused(&self) -> usize {
+        self.refused
+    }
+
+    /// Whether a call of `name` starting in a released stream must be held to the turn's
+    /// end: a meta-tool's (answered here), and under access rules every call (its name and
+    /// arguments are checked once complete).
+    pub fn holds_call(&self, name: &str) -> bool {
+        self.grant.is_some() || self.is_meta(name)
+    }
+
+    /// Why `call` may not reach the client; `None` when it may (always, without access rules).
+    fn refusal(&self, call: &Call) -> Option<Why> {
+        let grant = self.grant.as_ref()?;
+        match grant.call(&call.name, &Annotations::default(), &call.arguments) {
+            Decision::Allowed => None,
+            Decision::Denied(why) => Some(why),
+        }
+    }
+
+    /// Whether any call of `reply` (the meta-tools' aside) is one the caller's grant refuses.
+    pub fn refuses_any(&self, reply: &Reply) -> bool {
+        reply
+            .calls
+            .iter()
+            .any(|c| !self.is_meta(&c.name) && self.refusal(c).is_some())
+    }
+
+    /// Whether the caller may see catalog entry `entry` (always, without access rules).
+    fn may_see(&self, entry: usize) -> bool {
+        self.allowed
+            .as_ref()
+            .is_none_or(|a| a.get(entry).copied().unwrap_or(false))
     }
 
     /// The queries [`Session::on_reply`] will rank for `reply`: those of the `use_tool` calls,
@@ -109,7 +195,10 @@ impl Session {
     /// them, rounds left). Each once, in order.
     pub fn queries(&self, reply: &Reply) -> Vec<String> {
         let meta = || reply.calls.iter().filter(|c| self.is_meta(&c.name));
-        let real_calls = reply.calls.len() > meta().count();
+        let real_calls = reply
+            .calls
+            .iter()
+            .any(|c| !self.is_meta(&c.name) && self.refusal(c).is_none());
         let searching = !real_calls && self.rounds < self.max_rounds;
         let mut out: Vec<String> = Vec::new();
         for call in meta().filter(|c| searching || self.names.is_use_tool(&c.name)) {
@@ -130,9 +219,13 @@ impl Session {
 
     /// The ranking of `query`: the one set for it, or the keyword one.
     fn ranking(&self, query: &str) -> Cow<'_, [Scored]> {
-        match self.rankings.iter().find(|(q, _)| q == query) {
-            Some((_, order)) => Cow::Borrowed(order),
-            None => Cow::Owned(self.catalog.index.rank(query)),
+        match (
+            self.rankings.iter().find(|(q, _)| q == query),
+            &self.catalog,
+        ) {
+            (Some((_, order)), _) => Cow::Borrowed(order),
+            (None, Some(catalog)) => Cow::Owned(catalog.index.rank(query)),
+            (None, None) => Cow::Owned(Vec::new()),
         }
     }
 
@@ -179,10 +272,20 @@ impl Session {
     }
 
     pub fn is_meta(&self, name: &str) -> bool {
-        self.names.is_meta(name)
+        self.searches() && self.names.is_meta(name)
+    }
+
+    /// The name of `entry` in the request's catalog.
+    fn entry_name(&self, entry: usize) -> Option<&str> {
+        self.catalog.as_ref()?.name(entry)
     }
 
     /// Decides what follows the model's turn `reply`.
+    ///
+    /// Under access rules a call the caller's grant refuses (a denied tool, or arguments a rule
+    /// does not allow) never reaches the client: beside allowed calls, or when no round remains,
+    /// it is dropped and a refusal text takes its place; alone (searches aside) with rounds
+    /// left, the model gets an error result for it and the loop goes on.
     pub fn on_reply(&mut self, reply: &Reply) -> Next {
         self.usage.push(reply.usage);
         let usage = if self.rounds > 0 {
@@ -195,18 +298,28 @@ impl Session {
             .iter()
             .filter(|c| self.is_meta(&c.name))
             .collect();
-        if meta.is_empty() {
+        let refused: Vec<(&Call, Why)> = reply
+            .calls
+            .iter()
+            .filter(|c| !self.is_meta(&c.name))
+            .filter_map(|c| Some((c, self.refusal(c)?)))
+            .collect();
+        self.refused += refused.len();
+        if meta.is_empty() && refused.is_empty() {
             return Next::Deliver(Edits {
                 usage,
                 ..Edits::default()
             });
         }
+        let refused_keys = || refused.iter().map(|(c, _)| call_key(c));
         let drop_meta = |keep: Option<&Call>| -> Vec<String> {
             meta.iter()
                 .filter(|c| Some(**c) != keep)
                 .map(|c| call_key(c))
+                .chain(refused_keys())
                 .collect()
         };
+        let text = (!refused.is_empty()).then(|| self.refusal_text(&refused));
         // A `use_tool` call that resolves is the model's answer: a direct call of that tool.
         for call in meta.iter().filter(|c| self.names.is_use_tool(&c.name)) {
             if let Some((name, params)) = self.resolve_use_tool(call) {
@@ -214,16 +327,19 @@ impl Session {
                     drop: drop_meta(Some(call)),
                     rename: vec![(call_key(call), name, params)],
                     usage,
+                    text: text.clone(),
                 });
             }
         }
-        let real_calls = reply.calls.len() > meta.len();
+        let real_calls = reply.calls.len() > meta.len() + refused.len();
         if real_calls || self.rounds >= self.max_rounds {
             // Real calls go to the client without the searches beside them; after the last
-            // round (the meta-tool was not offered) a stray meta call is dropped too.
+            // round (the meta-tool was not offered) a stray meta call is dropped too. A refused
+            // call leaves with them, and says why in words.
             return Next::Deliver(Edits {
                 drop: drop_meta(None),
                 usage,
+                text: text.clone(),
                 ..Edits::default()
             });
         }
@@ -235,12 +351,16 @@ impl Session {
                 if let Some(v) = self.visible.get_mut(entry) {
                     *v = true;
                 }
-                if let Some(name) = self.catalog.name(entry) {
+                if let Some(name) = self.entry_name(entry) {
                     self.found.push(name.to_owned());
                 }
                 added.push(entry);
             }
             results.push(result);
+        }
+        for (call, why) in &refused {
+            let content = json!({"error": self.refusal_for_model(call, why)});
+            results.push(result(call, &content, true));
         }
         match self.follow_up(reply, &results, &added) {
             Some(body) => {
@@ -253,9 +373,58 @@ impl Session {
             None => Next::Deliver(Edits {
                 drop: drop_meta(None),
                 usage,
+                text: text.clone(),
                 ..Edits::default()
             }),
         }
+    }
+
+    /// What the client reads in place of refused calls: per call, that the tool is not
+    /// available (`denied: "hidden"`), or why it is refused (`"refused"`). A refused argument
+    /// is always named: the caller sees the tool, and only the value is refused.
+    fn refusal_text(&self, refused: &[(&Call, Why)]) -> String {
+        let hidden = self.denied_mode() == Denied::Hidden;
+        let lines: Vec<String> = refused
+            .iter()
+            .map(|(call, why)| match why {
+                Why::Argument {
+                    argument, value, ..
+                } if hidden => format!(
+                    "Tool `{}` was not called: argument `{argument}` may not be {value}.",
+                    call.name
+                ),
+                Why::Argument { .. } => format!("Tool `{}` was not called: {why}.", call.name),
+                _ if hidden => format!("Tool `{}` is not available.", call.name),
+                _ => format!("Tool `{}` is not allowed: {why}.", call.name),
+            })
+            .collect();
+        lines.join("\n")
+    }
+
+    /// The error result the model gets for a refused call: hidden, as for a tool that does
+    /// not exist (naming the meta-tool when the next round offers it); refused, the reason.
+    fn refusal_for_model(&self, call: &Call, why: &Why) -> String {
+        let hidden = self.denied_mode() == Denied::Hidden;
+        match why {
+            Why::Argument { .. } => self.refusal_text(&[(call, why.clone())]),
+            _ if hidden => {
+                let mut text = format!("There is no tool named `{}`.", call.name);
+                if self.rounds + 1 < self.max_rounds {
+                    text.push_str(&format!(
+                        " Call {} to search the tools available to you.",
+                        self.names.find
+                    ));
+                }
+                text
+            }
+            _ => format!("Tool `{}` is not allowed: {why}.", call.name),
+        }
+    }
+
+    fn denied_mode(&self) -> Denied {
+        self.grant
+            .as_ref()
+            .map_or(Denied::Hidden, Grant::denied_mode)
     }
 
     /// The tool result of one meta-tool call, and the entries it makes visible.
@@ -298,21 +467,24 @@ impl Session {
         (result(call, &content, false), found)
     }
 
-    /// The best-ranked function tools the model cannot see yet, with some evidence.
+    /// The best-ranked function tools the model cannot see yet, with some evidence. Tools the
+    /// caller may not see are left out inside the search, before `limit`.
     pub fn search(&self, query: &str, limit: usize) -> Vec<usize> {
         self.ranking(query)
             .iter()
             .filter(|s| s.score > 0.0)
             .filter(|s| !self.visible.get(s.entry).copied().unwrap_or(true))
+            .filter(|s| self.may_see(s.entry))
             .take(limit)
             .map(|s| s.entry)
             .collect()
     }
 
-    /// The best-ranked function tool of the whole catalog.
+    /// The best-ranked function tool of the whole catalog the caller may see.
     fn best_tool(&self, query: &str) -> Option<usize> {
         self.ranking(query)
-            .first()
+            .iter()
+            .find(|s| self.may_see(s.entry))
             .filter(|s| s.score > 0.0)
             .map(|s| s.entry)
     }
@@ -323,9 +495,14 @@ impl Session {
         let query = call_query(call)?;
         let params = args.get("params")?;
         let entry = self.best_tool(&query)?;
-        let name = self.catalog.name(entry)?;
+        let name = self.entry_name(entry)?;
         let schema = self.describe(entry);
-        fits(params, schema.get("parameters")?).then(|| (name.to_owned(), params.to_string()))
+        let params_text = params.to_string();
+        // Arguments the rules refuse are no call: the model gets the tool's schema instead,
+        // and a direct call with them is refused like any other.
+        let resolved = call_of(name, &params_text);
+        let allowed = self.refusal(&resolved).is_none();
+        (allowed && fits(params, schema.get("parameters")?)).then(|| (name.to_owned(), params_text))
     }
 
     /// A tool's name, description and parameter schema, as the tool result lists it.
@@ -346,7 +523,7 @@ impl Session {
             .cloned()
             .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
         json!({
-            "name": self.catalog.name(entry).unwrap_or_default(),
+            "name": self.entry_name(entry).unwrap_or_default(),
             "description": tool.get("description").cloned().unwrap_or(Value::String(String::new())),
             "parameters": parameters,
         })
@@ -370,14 +547,17 @@ impl Session {
         let mut body = if found.is_empty() {
             body
         } else {
-            let items = match self.catalog.draft.layout {
-                Layout::Grouped { .. } => {
-                    vec![format!(
-                        "{{\"functionDeclarations\":[{}]}}",
-                        found.join(",")
-                    )]
-                }
-                Layout::Flat(_) => found,
+            let grouped = self
+                .catalog
+                .as_ref()
+                .is_some_and(|c| matches!(c.draft.layout, Layout::Grouped { .. }));
+            let items = if grouped {
+                vec![format!(
+                    "{{\"functionDeclarations\":[{}]}}",
+                    found.join(",")
+                )]
+            } else {
+                found
             };
             append_to_array(&body, tools_path, &items)?
         };
@@ -399,6 +579,15 @@ impl Session {
             }
         }
         Some(body)
+    }
+}
+
+/// A call of `name` with `arguments`, as the model would make it.
+fn call_of(name: &str, arguments: &str) -> Call {
+    Call {
+        id: String::new(),
+        name: name.to_owned(),
+        arguments: arguments.to_owned(),
     }
 }
 
@@ -795,6 +984,187 @@ mod tests {
             (1, 1),
         );
         assert!(matches!(s.on_reply(&missing), Next::FollowUp(_)));
+    }
+
+    /// [`session`]'s request under access rules that deny `get_weather` and the tools
+    /// `tool_1*` to the caller (group `staff`), and restrict `tool_2`'s `unit` to `c`.
+    fn governed(config: &str, n: usize, denied: &str) -> Session {
+        let access = format!(
+            r#""access":{{"identity":[{{"header":"x-group"}}],"default":"allow","denied":"{denied}",
+            "rules":[{{"when":["staff"],"deny":["get_weather","tool_1*"],
+                       "arguments":{{"tool_2":{{"unit":["c"]}}}}}}]}}"#
+        );
+        let config = config.replacen('{', &format!("{{{access},"), 1);
+        let config = Config::from_json(config.as_bytes()).unwrap();
+        let mut tools: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"type":"function","function":{{"name":"tool_{i}","description":"Current weather chore {i}","parameters":{{"type":"object"}}}}}}"#
+                )
+            })
+            .collect();
+        tools.push(r#"{"type":"function","function":{"name":"get_weather","description":"Current weather for a city weather weather","parameters":{"type":"object"}}}"#.to_owned());
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"hello"}}],"tools":[{}]}}"#,
+            tools.join(",")
+        );
+        let mut engine = Engine::new(config.clone());
+        let grant = engine.grant(&crate::access::Caller::new(["staff".to_owned()]));
+        let analysis = engine
+            .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+            .unwrap();
+        let Some(Planned::Search(plan)) = plan(&config, &analysis, &body, HeaderRoom::default())
+        else {
+            panic!("planned");
+        };
+        Session::new(&config, &analysis, &body, plan)
+    }
+
+    #[test]
+    fn a_search_finds_only_allowed_tools_and_the_limit_counts_them() {
+        let s = governed(SEARCH, 30, "hidden");
+        // get_weather ranks first and the tool_1* tools well: none is found, and the limit
+        // is filled with allowed tools.
+        let found: Vec<&str> = s
+            .search("current weather", 3)
+            .into_iter()
+            .map(|e| s.entry_name(e).unwrap())
+            .collect();
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(
+            found
+                .iter()
+                .all(|n| *n != "get_weather" && !n.starts_with("tool_1")),
+            "{found:?}"
+        );
+        // use_tool resolves only to an allowed tool.
+        assert_ne!(
+            s.best_tool("weather for a city")
+                .and_then(|e| s.entry_name(e)),
+            Some("get_weather")
+        );
+    }
+
+    #[test]
+    fn a_denied_call_alone_gets_an_error_result_and_the_loop_goes_on() {
+        let mut s = governed(SEARCH, 30, "hidden");
+        let denied = reply(vec![call("c1", "get_weather", "{}")], (5, 5));
+        let Next::FollowUp(body) = s.on_reply(&denied) else {
+            panic!("a follow-up");
+        };
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let result = v["messages"][2]["content"].as_str().unwrap();
+        assert!(
+            result.contains("There is no tool named `get_weather`")
+                && result.contains("Call find_tools"),
+            "{result}"
+        );
+        assert!(
+            !body.contains(r#""name":"get_weather","description""#),
+            "never offered"
+        );
+        assert_eq!(s.refused(), 1);
+        // Refused mode: the model reads why.
+        let mut s = governed(SEARCH, 30, "refused");
+        let Next::FollowUp(body) = s.on_reply(&denied) else {
+            panic!("a follow-up");
+        };
+        assert!(
+            body.contains("is not allowed: denied by access rule 0"),
+            "{body}"
+        );
+        // Refused arguments: named in both modes.
+        let mut s = governed(SEARCH, 30, "hidden");
+        let bad = reply(vec![call("c2", "tool_2", r#"{"unit":"f"}"#)], (1, 1));
+        let Next::FollowUp(body) = s.on_reply(&bad) else {
+            panic!("a follow-up");
+        };
+        assert!(
+            body.contains("was not called: argument `unit` may not be"),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn a_denied_call_beside_an_allowed_one_or_in_the_last_round_is_refused_in_words() {
+        let mut s = governed(SEARCH, 30, "hidden");
+        let mixed = reply(
+            vec![
+                call("c1", "find_tools", r#"{"query":"x"}"#),
+                call("c2", "get_weather", "{}"),
+                call("c3", "tool_3", "{}"),
+            ],
+            (1, 1),
+        );
+        let Next::Deliver(edits) = s.on_reply(&mixed) else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, ["c1", "c2"]);
+        assert_eq!(
+            edits.text.as_deref(),
+            Some("Tool `get_weather` is not available.")
+        );
+        // No round left: the denied call becomes words, and the turn ends.
+        let mut s = governed(
+            r#"{"mode":"search","min_tools":3,"search":{"max_search_rounds":1}}"#,
+            30,
+            "refused",
+        );
+        let search = reply(
+            vec![call("c1", "find_tools", r#"{"query":"chore"}"#)],
+            (1, 1),
+        );
+        assert!(matches!(s.on_reply(&search), Next::FollowUp(_)));
+        let Next::Deliver(edits) = s.on_reply(&reply(vec![call("c9", "tool_12", "{}")], (1, 1)))
+        else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, ["c9"]);
+        assert_eq!(
+            edits.text.as_deref(),
+            Some("Tool `tool_12` is not allowed: denied by access rule 0 (`tool_1*`).")
+        );
+        // An allowed call passes as it is.
+        let mut s = governed(SEARCH, 30, "hidden");
+        let ok = reply(vec![call("c4", "tool_2", r#"{"unit":"c"}"#)], (1, 1));
+        assert_eq!(s.on_reply(&ok), Next::Deliver(Edits::default()));
+    }
+
+    #[test]
+    fn a_guard_refuses_without_searching() {
+        let config = Config::from_json(
+            br#"{"access":{"identity":[{"header":"x-group"}],"default":"deny",
+                "rules":[{"when":["staff"],"allow":["get_*"]}]}}"#,
+        )
+        .unwrap();
+        let engine = Engine::new(config);
+        let grant = engine
+            .grant(&crate::access::Caller::new(["staff".to_owned()]))
+            .unwrap();
+        let mut s = Session::guard(Dialect::Anthropic, grant);
+        assert!(!s.searches() && s.holds_call("anything"));
+        let turn = reply(
+            vec![
+                call("a", "get_weather", "{}"),
+                call("b", "delete_all", "{}"),
+            ],
+            (1, 1),
+        );
+        let Next::Deliver(edits) = s.on_reply(&turn) else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, ["b"]);
+        assert_eq!(
+            edits.text.as_deref(),
+            Some("Tool `delete_all` is not available.")
+        );
+        // Nothing is a meta-tool to a guard, whatever its name.
+        let find = reply(vec![call("f", "find_tools", "{}")], (1, 1));
+        let Next::Deliver(edits) = s.on_reply(&find) else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, ["f"]);
+        assert_eq!(s.refused(), 2);
     }
 
     #[test]

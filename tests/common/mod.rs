@@ -10,6 +10,7 @@
 )]
 
 pub mod jwt;
+pub mod llm;
 pub mod yaml;
 
 use serde_json::Value;

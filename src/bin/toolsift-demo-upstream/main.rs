@@ -90,6 +90,11 @@
 //! - `x-demo-fail-followup: STATUS` (400..=599): a request whose conversation already holds a
 //!   tool result (the gateway's follow-up) gets that status and the dialect's error body.
 //! - `x-demo-chunk-delay-ms: N` (at most 60000): streams wait N ms between frames.
+//! - `x-demo-call: NAME[,NAME…]`: on a turn whose conversation holds no tool result yet, the
+//!   model calls these tools, in this order, whether the request offers them or not (a
+//!   hallucinated call, or one a history suggests: what access rules must stop), with the
+//!   arguments `x-demo-call-args: {JSON object}` (default `{}`); `text-first` says its text
+//!   before them. Later turns follow the script.
 //!
 //! Call ids are `call_SEQ_I` (Chat, Ollama; Responses `call_id`, with item id `fc_SEQ_I`),
 //! `toolu_SEQ_I` (Anthropic) and `tooluse_SEQ_I` (Bedrock), SEQ the request's number in

@@ -31,6 +31,8 @@ const ARGS_HEADER: &str = "x-demo-args";
 const SCRIPT_HEADER: &str = "x-demo-script";
 const FAIL_FOLLOWUP_HEADER: &str = "x-demo-fail-followup";
 const CHUNK_DELAY_HEADER: &str = "x-demo-chunk-delay-ms";
+const CALL_HEADER: &str = "x-demo-call";
+const CALL_ARGS_HEADER: &str = "x-demo-call-args";
 
 const DEFAULT_SEARCH_TOOL: &str = "find_tools";
 /// The tool `use-tool` calls when the wanted tool is absent.
@@ -170,6 +172,9 @@ struct Script {
     mode: Mode,
     fail_followup: Option<StatusCode>,
     chunk_delay: Duration,
+    /// Tools called on the first turn whether offered or not, and their arguments.
+    forced: Vec<String>,
+    forced_args: Value,
 }
 
 impl Script {
@@ -184,17 +189,18 @@ impl Script {
         let search_tool = header_text(headers, SEARCH_TOOL_HEADER)?
             .unwrap_or_else(|| DEFAULT_SEARCH_TOOL.to_owned());
         let query = header_text(headers, QUERY_HEADER)?;
-        let args = match header_text(headers, ARGS_HEADER)? {
-            None => json!({}),
-            Some(text) => match serde_json::from_str::<Value>(&text) {
-                Ok(args @ Value::Object(_)) => args,
-                _ => {
-                    return Err(Rejection::new(format!(
-                        "The header '{ARGS_HEADER}' must be a JSON object."
-                    )));
-                }
-            },
-        };
+        let args = object_header(headers, ARGS_HEADER)?;
+        let forced = header_text(headers, CALL_HEADER)?
+            .map(|names| {
+                names
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let forced_args = object_header(headers, CALL_ARGS_HEADER)?;
         let mode = match header_text(headers, SCRIPT_HEADER)? {
             None => Mode::Search,
             Some(text) => Mode::parse(&text).ok_or_else(|| {
@@ -238,7 +244,22 @@ impl Script {
             mode,
             fail_followup,
             chunk_delay,
+            forced,
+            forced_args,
         })
+    }
+}
+
+/// A header holding a JSON object (`{}` when absent).
+fn object_header(headers: &HeaderMap, name: &str) -> Result<Value, Rejection> {
+    match header_text(headers, name)? {
+        None => Ok(json!({})),
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(args @ Value::Object(_)) => Ok(args),
+            _ => Err(Rejection::new(format!(
+                "The header '{name}' must be a JSON object."
+            ))),
+        },
     }
 }
 
@@ -277,13 +298,26 @@ impl Plan {
 }
 
 /// The model's turn. `tools` are the request's function tools, in order; `query` what a search
-/// asks for; `answer` the text of `answer` mode.
-fn decide(script: &Script, tools: &[String], query: &str, answer: &str) -> Plan {
+/// asks for; `answer` the text of `answer` mode; `first`: the conversation holds no tool
+/// result yet.
+fn decide_turn(script: &Script, tools: &[String], query: &str, answer: &str, first: bool) -> Plan {
     let has = |name: &str| tools.iter().any(|tool| tool == name);
     let call = |name: &str, arguments: Value| Call {
         name: name.to_owned(),
         arguments,
     };
+    if first && !script.forced.is_empty() {
+        let calls = script
+            .forced
+            .iter()
+            .map(|name| call(name, script.forced_args.clone()))
+            .collect();
+        let mut plan = Plan::calls(calls);
+        if script.mode == Mode::TextFirst {
+            plan.text = Some(LOOK_UP_TEXT.to_owned());
+        }
+        return plan;
+    }
     let want = || call(&script.want, script.args.clone());
     let search = || {
         call(
@@ -391,11 +425,12 @@ fn respond(
         .clone()
         .or(history.user_text)
         .unwrap_or_default();
-    let plan = decide(
+    let plan = decide_turn(
         &script,
         &provider.function_tools(&request),
         &query_text,
         &summary_sentence(tools),
+        history.tool_results == 0,
     );
     let words = plan
         .text
@@ -492,7 +527,43 @@ mod tests {
             mode,
             fail_followup: None,
             chunk_delay: Duration::ZERO,
+            forced: Vec::new(),
+            forced_args: json!({}),
         }
+    }
+
+    /// A later turn's decision (the forced calls are the first turn's).
+    fn decide(script: &Script, tools: &[String], query: &str, answer: &str) -> Plan {
+        decide_turn(script, tools, query, answer, false)
+    }
+
+    #[test]
+    fn forced_calls_come_first_offered_or_not() {
+        let mut forced = script(Mode::TextFirst);
+        forced.forced = names(&["drop_database", "get_weather"]);
+        forced.forced_args = json!({"db": "prod"});
+        let plan = decide_turn(&forced, &names(&["get_weather"]), "q", "", true);
+        assert_eq!(called(&plan), ["drop_database", "get_weather"]);
+        assert_eq!(plan.calls[0].arguments, json!({"db": "prod"}));
+        assert_eq!(plan.text.as_deref(), Some(LOOK_UP_TEXT));
+        // After a tool result, the script as usual.
+        let later = decide_turn(&forced, &names(&["get_weather"]), "q", "", false);
+        assert_eq!(called(&later), ["get_weather"]);
+        let parsed = Script::from_headers(&headers(&[
+            ("x-demo-want", "w"),
+            ("x-demo-call", " a , b,"),
+            ("x-demo-call-args", r#"{"x":1}"#),
+        ]))
+        .unwrap();
+        assert_eq!(parsed.forced, names(&["a", "b"]));
+        assert_eq!(parsed.forced_args, json!({"x": 1}));
+        assert!(
+            Script::from_headers(&headers(&[
+                ("x-demo-want", "w"),
+                ("x-demo-call-args", "[1]")
+            ]))
+            .is_err()
+        );
     }
 
     fn names(list: &[&str]) -> Vec<String> {

@@ -7,13 +7,13 @@
 //! dialects all keep tool calls as elements of a content array, and editing them in place keeps
 //! every other byte of the upstream's response.
 
+use crate::dialects::shared::calls::{CallShape, check_object, edit_turn};
 use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
-use crate::dialects::shared::calls::{CallShape, check_object, edit_calls};
 use crate::dialects::shared::splice::{
     apply_patches, json_string, parse_object, replace_member, set_member, write_patched,
 };
 use crate::dialects::Problem;
-use crate::json::{Str, array_items, find_path, span_in};
+use crate::json::{Str, array_items, find_path};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -342,22 +342,22 @@ fn tool_use_id(block: &str) -> Result<Option<String>, Problem> {
     })
 }
 
+/// A text content block holding `text`.
+fn text_block(text: &str) -> String {
+    format!(r#"{{"type":"text","text":{}}}"#, json_string(text))
+}
+
 pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     let message: Message = parse_object(body)?;
-    let items = array_items(message.content).ok_or(Problem::BadShape)?;
-    let edited = edit_calls(message.content.get(), &items, &TOOL_USE, tool_use_id, edits)?;
-    let mut patches = Vec::new();
-    if let Some(array) = edited.array {
-        let span = span_in(body, message.content.get()).ok_or(Problem::BadShape)?;
-        patches.push((span, array));
-    }
-    // A message whose every call was removed is an answer, and says so.
-    if edited.dropped > 0 && edited.calls_left == 0 {
-        if let Some(reason) = message.stop_reason.filter(|r| r.get() == r#""tool_use""#) {
-            let span = span_in(body, reason.get()).ok_or(Problem::BadShape)?;
-            patches.push((span, r#""end_turn""#.to_owned()));
-        }
-    }
+    let block = edits.text.as_deref().map(text_block);
+    let mut patches = edit_turn(
+        body,
+        message.content,
+        (&TOOL_USE, tool_use_id),
+        edits,
+        block.as_deref(),
+        message.stop_reason,
+    )?;
     if let (Some(usage), Some(object)) = (edits.usage, find_path(body, &["usage"])) {
         for (key, count) in [
             ("input_tokens", usage.input),
@@ -378,6 +378,13 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
     let mut dropped: BTreeSet<usize> = BTreeSet::new();
     let mut renamed: BTreeMap<usize, &str> = BTreeMap::new();
     let mut calls_left = 0usize;
+    // The original index of the dropped call whose place a text block (`edits.text`) took.
+    let mut text_at: Option<usize> = None;
+    // Blocks after a removed one move down, after the text block up, so the client sees
+    // consecutive indices.
+    let new_index = |index: usize, dropped: &BTreeSet<usize>, text_at: Option<usize>| {
+        renumbered(index, dropped) + usize::from(text_at.is_some_and(|at| at < index))
+    };
     for frame in frames {
         let data = frame.data.as_str();
         let event: Event = parse_object(data)?;
@@ -398,7 +405,12 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 let raw = event.content_block.ok_or(Problem::BadShape)?;
                 if let Some(id) = tool_use_id(raw.get())? {
                     if edits.drop.contains(&id) {
+                        let at = new_index(index, &dropped, text_at);
                         dropped.insert(index);
+                        if let (None, Some(text)) = (text_at, &edits.text) {
+                            text_at = Some(index);
+                            write_text_block(&mut out, frame, at, text);
+                        }
                         continue;
                     }
                     calls_left += 1;
@@ -429,7 +441,7 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 if let Some(arguments) = renamed.get(&index) {
                     let delta = format!(
                         r#"{{"type":"content_block_delta","index":{},"delta":{{"type":"input_json_delta","partial_json":{}}}}}"#,
-                        renumbered(index, &dropped),
+                        new_index(index, &dropped, text_at),
                         json_string(arguments),
                     );
                     Frame {
@@ -465,9 +477,8 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
             }
             _ => {}
         }
-        // Blocks after a removed one move down, so the client sees consecutive indices.
         if let Some(index) = event.index {
-            let new_index = renumbered(index, &dropped);
+            let new_index = new_index(index, &dropped, text_at);
             if new_index != index {
                 let span = find_path(data, &["index"]).ok_or(Problem::BadShape)?;
                 patches.push((span, new_index.to_string()));
@@ -476,6 +487,37 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
         write_patched(&mut out, frame, patches)?;
     }
     Ok(out)
+}
+
+/// The three events of a text block holding `text` at `index`, written in place of the
+/// `content_block_start` event `start` of a dropped call (named as its events are).
+fn write_text_block(out: &mut String, start: &Frame, index: usize, text: &str) {
+    let events = [
+        (
+            "content_block_start",
+            format!(
+                r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"text","text":""}}}}"#
+            ),
+        ),
+        (
+            "content_block_delta",
+            format!(
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"text_delta","text":{}}}}}"#,
+                json_string(text)
+            ),
+        ),
+        (
+            "content_block_stop",
+            format!(r#"{{"type":"content_block_stop","index":{index}}}"#),
+        ),
+    ];
+    for (name, data) in events {
+        Frame {
+            event: start.event.as_ref().map(|_| name.to_owned()),
+            data,
+        }
+        .write(out);
+    }
 }
 
 /// The events of a later round's stream `next` as the continuation of the events `sent`:
@@ -1093,5 +1135,31 @@ mod tests {
             None
         );
         assert_eq!(replace_member(text, 0..text.len(), "z", "1"), None);
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::Anthropic.codec();
+        let (out, reply) = refused(codec, TWO_CALLS, false, &["toolu_weather"]);
+        assert_eq!(reply.calls.len(), 1);
+        assert_eq!(value(&out)["stop_reason"], "tool_use");
+        assert_eq!(value(&out)["content"][3]["type"], "text");
+        let (out, reply) = refused(codec, ONE_CALL, false, &["toolu_find"]);
+        assert!(reply.calls.is_empty());
+        assert_eq!(value(&out)["stop_reason"], "end_turn");
+        // Streamed: a text block in the call's place, the blocks after it keep their index.
+        let (out, reply) = refused(codec, &write_all(&stream()), true, &["toolu_find"]);
+        assert_eq!(reply.calls.len(), 1);
+        let starts: Vec<u64> = crate::search::sse::frames(&out)
+            .0
+            .iter()
+            .filter(|f| f.data.contains("content_block_start"))
+            .map(|f| value(&f.data)["index"].as_u64().unwrap())
+            .collect();
+        assert_eq!(starts, [0, 1, 2, 3]);
+        let (out, reply) = refused(codec, &write_all(&one_call_stream()), true, &["toolu_find"]);
+        assert!(reply.calls.is_empty());
+        assert!(out.contains(r#""stop_reason":"end_turn""#), "{out}");
     }
 }

@@ -2,11 +2,11 @@
 //! binary event-stream framing, which search mode does not read): `output.message.content[]`
 //! (`text`, `toolUse{toolUseId,name,input}`, `reasoningContent`), `stopReason`, `usage`.
 
+use crate::dialects::shared::calls::{CallShape, edit_turn};
 use crate::dialects::{Call, Edits, Reply, ToolResult, Usage};
-use crate::dialects::shared::calls::{CallShape, edit_calls};
 use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
 use crate::dialects::Problem;
-use crate::json::{Str, array_items, find_path, span_in};
+use crate::json::{Str, array_items, find_path};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -152,21 +152,18 @@ fn tool_use_id(block: &str) -> Result<Option<String>, Problem> {
 pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
     let response: Response = parse_object(body)?;
     let content = message_of(&response)?;
-    let items = array_items(content).ok_or(Problem::BadShape)?;
-    let edited = edit_calls(content.get(), &items, &TOOL_USE, tool_use_id, edits)?;
-    let mut patches = Vec::new();
-    if let Some(array) = edited.array {
-        let span = span_in(body, content.get()).ok_or(Problem::BadShape)?;
-        patches.push((span, array));
-    }
-    // A message whose every call was removed is an answer, and says so.
-    if edited.dropped > 0 && edited.calls_left == 0 {
-        let reason = response.stop_reason.filter(|r| r.get() == r#""tool_use""#);
-        if let Some(reason) = reason {
-            let span = span_in(body, reason.get()).ok_or(Problem::BadShape)?;
-            patches.push((span, r#""end_turn""#.to_owned()));
-        }
-    }
+    let block = edits
+        .text
+        .as_deref()
+        .map(|text| format!(r#"{{"text":{}}}"#, json_string(text)));
+    let mut patches = edit_turn(
+        body,
+        content,
+        (&TOOL_USE, tool_use_id),
+        edits,
+        block.as_deref(),
+        response.stop_reason,
+    )?;
     if let (Some(usage), Some(object)) = (edits.usage, find_path(body, &["usage"])) {
         for (key, count) in [
             ("inputTokens", usage.input),
@@ -364,5 +361,24 @@ mod tests {
             ..Edits::default()
         };
         assert_eq!(finish_reply(ONE_CALL, &bad), Err(Problem::BadShape));
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::Bedrock.codec();
+        // Beside a call, the turn goes on; alone, it ends.
+        for (drop, left, reason) in [
+            (&["tooluse_weather"][..], 1, "tool_use"),
+            (&["tooluse_weather", "tooluse_find"][..], 0, "end_turn"),
+        ] {
+            let (out, reply) = refused(codec, TWO_CALLS, false, drop);
+            let v = value(&out);
+            assert_eq!((reply.calls.len(), v["stopReason"].as_str()), (left, Some(reason)));
+            // In the place of the first call dropped.
+            let content = &v["output"]["message"]["content"];
+            let at = 4 - drop.len();
+            assert_eq!(content[at]["text"], crate::dialects::shared::testing::REFUSAL);
+        }
     }
 }

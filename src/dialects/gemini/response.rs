@@ -5,11 +5,11 @@
 //!
 //! A call without an `id` is named by its `name` in [`Edits`] (and its result by its name).
 
+use crate::dialects::shared::calls::{CallShape, edit_content};
 use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
-use crate::dialects::shared::calls::{CallShape, edit_calls};
 use crate::dialects::shared::splice::{apply_patches, json_string, parse_object, set_member};
 use crate::dialects::Problem;
-use crate::json::{Str, array_items, find_path, span_in};
+use crate::json::{Str, array_items, find_path};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
@@ -397,34 +397,40 @@ struct Edited {
     emptied: bool,
     /// The candidate has a `finishReason`.
     finished: bool,
+    /// The text part took the place of a dropped call.
+    text_written: bool,
+}
+
+/// A text part holding `text`.
+fn text_part(text: &str) -> String {
+    format!(r#"{{"text":{}}}"#, json_string(text))
 }
 
 /// Applies the drops and renames to `text`'s first candidate, and writes `usage` (when given)
-/// into its `usageMetadata`.
-fn edit_response(text: &str, edits: &Edits, usage: Option<Usage>) -> Result<Edited, Problem> {
+/// into its `usageMetadata`. `part` (a text part, see [`edit_content`]) takes the place of
+/// the first dropped call.
+fn edit_response(
+    text: &str,
+    edits: &Edits,
+    usage: Option<Usage>,
+    part: (Option<&str>, bool),
+) -> Result<Edited, Problem> {
     let response: Response = parse_object(text)?;
     let candidate = response.candidates.as_ref().and_then(|c| c.first());
     let mut patches = Vec::new();
     let mut emptied = false;
+    let mut text_written = false;
     let parts = candidate
         .and_then(|c| c.content)
         .map(|content| crate::json::parse::<Content>(content).ok_or(Problem::BadShape))
         .transpose()?
         .and_then(|content| content.parts);
     if let Some(parts) = parts {
-        let items = array_items(parts).ok_or(Problem::BadShape)?;
-        let edited = edit_calls(
-            parts.get(),
-            &items,
-            &FUNCTION_CALL,
-            function_call_key,
-            edits,
-        )?;
+        let (patch, edited) =
+            edit_content(text, parts, &FUNCTION_CALL, function_call_key, edits, part)?;
         emptied = edited.dropped > 0 && edited.blocks_left == 0;
-        if let Some(array) = edited.array {
-            let span = span_in(text, parts.get()).ok_or(Problem::BadShape)?;
-            patches.push((span, array));
-        }
+        text_written = edited.text_written;
+        patches.extend(patch);
     }
     if let Some(usage) = usage {
         patches.extend(usage_patches(
@@ -437,6 +443,7 @@ fn edit_response(text: &str, edits: &Edits, usage: Option<Usage>) -> Result<Edit
         text: apply_patches(text, patches).ok_or(Problem::BadShape)?,
         emptied,
         finished: candidate.is_some_and(|c| c.finish_reason.is_some()),
+        text_written,
     })
 }
 
@@ -475,7 +482,8 @@ fn usage_patches(
 }
 
 pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
-    Ok(edit_response(body, edits, edits.usage)?.text)
+    let part = edits.text.as_deref().map(text_part);
+    Ok(edit_response(body, edits, edits.usage, (part.as_deref(), true))?.text)
 }
 
 pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
@@ -484,10 +492,15 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
         .iter()
         .rposition(|f| find_path(&f.data, &["usageMetadata"]).is_some());
     let mut out = String::new();
+    // The text part goes in the chunk of the first dropped call, once.
+    let mut part = edits.text.as_deref().map(text_part);
     for (at, frame) in frames.iter().enumerate() {
         let is_last_usage = last_usage == Some(at);
         let usage = if is_last_usage { edits.usage } else { None };
-        let edited = edit_response(&frame.data, edits, usage)?;
+        let edited = edit_response(&frame.data, edits, usage, (part.as_deref(), false))?;
+        if edited.text_written {
+            part = None;
+        }
         // A chunk that only carried removed calls says nothing the client needs.
         if edited.emptied && !edited.finished && !is_last_usage {
             continue;
@@ -908,5 +921,19 @@ mod tests {
             read_stream(&crate::sse::frames(&finish_stream(&frames, &edits).unwrap()).0)
                 .unwrap();
         assert_eq!(reply.calls[0], call("", "get_forecast", r#"{"days":2}"#));
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::Gemini.codec();
+        let (out, reply) = refused(codec, TWO_CALLS, false, &["call_7"]);
+        assert_eq!(reply.calls.len(), 1);
+        assert_eq!(value(&out)["candidates"][0]["content"]["parts"][2]["text"], crate::dialects::shared::testing::REFUSAL);
+        let (out, reply) = refused(codec, ONE_CALL, false, &["find_tools"]);
+        assert!(reply.calls.is_empty());
+        assert_eq!(value(&out)["candidates"][0]["finishReason"], "STOP");
+        let (_, reply) = refused(codec, &write_all(&stream()), true, &["find_tools"]);
+        assert!(reply.calls.iter().all(|c| c.name != "find_tools"));
     }
 }

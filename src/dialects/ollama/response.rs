@@ -220,21 +220,45 @@ pub(crate) fn tool_results(results: &[ToolResult]) -> Vec<String> {
 }
 
 /// `text` (a whole answer or a line) with the call edits applied to its message, and `usage`
-/// (when given) written in its counts.
-fn edit_answer(text: &str, edits: &Edits, usage: Option<Usage>) -> Result<String, Problem> {
+/// (when given) written in its counts. `words` (`edits.text`) join the message's `content`
+/// where a call was dropped, or anyway when `or_last` (a whole answer); the flag says whether
+/// they were written.
+fn edit_answer(
+    text: &str,
+    edits: &Edits,
+    usage: Option<Usage>,
+    (words, or_last): (Option<&str>, bool),
+) -> Result<(String, bool), Problem> {
     let mut patches = Vec::new();
+    let mut dropped = 0;
     if let Some(array) = find_path(text, &["message", "tool_calls"]) {
         let raw: &RawValue = serde_json::from_str(text.get(array).unwrap_or_default())
             .map_err(|_| Problem::BadShape)?;
         if raw.get() != "null" {
             let items = array_items(raw).ok_or(Problem::BadShape)?;
             let key = |item: &str| Ok(Some(parse_object::<ToolCall>(item)?.key()));
-            let edited = edit_calls(raw.get(), &items, &CALL_SHAPE, key, edits)?;
+            let edited = edit_calls(raw.get(), &items, &CALL_SHAPE, key, edits, None)?;
+            dropped = edited.dropped;
             if let Some(new_array) = edited.array {
                 let span = span_in(text, raw.get()).ok_or(Problem::BadShape)?;
                 patches.push((span, new_array));
             }
         }
+    }
+    let words = words.filter(|_| dropped > 0 || or_last);
+    if let (Some(words), Some(message)) = (words, find_path(text, &["message"])) {
+        let said = find_path(text, &["message", "content"])
+            .and_then(|span| serde_json::from_str::<String>(text.get(span)?).ok())
+            .unwrap_or_default();
+        let content = if said.is_empty() {
+            words.to_owned()
+        } else {
+            format!("{said}\n\n{words}")
+        };
+        patches.push(
+            set_member(text, message, "content", &json_string(&content))
+                .ok_or(Problem::BadShape)?,
+        );
     }
     if let Some(usage) = usage {
         let top = text.len() - text.trim_start().len()..text.trim_end().len();
@@ -242,11 +266,13 @@ fn edit_answer(text: &str, edits: &Edits, usage: Option<Usage>) -> Result<String
             patches.extend(set_member(text, top.clone(), key, &count.to_string()));
         }
     }
-    apply_patches(text, patches).ok_or(Problem::BadShape)
+    let written = words.is_some();
+    Ok((apply_patches(text, patches).ok_or(Problem::BadShape)?, written))
 }
 
 pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
-    edit_answer(body, edits, edits.usage)
+    let words = edits.text.as_deref();
+    Ok(edit_answer(body, edits, edits.usage, (words, true))?.0)
 }
 
 pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
@@ -255,9 +281,14 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
         parse_object::<Answer>(&f.data).is_ok_and(|a| a.done == Some(true))
     });
     let mut out = String::new();
+    // The words go in the line of the first dropped call, once.
+    let mut words = edits.text.as_deref();
     for (at, frame) in frames.iter().enumerate() {
         let usage = if last == Some(at) { edits.usage } else { None };
-        let edited = edit_answer(&frame.data, edits, usage)?;
+        let (edited, written) = edit_answer(&frame.data, edits, usage, (words, false))?;
+        if written {
+            words = None;
+        }
         // A line that only carried removed calls says nothing the client needs.
         let emptied = edited != frame.data
             && serde_json::from_str::<Value>(&edited).is_ok_and(|v| {
@@ -300,6 +331,7 @@ mod tests {
             drop: vec!["find_tools".into()],
             rename: Vec::new(),
             usage: Some(Usage { input: 300, output: 50 }),
+            text: None,
         };
         let out = finish_reply(WHOLE, &edits).unwrap();
         let v: Value = serde_json::from_str(&out).unwrap();
@@ -318,5 +350,25 @@ mod tests {
         let call = line(r#""content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]"#);
         assert_eq!(opening(&[thinking.clone(), call]), Opening::Calls);
         assert_eq!(opening(&[thinking, line(r#""content":"Hi""#)]), Opening::Answer);
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::Ollama.codec();
+        let (out, reply) = refused(codec, WHOLE, false, &["get_weather"]);
+        assert_eq!(reply.calls.len(), 1);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["message"]["content"], crate::dialects::shared::testing::REFUSAL);
+        let line = |m: &str, done: bool| format!(r#"{{"model":"m","message":{{"role":"assistant",{m}}},"done":{done}}}"#);
+        let stream = [
+            line(r#""content":"Let me check.""#, false),
+            line(r#""content":"","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Paris"}}}]"#, false),
+            r#"{"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":9,"eval_count":3}"#.to_owned(),
+        ]
+        .join("\n") + "\n";
+        let (out, reply) = refused(codec, &stream, true, &["get_weather"]);
+        assert!(reply.calls.is_empty());
+        assert_eq!(out.lines().count(), 3, "{out}");
     }
 }

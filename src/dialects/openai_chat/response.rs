@@ -144,12 +144,44 @@ pub(crate) fn tool_entry(name: &str, description: &str, parameters: &Value) -> S
 
 pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let completion: Completion = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
-    let choices = completion.choices.ok_or(Problem::BadShape)?;
+    let mut choices = completion.choices.ok_or(Problem::BadShape)?.into_iter();
     let message = choices
-        .into_iter()
         .next()
         .and_then(|c| c.message)
         .ok_or(Problem::BadShape)?;
+    let (mut calls, has_tool_calls) = message_calls(&message)?;
+    // The turn is the first choice's; a client that asked for several (`n`) gets every
+    // choice's calls, so every one is read (and checked under access rules).
+    for other in choices.filter_map(|c| c.message) {
+        calls.extend(message_calls(&other)?.0);
+    }
+    // Rebuilt rather than copied: `refusal`, `annotations` and `audio` are response-only, and
+    // not every compatible server accepts them back as input.
+    let mut turn = String::from(r#"{"role":"assistant","content":"#);
+    turn.push_str(message.content.map_or("null", RawValue::get));
+    if let Some(reasoning) = message.reasoning_content {
+        turn.push_str(r#","reasoning_content":"#);
+        turn.push_str(reasoning.get());
+    }
+    if let (Some(raw), true) = (message.tool_calls, has_tool_calls) {
+        turn.push_str(r#","tool_calls":"#);
+        turn.push_str(raw.get());
+    }
+    if let Some(raw) = message.function_call {
+        turn.push_str(r#","function_call":"#);
+        turn.push_str(raw.get());
+    }
+    turn.push('}');
+    Ok(Reply {
+        calls,
+        usage: completion.usage.as_ref().and_then(TokenCounts::usage),
+        turn: vec![turn],
+    })
+}
+
+/// The function calls of one message, in order (its deprecated `function_call` last), and
+/// whether its `tool_calls` has entries of any kind.
+fn message_calls(message: &Message) -> Result<(Vec<Call>, bool), Problem> {
     let tool_calls: Vec<ToolCall> = match message.tool_calls {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?,
         None => Vec::new(),
@@ -177,28 +209,7 @@ pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
             function.arguments.as_deref().unwrap_or_default(),
         ));
     }
-    // Rebuilt rather than copied: `refusal`, `annotations` and `audio` are response-only, and
-    // not every compatible server accepts them back as input.
-    let mut turn = String::from(r#"{"role":"assistant","content":"#);
-    turn.push_str(message.content.map_or("null", RawValue::get));
-    if let Some(reasoning) = message.reasoning_content {
-        turn.push_str(r#","reasoning_content":"#);
-        turn.push_str(reasoning.get());
-    }
-    if let (Some(raw), false) = (message.tool_calls, tool_calls.is_empty()) {
-        turn.push_str(r#","tool_calls":"#);
-        turn.push_str(raw.get());
-    }
-    if let Some(raw) = message.function_call {
-        turn.push_str(r#","function_call":"#);
-        turn.push_str(raw.get());
-    }
-    turn.push('}');
-    Ok(Reply {
-        calls,
-        usage: completion.usage.as_ref().and_then(TokenCounts::usage),
-        turn: vec![turn],
-    })
+    Ok((calls, !tool_calls.is_empty()))
 }
 
 pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
@@ -206,6 +217,8 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut calls = StreamedCalls::default();
+    // The calls of the other choices (`n` > 1), which the client gets too.
+    let mut others: BTreeMap<u64, StreamedCalls> = BTreeMap::new();
     let mut legacy: Option<(String, String)> = None;
     let mut usage = None;
     for frame in frames.iter().filter(|f| !is_done(f)) {
@@ -217,7 +230,13 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
             continue;
         };
         saw_choices = true;
-        // The turn is the first choice's: search mode never asks for `n` > 1.
+        for choice in choices.iter().filter(|c| c.index.unwrap_or(0) != 0) {
+            let other = others.entry(choice.index.unwrap_or(0)).or_default();
+            for piece in choice.delta.iter().flat_map(|d| d.tool_calls.iter().flatten()) {
+                other.absorb(piece);
+            }
+        }
+        // The turn is the first choice's.
         let first = choices.iter().filter(|c| c.index.unwrap_or(0) == 0);
         for delta in first.filter_map(|c| c.delta.as_ref()) {
             text.push_str(delta.content.as_deref().unwrap_or_default());
@@ -274,6 +293,12 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
             json!({"name": name, "arguments": arguments}),
         );
     }
+    let other_calls = others.values().flat_map(|o| &o.calls);
+    reply_calls.extend(
+        other_calls
+            .filter(|c| is_function(c.kind.as_deref()))
+            .map(|c| call(&c.id, &c.name, &c.arguments)),
+    );
     Ok(Reply {
         calls: reply_calls,
         usage,
@@ -333,6 +358,10 @@ pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
     let choices = completion.choices.ok_or(Problem::BadShape)?;
     let mut splices = Vec::new();
     for message in choices.iter().filter_map(|c| c.message.as_ref()) {
+        if legacy_dropped(message.function_call, edits) {
+            // The deprecated `function_call` key must go, and `finish_reason` with it.
+            return rebuilt_reply(body, edits);
+        }
         let Some(array) = message.tool_calls else {
             continue;
         };
@@ -344,19 +373,46 @@ pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
         if fates.iter().all(|f| matches!(f, Fate::Keep)) {
             continue;
         }
-        if !fates.is_empty() && fates.iter().all(|f| matches!(f, Fate::Drop)) {
-            // The `tool_calls` key itself must go, and `finish_reason` with it.
+        let all_dropped = !fates.is_empty() && fates.iter().all(|f| matches!(f, Fate::Drop));
+        if all_dropped || (edits.text.is_some() && message.content.is_none()) {
+            // The `tool_calls` key itself must go, and `finish_reason` with it; or words must
+            // go into a message that has no `content` member.
             return rebuilt_reply(body, edits);
         }
         let layout = ArrayLayout::of(body, array.get(), &items).ok_or(Problem::BadShape)?;
         let mut kept = String::with_capacity(array.get().len());
         layout.write(body, &mut kept, |i, text| fates.get(i)?.apply(text));
         splices.push((layout.span, kept));
+        let dropped = fates.iter().any(|f| matches!(f, Fate::Drop));
+        if let (Some(words), Some(content), true) = (&edits.text, message.content, dropped) {
+            let said: Option<String> = serde_json::from_str(content.get()).ok().flatten();
+            let span = crate::json::span_in(body, content.get()).ok_or(Problem::BadShape)?;
+            splices.push((span, json_string(&joined(said.as_deref(), words))));
+        }
     }
     if let Some(usage) = edits.usage {
         splices.extend(usage_splices(body, &["usage"], USAGE_KEYS, usage));
     }
     apply_patches(body, splices).ok_or(Problem::BadShape)
+}
+
+/// Whether the deprecated `function_call` of a message is one `edits` drop (by name: it has
+/// no id).
+fn legacy_dropped(function_call: Option<&RawValue>, edits: &Edits) -> bool {
+    let Some(call) = function_call.and_then(crate::json::parse::<FunctionCall>) else {
+        return false;
+    };
+    call.name
+        .as_deref()
+        .is_some_and(|name| edits.drop.iter().any(|d| d == name))
+}
+
+/// A message's words followed by `words` (a refusal), a blank line between.
+pub(crate) fn joined(said: Option<&str>, words: &str) -> String {
+    match said.filter(|s| !s.is_empty()) {
+        Some(said) => format!("{said}\n\n{words}"),
+        None => words.to_owned(),
+    }
 }
 
 /// What becomes of one tool call (or Responses output item) of the original text.
@@ -411,11 +467,27 @@ fn rebuilt_reply(body: &str, edits: &Edits) -> Result<String, Problem> {
         .and_then(Value::as_array_mut)
         .ok_or(Problem::BadShape)?;
     for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
-        let emptied = choice
-            .get_mut("message")
-            .and_then(Value::as_object_mut)
-            .is_some_and(|message| edit_calls(message, edits));
-        if emptied && choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+        let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let legacy = message
+            .get("function_call")
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str)
+            .is_some_and(|name| edits.drop.iter().any(|d| d == name));
+        if legacy {
+            message.remove("function_call");
+        }
+        let dropped_before = call_count(message);
+        let emptied = edit_calls(message, edits) || (legacy && call_count(message) == 0);
+        let dropped = legacy || call_count(message) < dropped_before || emptied;
+        if let (Some(words), true) = (&edits.text, dropped) {
+            let said = message.get("content").and_then(Value::as_str);
+            let content = joined(said, words);
+            message.insert("content".into(), content.into());
+        }
+        let reason = choice.get("finish_reason").and_then(Value::as_str);
+        if emptied && matches!(reason, Some("tool_calls" | "function_call")) {
             choice.insert("finish_reason".into(), "stop".into());
         }
     }
@@ -450,6 +522,14 @@ fn edit_calls(message: &mut Map<String, Value>, edits: &Edits) -> bool {
         message.remove("tool_calls");
     }
     emptied
+}
+
+/// The calls a message (or delta) object holds.
+fn call_count(message: &Map<String, Value>) -> usize {
+    message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 fn call_id(entry: &Value) -> Option<&str> {
@@ -491,6 +571,8 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
     // The calls seen so far, per choice index: a delta's call (and so whether it is dropped,
     // renamed or renumbered) is known from the delta that opened it, which comes first.
     let mut choices: BTreeMap<u64, StreamedCalls> = BTreeMap::new();
+    // The words (`edits.text`) go where the first dropped call opened, once.
+    let mut words = edits.text.as_deref();
     for frame in frames {
         if is_done(frame) {
             frame.write(&mut out);
@@ -503,7 +585,13 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
             let pieces = choice.delta.as_ref().and_then(|d| d.tool_calls.as_ref());
             for (piece_position, piece) in pieces.into_iter().flatten().enumerate() {
                 let (slot, opened) = calls.absorb(piece);
-                let change = calls.change(slot, opened, piece, edits);
+                let mut change = calls.change(slot, opened, piece, edits);
+                if let (Some(PieceChange::Remove), true, Some(text)) =
+                    (&change, opened && calls.is_dropped(slot, edits), words)
+                {
+                    change = Some(PieceChange::RemoveWithText(text.to_owned()));
+                    words = None;
+                }
                 if let Some(change) = change {
                     changes.push((position, piece_position, change));
                 }
@@ -540,6 +628,9 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
 enum PieceChange {
     /// A piece of a dropped call, or a later piece of a renamed one.
     Remove,
+    /// The opening piece of the dropped call whose place these words take: the delta carries
+    /// them as `content`.
+    RemoveWithText(String),
     /// The opening piece of a renamed call: it carries the new name and the whole arguments
     /// (and a new `index` when calls before it were dropped).
     Rename {
@@ -578,7 +669,7 @@ fn edited_chunk(
                 continue;
             };
             match change {
-                PieceChange::Remove => {
+                PieceChange::Remove | PieceChange::RemoveWithText(_) => {
                     if *piece_at < pieces.len() {
                         pieces.remove(*piece_at);
                         removed_any = true;
@@ -605,6 +696,11 @@ fn edited_chunk(
             }
             if pieces.is_empty() {
                 delta.remove("tool_calls");
+            }
+            if let PieceChange::RemoveWithText(words) = change {
+                let said = delta.get("content").and_then(Value::as_str);
+                let content = joined(said, words);
+                delta.insert("content".into(), content.into());
             }
         }
     }
@@ -930,6 +1026,7 @@ mod tests {
             drop: drop.iter().map(|d| d.to_string()).collect(),
             rename: Vec::new(),
             usage,
+            text: None,
         }
     }
 
@@ -1304,6 +1401,7 @@ mod tests {
                 r#"{"days":3}"#.into(),
             )],
             usage: None,
+            text: None,
         };
         let out = finish_stream(&two_call_stream(), &edits).unwrap();
         let (kept, reply) = reread(&out);
@@ -1351,5 +1449,73 @@ mod tests {
         let reply = read_stream(&frames).unwrap();
         let names: Vec<_> = reply.calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["f", "g", "h", "k"]);
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::OpenaiChat.codec();
+        // Beside an allowed call: the call stays, the words join the message.
+        let (out, reply) = refused(codec, TWO_CALLS, false, &["call_wx"]);
+        assert_eq!(reply.calls.len(), 1);
+        assert_eq!(json(&out)["choices"][0]["finish_reason"], "tool_calls");
+        // Alone: the turn ends.
+        let (out, reply) = refused(codec, ONE_CALL, false, &["call_find"]);
+        assert!(reply.calls.is_empty());
+        let v = json(&out);
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("not available"));
+        // A deprecated `function_call` (no id) is dropped by name.
+        let legacy = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,
+            "function_call":{"name":"get_weather","arguments":"{}"}},"finish_reason":"function_call"}]}"#;
+        let (out, reply) = refused(codec, legacy, false, &["get_weather"]);
+        assert!(reply.calls.is_empty() && json(&out)["choices"][0]["finish_reason"] == "stop");
+        // Streamed: the words ride in the dropped call's opening chunk.
+        let stream = write_all(&two_call_stream());
+        let (_, reply) = refused(codec, &stream, true, &["call_wx"]);
+        assert_eq!(reply.calls.len(), 1);
+        let (out, reply) = refused(codec, &stream, true, &["call_find", "call_wx"]);
+        assert!(reply.calls.is_empty());
+        assert!(out.contains(r#""finish_reason":"stop""#), "{out}");
+    }
+
+    #[test]
+    fn every_choice_s_calls_are_read_and_refused() {
+        use crate::dialects::shared::testing::REFUSAL;
+        // `n` = 2: the second choice calls the denied tool.
+        let two = TWO_CALLS.replace(
+            r#""finish_reason":"tool_calls"}]"#,
+            r#""finish_reason":"tool_calls"},{"index":1,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_2nd","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},"finish_reason":"tool_calls"}]"#,
+        );
+        let reply = read_reply(&two).unwrap();
+        assert_eq!(reply.calls.len(), 3);
+        assert_eq!(reply.calls[2].id, "call_2nd");
+        let edits = Edits {
+            drop: vec!["call_2nd".into()],
+            text: Some(REFUSAL.into()),
+            ..Edits::default()
+        };
+        let out = finish_reply(&two, &edits).unwrap();
+        assert_eq!(read_reply(&out).unwrap().calls.len(), 2);
+        let second = &json(&out)["choices"][1];
+        assert_eq!(second["finish_reason"], "stop");
+        assert_eq!(second["message"]["content"], REFUSAL);
+        assert!(second["message"].get("tool_calls").is_none());
+        // Streamed: the second choice's call is read, and refused.
+        let mut frames = two_call_stream();
+        frames.insert(
+            1,
+            chunk(
+                r#"[{"index":1,"delta":{"tool_calls":[{"index":0,"id":"call_2nd","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},"finish_reason":null}]"#,
+            ),
+        );
+        let stream = write_all(&frames);
+        let reply = read_stream(&frames).unwrap();
+        assert_eq!(reply.calls.last().map(|c| c.id.as_str()), Some("call_2nd"));
+        let out = finish_stream(&frames, &edits).unwrap();
+        let (again, used) = split(&out);
+        assert_eq!(used, out.len());
+        assert_eq!(read_stream(&again).unwrap().calls.len(), 2, "{stream}");
+        assert!(out.contains(REFUSAL), "{out}");
     }
 }

@@ -227,13 +227,25 @@ fn output_splice(
     edits: &Edits,
 ) -> Result<Option<(Range<usize>, String)>, Problem> {
     let items = array_items(output).ok_or(Problem::BadShape)?;
+    let mut words = edits.text.as_deref();
     let fates = items
         .iter()
         .map(|raw| {
             let item: OutputItem = serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?;
-            item.fate(raw.get(), edits)
+            let fate = item.fate(raw.get(), edits)?;
+            // The words take the place of the first dropped call, as a message item.
+            Ok(match (fate, words.take()) {
+                (Fate::Drop, Some(text)) => {
+                    let call_id = item.call_id.as_deref().unwrap_or_default();
+                    Fate::Replace(message_item(call_id, Some(text)))
+                }
+                (fate, unused) => {
+                    words = words.or(unused);
+                    fate
+                }
+            })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, Problem>>()?;
     if fates.iter().all(|f| matches!(f, Fate::Keep)) {
         return Ok(None);
     }
@@ -243,11 +255,93 @@ fn output_splice(
     Ok(Some((layout.span, rebuilt)))
 }
 
+/// The assistant message item holding `text` (completed; `None`: in progress, empty) that
+/// takes the place of the dropped call `call_id` (its id derived from the call's, so that the
+/// whole answer and the stream agree).
+fn message_item(call_id: &str, text: Option<&str>) -> String {
+    let (status, content) = match text {
+        Some(text) => ("completed", format!("[{}]", text_part(text))),
+        None => ("in_progress", "[]".to_owned()),
+    };
+    format!(
+        r#"{{"id":{},"type":"message","status":"{status}","content":{content},"role":"assistant"}}"#,
+        json_string(&message_id(call_id))
+    )
+}
+
+fn message_id(call_id: &str) -> String {
+    format!("msg_toolsift_{call_id}")
+}
+
+/// An `output_text` content part holding `text`.
+fn text_part(text: &str) -> String {
+    format!(
+        r#"{{"type":"output_text","annotations":[],"logprobs":[],"text":{}}}"#,
+        json_string(text)
+    )
+}
+
+/// The events of the message item holding `text` in place of a dropped call's
+/// `output_item.added` (`opening`) or `output_item.done`: (event type, data), numbered from
+/// `sequence` when the stream numbers its events.
+fn message_events(
+    call_id: &str,
+    text: &str,
+    output_index: u64,
+    sequence: Option<u64>,
+    opening: bool,
+) -> Vec<(&'static str, String)> {
+    let id = json_string(&message_id(call_id));
+    let quoted = json_string(text);
+    let at = format!(r#""item_id":{id},"output_index":{output_index},"content_index":0"#);
+    let item = |text: Option<&str>| {
+        format!(
+            r#""output_index":{output_index},"item":{}"#,
+            message_item(call_id, text)
+        )
+    };
+    let events: Vec<(&'static str, String)> = if opening {
+        vec![
+            ("response.output_item.added", item(None)),
+            (
+                "response.content_part.added",
+                format!(r#"{at},"part":{}"#, text_part("")),
+            ),
+            (
+                "response.output_text.delta",
+                format!(r#"{at},"delta":{quoted},"logprobs":[]"#),
+            ),
+            (
+                "response.output_text.done",
+                format!(r#"{at},"text":{quoted},"logprobs":[]"#),
+            ),
+            (
+                "response.content_part.done",
+                format!(r#"{at},"part":{}"#, text_part(text)),
+            ),
+        ]
+    } else {
+        vec![("response.output_item.done", item(Some(text)))]
+    };
+    events
+        .into_iter()
+        .zip(0u64..)
+        .map(|((kind, rest), n)| {
+            let number = sequence
+                .map(|s| format!(r#","sequence_number":{}"#, s.saturating_add(n)))
+                .unwrap_or_default();
+            (kind, format!(r#"{{"type":"{kind}"{number},{rest}}}"#))
+        })
+        .collect()
+}
+
 /// An output item of a stream, as its `response.output_item.added` event showed it.
 struct StreamedItem<'e> {
     output_index: Option<u64>,
     id: String,
     dropped: bool,
+    /// The dropped call whose place the message holding `edits.text` takes: its `call_id`.
+    replaced_by_text: Option<String>,
     /// The new name and arguments, when it is renamed.
     rename: Option<(&'e str, &'e str)>,
 }
@@ -260,6 +354,7 @@ impl<'e> StreamedItem<'e> {
             output_index,
             id: item.id.as_deref().unwrap_or_default().to_owned(),
             dropped: is_call && edits.drop.iter().any(|d| d == call_id),
+            replaced_by_text: None,
             rename: edits
                 .rename
                 .iter()
@@ -277,6 +372,11 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
     // An item's events come after its `output_item.added`, and items are added in output
     // order, so one pass knows each event's item and the dropped items before it.
     let mut items: Vec<StreamedItem> = Vec::new();
+    let mut words = edits.text.as_deref();
+    // With words written in, events are numbered again from the first change: each event
+    // left out moves the later ones down, each one added up.
+    let renumber = words.is_some();
+    let mut shift: i64 = 0;
     for frame in frames {
         let data = frame.data.as_str();
         let event: Event = serde_json::from_str(data).map_err(|e| Problem::of(&e))?;
@@ -288,9 +388,20 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 .iter()
                 .any(|i| i.output_index == event.output_index && i.id == id);
             if !known {
-                items.push(StreamedItem::of(event.output_index, item, edits));
+                let mut streamed = StreamedItem::of(event.output_index, item, edits);
+                if let (true, Some(_)) = (streamed.dropped, words) {
+                    // The message holding the words takes this call's place (and index).
+                    words = None;
+                    streamed.dropped = false;
+                    streamed.replaced_by_text = item.call_id.as_deref().map(str::to_owned);
+                }
+                items.push(streamed);
             }
         }
+        let sequence = sequence_number(data).map(|n| {
+            let shifted = i64::try_from(n).unwrap_or(i64::MAX).saturating_add(shift);
+            u64::try_from(shifted).unwrap_or(0)
+        });
         let item_id = event
             .item_id
             .as_deref()
@@ -302,7 +413,42 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
         });
         let mut splices = Vec::new();
         if tracked.is_some_and(|t| t.dropped) {
+            shift -= 1;
             continue;
+        }
+        if let (Some(call_id), Some(text)) = (
+            tracked.and_then(|t| t.replaced_by_text.as_deref()),
+            edits.text.as_deref(),
+        ) {
+            let opening = kind == "response.output_item.added";
+            if !opening && kind != "response.output_item.done" {
+                // The call's own argument events say nothing of the message.
+                shift -= 1;
+                continue;
+            }
+            let index = event.output_index.unwrap_or(0);
+            let dropped_before = items
+                .iter()
+                .filter(|i| i.dropped && i.output_index.is_some_and(|at| at < index))
+                .count() as u64;
+            let index = index.saturating_sub(dropped_before);
+            let written = message_events(call_id, text, index, sequence, opening);
+            shift += written.len() as i64 - 1;
+            for (name, data) in written {
+                Frame {
+                    event: frame.event.as_ref().map(|_| name.to_owned()),
+                    data,
+                }
+                .write(&mut out);
+            }
+            continue;
+        }
+        if let (true, Some(n), Some(span)) =
+            (renumber, sequence, find_path(data, &["sequence_number"]))
+        {
+            if shift != 0 {
+                splices.push((span, n.to_string()));
+            }
         }
         if let Some((name, arguments)) = tracked.and_then(|t| t.rename) {
             let (name_path, arguments_path): (&[&str], &[&str]) = match kind {
@@ -571,6 +717,7 @@ mod tests {
             drop: drop.iter().map(|d| d.to_string()).collect(),
             rename: Vec::new(),
             usage,
+            text: None,
         }
     }
 
@@ -897,5 +1044,40 @@ mod tests {
             finish_stream(&frames, &edits(&["call_find"], None)),
             Err(Problem::MalformedJson)
         );
+    }
+
+    #[test]
+    fn a_refusal_takes_the_place_of_dropped_calls() {
+        use crate::dialects::shared::testing::refused;
+        let codec = crate::dialects::Dialect::OpenaiResponses.codec();
+        let whole = response(&[REASONING, FIND, WEATHER], USAGE);
+        let (out, reply) = refused(codec, &whole, false, &["call_wx"]);
+        assert_eq!(reply.calls.len(), 1);
+        let v = json(&out);
+        assert_eq!(v["output"][2]["type"], "message");
+        assert_eq!(v["output"][2]["id"], "msg_toolsift_call_wx");
+        // Streamed: the message's events in the call's place, indexes and numbers in order.
+        let stream = write_all(&two_call_stream());
+        let (out, reply) = refused(codec, &stream, true, &["call_find"]);
+        assert_eq!(reply.calls.len(), 1);
+        let (frames, _) = split(&out);
+        let numbers: Vec<u64> = frames
+            .iter()
+            .map(|f| json(&f.data)["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+        let added: Vec<(u64, String)> = frames
+            .iter()
+            .filter(|f| f.data.contains("output_item.added"))
+            .map(|f| {
+                let v = json(&f.data);
+                (v["output_index"].as_u64().unwrap(), v["item"]["type"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        assert_eq!(added, [(0, "reasoning".into()), (1, "message".into()), (2, "function_call".into())]);
+        let completed = json(&frames.last().unwrap().data);
+        assert_eq!(completed["response"]["output"][1]["id"], "msg_toolsift_call_find");
+        let (_, reply) = refused(codec, &stream, true, &["call_find", "call_wx"]);
+        assert!(reply.calls.is_empty());
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::dialects::Edits;
 use crate::dialects::Problem;
-use crate::dialects::shared::splice::{apply_patches, json_string, set_member};
+use crate::dialects::shared::splice::{Patch, apply_patches, json_string, set_member};
 use crate::json::ArrayLayout;
 use crate::json::find_path;
 use serde_json::value::RawValue;
@@ -36,18 +36,22 @@ pub(crate) struct EditedCalls {
     pub calls_left: usize,
     /// Elements of any kind left in the array.
     pub blocks_left: usize,
+    /// The text block took the place of the first dropped call.
+    pub text_written: bool,
 }
 
 /// Applies `edits.drop` and `edits.rename` to the content array `array`, whose elements are
 /// `items` (borrowed from it). `call_key` tells whether an element is a tool call, and by
-/// which key (its id, or Gemini's name) the edits name it. Kept elements keep their bytes, and
-/// the array its separators.
+/// which key (its id, or Gemini's name) the edits name it. `text_block` (an element of the
+/// dialect's, holding `edits.text`) takes the place of the first dropped call. Kept elements
+/// keep their bytes, and the array its separators.
 pub(crate) fn edit_calls<'a>(
     array: &'a str,
     items: &[&'a RawValue],
     shape: &CallShape,
     call_key: impl Fn(&str) -> Result<Option<String>, Problem>,
     edits: &Edits,
+    text_block: Option<&str>,
 ) -> Result<EditedCalls, Problem> {
     let mut kept: Vec<Option<Cow<'a, str>>> = Vec::with_capacity(items.len());
     let mut edited = EditedCalls {
@@ -55,6 +59,7 @@ pub(crate) fn edit_calls<'a>(
         dropped: 0,
         calls_left: 0,
         blocks_left: 0,
+        text_written: false,
     };
     let mut renamed = 0;
     for item in items {
@@ -65,7 +70,13 @@ pub(crate) fn edit_calls<'a>(
         };
         if edits.drop.contains(&key) {
             edited.dropped += 1;
-            kept.push(None);
+            match text_block.filter(|_| !edited.text_written) {
+                Some(block) => {
+                    edited.text_written = true;
+                    kept.push(Some(Cow::Owned(block.to_owned())));
+                }
+                None => kept.push(None),
+            }
             continue;
         }
         edited.calls_left += 1;
@@ -88,6 +99,71 @@ pub(crate) fn edit_calls<'a>(
     });
     edited.array = Some(out);
     Ok(edited)
+}
+
+/// [`edit_calls`] on the content array `content` of a whole answer `body` (borrowed from it),
+/// as the patch of `body` that rewrites it (`None`: unchanged). `text_block` takes the place
+/// of the first dropped call, or, when none was dropped and `or_last`, goes after the last
+/// element (a whole answer; a stream's chunk without the call leaves it for a later one).
+pub(crate) fn edit_content(
+    body: &str,
+    content: &RawValue,
+    shape: &CallShape,
+    call_key: impl Fn(&str) -> Result<Option<String>, Problem>,
+    edits: &Edits,
+    (text_block, or_last): (Option<&str>, bool),
+) -> Result<(Option<Patch>, EditedCalls), Problem> {
+    let array = content.get();
+    let items = crate::json::array_items(content).ok_or(Problem::BadShape)?;
+    let mut edited = edit_calls(array, &items, shape, call_key, edits, text_block)?;
+    let rewritten = match (edited.array.take(), text_block) {
+        (rewritten, Some(block)) if or_last && !edited.text_written => {
+            with_item_appended(rewritten.as_deref().unwrap_or(array), block)
+        }
+        (rewritten, _) => rewritten,
+    };
+    let patch = match rewritten {
+        Some(rewritten) => {
+            let span = crate::json::span_in(body, array).ok_or(Problem::BadShape)?;
+            Some((span, rewritten))
+        }
+        None => None,
+    };
+    Ok((patch, edited))
+}
+
+/// Tells whether a content element is a tool call, and by which key edits name it.
+pub(crate) type CallKey = fn(&str) -> Result<Option<String>, Problem>;
+
+/// [`edit_content`] on a whole answer whose `stop_reason` says `"tool_use"` while it calls
+/// tools (Anthropic, Bedrock): the patches of `body`, the reason `"end_turn"` once every call
+/// is removed (the message is then an answer, and says so). `text_block` as there, or after
+/// the last element.
+pub(crate) fn edit_turn(
+    body: &str,
+    content: &RawValue,
+    (shape, call_key): (&CallShape, CallKey),
+    edits: &Edits,
+    text_block: Option<&str>,
+    stop_reason: Option<&RawValue>,
+) -> Result<Vec<Patch>, Problem> {
+    let (patch, edited) = edit_content(body, content, shape, call_key, edits, (text_block, true))?;
+    let mut patches: Vec<Patch> = patch.into_iter().collect();
+    if edited.dropped > 0 && edited.calls_left == 0 {
+        if let Some(reason) = stop_reason.filter(|r| r.get() == r#""tool_use""#) {
+            let span = crate::json::span_in(body, reason.get()).ok_or(Problem::BadShape)?;
+            patches.push((span, r#""end_turn""#.to_owned()));
+        }
+    }
+    Ok(patches)
+}
+
+/// The JSON array text `array` with `item` added at its end, every other byte kept.
+pub(crate) fn with_item_appended(array: &str, item: &str) -> Option<String> {
+    let close = array.rfind(']')?;
+    let inner = array.get(..close)?.trim_end();
+    let comma = if inner.ends_with('[') { "" } else { "," };
+    Some(format!("{inner}{comma}{item}{}", array.get(close..)?))
 }
 
 /// The call block `block` with a new name and arguments, every other byte kept.

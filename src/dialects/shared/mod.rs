@@ -70,3 +70,61 @@ mod tests {
         assert_eq!(content_text(&raw("42"), &["text"]), "");
     }
 }
+
+/// What the dialects' tests share: a refusal written and read back by the dialect's reader.
+#[cfg(test)]
+pub(crate) mod testing {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use crate::dialects::Codec;
+    use crate::search::{Edits, Reply};
+
+    /// The words the tests refuse with.
+    pub(crate) const REFUSAL: &str = "Tool `get_weather` is not available.";
+
+    /// `answer` (whole, or a stream in the codec's framing) with the calls `drop` names
+    /// replaced by [`REFUSAL`], read back by the dialect's own reader: the dropped calls are
+    /// gone, the words are in the turn, and a stream is still whole events. Returns the text
+    /// the client would get and what its reader sees.
+    pub(crate) fn refused(
+        codec: &dyn Codec,
+        answer: &str,
+        stream: bool,
+        drop: &[&str],
+    ) -> (String, Reply) {
+        let edits = Edits {
+            drop: drop.iter().map(|d| (*d).to_owned()).collect(),
+            text: Some(REFUSAL.to_owned()),
+            ..Edits::default()
+        };
+        let framing = codec.framing();
+        let (out, reply) = if stream {
+            let frames = framing.frames(answer).0;
+            let out = codec.finish_stream(&frames, &edits).unwrap();
+            let (again, used) = framing.frames(&out);
+            assert_eq!(used, out.len(), "whole events: {out}");
+            let reply = codec.read_stream(&again).unwrap();
+            (out, reply)
+        } else {
+            let out = codec.finish_reply(answer, &edits).unwrap();
+            serde_json::from_str::<serde_json::Value>(&out).unwrap();
+            let reply = codec.read_reply(&out).unwrap();
+            (out, reply)
+        };
+        for call in &reply.calls {
+            let key = if call.id.is_empty() {
+                &call.name
+            } else {
+                &call.id
+            };
+            assert!(!drop.contains(&key.as_str()), "{key} still called: {out}");
+        }
+        let turn = reply.turn.join("");
+        assert_eq!(
+            turn.matches("is not available.").count(),
+            1,
+            "the words, once, in the turn: {turn}"
+        );
+        (out, reply)
+    }
+}

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::ops::Range;
 
 /// A replacement of one byte range of a text.
-pub(super) type Patch = (Range<usize>, String);
+pub(crate) type Patch = (Range<usize>, String);
 
 /// `text` with every patch applied, `None` if two overlap or one falls outside it. Insertions
 /// (empty ranges) at the same place keep their order.

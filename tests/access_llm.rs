@@ -1,0 +1,243 @@
+//! Access rules on LLM traffic in the real Envoy with the real .wasm, the caller named by a
+//! header (`x-group`): in every dialect, filter and search mode, streamed and not, a caller
+//! never sees another group's tools (what the demo upstream received), `find_tools` never
+//! finds a denied tool, and a model's call of a denied tool (the scripted model's
+//! `x-demo-call`: a tool it was not given) never reaches the client.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::llm::{DIALECTS, request, tool_names, upstream_log};
+use common::{Gateway, Response, http};
+use serde_json::{Value, json};
+
+/// What the group `travel` may use; `comms` has the messaging tools.
+const TRAVEL: [&str; 9] = [
+    "get_current_weather",
+    "get_weather_forecast",
+    "search_flights",
+    "search_hotels",
+    "book_hotel",
+    "geocode_address",
+    "get_directions",
+    "get_current_time",
+    "convert_units",
+];
+const WANT: &str = "get_current_weather";
+/// A `comms` tool: denied to `travel`.
+const DENIED: &str = "send_slack_message";
+const REFUSAL: &str = "Tool `send_slack_message` is not available.";
+
+fn start(mode: &str) -> Gateway {
+    let config = json!({
+        "mode": mode,
+        "min_tools": 20,
+        "access": {
+            "identity": [{"header": "x-group"}],
+            "default": "deny",
+            "rules": [
+                {"when": ["travel"], "allow": TRAVEL},
+                {"when": ["comms"], "allow": ["send_slack_message", "list_slack_channels",
+                    "search_slack_messages", "send_email", "search_emails", "get_email",
+                    "get_current_time"]}
+            ]
+        }
+    });
+    Gateway::start(&config.to_string())
+}
+
+/// Sends `dialect`'s request as a `travel` caller to the scripted model wanting `WANT`.
+fn ask(gw: &Gateway, dialect: &str, stream: bool, extra: &[(&str, &str)]) -> Response {
+    http(gw.upstream.port, "POST", "/scripted/log/reset", &[], b"");
+    let (path, body) = request(dialect, stream);
+    let mut headers: Vec<(&str, &str)> = [
+        ("x-demo-model", "scripted"),
+        ("x-demo-want", WANT),
+        ("x-group", "travel"),
+    ]
+    .into_iter()
+    .filter(|(name, _)| !extra.iter().any(|(n, _)| n == name))
+    .collect();
+    headers.extend_from_slice(extra);
+    let r = gw.post(&path, &headers, body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{dialect} stream={stream}: {}", r.text());
+    r
+}
+
+/// Every tool any request upstream offered the model is one `travel` may use (or the
+/// meta-tool).
+fn only_travel_tools_reached_the_model(gw: &Gateway, dialect: &str) -> Vec<Value> {
+    let log = upstream_log(gw);
+    assert!(!log.is_empty(), "{dialect}: nothing reached the upstream");
+    for entry in &log {
+        for tool in tool_names(dialect, &entry["body"]) {
+            assert!(
+                tool == "find_tools" || TRAVEL.contains(&tool.as_str()),
+                "{dialect}: {tool} reached the model"
+            );
+        }
+    }
+    log
+}
+
+/// The tools a response calls, each once (a Responses stream names a call in its
+/// `output_item.added` and again in `response.completed`).
+fn called(dialect: &str, r: &Response) -> Vec<String> {
+    let mut calls = common::llm::called(dialect, r);
+    calls.dedup();
+    calls
+}
+
+/// The client got the calls `allowed` and, in place of the denied one, the refusal.
+fn refused_in_words(dialect: &str, r: &Response, allowed: &[&str]) {
+    let calls = called(dialect, r);
+    assert_eq!(calls, allowed, "{dialect}: {}", r.text());
+    assert!(r.text().contains(REFUSAL), "{dialect}: {}", r.text());
+}
+
+/// No answer had to be replaced by toolsift's error, and nothing panicked.
+fn every_answer_was_checked(gw: &Gateway) {
+    assert_eq!(gw.stat("toolsift.access.unchecked"), 0);
+    let log = gw.log_text();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Every dialect's stream that toolsift can check, and every whole answer.
+fn cases() -> Vec<(&'static str, bool)> {
+    DIALECTS
+        .iter()
+        .flat_map(|d| [(*d, false), (*d, true)])
+        // Bedrock's converse-stream is refused under access rules (see below).
+        .filter(|(d, stream)| !(*d == "bedrock" && *stream))
+        .collect()
+}
+
+#[test]
+fn filter_mode_replaces_denied_calls_with_a_refusal() {
+    let gw = start("filter");
+    let mut refused = 0;
+    for (dialect, stream) in cases() {
+        // Streams say some text first: the client gets it as it comes, and the call after it
+        // is held and refused.
+        let script = if stream { "text-first" } else { "search" };
+        let r = ask(
+            &gw,
+            dialect,
+            stream,
+            &[("x-demo-call", DENIED), ("x-demo-script", script)],
+        );
+        refused_in_words(dialect, &r, &[]);
+        // The upstream got the caller's tools only.
+        let seen = r.header("x-demo-tools").unwrap_or_default();
+        assert!(!seen.is_empty(), "{dialect}: {:?}", r.headers);
+        for tool in seen.split(',') {
+            assert!(
+                TRAVEL.contains(&tool),
+                "{dialect}: {tool} reached the model"
+            );
+        }
+        only_travel_tools_reached_the_model(&gw, dialect);
+        assert!(
+            r.header("x-toolsift").unwrap().contains("denied=71"),
+            "{dialect}: {:?}",
+            r.header("x-toolsift")
+        );
+        // Beside an allowed call: that call stays, the denied one is refused in words.
+        let both = format!("{WANT},{DENIED}");
+        let r = ask(
+            &gw,
+            dialect,
+            stream,
+            &[("x-demo-call", &both), ("x-demo-script", script)],
+        );
+        refused_in_words(dialect, &r, &[WANT]);
+        refused += 2;
+    }
+    assert_eq!(gw.stat("toolsift.access.denied.call"), refused);
+    // Answers without a denied call are not touched (a search-mode stat never moves).
+    let r = ask(&gw, "anthropic", true, &[("x-demo-script", "text-first")]);
+    assert_eq!(called("anthropic", &r), [WANT]);
+    assert_eq!(gw.stat("toolsift.access.denied.call"), refused);
+    assert_eq!(gw.stat("toolsift.search.held"), 0);
+    every_answer_was_checked(&gw);
+}
+
+#[test]
+fn search_mode_never_shows_finds_or_delivers_a_denied_tool() {
+    let gw = start("search");
+    for (dialect, stream) in cases() {
+        // The model first calls a tool it was never given: it is told there is no such tool,
+        // searches, finds the weather tool and calls it.
+        let r = ask(
+            &gw,
+            dialect,
+            stream,
+            &[("x-demo-call", DENIED), ("x-demo-script", "search")],
+        );
+        let calls = called(dialect, &r);
+        assert_eq!(calls, [WANT], "{dialect} {stream}: {}", r.text());
+        assert!(
+            !r.text().contains(DENIED),
+            "{dialect} {stream}: {}",
+            r.text()
+        );
+        let log = only_travel_tools_reached_the_model(&gw, dialect);
+        assert_eq!(
+            log.len(),
+            3,
+            "{dialect} {stream}: the refusal, the search, the call"
+        );
+        let second = log[1]["body"].to_string();
+        assert!(
+            second.contains("There is no tool named `send_slack_message`"),
+            "{dialect}: {second}"
+        );
+        // A search for the denied tool finds none of the messaging tools: the model never
+        // gets one, and says so.
+        let r = ask(
+            &gw,
+            dialect,
+            stream,
+            &[
+                ("x-demo-want", DENIED),
+                ("x-demo-query", "send a message to a slack channel"),
+            ],
+        );
+        assert!(called(dialect, &r).is_empty(), "{dialect}: {}", r.text());
+        for entry in only_travel_tools_reached_the_model(&gw, dialect) {
+            let sent = entry["body"].to_string();
+            assert!(!sent.contains("slack_"), "{dialect}: {sent}");
+        }
+    }
+    assert!(gw.stat("toolsift.access.denied.call") >= 10);
+    every_answer_was_checked(&gw);
+}
+
+#[test]
+fn streams_toolsift_cannot_check_are_refused_under_access_rules() {
+    let gw = start("filter");
+    let (_, bedrock) = request("bedrock", false);
+    let (_, gemini) = request("gemini", false);
+    for (path, body) in [
+        (
+            "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse-stream",
+            bedrock,
+        ),
+        (
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            gemini,
+        ),
+    ] {
+        let r = gw.post(path, &[("x-group", "travel")], body.to_string().as_bytes());
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "access_unsupported_stream");
+    }
+    assert_eq!(gw.stat("toolsift.access.unsupported_stream"), 2);
+    assert!(upstream_log(&gw).is_empty(), "nothing went upstream");
+}

@@ -1,0 +1,202 @@
+//! What the tests of LLM traffic share: a client request of each dialect, what the demo
+//! upstream's scripted model received, and the calls a response makes, read as a client
+//! reads them.
+
+use super::{Gateway, Response, http, tools_for};
+use serde_json::{Value, json};
+
+pub use super::DIALECTS;
+
+/// The question every dialect's request asks.
+pub const QUESTION: &str = "What is the current weather in Paris?";
+
+/// A client request of `dialect` asking `QUESTION` with the 80 fixture tools.
+pub fn request(dialect: &str, stream: bool) -> (String, Value) {
+    let tools = tools_for(dialect);
+    match dialect {
+        "openai_chat" => (
+            "/v1/chat/completions".into(),
+            json!({"model": "gpt-4o", "stream": stream, "stream_options": {"include_usage": true},
+                   "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}],
+                   "tools": tools}),
+        ),
+        "openai_responses" => (
+            "/v1/responses".into(),
+            json!({"model": "gpt-4o", "stream": stream, "input": QUESTION, "tools": tools}),
+        ),
+        "anthropic" => (
+            "/v1/messages".into(),
+            json!({"model": "claude-sonnet-4-5", "max_tokens": 512, "stream": stream,
+                   "messages": [{"role": "user", "content": QUESTION}], "tools": tools}),
+        ),
+        "gemini" => (
+            if stream {
+                "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse".into()
+            } else {
+                "/v1beta/models/gemini-2.5-flash:generateContent".into()
+            },
+            json!({"contents": [{"role": "user", "parts": [{"text": QUESTION}]}], "tools": tools}),
+        ),
+        "bedrock" => (
+            "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse".into(),
+            json!({"messages": [{"role": "user", "content": [{"text": QUESTION}]}],
+                   "toolConfig": {"tools": tools}}),
+        ),
+        // Ollama streams unless told not to: a streamed request leaves `stream` out.
+        "ollama" => {
+            let mut body = json!({"model": "llama3.2",
+                   "messages": [{"role": "user", "content": QUESTION}], "tools": tools});
+            if !stream {
+                body["stream"] = json!(false);
+            }
+            ("/api/chat".into(), body)
+        }
+        other => panic!("{other}"),
+    }
+}
+
+/// What the upstream received, in order.
+pub fn upstream_log(gw: &Gateway) -> Vec<Value> {
+    let r = http(gw.upstream.port, "GET", "/scripted/log", &[], b"");
+    serde_json::from_slice::<Value>(&r.body)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Function tool names of a request body of `dialect`, in order.
+pub fn tool_names(dialect: &str, body: &Value) -> Vec<String> {
+    let name = |t: &Value| -> Option<String> {
+        let n = t
+            .get("function")
+            .and_then(|f| f.get("name"))
+            .or_else(|| t.get("toolSpec").and_then(|s| s.get("name")))
+            .or_else(|| t.get("name"))?;
+        Some(n.as_str()?.to_owned())
+    };
+    match dialect {
+        "gemini" => body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| {
+                t["functionDeclarations"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|d| name(&d))
+            .collect(),
+        "bedrock" => body["toolConfig"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(name)
+            .collect(),
+        _ => body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(name)
+            .collect(),
+    }
+}
+
+/// Names of the tools the response (whole or streamed) calls, read the way a client would.
+pub fn called(dialect: &str, r: &Response) -> Vec<String> {
+    let text = r.text();
+    let mut names = Vec::new();
+    let mut scan = |v: &Value| collect_calls(dialect, v, &mut names);
+    if let Ok(whole) = serde_json::from_str::<Value>(&text) {
+        scan(&whole);
+    } else if dialect == "ollama" {
+        // Newline-delimited JSON: one object per line.
+        for line in text.lines() {
+            if let Ok(v) = serde_json::from_str::<Value>(line) {
+                scan(&v);
+            }
+        }
+    } else {
+        for line in text.lines() {
+            if let Some(data) = line.strip_prefix("data: ") {
+                if let Ok(v) = serde_json::from_str::<Value>(data) {
+                    scan(&v);
+                }
+            }
+        }
+    }
+    names
+}
+
+pub fn collect_calls(dialect: &str, v: &Value, out: &mut Vec<String>) {
+    let mut push = |n: &Value| {
+        if let Some(n) = n.as_str() {
+            if !n.is_empty() {
+                out.push(n.to_owned());
+            }
+        }
+    };
+    match dialect {
+        "openai_chat" => {
+            for c in v["choices"].as_array().into_iter().flatten() {
+                let calls = c["message"]["tool_calls"]
+                    .as_array()
+                    .or(c["delta"]["tool_calls"].as_array());
+                for call in calls.into_iter().flatten() {
+                    push(&call["function"]["name"]);
+                }
+            }
+        }
+        "openai_responses" => {
+            // Whole responses and `response.completed`; `output_item.added` too for streams.
+            let items = v["output"]
+                .as_array()
+                .or(v["response"]["output"].as_array())
+                .cloned()
+                .unwrap_or_default();
+            let added = v["item"].clone();
+            for item in items.iter().chain(std::iter::once(&added)) {
+                if item["type"] == "function_call" && v["type"] != "response.output_item.done" {
+                    push(&item["name"]);
+                }
+            }
+        }
+        "anthropic" => {
+            for block in v["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain(std::iter::once(&v["content_block"]))
+            {
+                if block["type"] == "tool_use" {
+                    push(&block["name"]);
+                }
+            }
+        }
+        "gemini" => {
+            for part in v["candidates"][0]["content"]["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                push(&part["functionCall"]["name"]);
+            }
+        }
+        "ollama" => {
+            for call in v["message"]["tool_calls"].as_array().into_iter().flatten() {
+                push(&call["function"]["name"]);
+            }
+        }
+        "bedrock" => {
+            for block in v["output"]["message"]["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                push(&block["toolUse"]["name"]);
+            }
+        }
+        _ => {}
+    }
+}
