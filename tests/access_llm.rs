@@ -13,7 +13,8 @@
 
 mod common;
 
-use common::llm::{DIALECTS, request, tool_names, upstream_log};
+use common::DIALECTS;
+use common::llm::{request, tool_names, upstream_log};
 use common::{Gateway, Response, http};
 use serde_json::{Value, json};
 

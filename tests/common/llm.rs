@@ -5,8 +5,6 @@
 use super::{Gateway, Response, http, tools_for};
 use serde_json::{Value, json};
 
-pub use super::DIALECTS;
-
 /// The question every dialect's request asks.
 pub const QUESTION: &str = "What is the current weather in Paris?";
 
