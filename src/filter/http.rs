@@ -47,6 +47,8 @@ pub struct Filter {
     mcp: Option<super::mcp::McpRequest>,
     /// Under access rules: what this request's caller may do.
     grant: Option<crate::access::Grant>,
+    /// Search mode: whose Responses id aliases the request makes and may follow.
+    alias_owner: u64,
     /// Under access rules, a request signed by the client (AWS SigV4) that toolsift may read
     /// but not rewrite: it passes unchanged unless it carries a tool its caller may not see.
     read_only: bool,
@@ -144,6 +146,7 @@ impl Filter {
             mcp: None,
             grant: None,
             read_only: false,
+            alias_owner: 0,
             gating_asked: false,
             gating: None,
             verdict: None,
@@ -310,6 +313,7 @@ impl Filter {
         Ok(crate::search::alias::resolve(
             &super::search::alias_store(),
             body_text(body)?,
+            self.alias_owner,
             super::search::now_seconds(),
         ))
     }
@@ -498,7 +502,7 @@ impl Filter {
                 let stream = analysis.stream || path_stream;
                 // Response headers are held only where holding request headers proved to work.
                 let responder = Responder::new(session, stream, self.headers_held);
-                self.search = Some(Search::new(responder, headers));
+                self.search = Some(Search::new(responder, headers, self.alias_owner));
                 Ok(Some((shown, "search")))
             }
             None => Ok(None),
@@ -815,6 +819,7 @@ impl HttpContext for Filter {
         let pairs = host::headers(Headers::Request);
         let identity = super::identity::grant(&shared, &pairs);
         self.grant = identity.as_ref().map(|(grant, _)| grant.clone());
+        let caller = identity.as_ref().map(|(_, caller)| caller.key());
         if let Some(mut mcp) = super::mcp::route(&shared, &pairs, end_of_stream, identity) {
             // MCP routes: the body callbacks read the message; nothing is held here (a request
             // the access rules refuse at once is answered).
@@ -841,6 +846,8 @@ impl HttpContext for Filter {
                     self.search_headers = search_headers(&shared, dialect, &pairs);
                 }
                 if self.search_headers.is_some() {
+                    self.alias_owner =
+                        crate::search::alias::owner(caller.as_deref(), |n| pairs.get(n));
                     // The model's turn must be read: ask for it uncompressed (SDKs offer gzip,
                     // and providers use it), for the first request and so for every follow-up,
                     // which copies these headers. An Envoy compressor filter placed before
@@ -1018,6 +1025,7 @@ impl Filter {
         self.search = Some(Search::new(
             Responder::new(session, false, false),
             Vec::new(),
+            self.alias_owner,
         ));
         None
     }

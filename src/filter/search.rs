@@ -22,6 +22,8 @@ pub struct Search {
     /// The client's request headers as the filter saw them, for the follow-ups (credentials,
     /// API version, …), when the routed ones cannot be read.
     headers: Vec<(String, String)>,
+    /// Whose Responses id aliases this request makes ([`crate::search::alias::owner`]).
+    owner: u64,
 }
 
 /// Request headers that belong to one connection or one body, not to the follow-ups.
@@ -36,11 +38,12 @@ const NOT_FORWARDED: [&str; 7] = [
 ];
 
 impl Search {
-    pub fn new(responder: Responder, headers: Vec<(String, String)>) -> Search {
+    pub fn new(responder: Responder, headers: Vec<(String, String)>, owner: u64) -> Search {
         Search {
             responder,
             recorded: false,
             headers: forwarded(headers),
+            owner,
         }
     }
 
@@ -58,7 +61,7 @@ impl Search {
             content_encoding: header("content-encoding"),
             end_of_stream,
         };
-        let Some(envoy) = EnvoyHost::new(shared, &self.headers) else {
+        let Some(envoy) = EnvoyHost::new(shared, &self.headers, self.owner) else {
             return Action::Continue;
         };
         let HeadStep {
@@ -82,7 +85,7 @@ impl Search {
     }
 
     pub fn on_response_body(&mut self, shared: &Shared, body_size: usize, end: bool) -> Action {
-        let flow = match EnvoyHost::new(shared, &self.headers) {
+        let flow = match EnvoyHost::new(shared, &self.headers, self.owner) {
             Some(envoy) => self.responder.on_body(&envoy, body_size, end),
             None => Flow::Continue,
         };
@@ -91,7 +94,7 @@ impl Search {
     }
 
     pub fn on_response_trailers(&mut self, shared: &Shared) -> Action {
-        let flow = match EnvoyHost::new(shared, &self.headers) {
+        let flow = match EnvoyHost::new(shared, &self.headers, self.owner) {
             Some(envoy) => self.responder.on_trailers(&envoy),
             None => Flow::Continue,
         };
@@ -128,7 +131,7 @@ impl Search {
                 .flatten(),
             body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
         };
-        let resume = match EnvoyHost::new(shared, &self.headers) {
+        let resume = match EnvoyHost::new(shared, &self.headers, self.owner) {
             Some(envoy) => self.responder.on_call(&envoy, token, answer),
             None => true,
         };
@@ -149,15 +152,21 @@ struct EnvoyHost<'a> {
     shared: &'a Shared,
     engine: Ref<'a, Engine>,
     headers: &'a [(String, String)],
+    owner: u64,
 }
 
 impl<'a> EnvoyHost<'a> {
-    fn new(shared: &'a Shared, headers: &'a [(String, String)]) -> Option<EnvoyHost<'a>> {
+    fn new(
+        shared: &'a Shared,
+        headers: &'a [(String, String)],
+        owner: u64,
+    ) -> Option<EnvoyHost<'a>> {
         let engine = shared.engine.try_borrow().ok()?;
         Some(EnvoyHost {
             shared,
             engine,
             headers,
+            owner,
         })
     }
 }
@@ -262,7 +271,8 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn remember_alias(&self, shown: &str, real: &str) {
-        crate::search::alias::remember(&vectors::SharedData, shown, real, now_seconds());
+        let store = vectors::SharedData;
+        crate::search::alias::remember(&store, shown, real, self.owner, now_seconds());
     }
 }
 
