@@ -158,8 +158,11 @@ pub struct Governed {
     pub grant: Grant,
     /// Per catalog entry: the caller may see it (built-ins always).
     pub allowed: Rc<[bool]>,
-    /// Function tools the caller may not see, which never go upstream.
+    /// Tools the caller may not see (function tools and named built-ins), which never go
+    /// upstream.
     pub denied: usize,
+    /// Of those, the function tools.
+    pub denied_functions: usize,
     /// The request is refused as a whole (HTTP 403): no identity, no tool it may see, or
     /// (with `denied: "refused"`) a `tool_choice` naming a denied tool.
     pub denial: Option<Denial>,
@@ -265,7 +268,27 @@ impl Analysis {
         })
     }
 
-    /// Function tools the caller may not see (0 without access rules).
+    /// The first tool of the request its caller may not see, as a refusal naming it (a signed
+    /// request, which cannot be rewritten, is refused so).
+    pub fn first_denial(&self) -> Option<Denial> {
+        let governed = self.access.as_ref()?;
+        let entry = (0..governed.allowed.len()).find(|&e| {
+            self.catalog.governed(e) && !governed.allowed.get(e).copied().unwrap_or(false)
+        })?;
+        let name = self.catalog.governed_name(entry)?.to_owned();
+        match governed
+            .grant
+            .tool(&name, &crate::access::Annotations::default())
+        {
+            crate::access::Decision::Denied(why) => Some(Denial {
+                tool: Some(name),
+                why,
+            }),
+            crate::access::Decision::Allowed => None,
+        }
+    }
+
+    /// Tools the caller may not see (0 without access rules).
     pub fn denied(&self) -> usize {
         self.access.as_ref().map_or(0, |g| g.denied)
     }
@@ -315,7 +338,7 @@ impl Analysis {
             let (head, replaced) = edit.rewrite_head(body, &self.selection.keep)?;
             return Some((head.into_bytes(), replaced));
         }
-        if self.kept() == self.total() {
+        if self.selection.keep.iter().all(|k| *k) {
             return None;
         }
         // A dialect's catalog holds the body's tools array, byte for byte (compared on a
@@ -350,18 +373,18 @@ fn select_for(
 /// What `grant` lets its caller see of `catalog`, and whether the request is refused.
 fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
     let allowed = catalog.allowed_for(grant);
-    let is_function = |(e, _): &(&Entry, &bool)| matches!(e, Entry::Function(_));
-    let functions = || {
-        catalog
-            .draft
-            .entries
-            .iter()
-            .zip(allowed.iter())
-            .filter(is_function)
-    };
-    let denied = functions().filter(|(_, a)| !**a).count();
+    let governed = || (0..allowed.len()).filter(|&e| catalog.governed(e));
+    let may_use = |e: usize| allowed.get(e).copied().unwrap_or(false);
+    let denied = governed().filter(|&e| !may_use(e)).count();
+    let denied_functions = catalog
+        .draft
+        .entries
+        .iter()
+        .zip(allowed.iter())
+        .filter(|(e, a)| matches!(e, Entry::Function(_)) && !**a)
+        .count();
     let none = crate::access::Annotations::default();
-    let denial = if functions().all(|(_, a)| !*a) {
+    let denial = if denied > 0 && governed().all(|e| !may_use(e)) {
         // Not one tool left: never a model called with none (a permission problem would look
         // like a quality problem).
         let why = match grant.tool("", &none) {
@@ -389,6 +412,7 @@ fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
         grant: grant.clone(),
         allowed,
         denied,
+        denied_functions,
         denial,
     }
 }
@@ -785,11 +809,12 @@ impl Engine {
         grant: Option<&Grant>,
     ) -> Result<Analysis, Skipped> {
         let total = catalog.function_count();
-        if total == 0 {
-            return Err(Skipped {
-                reason: Skip::NoTools,
-                tools: Some(0),
-            });
+        let no_tools = Skipped {
+            reason: Skip::NoTools,
+            tools: Some(0),
+        };
+        if total == 0 && self.policy.is_none() {
+            return Err(no_tools);
         }
         let anonymous;
         let grant = match (grant, &self.policy) {
@@ -802,15 +827,20 @@ impl Engine {
         };
         let access = grant.map(|grant| govern(grant, &catalog, &request.choice));
         let denied = access.as_ref().map_or(0, |g| g.denied);
+        // Only provider built-ins, none denied: nothing to do.
+        if total == 0 && denied == 0 {
+            return Err(no_tools);
+        }
         if total <= self.config.min_tools && denied == 0 {
             return Err(Skipped {
                 reason: Skip::FewTools,
                 tools: Some(total),
             });
         }
+        let allowed_functions = total - access.as_ref().map_or(0, |g| g.denied_functions);
         let ranking = catalog.rank(&request.query);
         let selection = match &access {
-            Some(g) if total - denied <= self.config.min_tools => {
+            Some(g) if allowed_functions <= self.config.min_tools => {
                 all_allowed(&catalog, &ranking, &g.allowed)
             }
             _ => select_for(

@@ -7,7 +7,7 @@ use crate::access::{Annotations, Grant, RuleMatches};
 use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, Reader};
 use crate::fusion::{Fused, Lexicon};
 use crate::index::ALLOCATION;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::size_of;
@@ -49,6 +49,9 @@ pub struct Catalog {
     last_allowed: RefCell<Option<(GrantKey, Rc<[bool]>)>>,
     /// What each access rule says of each tool, for every caller's mask.
     rule_matches: RuleMatches,
+    /// The names access rules govern the built-in entries by (`None`: a function tool, or an
+    /// entry that is no tool), read the first time access rules ask.
+    builtin_names: OnceCell<Box<[Option<Box<str>>]>>,
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
@@ -143,6 +146,7 @@ impl Catalog {
             last_fused: RefCell::new(None),
             last_allowed: RefCell::new(None),
             rule_matches: RuleMatches::default(),
+            builtin_names: OnceCell::new(),
             fetching: Cell::new(false),
             vector_bytes: Rc::clone(vector_bytes),
             heap_bytes: 0,
@@ -176,8 +180,9 @@ impl Catalog {
         ranking
     }
 
-    /// Per entry, whether `grant`'s caller may see it (built-ins: always; access rules
-    /// govern function tools by name). Remembered for the last grant: every turn of an agent
+    /// Per entry, whether `grant`'s caller may see it: function tools by name, built-ins by
+    /// the name their dialect gives them ([`crate::dialects::RequestCodec::builtin_name`]),
+    /// what is no tool always. Remembered for the last grant: every turn of an agent
     /// loop comes from the same caller, and callers whose applicable rules are the same
     /// share the answer.
     pub fn allowed_for(&self, grant: &Grant) -> Rc<[bool]> {
@@ -188,12 +193,13 @@ impl Catalog {
             }
         }
         let entries = &self.draft.entries;
+        let builtins = self.builtin_names();
         let allowed: Rc<[bool]> = grant
             .mask(
                 entries.len(),
                 |e| match entries.get(e)? {
                     Entry::Function(tool) => Some((tool.name.as_str(), Annotations::default())),
-                    Entry::Builtin => None,
+                    Entry::Builtin => Some((builtins.get(e)?.as_deref()?, Annotations::default())),
                 },
                 &self.rule_matches,
             )
@@ -202,6 +208,39 @@ impl Catalog {
             *last = Some((key, Rc::clone(&allowed)));
         }
         allowed
+    }
+
+    /// The names access rules govern the built-in entries by, per entry.
+    pub fn builtin_names(&self) -> &[Option<Box<str>>] {
+        self.builtin_names.get_or_init(|| {
+            let Reader::Dialect(dialect) = self.reader else {
+                return vec![None; self.draft.entries.len()].into();
+            };
+            let codec = dialect.codec();
+            let texts = self.draft.entry_texts(&self.container);
+            self.draft
+                .entries
+                .iter()
+                .zip(texts)
+                .map(|(entry, text)| match entry {
+                    Entry::Builtin => codec.builtin_name(text).map(String::into_boxed_str),
+                    Entry::Function(_) => None,
+                })
+                .collect()
+        })
+    }
+
+    /// Whether access rules govern `entry`: a function tool, or a built-in with a name.
+    pub fn governed(&self, entry: usize) -> bool {
+        self.governed_name(entry).is_some()
+    }
+
+    /// The name access rules govern `entry` by: a function tool's, or a built-in's.
+    pub fn governed_name(&self, entry: usize) -> Option<&str> {
+        match self.draft.entries.get(entry)? {
+            Entry::Function(tool) => Some(&tool.name),
+            Entry::Builtin => self.builtin_names().get(entry)?.as_deref(),
+        }
     }
 
     pub fn fetching(&self) -> bool {

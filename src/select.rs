@@ -192,7 +192,7 @@ pub fn select(
         });
     }
 
-    Selection::of(catalog, decisions)
+    Selection::of(catalog, decisions, allowed)
 }
 
 /// Every tool the caller may see, none dropped by rank: a request with `min_tools` allowed
@@ -212,17 +212,20 @@ pub fn all_allowed(catalog: &Catalog, ranking: &[Scored], allowed: &[bool]) -> S
             },
         })
         .collect();
-    Selection::of(catalog, decisions)
+    Selection::of(catalog, decisions, Some(allowed))
 }
 
 impl Selection {
-    /// The selection of these decisions: kept function tools and every built-in go upstream.
-    fn of(catalog: &Catalog, decisions: Vec<Decision>) -> Selection {
+    /// The selection of these decisions: kept function tools go upstream, and every built-in
+    /// the caller may use (under access rules, `allowed` says which).
+    fn of(catalog: &Catalog, decisions: Vec<Decision>, allowed: Option<&[bool]>) -> Selection {
+        let may_use = |e: usize| allowed.is_none_or(|a| a.get(e).copied().unwrap_or(false));
         let mut keep: Vec<bool> = catalog
             .draft
             .entries
             .iter()
-            .map(|e| matches!(e, Entry::Builtin))
+            .enumerate()
+            .map(|(i, e)| matches!(e, Entry::Builtin) && may_use(i))
             .collect();
         for d in decisions.iter().filter(|d| d.verdict.kept()) {
             if let Some(k) = keep.get_mut(d.entry) {

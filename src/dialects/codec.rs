@@ -66,6 +66,13 @@ pub trait RequestCodec: Sync {
         ProviderSearch::Unsupported
     }
 
+    /// The name access rules govern a built-in entry of this API's tools container by (an
+    /// entry [`RequestCodec::entry`] does not read as a function tool); `None`: not a tool
+    /// (Bedrock's `cachePoint`), never governed.
+    fn builtin_name(&self, entry: &str) -> Option<String> {
+        super::shared::builtin_name(entry)
+    }
+
     /// Why a body of unknown path looks like this API (`toolsift explain`), or `None`. The
     /// first dialect that recognises a body wins; OpenAI Chat takes what none recognises.
     fn recognises(&self, _body: &Map<String, Value>) -> Option<&'static str> {

@@ -290,6 +290,35 @@ pub struct CatalogDraft {
     pub layout: Layout,
 }
 
+impl CatalogDraft {
+    /// Each entry's JSON text inside `container` (function declarations for Gemini): the bytes
+    /// the filter keeps or drops.
+    pub fn entry_texts<'a>(&self, container: &'a str) -> Vec<&'a str> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        match &self.layout {
+            Layout::Flat(array) => {
+                for range in &array.items {
+                    out.push(container.get(range.clone()).unwrap_or_default());
+                }
+            }
+            Layout::Grouped { outer, groups } => {
+                for (i, range) in outer.items.iter().enumerate() {
+                    let tool = container.get(range.clone()).unwrap_or_default();
+                    match groups.get(i).and_then(Option::as_ref) {
+                        Some(group) => {
+                            for inner in &group.inner.items {
+                                out.push(tool.get(inner.clone()).unwrap_or_default());
+                            }
+                        }
+                        None => out.push(tool),
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -403,28 +403,10 @@ impl Filter {
     /// tools); a signed request with nothing denied passes unchanged. `None`: go on.
     fn refuse(&mut self, shared: &Shared, analysis: &Analysis) -> Option<Result<Step, Skipped>> {
         let governed = analysis.access.as_ref()?;
-        let denial = governed.denial.clone().or_else(|| {
-            let first_denied = || {
-                (governed.denied > 0).then_some(())?;
-                let entry = governed
-                    .allowed
-                    .iter()
-                    .zip(&analysis.catalog.draft.entries)
-                    .position(|(allowed, e)| {
-                        !allowed && matches!(e, crate::dialects::Entry::Function(_))
-                    })?;
-                let name = analysis.catalog.name(entry)?.to_owned();
-                let none = crate::access::Annotations::default();
-                match governed.grant.tool(&name, &none) {
-                    crate::access::Decision::Denied(why) => Some(crate::pipeline::Denial {
-                        tool: Some(name),
-                        why,
-                    }),
-                    crate::access::Decision::Allowed => None,
-                }
-            };
-            self.read_only.then(first_denied).flatten()
-        });
+        let denial = governed
+            .denial
+            .clone()
+            .or_else(|| self.read_only.then(|| analysis.first_denial()).flatten());
         let Some(denial) = denial else {
             if self.read_only {
                 return Some(Err(Skipped {
@@ -479,7 +461,8 @@ impl Filter {
         match planned {
             Some(crate::search::plan::Planned::Native(without_denied)) => {
                 metrics.add(metrics.search_native, 1);
-                let shown = analysis.total() - analysis.denied();
+                let denied = analysis.access.as_ref().map_or(0, |g| g.denied_functions);
+                let shown = analysis.total().saturating_sub(denied);
                 match without_denied {
                     Some(body) => replace_request_body(shared, analysis, body_len, &body, shown)?,
                     None => metrics.add(metrics.unchanged, 1),

@@ -157,28 +157,7 @@ pub fn without_defer(entry: &str) -> Cow<'_, str> {
 
 /// Each catalog entry's JSON text inside `container` (function declarations for Gemini).
 pub fn entry_texts<'a>(container: &'a str, draft: &CatalogDraft) -> Vec<&'a str> {
-    let mut out = Vec::with_capacity(draft.entries.len());
-    match &draft.layout {
-        Layout::Flat(array) => {
-            for range in &array.items {
-                out.push(container.get(range.clone()).unwrap_or_default());
-            }
-        }
-        Layout::Grouped { outer, groups } => {
-            for (i, range) in outer.items.iter().enumerate() {
-                let tool = container.get(range.clone()).unwrap_or_default();
-                match groups.get(i).and_then(Option::as_ref) {
-                    Some(group) => {
-                        for inner in &group.inner.items {
-                            out.push(tool.get(inner.clone()).unwrap_or_default());
-                        }
-                    }
-                    None => out.push(tool),
-                }
-            }
-        }
-    }
-    out
+    draft.entry_texts(container)
 }
 
 /// The meta-tools' entries in the dialect's format.
@@ -251,7 +230,7 @@ pub fn plan(
     }
     let is_function = |i: usize| matches!(draft.entries.get(i), Some(Entry::Function(_)));
     // Under access rules a tool the caller may not see is never shown, deferred or findable:
-    // it is not there at all. Built-ins are always allowed.
+    // it is not there at all (a provider built-in the rules deny included).
     let allowed = |i: usize| {
         analysis
             .access
@@ -311,9 +290,10 @@ pub fn plan(
             eager += 1;
         }
     }
+    // Built-ins are shown unless the caller may not use them.
     for (i, v) in visible.iter_mut().enumerate() {
         if !is_function(i) {
-            *v = true;
+            *v = allowed(i);
         }
     }
 

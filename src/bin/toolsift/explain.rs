@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use toolsift::config::{Config, DialectChoice};
-use toolsift::dialects::{CatalogDraft, Dialect, Entry, Layout};
+use toolsift::dialects::{Dialect, Entry};
 use toolsift::eval::Embedder;
 use toolsift::fusion::{Fused, FusionParams, describe};
 use toolsift::pipeline::{Engine, Skip, Skipped, fusion_params, header_value, rank_fused};
@@ -176,33 +176,6 @@ fn verdict_key(v: Verdict) -> &'static str {
     }
 }
 
-/// The JSON text of each catalog entry, from the splice layout (the bytes the filter keeps or
-/// drops, whose length is the token estimate's input).
-fn entry_texts<'a>(container: &'a str, draft: &CatalogDraft) -> Vec<&'a str> {
-    let mut out = Vec::with_capacity(draft.entries.len());
-    match &draft.layout {
-        Layout::Flat(array) => {
-            for range in &array.items {
-                out.push(container.get(range.clone()).unwrap_or_default());
-            }
-        }
-        Layout::Grouped { outer, groups } => {
-            for (tool, group) in outer.items.iter().zip(groups) {
-                match group {
-                    None => out.push(container.get(tool.clone()).unwrap_or_default()),
-                    Some(g) => {
-                        for inner in &g.inner.items {
-                            let range = tool.start + inner.start..tool.start + inner.end;
-                            out.push(container.get(range).unwrap_or_default());
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 fn rows(
     catalog: &Catalog,
     container: &str,
@@ -210,7 +183,7 @@ fn rows(
     fused: Option<&Fused>,
     decisions: impl Iterator<Item = (usize, f32, Option<Verdict>)>,
 ) -> Vec<Row> {
-    let texts = entry_texts(container, &catalog.draft);
+    let texts = catalog.draft.entry_texts(container);
     decisions
         .enumerate()
         .map(|(i, (entry, score, verdict))| Row {
@@ -800,7 +773,7 @@ mod tests {
         let container =
             r#"[{"googleSearch":{}}, {"functionDeclarations":[{"name":"a"}, {"name":"bb"}]}]"#;
         let draft = Dialect::Gemini.catalog(container).unwrap();
-        let texts = entry_texts(container, &draft);
+        let texts = draft.entry_texts(container);
         assert_eq!(
             texts,
             [
@@ -814,7 +787,7 @@ mod tests {
         let flat = r#"[ {"name":"x"} ,{"name":"y"}]"#;
         let draft = Dialect::Anthropic.catalog(flat).unwrap();
         assert_eq!(
-            entry_texts(flat, &draft),
+            draft.entry_texts(flat),
             [r#"{"name":"x"}"#, r#"{"name":"y"}"#]
         );
     }

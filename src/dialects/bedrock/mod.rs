@@ -34,6 +34,12 @@ impl RequestCodec for Bedrock {
         &["toolConfig", "tools"]
     }
 
+    /// `{"systemTool": {"name": …}}` by its name; a `cachePoint` marks the prompt cache and
+    /// is no tool.
+    fn builtin_name(&self, entry: &str) -> Option<String> {
+        request::builtin_name(entry)
+    }
+
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
     }

@@ -125,6 +125,23 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
     })
 }
 
+/// The name a built-in tools entry is governed by: a `systemTool`'s name, else the generic
+/// reading; a `cachePoint` is none.
+pub fn builtin_name(entry: &str) -> Option<String> {
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(entry).ok()?;
+    if object.contains_key("cachePoint") {
+        return None;
+    }
+    let system = object
+        .get("systemTool")
+        .and_then(|t| t.get("name"))
+        .and_then(serde_json::Value::as_str);
+    match system {
+        Some(name) => Some(name.to_owned()),
+        None => crate::dialects::shared::builtin_name(entry),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,15 @@ impl RequestCodec for OpenaiChat {
         request::entry(text)
     }
 
+    /// A `custom` tool by its `custom.name`, else the generic reading.
+    fn builtin_name(&self, entry: &str) -> Option<String> {
+        let object: serde_json::Value = serde_json::from_str(entry).ok()?;
+        match object.get("custom").and_then(|c| c.get("name")).and_then(Value::as_str) {
+            Some(name) => Some(name.to_owned()),
+            None => crate::dialects::shared::builtin_name(entry),
+        }
+    }
+
     fn tool_entry(&self, name: &str, description: &str, parameters: &Value) -> String {
         response::tool_entry(name, description, parameters)
     }

@@ -50,8 +50,44 @@ pub(crate) fn content_text(content: &RawValue, text_types: &[&str]) -> String {
     out
 }
 
+/// The name access rules govern a provider built-in entry by (an entry the dialect does not
+/// read as a function tool): its `name` (Anthropic's `bash`, a Responses `custom` tool), else
+/// its `type` (`web_search`, `code_interpreter`, `mcp`), else, for an object of one member,
+/// that member's key (Gemini's `googleSearch`); `None` when it has none of them.
+pub(crate) fn builtin_name(entry: &str) -> Option<String> {
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(entry).ok()?;
+    let text = |key: &str| object.get(key).and_then(serde_json::Value::as_str);
+    if let Some(name) = text("name").or_else(|| text("type")) {
+        return Some(name.to_owned());
+    }
+    let mut keys = object.keys();
+    match (keys.next(), keys.next()) {
+        (Some(only), None) => Some(only.clone()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn built_ins_are_named_by_name_type_or_their_only_member() {
+        use super::builtin_name;
+        assert_eq!(
+            builtin_name(r#"{"type":"bash_20250124","name":"bash"}"#).as_deref(),
+            Some("bash")
+        );
+        assert_eq!(
+            builtin_name(r#"{"type":"web_search"}"#).as_deref(),
+            Some("web_search")
+        );
+        assert_eq!(
+            builtin_name(r#"{"googleSearch":{}}"#).as_deref(),
+            Some("googleSearch")
+        );
+        assert_eq!(builtin_name(r#"{"a":1,"b":2}"#), None);
+        assert_eq!(builtin_name("[1]"), None);
+    }
+
     use super::*;
 
     #[test]
