@@ -443,3 +443,111 @@ fn the_oracle_and_the_policy_agree_on_every_tool() {
         })
         .unwrap();
 }
+
+/// The allowed set is the same on every surface, and no denied tool is found, listed or
+/// delivered as a call: for the same random case, search mode's first request shows only
+/// allowed tools and `find_tools` finds only allowed ones (filtered before `limit`); the MCP
+/// catalog's mask is the oracle's; a model turn calling tools has every denied call dropped
+/// and no allowed one, in filter mode (the answer check) and search mode.
+#[test]
+fn no_denied_tool_is_found_listed_or_delivered() {
+    use toolsift::dialects::{Call, Reply};
+    use toolsift::search::plan::{HeaderRoom, Planned, plan};
+    use toolsift::search::round::{Next, Session};
+
+    let mut runner = TestRunner::new(Runner {
+        cases: cases(),
+        failure_persistence: None,
+        ..Runner::default()
+    });
+    let surfaces = (case(), prop::collection::vec(word(), 1..4), 1..8usize);
+    runner
+        .run(&surfaces, |(case, query_words, limit)| {
+            // The search-mode twin of the case: the same rules and tools, so every surface
+            // can be compared; min_tools 0, so every request is governed and searched.
+            let mut search: Value = serde_json::from_str(&case.config()).unwrap();
+            search["mode"] = json!("search");
+            search["min_tools"] = json!(0);
+            let config = Config::from_json(search.to_string().as_bytes()).unwrap();
+            let mut engine = Engine::new(config.clone());
+            let caller = Caller::new(case.caller.clone().unwrap_or_default());
+            let grant = engine.grant(&caller).unwrap();
+            let dialect = DIALECTS[case.dialect];
+            let body = body(&case);
+            let analysis = engine.analyse_as(dialect, &body, Some(&grant)).unwrap();
+            let name = |e: usize| analysis.catalog.name(e).map(str::to_owned);
+
+            // Request side, search mode: shown and findable tools are allowed ones.
+            if analysis.access.as_ref().unwrap().denial.is_none() {
+                if let Some(Planned::Search(p)) =
+                    plan(&config, &analysis, &body, HeaderRoom::default())
+                {
+                    for (e, shown) in p.visible.iter().enumerate() {
+                        if let (true, Some(n)) = (*shown, name(e)) {
+                            prop_assert!(case.allowed(&n), "`{n}` shown in search mode");
+                        }
+                    }
+                    let session = Session::new(&config, &analysis, &body, p);
+                    let query = query_words.join(" ");
+                    let found = session.search(&query, limit);
+                    prop_assert!(found.len() <= limit);
+                    for e in found {
+                        let n = name(e).unwrap();
+                        prop_assert!(case.allowed(&n), "`{n}` found by {query:?}");
+                    }
+                }
+            }
+
+            // MCP: the server catalog's mask is the oracle's.
+            let page = json!({"tools": case.tools.iter()
+                .map(|n| json!({"name": n, "description": "d", "inputSchema": {"type": "object"}}))
+                .collect::<Vec<_>>()});
+            let catalog = toolsift::mcp::catalog::ServerCatalog::build(vec![
+                toolsift::mcp::catalog::page(&page.to_string()).unwrap(),
+            ]);
+            let mask = catalog.allowed_for(&grant);
+            for (i, n) in case.tools.iter().enumerate() {
+                let at = catalog.position(n).unwrap();
+                prop_assert_eq!(mask[at], case.allowed(n), "MCP `{}` (tool {})", n, i);
+            }
+
+            // Response side: a turn calling every tool (and one the request does not have).
+            let mut calls: Vec<Call> = case
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Call {
+                    id: format!("c{i}"),
+                    name: n.clone(),
+                    arguments: "{}".to_owned(),
+                })
+                .collect();
+            calls.push(Call {
+                id: "cx".to_owned(),
+                name: "drop_user_invented".to_owned(),
+                arguments: "{}".to_owned(),
+            });
+            let reply = Reply {
+                calls: calls.clone(),
+                ..Reply::default()
+            };
+            let mut guard = Session::guard(dialect, grant.clone());
+            match guard.on_reply(&reply) {
+                Next::Deliver(edits) => {
+                    for call in &calls {
+                        let dropped = edits.drop.contains(&call.id);
+                        prop_assert_eq!(
+                            dropped,
+                            !case.allowed(&call.name),
+                            "`{}` dropped: {}",
+                            call.name,
+                            dropped
+                        );
+                    }
+                }
+                Next::FollowUp(_) => prop_assert!(false, "the answer check never follows up"),
+            }
+            Ok(())
+        })
+        .unwrap();
+}
