@@ -663,6 +663,35 @@ fn recorded_answers_lose_their_denied_calls_to_a_refusal() {
     }
 }
 
+/// Gemini's `candidateCount` > 1: the client gets every candidate, so a denied call in the
+/// second one is refused as in the first, whole and streamed (chunks say which candidate they
+/// continue by `index`).
+#[test]
+fn every_gemini_candidate_is_checked() {
+    let whole = r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}]},"finishReason":"STOP","index":0},{"content":{"role":"model","parts":[{"functionCall":{"name":"delete_all","args":{}}}]},"finishReason":"STOP","index":1}],"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":4,"totalTokenCount":13}}"#;
+    let stream = concat!(
+        r#"data: {"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}]},"index":0}]}"#,
+        "\r\n\r\n",
+        r#"data: {"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"delete_all","args":{}}}]},"index":1}]}"#,
+        "\r\n\r\n",
+        r#"data: {"candidates":[{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP","index":0},{"content":{"role":"model","parts":[{"text":""}]},"finishReason":"STOP","index":1}],"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":4,"totalTokenCount":13}}"#,
+        "\r\n\r\n",
+    );
+    for (answer, streamed) in [(whole, false), (stream, true)] {
+        assert_eq!(
+            calls_of(Dialect::Gemini, answer, streamed),
+            ["get_weather", "delete_all"],
+            "both candidates' calls are read"
+        );
+        let envoy = guarded(Dialect::Gemini, "delete_all", streamed, answer, &[]);
+        let client = envoy.client_text();
+        assert!(!client.contains(r#""name":"delete_all""#), "{client}");
+        assert!(client.contains(r#""name":"get_weather""#), "{client}");
+        assert!(client.contains("Tool `delete_all` is not available."), "{client}");
+        assert_eq!(envoy.counted(Event::Refused(1)), 1, "{client}");
+    }
+}
+
 /// Answers without a denied call pass byte for byte, and nothing is counted as search mode's.
 #[test]
 fn a_guard_lets_allowed_answers_through_unchanged() {

@@ -132,6 +132,9 @@ struct Chunk {
 struct ChunkCandidate {
     #[serde(default)]
     content: Option<ChunkContent>,
+    /// Which candidate (`candidateCount` > 1) the chunk continues; absent means the first.
+    #[serde(default)]
+    index: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -141,12 +144,17 @@ struct ChunkContent {
 }
 
 impl Chunk {
-    fn parts(self) -> Vec<Map<String, Value>> {
-        self.candidates
-            .and_then(|c| c.into_iter().next())
-            .and_then(|c| c.content)
-            .map(|c| c.parts)
-            .unwrap_or_default()
+    /// The parts of the first candidate (the turn), and those of the others.
+    fn parts(self) -> (Vec<Map<String, Value>>, Vec<Map<String, Value>>) {
+        let (mut first, mut others) = (Vec::new(), Vec::new());
+        for candidate in self.candidates.into_iter().flatten() {
+            let parts = candidate.content.map(|c| c.parts).unwrap_or_default();
+            match candidate.index.unwrap_or(0) {
+                0 => first.extend(parts),
+                _ => others.extend(parts),
+            }
+        }
+        (first, others)
     }
 }
 
@@ -217,6 +225,18 @@ fn call_of(call: FunctionCall) -> Result<Call, Problem> {
     })
 }
 
+/// The calls among a candidate's parts.
+fn content_calls(content: Content) -> Result<Vec<Call>, Problem> {
+    let mut calls = Vec::new();
+    for raw in content.parts.map(array_items).unwrap_or(Some(Vec::new())).ok_or(Problem::BadShape)? {
+        let part: Part = parse_object(raw.get()).map_err(|_| Problem::BadShape)?;
+        if let Some(call) = part.function_call {
+            calls.push(call_of(call)?);
+        }
+    }
+    Ok(calls)
+}
+
 pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     let response: Response = parse_object(body)?;
     let usage = response.usage_metadata.as_ref().map(UsageMetadata::usage);
@@ -234,14 +254,13 @@ pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
         });
     };
     let parsed: Content = crate::json::parse(content).ok_or(Problem::BadShape)?;
-    let mut calls = Vec::new();
-    if let Some(parts) = parsed.parts {
-        for raw in array_items(parts).ok_or(Problem::BadShape)? {
-            let part: Part = parse_object(raw.get()).map_err(|_| Problem::BadShape)?;
-            if let Some(call) = part.function_call {
-                calls.push(call_of(call)?);
-            }
-        }
+    let mut calls = content_calls(parsed)?;
+    // The turn is the first candidate's; a client that asked for several (`candidateCount`)
+    // gets every candidate's calls, so every one is read (and checked under access rules).
+    let others = response.candidates.iter().flatten().skip(1);
+    for content in others.filter_map(|c| c.content) {
+        let parsed: Content = crate::json::parse(content).ok_or(Problem::BadShape)?;
+        calls.extend(content_calls(parsed)?);
     }
     Ok(Reply {
         calls,
@@ -283,6 +302,7 @@ fn push_part(parts: &mut Vec<Map<String, Value>>, part: Map<String, Value>) {
 
 pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut parts = Vec::new();
+    let mut other_calls = Vec::new();
     let mut usage = None;
     for frame in frames {
         let chunk: Chunk = parse_object(&frame.data)?;
@@ -293,12 +313,15 @@ pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
         if let Some(metadata) = &chunk.usage_metadata {
             usage = Some(metadata.usage());
         }
-        for part in chunk.parts() {
+        let (first, others) = chunk.parts();
+        for part in first {
             push_part(&mut parts, part);
         }
+        // The other candidates' calls reach the client too: they are read, not kept.
+        other_calls.extend(others.into_iter().filter(|p| p.contains_key("functionCall")));
     }
     let mut calls = Vec::new();
-    for part in &parts {
+    for part in parts.iter().chain(&other_calls) {
         let Some(call) = part.get("functionCall") else {
             continue;
         };
@@ -332,7 +355,11 @@ pub(crate) fn opening(frames: &[Frame]) -> Opening {
             // Nothing to hold for: the client gets the error as it is.
             return Opening::Answer;
         }
-        for part in chunk.parts() {
+        let (first, others) = chunk.parts();
+        if others.iter().any(|part| part.contains_key("functionCall")) {
+            return Opening::Calls;
+        }
+        for part in first {
             if part.contains_key("functionCall") {
                 return Opening::Calls;
             }
@@ -406,30 +433,36 @@ fn text_part(text: &str) -> String {
     format!(r#"{{"text":{}}}"#, json_string(text))
 }
 
-/// Applies the drops and renames to `text`'s first candidate, and writes `usage` (when given)
-/// into its `usageMetadata`. `part` (a text part, see [`edit_content`]) takes the place of
-/// the first dropped call.
+/// Applies the drops and renames to every candidate of `text` (a client that asked for
+/// several, `candidateCount`, gets every one, so every one is edited), and writes `usage`
+/// (when given) into its `usageMetadata`. `part` (a text part, see [`edit_content`]) takes
+/// the place of the first dropped call of each candidate; only the first candidate gets it
+/// appended when no call was dropped.
 fn edit_response(
     text: &str,
     edits: &Edits,
     usage: Option<Usage>,
-    part: (Option<&str>, bool),
+    (part, or_last): (Option<&str>, bool),
 ) -> Result<Edited, Problem> {
     let response: Response = parse_object(text)?;
-    let candidate = response.candidates.as_ref().and_then(|c| c.first());
+    let candidates = response.candidates.as_deref().unwrap_or_default();
     let mut patches = Vec::new();
-    let mut emptied = false;
-    let mut text_written = false;
-    let parts = candidate
-        .and_then(|c| c.content)
-        .map(|content| crate::json::parse::<Content>(content).ok_or(Problem::BadShape))
-        .transpose()?
-        .and_then(|content| content.parts);
-    if let Some(parts) = parts {
+    let (mut dropped, mut blocks_left, mut text_written) = (0, 0, false);
+    for (at, candidate) in candidates.iter().enumerate() {
+        let parts = candidate
+            .content
+            .map(|content| crate::json::parse::<Content>(content).ok_or(Problem::BadShape))
+            .transpose()?
+            .and_then(|content| content.parts);
+        let Some(parts) = parts else {
+            continue;
+        };
+        let part = (part, or_last && at == 0);
         let (patch, edited) =
             edit_content(text, parts, &FUNCTION_CALL, function_call_key, edits, part)?;
-        emptied = edited.dropped > 0 && edited.blocks_left == 0;
-        text_written = edited.text_written;
+        dropped += edited.dropped;
+        blocks_left += edited.blocks_left;
+        text_written |= edited.text_written;
         patches.extend(patch);
     }
     if let Some(usage) = usage {
@@ -441,8 +474,8 @@ fn edit_response(
     }
     Ok(Edited {
         text: apply_patches(text, patches).ok_or(Problem::BadShape)?,
-        emptied,
-        finished: candidate.is_some_and(|c| c.finish_reason.is_some()),
+        emptied: dropped > 0 && blocks_left == 0,
+        finished: candidates.iter().any(|c| c.finish_reason.is_some()),
         text_written,
     })
 }
