@@ -26,6 +26,8 @@
     clippy::indexing_slicing
 )]
 
+#[path = "shared/access_rules.rs"]
+mod access_rules;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -1462,56 +1464,16 @@ mod search {
 /// 50 access rules (identity from a header) and a copy of it with the same filter and no
 /// rules; requests with the same catalog (an agent loop) alternate between the two in rounds.
 /// Two callers: the same one every request (the allowed set of the catalog is remembered for
-/// the caller's rules), and callers rotating over 50 groups (decided afresh every request).
+/// the caller's rules), and callers rotating over 40 groups (decided afresh every request).
+/// The demo upstream answers each request (a Chat completion): under access rules toolsift
+/// also checks every answer for calls of denied tools, and that is measured too.
 mod access {
     use super::{Bodies, Catalogs, Client, Gateway, balanced, listener_copy, load, percentile};
 
     const ROUNDS: usize = 10;
     const PER_ROUND: usize = 200;
-    pub const RULES: usize = 50;
 
-    /// 50 rules in the shapes the README documents: per-group allows by prefix and word,
-    /// denies for everyone, annotation denies and argument restrictions. Groups g0..g39 each
-    /// allow what some of the catalog's tool names start with; everything else is denied by
-    /// default.
-    pub fn rules(tools: &[String]) -> String {
-        let mut prefixes: Vec<String> = tools
-            .iter()
-            .filter_map(|t| {
-                let v: serde_json::Value = serde_json::from_str(t).ok()?;
-                let name = v["function"]["name"].as_str()?.to_owned();
-                let cut = name.find(['_', '-']).unwrap_or(name.len().min(4));
-                Some(name[..cut].to_owned())
-            })
-            .collect();
-        prefixes.sort();
-        prefixes.dedup();
-        let mut rules = Vec::new();
-        for g in 0..40 {
-            let a = &prefixes[(g * 7) % prefixes.len()];
-            let b = &prefixes[(g * 13 + 3) % prefixes.len()];
-            rules.push(serde_json::json!({"when": [format!("g{g}")], "allow": [format!("{a}*"), format!("*{b}*")]}));
-        }
-        for deny in ["*delete*", "*drop*", "*remove*", "*destroy*", "*purge*"] {
-            rules.push(serde_json::json!({"when": ["*"], "deny": [deny, format!("admin_{deny}")]}));
-        }
-        for hint in [
-            "destructiveHint",
-            "openWorldHint: true",
-            "readOnlyHint: false",
-        ] {
-            rules.push(serde_json::json!({"when": ["g4*"], "deny_annotations": [hint]}));
-        }
-        rules.push(serde_json::json!({"when": ["finance"], "allow": ["invoice_*"], "arguments": {"invoice_*": {"currency": ["EUR", "USD"]}}}));
-        rules.push(serde_json::json!({"when": ["g1?"], "arguments": {"*transfer*": {"amount": ["1*", "2*"]}}}));
-        assert_eq!(rules.len(), RULES);
-        serde_json::json!({"access": {
-            "identity": [{"header": "x-group"}],
-            "default": "deny",
-            "rules": rules,
-        }})
-        .to_string()
-    }
+    pub use super::access_rules::{RULES, rules};
 
     pub fn run(pool: &[String], sizes: Option<Vec<usize>>) {
         let sizes = sizes.unwrap_or_else(|| vec![200]);
@@ -1545,14 +1507,14 @@ mod access {
                 // so both listeners forward `top_k` tools.
                 let g = |k: usize| (i * k + k) % 40;
                 format!(
-                    "x-demo-echo: none\r\nx-group: g{} g{} g{} g{} finance\r\n",
+                    "x-group: g{} g{} g{} g{} finance\r\n",
                     g(1),
                     g(3),
                     g(7),
                     g(11)
                 )
             } else {
-                "x-demo-echo: none\r\nx-group: g3 g17 finance\r\n".to_owned()
+                "x-group: g3 g17 finance\r\n".to_owned()
             }
         };
         let path = "/v1/chat/completions";
@@ -1564,11 +1526,11 @@ mod access {
             shown.starts_with("kept=5 ") && shown.contains(" denied="),
             "{head}"
         );
-        let (_, head) = without.send(path, "x-demo-echo: none\r\n", &bodies.body(0));
+        let (_, head) = without.send(path, "", &bodies.body(0));
         assert!(!head.contains("denied="), "{head}");
         for i in 0..100 {
             with_rules.send(path, &caller(i), &bodies.body(i));
-            without.send(path, "x-demo-echo: none\r\n", &bodies.body(i));
+            without.send(path, "", &bodies.body(i));
         }
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let mut next = 100;
@@ -1578,11 +1540,7 @@ mod access {
                 next += 1;
             }
             for _ in 0..PER_ROUND {
-                b.push(
-                    without
-                        .send(path, "x-demo-echo: none\r\n", &bodies.body(next))
-                        .0,
-                );
+                b.push(without.send(path, "", &bodies.body(next)).0);
                 next += 1;
             }
         }

@@ -12,6 +12,9 @@ use toolsift::dialects::Dialect;
 use toolsift::pipeline::Engine;
 use toolsift::rank::{Catalog, CatalogCache, FieldWeights};
 
+#[path = "shared/access_rules.rs"]
+mod access_rules;
+
 fn pool() -> Vec<String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");
     let mut pool = Vec::new();
@@ -128,6 +131,43 @@ fn benches(c: &mut Criterion) {
                 })
             },
         );
+    }
+    // Access rules' own time in the core at 200 tools (the filter's share of the Envoy
+    // benchmark's `--access` rows): the same analysis and rewrite without rules, under 50
+    // rules for one caller (its allowed set remembered), and for callers rotating over
+    // 40 groups (their rules picked and their allowed set combined every request).
+    let n = 200;
+    let tools = format!("[{}]", pool[..n].join(","));
+    let body = body(&tools, QUESTION);
+    let rules = access_rules::rules(&pool[..n]);
+    let ruled = Config::from_json(rules.as_bytes()).expect("the rules are valid");
+    let group_of = |i: usize| -> Vec<String> {
+        let g = |k: usize| format!("g{}", (i * k + k) % 40);
+        vec![g(1), g(3), g(7), g(11), "finance".to_owned()]
+    };
+    let mut plain = Engine::new(Config::default());
+    let mut governed = Engine::new(ruled);
+    for (name, rotating) in [
+        ("without access rules", None),
+        ("50 access rules, one caller", Some(false)),
+        ("50 access rules, rotating callers", Some(true)),
+    ] {
+        let mut i = 0;
+        group.bench_with_input(BenchmarkId::new(name, n), &body, |b, body| {
+            b.iter(|| {
+                i += 1;
+                let analysis = match rotating {
+                    None => plain.analyse(Dialect::OpenaiChat, black_box(body)),
+                    Some(rotating) => {
+                        let caller =
+                            toolsift::access::Caller::new(group_of(if rotating { i } else { 0 }));
+                        let grant = governed.grant(&caller);
+                        governed.analyse_as(Dialect::OpenaiChat, black_box(body), grant.as_ref())
+                    }
+                };
+                analysis.expect("analyse").rewrite(body)
+            })
+        });
     }
     group.finish();
 }
