@@ -355,6 +355,8 @@ pub struct Config {
     pub custom: Option<crate::custom::Custom>,
     /// Who may see and call which tool (see [`crate::access`]).
     pub access: Option<crate::access::AccessConfig>,
+    /// Tools an agent calls in a loop leave its next request (see [`crate::loop_guard`]).
+    pub loop_guard: Option<crate::loop_guard::LoopGuardConfig>,
 }
 
 impl Default for Config {
@@ -383,6 +385,7 @@ impl Default for Config {
             gating: None,
             custom: None,
             access: None,
+            loop_guard: None,
         }
     }
 }
@@ -519,7 +522,19 @@ impl Config {
                 .map_err(|(field, why)| invalid(&format!("custom.{field}"), why))?;
         }
         self.policy()?;
+        self.loop_guard()?;
         self.search.check()
+    }
+
+    /// The `loop_guard` section compiled, `None` without one; an error names the field.
+    pub fn loop_guard(&self) -> Result<Option<crate::loop_guard::LoopGuard>, ConfigError> {
+        self.loop_guard
+            .as_ref()
+            .map(|g| {
+                crate::loop_guard::LoopGuard::new(g)
+                    .map_err(|(field, why)| invalid(&format!("loop_guard.{field}"), why))
+            })
+            .transpose()
     }
 
     /// The `access` section compiled, `None` without one; an error names the field.

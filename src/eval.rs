@@ -690,7 +690,15 @@ pub fn evaluate_with(
         ndcg_sum += scores.ndcg10;
         rr_sum += scores.reciprocal_rank;
 
-        let selection = select(config, &catalog, &ranking, &Choice::default(), &[], None);
+        let selection = select(
+            config,
+            &catalog,
+            &ranking,
+            &Choice::default(),
+            &[],
+            None,
+            &[],
+        );
         let kept: Vec<usize> = selection
             .decisions
             .iter()

@@ -6,7 +6,8 @@
 //! → [`rank`] (the catalog of the tools array, cached per worker, over a BM25 [`index`] of its
 //!   tools' parts; with `ranking: hybrid`, [`fusion`] of the BM25, exact-match, parameter-key
 //!   and [`embeddings`] vector channels)
-//! → [`select`] (top_k, min_score, token budget, pins; what [`access`] rules let the caller see)
+//! → [`select`] (top_k, min_score, token budget, pins; what [`access`] rules let the caller see,
+//!   what the [`loop_guard`] evicts)
 //! → [`rewrite`] (splice the kept tools back into the original bytes) → bytes.
 //!
 //! [`pipeline`] runs those steps for one body; it is pure Rust and shared by the
@@ -15,7 +16,8 @@
 //!
 //! Every module imports only modules below it (`tests/layers.rs` keeps it so):
 //! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`];
-//! - [`access`], [`gating`] (verdicts, `gating.rules`), [`dialects`] (on json, sse, text);
+//! - [`access`], [`gating`] (verdicts, `gating.rules`), [`loop_guard`] (on glob), [`dialects`]
+//!   (on json, sse, text, and loop_guard's calls);
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
@@ -33,6 +35,7 @@ pub mod gating;
 pub mod glob;
 pub mod index;
 pub mod json;
+pub mod loop_guard;
 pub mod mcp;
 pub mod metadata;
 pub mod pairs;

@@ -150,6 +150,8 @@ pub struct Analysis {
     pub text_edit: Option<crate::custom::TextEdit>,
     /// With access rules: what the caller may see.
     pub access: Option<Governed>,
+    /// Tools the loop guard took out of this request: the agent called them in a loop.
+    pub evicted: Vec<String>,
 }
 
 /// What access rules decided for one request.
@@ -256,6 +258,7 @@ impl Analysis {
             &self.choice,
             &self.called,
             self.access.as_ref(),
+            &self.evicted,
         )
     }
 
@@ -365,9 +368,10 @@ fn select_for(
     choice: &Choice,
     called: &[String],
     access: Option<&Governed>,
+    evicted: &[String],
 ) -> Selection {
     let allowed = access.map(|g| &*g.allowed);
-    select(config, catalog, ranking, choice, called, allowed)
+    select(config, catalog, ranking, choice, called, allowed, evicted)
 }
 
 /// What `grant` lets its caller see of `catalog`, and whether the request is refused.
@@ -629,6 +633,8 @@ pub struct Engine {
     policy: Option<Rc<Policy>>,
     /// `gating.rules`, compiled (empty without them).
     gating_rules: crate::gating::Rules,
+    /// The `loop_guard` section, compiled.
+    loop_guard: Option<crate::loop_guard::LoopGuard>,
 }
 
 impl Engine {
@@ -637,6 +643,7 @@ impl Engine {
         let custom = config.custom.as_ref().and_then(crate::custom::Shape::new);
         // A configuration that reached here was checked: its policy compiles.
         let policy = config.policy().ok().flatten().map(Rc::new);
+        let loop_guard = config.loop_guard().ok().flatten();
         let gating_rules = config
             .gating
             .as_ref()
@@ -649,6 +656,7 @@ impl Engine {
             custom,
             policy,
             gating_rules,
+            loop_guard,
         }
     }
 
@@ -782,6 +790,7 @@ impl Engine {
             query: found.query,
             choice: Choice::default(),
             called: Vec::new(),
+            history: Vec::new(),
             stream: false,
         };
         let mut analysis = self.conclude(
@@ -831,7 +840,8 @@ impl Engine {
         if total == 0 && denied == 0 {
             return Err(no_tools);
         }
-        if total <= self.config.min_tools && denied == 0 {
+        let evicted = self.evicted(&request, &catalog, access.as_ref());
+        if total <= self.config.min_tools && denied == 0 && evicted.is_empty() {
             return Err(Skipped {
                 reason: Skip::FewTools,
                 tools: Some(total),
@@ -839,18 +849,19 @@ impl Engine {
         }
         let allowed_functions = total - access.as_ref().map_or(0, |g| g.denied_functions);
         let ranking = catalog.rank(&request.query);
-        let selection = match &access {
-            Some(g) if allowed_functions <= self.config.min_tools => {
-                all_allowed(&catalog, &ranking, &g.allowed)
-            }
-            _ => select_for(
+        let allowed = access.as_ref().map(|g| &*g.allowed);
+        let selection = if allowed_functions <= self.config.min_tools {
+            all_allowed(&catalog, &ranking, allowed, &evicted)
+        } else {
+            select_for(
                 &self.config,
                 &catalog,
                 &ranking,
                 &request.choice,
                 &request.called,
                 access.as_ref(),
-            ),
+                &evicted,
+            )
         };
         Ok(Analysis {
             reader,
@@ -865,7 +876,42 @@ impl Engine {
             fused: None,
             text_edit: None,
             access,
+            evicted,
         })
+    }
+
+    /// The tools the loop guard takes out of `request`: those its current task calls in a
+    /// loop, that the catalog has as function tools the caller may see, and that `tool_choice`
+    /// does not name (the client insists on them). None when that would leave no function
+    /// tool: a model called with none cannot answer.
+    fn evicted(
+        &self,
+        request: &Request,
+        catalog: &Catalog,
+        access: Option<&Governed>,
+    ) -> Vec<String> {
+        let Some(guard) = &self.loop_guard else {
+            return Vec::new();
+        };
+        if request.history.is_empty() {
+            return Vec::new();
+        }
+        let may_see = |e: usize| access.is_none_or(|g| g.allowed.get(e).copied().unwrap_or(false));
+        let functions = || {
+            (0..catalog.draft.entries.len())
+                .filter(move |&e| may_see(e))
+                .filter_map(|e| catalog.name(e))
+        };
+        let evicted: Vec<String> = guard
+            .looping(&request.history)
+            .into_iter()
+            .filter(|name| !request.choice.named.contains(name))
+            .filter(|name| functions().any(|n| n == name))
+            .collect();
+        let left = functions()
+            .filter(|n| !evicted.iter().any(|e| e == n))
+            .count();
+        if left == 0 { Vec::new() } else { evicted }
     }
 
     pub fn cached_catalogs(&self) -> usize {

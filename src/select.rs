@@ -19,6 +19,8 @@ use std::fmt;
 pub enum Verdict {
     /// Dropped: the caller may not see it (`access`). Nothing pins a denied tool.
     Denied,
+    /// Dropped: the agent is calling it in a loop (`loop_guard`). Only `tool_choice` keeps it.
+    Evicted,
     /// Kept: the request has `min_tools` allowed tools or fewer, and each one stays.
     FewTools,
     /// Kept: within `top_k` by rank.
@@ -52,6 +54,7 @@ impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Denied => "denied by access rules",
+            Verdict::Evicted => "evicted by the loop guard",
             Verdict::FewTools => "few tools",
             Verdict::Ranked => "ranked",
             Verdict::ToolChoice => "pinned by tool_choice",
@@ -111,7 +114,8 @@ impl Selection {
 
 /// Decides, for a ranking of `catalog`, which tools go upstream. With access rules,
 /// `allowed` says per catalog entry whether the caller may see it: a denied tool is never
-/// kept, pinned or counted towards `top_k`.
+/// kept, pinned or counted towards `top_k`. An `evicted` tool (the loop guard's) is neither,
+/// unless `tool_choice` names it.
 pub fn select(
     config: &Config,
     catalog: &Catalog,
@@ -119,13 +123,14 @@ pub fn select(
     choice: &Choice,
     called: &[String],
     allowed: Option<&[bool]>,
+    evicted: &[String],
 ) -> Selection {
-    let denied = |entry: usize| allowed.is_some_and(|a| !a.get(entry).copied().unwrap_or(false));
+    let excluded = |entry: usize| excluded(catalog, allowed, evicted, entry);
     // Most requests pin nothing: no tool's name need be looked at then.
     let pins_any =
         !choice.named.is_empty() || !called.is_empty() || !config.always_include.is_empty();
     let pin = |entry: usize| -> Option<Verdict> {
-        if !pins_any || denied(entry) {
+        if !pins_any || excluded(entry).is_some() {
             return None;
         }
         let name = catalog.name(entry)?;
@@ -154,35 +159,37 @@ pub fn select(
 
     let mut decisions = Vec::with_capacity(ranking.len());
     for (i, (scored, pinned)) in ranking.iter().zip(&pins).enumerate() {
-        let verdict = match *pinned {
-            None if denied(scored.entry) => Verdict::Denied,
-            Some(v) => {
-                if ranked_kept < config.top_k {
-                    ranked_kept += 1;
+        let verdict = match (*pinned, excluded(scored.entry)) {
+            (None, Some(why)) => why,
+            (pinned, _) => match pinned {
+                Some(v) => {
+                    if ranked_kept < config.top_k {
+                        ranked_kept += 1;
+                    }
+                    v
                 }
-                v
-            }
-            None if ranked_kept >= config.top_k => Verdict::BelowTopK,
-            // The first kept tool is exempt from min_score and the budget: never zero tools.
-            None if kept > 0 && config.min_score.is_some_and(|m| scored.score < m) => {
-                Verdict::BelowMinScore
-            }
-            None if kept > 0
-                && (budget_exhausted
-                    || config
-                        .max_tool_tokens
-                        .is_some_and(|max| budget_used + tokens(scored.entry) > max)) =>
-            {
-                // Stop at the first tool that does not fit, so rank order is respected.
-                budget_exhausted = true;
-                Verdict::OverBudget
-            }
-            None => {
-                ranked_kept += 1;
-                kept += 1;
-                budget_used += tokens(scored.entry);
-                Verdict::Ranked
-            }
+                None if ranked_kept >= config.top_k => Verdict::BelowTopK,
+                // The first kept tool is exempt from min_score and the budget: never zero tools.
+                None if kept > 0 && config.min_score.is_some_and(|m| scored.score < m) => {
+                    Verdict::BelowMinScore
+                }
+                None if kept > 0
+                    && (budget_exhausted
+                        || config
+                            .max_tool_tokens
+                            .is_some_and(|max| budget_used + tokens(scored.entry) > max)) =>
+                {
+                    // Stop at the first tool that does not fit, so rank order is respected.
+                    budget_exhausted = true;
+                    Verdict::OverBudget
+                }
+                None => {
+                    ranked_kept += 1;
+                    kept += 1;
+                    budget_used += tokens(scored.entry);
+                    Verdict::Ranked
+                }
+            },
         };
         decisions.push(Decision {
             entry: scored.entry,
@@ -195,9 +202,33 @@ pub fn select(
     Selection::of(catalog, decisions, allowed)
 }
 
-/// Every tool the caller may see, none dropped by rank: a request with `min_tools` allowed
-/// tools or fewer, whose denied tools still leave.
-pub fn all_allowed(catalog: &Catalog, ranking: &[Scored], allowed: &[bool]) -> Selection {
+/// Whether `entry` is out whatever its rank: denied by access rules, or evicted by the loop
+/// guard.
+fn excluded(
+    catalog: &Catalog,
+    allowed: Option<&[bool]>,
+    evicted: &[String],
+    entry: usize,
+) -> Option<Verdict> {
+    if allowed.is_some_and(|a| !a.get(entry).copied().unwrap_or(false)) {
+        return Some(Verdict::Denied);
+    }
+    let is_evicted = || {
+        catalog
+            .name(entry)
+            .is_some_and(|n| evicted.iter().any(|e| e == n))
+    };
+    (!evicted.is_empty() && is_evicted()).then_some(Verdict::Evicted)
+}
+
+/// Every tool that may go, none dropped by rank: a request with `min_tools` tools or fewer
+/// left, whose denied (`allowed`) and `evicted` tools still leave.
+pub fn all_allowed(
+    catalog: &Catalog,
+    ranking: &[Scored],
+    allowed: Option<&[bool]>,
+    evicted: &[String],
+) -> Selection {
     let decisions = ranking
         .iter()
         .enumerate()
@@ -205,14 +236,10 @@ pub fn all_allowed(catalog: &Catalog, ranking: &[Scored], allowed: &[bool]) -> S
             entry: scored.entry,
             rank: i + 1,
             score: scored.score,
-            verdict: if allowed.get(scored.entry).copied().unwrap_or(false) {
-                Verdict::FewTools
-            } else {
-                Verdict::Denied
-            },
+            verdict: excluded(catalog, allowed, evicted, scored.entry).unwrap_or(Verdict::FewTools),
         })
         .collect();
-    Selection::of(catalog, decisions, Some(allowed))
+    Selection::of(catalog, decisions, allowed)
 }
 
 impl Selection {
@@ -233,6 +260,14 @@ impl Selection {
             }
         }
         Selection { decisions, keep }
+    }
+
+    /// Function tools the loop guard took out.
+    pub fn evicted_count(&self) -> usize {
+        self.decisions
+            .iter()
+            .filter(|d| d.verdict == Verdict::Evicted)
+            .count()
     }
 
     /// Function tools dropped because the caller may not see them.
@@ -300,6 +335,7 @@ mod tests {
             &choice,
             &["beta".into()],
             None,
+            &[],
         );
         // Pins ranked outside the top 2 come on top of gamma and delta.
         assert_eq!(
@@ -331,7 +367,7 @@ mod tests {
         let c = catalog(&["alpha", "beta", "gamma", "delta"]);
         let ranking = c.index.rank("gamma delta");
         let cfg = config(r#"{"top_k":2}"#);
-        let before = select(&cfg, &c, &ranking, &Choice::default(), &[], None);
+        let before = select(&cfg, &c, &ranking, &Choice::default(), &[], None, &[]);
         // The model calls one of the tools it was shown: the next turn keeps the same tools.
         let after = select(
             &cfg,
@@ -340,10 +376,31 @@ mod tests {
             &Choice::default(),
             &["gamma".into()],
             None,
+            &[],
         );
         assert_eq!(kept_names(&c, &before), ["delta", "gamma"]);
         assert_eq!(kept_names(&c, &after), ["delta", "gamma"]);
         assert_eq!(after.decisions[0].verdict, Verdict::Called);
+    }
+
+    #[test]
+    fn an_evicted_tool_is_neither_pinned_nor_ranked_and_its_slot_goes_to_the_next() {
+        let c = catalog(&["alpha", "beta", "gamma", "delta"]);
+        let ranking = c.index.rank("gamma delta");
+        let cfg = config(r#"{"top_k":2,"always_include":["gamma"]}"#);
+        let evicted = ["gamma".to_owned()];
+        let called = ["gamma".to_owned()];
+        let s = select(
+            &cfg,
+            &c,
+            &ranking,
+            &Choice::default(),
+            &called,
+            None,
+            &evicted,
+        );
+        assert_eq!(kept_names(&c, &s), ["alpha", "delta"]);
+        assert_eq!(s.evicted_count(), 1);
     }
 
     #[test]
@@ -357,6 +414,7 @@ mod tests {
             &Choice::default(),
             &[],
             None,
+            &[],
         );
         assert_eq!(s.kept_count(), 1);
         assert_eq!(s.decisions[0].verdict, Verdict::Ranked);
@@ -369,7 +427,7 @@ mod tests {
         let each = c.tokens[0];
         let ranking = c.index.rank("delta gamma");
         let cfg = config(&format!(r#"{{"max_tool_tokens":{}}}"#, each * 2));
-        let s = select(&cfg, &c, &ranking, &Choice::default(), &[], None);
+        let s = select(&cfg, &c, &ranking, &Choice::default(), &[], None, &[]);
         let verdicts: Vec<Verdict> = s.decisions.iter().map(|d| d.verdict).collect();
         assert_eq!(
             verdicts,

@@ -206,6 +206,9 @@ pub struct Request {
     pub choice: Choice,
     /// Tools the conversation already called, in the order of their first call.
     pub called: Vec<String>,
+    /// The calls since the latest user message with text (the current task), oldest first,
+    /// with their arguments: what the loop guard reads.
+    pub history: Vec<crate::loop_guard::PastCall>,
     pub stream: bool,
 }
 

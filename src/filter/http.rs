@@ -80,6 +80,8 @@ enum Outcome {
         kept_names: String,
         /// Under access rules: the function tools the caller may not see.
         denied: Option<usize>,
+        /// Tools the loop guard took out (`loop=evicted:a,b`).
+        evicted: Vec<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -341,7 +343,9 @@ impl Filter {
                     search: Some(search.1),
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
+                    evicted: analysis.evicted.clone(),
                 });
+                metrics.add(metrics.loop_evicted, analysis.evicted.len());
                 metrics.denied(Surface::Tools, analysis.denied());
                 return Ok(());
             }
@@ -393,7 +397,9 @@ impl Filter {
             search: None,
             kept_names,
             denied: analysis.access.as_ref().map(|g| g.denied),
+            evicted: analysis.evicted.clone(),
         });
+        metrics.add(metrics.loop_evicted, analysis.evicted.len());
         Ok(())
     }
 
@@ -602,6 +608,7 @@ impl Filter {
                 ranked,
                 search,
                 denied,
+                evicted,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -611,8 +618,13 @@ impl Filter {
                     .map(|g| g.header_suffix())
                     .unwrap_or_default();
                 let denied = denied.map(|n| format!(" denied={n}")).unwrap_or_default();
+                let evicted = match evicted.as_slice() {
+                    [] => String::new(),
+                    names => format!(" loop=evicted:{}", names.join(",")),
+                };
                 header_value(*kept, *total, None)
                     + &denied
+                    + &evicted
                     + &ranked.header_suffix()
                     + &mode
                     + &gating
@@ -1109,6 +1121,7 @@ impl Filter {
                     search: None,
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
+                    evicted: Vec::new(),
                 });
                 return Ok(Step::Answered);
             }

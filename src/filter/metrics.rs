@@ -73,6 +73,8 @@ pub struct Metrics {
     /// toolsift cannot check (Bedrock's binary event stream, Gemini's JSON-array stream).
     pub access_unchecked: u32,
     pub access_unsupported_stream: u32,
+    /// Tools the loop guard took out of requests (each request's count added).
+    pub loop_evicted: u32,
 }
 
 impl Metrics {
@@ -132,6 +134,7 @@ impl Metrics {
             access_denied,
             access_unchecked: counter("toolsift.access.unchecked")?,
             access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
+            loop_evicted: counter("toolsift.loop.evicted")?,
         })
     }
 

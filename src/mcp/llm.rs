@@ -127,6 +127,7 @@ pub fn apply(analysis: &mut Analysis, config: &Config, verdict: &Verdict) -> Gat
         &choice,
         &analysis.called,
         allowed,
+        &analysis.evicted,
     );
     Gated {
         excluded: before - kept.len(),

@@ -256,8 +256,15 @@ pub fn plan(
     // Which function tools the model sees, in the order it sees them.
     let mut visible = vec![false; texts.len()];
     let mut order: Vec<usize> = Vec::new();
+    // A tool the loop guard evicted is not shown; `find_tools` can still find it, and then
+    // it is back for the rest of the turn.
+    let evicted = |i: usize| {
+        catalog
+            .name(i)
+            .is_some_and(|n| analysis.evicted.iter().any(|e| e == n))
+    };
     let mut show = |i: usize, visible: &mut Vec<bool>| {
-        if !allowed(i) {
+        if !allowed(i) || evicted(i) {
             return;
         }
         if let Some(v) = visible.get_mut(i) {

@@ -687,7 +687,10 @@ fn every_gemini_candidate_is_checked() {
         let client = envoy.client_text();
         assert!(!client.contains(r#""name":"delete_all""#), "{client}");
         assert!(client.contains(r#""name":"get_weather""#), "{client}");
-        assert!(client.contains("Tool `delete_all` is not available."), "{client}");
+        assert!(
+            client.contains("Tool `delete_all` is not available."),
+            "{client}"
+        );
         assert_eq!(envoy.counted(Event::Refused(1)), 1, "{client}");
     }
 }

@@ -172,6 +172,7 @@ fn verdict_key(v: Verdict) -> &'static str {
         Verdict::BelowMinScore => "below_min_score",
         Verdict::OverBudget => "over_budget",
         Verdict::Denied => "denied",
+        Verdict::Evicted => "evicted",
         Verdict::FewTools => "few_tools",
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{content_text, note_call};
+use crate::dialects::shared::{History, in_task, latest_question, user_text};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -32,16 +32,24 @@ struct Block<'a> {
     kind: Option<Str<'a>>,
     #[serde(borrow, default)]
     name: Option<Str<'a>>,
+    /// A `tool_use` block's arguments.
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
 }
 
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
-    let mut called = Vec::new();
-    for m in messages
-        .iter()
-        .filter(|m| m.role.as_deref() == Some("assistant"))
-    {
+    // Tool results travel in user messages as `tool_result` blocks, which carry no query text:
+    // the latest user message with text is the question the agent loop is answering.
+    let (question, query) = latest_question(&messages, |m| {
+        user_text(m.role.as_deref(), m.content, &["text"])
+    });
+    let mut history = History::default();
+    for (at, m) in messages.iter().enumerate() {
+        if m.role.as_deref() != Some("assistant") {
+            continue;
+        }
         let Some(blocks) = m
             .content
             .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok())
@@ -50,23 +58,15 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         };
         for block in blocks {
             if let (Some("tool_use"), Some(name)) = (block.kind.as_deref(), &block.name) {
-                note_call(&mut called, name);
+                history.call(name, block.input, in_task(at, question));
             }
         }
     }
-    // Tool results travel in user messages as `tool_result` blocks, which carry no query text:
-    // the latest user message with text is the question the agent loop is answering.
-    let query = messages
-        .iter()
-        .rev()
-        .filter(|m| m.role.as_deref() == Some("user"))
-        .filter_map(|m| m.content.map(|c| content_text(c, &["text"])))
-        .find(|t| !t.trim().is_empty())
-        .unwrap_or_default();
     Ok(Request {
         query,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
-        called,
+        called: history.called,
+        history: history.task,
         stream: is_true(parsed.stream),
     })
 }

@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Member, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{content_text, note_call};
+use crate::dialects::shared::{History, in_task, latest_question, user_text};
 use crate::json::Str;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -34,6 +34,9 @@ struct Block<'a> {
 struct Named<'a> {
     #[serde(borrow, default)]
     name: Option<Str<'a>>,
+    /// A `toolUse` block's arguments.
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -52,29 +55,23 @@ struct ToolChoice<'a> {
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
-    let mut called = Vec::new();
-    for m in messages
-        .iter()
-        .filter(|m| m.role.as_deref() == Some("assistant"))
-    {
+    let (question, query) = latest_question(&messages, |m| {
+        user_text(m.role.as_deref(), m.content, &[])
+    });
+    let mut history = History::default();
+    for (at, m) in messages.iter().enumerate() {
+        if m.role.as_deref() != Some("assistant") {
+            continue;
+        }
         let blocks = m
             .content
             .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
-        for name in blocks
-            .into_iter()
-            .flatten()
-            .filter_map(|b| b.tool_use?.name)
-        {
-            note_call(&mut called, &name);
+        for call in blocks.into_iter().flatten().filter_map(|b| b.tool_use) {
+            if let Some(name) = &call.name {
+                history.call(name, call.input, in_task(at, question));
+            }
         }
     }
-    let query = messages
-        .iter()
-        .rev()
-        .filter(|m| m.role.as_deref() == Some("user"))
-        .filter_map(|m| m.content.map(|c| content_text(c, &[])))
-        .find(|t| !t.trim().is_empty())
-        .unwrap_or_default();
     let mut choice = Choice::default();
     if let Some(raw) = parsed.tool_config {
         let config: ToolConfig = serde_json::from_str(raw.get()).map_err(|e| Problem::of(&e))?;
@@ -87,7 +84,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query,
         choice,
-        called,
+        called: history.called,
+        history: history.task,
         // Bedrock streams by path (`/converse-stream`).
         stream: false,
     })

@@ -5,7 +5,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Group, Item, Layout, Problem, Request};
-use crate::dialects::shared::{note_call};
+use crate::dialects::shared::{History, in_task, latest_question};
 use crate::json::Str;
 use crate::json::ArrayLayout;
 use serde::Deserialize;
@@ -41,6 +41,8 @@ struct Part<'a> {
 struct Named<'a> {
     #[serde(borrow, default)]
     name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    args: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -68,24 +70,22 @@ struct CallingConfig<'a> {
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let contents = parsed.contents.ok_or(Problem::BadShape)?;
-    let mut called = Vec::new();
-    for part in contents.iter().flat_map(|c| &c.parts) {
-        if let Some(name) = part.function_call.as_ref().and_then(|f| f.name.as_ref()) {
-            note_call(&mut called, name);
-        }
-    }
     // Single-turn requests may omit the role; function responses come back as parts without
     // text, so the latest content with text is the user's question.
-    let query = contents
-        .iter()
-        .rev()
-        .filter(|c| matches!(c.role.as_deref(), None | Some("user")))
-        .map(|c| {
+    let (question, query) = latest_question(&contents, |c| {
+        matches!(c.role.as_deref(), None | Some("user")).then(|| {
             let texts: Vec<&str> = c.parts.iter().filter_map(|p| p.text.as_deref()).collect();
             texts.join("\n")
         })
-        .find(|t| !t.trim().is_empty())
-        .unwrap_or_default();
+    });
+    let mut history = History::default();
+    for (at, content) in contents.iter().enumerate() {
+        for call in content.parts.iter().filter_map(|p| p.function_call.as_ref()) {
+            if let Some(name) = &call.name {
+                history.call(name, call.args, in_task(at, question));
+            }
+        }
+    }
     let mut choice = Choice::default();
     if let Some(cfg) = parsed.tool_config.and_then(|t| t.function_calling_config) {
         for name in cfg.allowed_function_names {
@@ -95,7 +95,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query,
         choice,
-        called,
+        called: history.called,
+        history: history.task,
         // Gemini streams by path (`:streamGenerateContent`), not by a body field.
         stream: false,
     })

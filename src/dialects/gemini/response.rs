@@ -143,9 +143,12 @@ struct ChunkContent {
     parts: Vec<Map<String, Value>>,
 }
 
+/// A candidate's parts, as a stream chunk sends them.
+type Parts = Vec<Map<String, Value>>;
+
 impl Chunk {
     /// The parts of the first candidate (the turn), and those of the others.
-    fn parts(self) -> (Vec<Map<String, Value>>, Vec<Map<String, Value>>) {
+    fn parts(self) -> (Parts, Parts) {
         let (mut first, mut others) = (Vec::new(), Vec::new());
         for candidate in self.candidates.into_iter().flatten() {
             let parts = candidate.content.map(|c| c.parts).unwrap_or_default();

@@ -2,7 +2,7 @@
 //! assistant `tool_calls: [{"function":{"name","arguments":{…}}}]`), `tools` in OpenAI's
 //! function format, and `stream`, which is true when absent. Ollama has no `tool_choice`.
 
-use crate::dialects::shared::{content_text, note_call};
+use crate::dialects::shared::{History, in_task, latest_question, user_text};
 use crate::dialects::{Choice, Problem, Request};
 use crate::json::Str;
 use serde::Deserialize;
@@ -36,30 +36,31 @@ struct ToolCall<'a> {
 struct Named<'a> {
     #[serde(borrow, default)]
     name: Option<Str<'a>>,
+    /// An object (Ollama's own form), or a string holding JSON (OpenAI's).
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
 }
 
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
-    let mut called = Vec::new();
-    for message in &messages {
-        let names = message.tool_calls.iter().flatten();
-        for name in names.filter_map(|c| c.function.as_ref()?.name.as_ref()) {
-            note_call(&mut called, name);
+    // Tool results are role "tool": an agent loop keeps ranking against its question.
+    let (question, query) = latest_question(&messages, |m| {
+        user_text(m.role.as_deref(), m.content, &["text"])
+    });
+    let mut history = History::default();
+    for (at, message) in messages.iter().enumerate() {
+        for call in message.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref()) {
+            if let Some(name) = &call.name {
+                history.call(name, call.arguments, in_task(at, question));
+            }
         }
     }
-    // Tool results are role "tool": an agent loop keeps ranking against its question.
-    let query = messages
-        .iter()
-        .rev()
-        .filter(|m| m.role.as_deref() == Some("user"))
-        .filter_map(|m| m.content.map(|c| content_text(c, &["text"])))
-        .find(|t| !t.trim().is_empty())
-        .unwrap_or_default();
     Ok(Request {
         query,
         choice: Choice::default(),
-        called,
+        called: history.called,
+        history: history.task,
         // "This is a streaming endpoint": only `"stream": false` asks for one object.
         stream: parsed.stream.unwrap_or(true),
     })

@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{content_text, note_call};
+use crate::dialects::shared::{History, in_task, latest_question, user_text};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -41,13 +41,21 @@ struct ToolCall<'a> {
 pub(crate) struct Named<'a> {
     #[serde(borrow, default)]
     pub name: Option<Str<'a>>,
+    /// A string holding the arguments' JSON.
+    #[serde(borrow, default)]
+    pub arguments: Option<&'a RawValue>,
 }
 
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
-    let mut called = Vec::new();
-    for m in &messages {
+    // The latest user message that has text: tool results are role "tool", so an agent loop
+    // keeps ranking against the question that started it.
+    let (question, query) = latest_question(&messages, |m| {
+        user_text(m.role.as_deref(), m.content, &["text"])
+    });
+    let mut history = History::default();
+    for (at, m) in messages.iter().enumerate() {
         let calls = m
             .tool_calls
             .iter()
@@ -55,23 +63,15 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             .filter_map(|c| c.function.as_ref());
         for named in calls.chain(m.function_call.as_ref()) {
             if let Some(name) = &named.name {
-                note_call(&mut called, name);
+                history.call(name, named.arguments, in_task(at, question));
             }
         }
     }
-    // The latest user message that has text: tool results are role "tool", so an agent loop
-    // keeps ranking against the question that started it.
-    let query = messages
-        .iter()
-        .rev()
-        .filter(|m| m.role.as_deref() == Some("user"))
-        .filter_map(|m| m.content.map(|c| content_text(c, &["text"])))
-        .find(|t| !t.trim().is_empty())
-        .unwrap_or_default();
     Ok(Request {
         query,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
-        called,
+        called: history.called,
+        history: history.task,
         stream: is_true(parsed.stream),
     })
 }

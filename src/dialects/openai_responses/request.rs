@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{content_text, note_call};
+use crate::dialects::shared::{History, content_text, in_task, latest_question};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -30,34 +30,37 @@ struct Item<'a> {
     content: Option<&'a RawValue>,
     #[serde(borrow, default)]
     name: Option<Str<'a>>,
+    /// A `function_call`'s arguments: a string holding JSON.
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
 }
 
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let input = parsed.input.ok_or(Problem::BadShape)?;
-    let mut called = Vec::new();
+    let mut history = History::default();
     let query = if let Ok(text) = serde_json::from_str::<Str>(input.get()) {
         text.into_owned()
     } else {
         let items: Vec<Item> = serde_json::from_str(input.get()).map_err(|e| Problem::of(&e))?;
-        for item in &items {
+        let (question, query) = latest_question(&items, |i| {
+            let message = matches!(i.kind.as_deref(), None | Some("message"));
+            (message && i.role.as_deref() == Some("user"))
+                .then(|| i.content.map(|c| content_text(c, &["input_text"])))
+                .flatten()
+        });
+        for (at, item) in items.iter().enumerate() {
             if let (Some("function_call"), Some(name)) = (item.kind.as_deref(), &item.name) {
-                note_call(&mut called, name);
+                history.call(name, item.arguments, in_task(at, question));
             }
         }
-        items
-            .iter()
-            .rev()
-            .filter(|i| matches!(i.kind.as_deref(), None | Some("message")))
-            .filter(|i| i.role.as_deref() == Some("user"))
-            .filter_map(|i| i.content.map(|c| content_text(c, &["input_text"])))
-            .find(|t| !t.trim().is_empty())
-            .unwrap_or_default()
+        query
     };
     Ok(Request {
         query,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
-        called,
+        called: history.called,
+        history: history.task,
         stream: is_true(parsed.stream),
     })
 }

@@ -8,11 +8,68 @@ pub mod splice;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// Records a called tool once, keeping first-call order.
-pub(crate) fn note_call(called: &mut Vec<String>, name: &str) {
-    if !called.iter().any(|c| c == name) {
-        called.push(name.to_owned());
+/// The tool calls of a conversation, as every dialect reads them: each called tool once, in
+/// first-call order (selection keeps them), and the current task's calls with their arguments
+/// (the loop guard reads them).
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    pub called: Vec<String>,
+    pub task: Vec<crate::loop_guard::PastCall>,
+}
+
+impl History {
+    /// A call of `name` with `arguments` (a JSON value, or a string holding JSON as OpenAI
+    /// sends them; absent: none). `in_task`: it comes after the latest user message with
+    /// text, the question the agent is working on.
+    pub(crate) fn call(&mut self, name: &str, arguments: Option<&RawValue>, in_task: bool) {
+        if !self.called.iter().any(|c| c == name) {
+            self.called.push(name.to_owned());
+        }
+        if in_task {
+            let arguments = match arguments {
+                None => String::new(),
+                Some(raw) => match serde_json::from_str::<crate::json::Str>(raw.get()) {
+                    Ok(text) => text.into_owned(),
+                    Err(_) => raw.get().to_owned(),
+                },
+            };
+            self.task.push(crate::loop_guard::PastCall {
+                name: name.to_owned(),
+                arguments,
+            });
+        }
     }
+}
+
+/// Where the current task starts: the index of the latest message `is_question` says is a
+/// user's question with text, and that text (empty, and no index, when there is none).
+pub(crate) fn latest_question<T>(
+    messages: &[T],
+    text: impl Fn(&T) -> Option<String>,
+) -> (Option<usize>, String) {
+    messages
+        .iter()
+        .enumerate()
+        .rev()
+        .filter_map(|(at, m)| text(m).map(|t| (at, t)))
+        .find(|(_, t)| !t.trim().is_empty())
+        .map_or((None, String::new()), |(at, t)| (Some(at), t))
+}
+
+/// A user message's text (`keys`: see [`content_text`]); `None` for any other role.
+pub(crate) fn user_text(
+    role: Option<&str>,
+    content: Option<&RawValue>,
+    keys: &[&str],
+) -> Option<String> {
+    (role == Some("user"))
+        .then(|| content.map(|c| content_text(c, keys)))
+        .flatten()
+}
+
+/// Whether the message at `at` comes after the question at `question`.
+pub(crate) fn in_task(at: usize, question: Option<usize>) -> bool {
+    question.is_none_or(|q| at > q)
 }
 
 /// A text part of a message in any dialect (`{"type":"text","text":…}`, `{"text":…}`).

@@ -1,0 +1,296 @@
+//! The loop guard: an agent that calls the same tool with the same arguments again, or two
+//! tools in turn (A B A B), is stuck. Stateless: the request's own conversation holds the
+//! calls, so every gateway replica sees the same history and decides the same. The looping
+//! tool leaves the next request's tools (eviction, never blocking: the call that was made
+//! ran); in search mode a `find_tools` that finds it again lets it back.
+//!
+//! Only the calls of the current task count: those after the latest user message that has
+//! text. A user who asks the same thing twice in one conversation is not a loop.
+
+use crate::glob::Glob;
+use serde::Deserialize;
+use serde_json::Value;
+use std::fmt::Write as _;
+
+/// `loop_guard` in the configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopGuardConfig {
+    /// Identical calls (same tool, same arguments) within `window` that make a loop.
+    pub repeats: usize,
+    /// How many of the latest calls are looked at.
+    pub window: usize,
+    /// Tool-name globs that are meant to repeat (polling, memory reads): never evicted.
+    pub exempt: Vec<String>,
+}
+
+impl Default for LoopGuardConfig {
+    fn default() -> Self {
+        // Field data: the common duplicate repeats exactly twice; agent runtimes that guard
+        // themselves look at about the last ten calls.
+        LoopGuardConfig {
+            repeats: 2,
+            window: 10,
+            exempt: Vec::new(),
+        }
+    }
+}
+
+/// The largest `window`: the history is read whole anyway, but a guard that looks further
+/// back than this is no longer about the current loop.
+const MAX_WINDOW: usize = 1000;
+
+/// One tool call of the conversation, as the request carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastCall {
+    pub name: String,
+    /// The arguments' JSON text as sent (for OpenAI Chat and Responses, the text inside the
+    /// `arguments` string).
+    pub arguments: String,
+}
+
+/// The compiled guard, built once with the configuration.
+#[derive(Debug, Clone)]
+pub struct LoopGuard {
+    repeats: usize,
+    window: usize,
+    exempt: Vec<Glob>,
+}
+
+impl LoopGuard {
+    /// The guard for `config`; an error names the field.
+    pub fn new(config: &LoopGuardConfig) -> Result<LoopGuard, (String, String)> {
+        if config.repeats < 2 {
+            return Err(("repeats".into(), "must be 2 or more".into()));
+        }
+        if config.window < config.repeats || config.window > MAX_WINDOW {
+            return Err((
+                "window".into(),
+                format!(
+                    "must be from `repeats` ({}) to {MAX_WINDOW}",
+                    config.repeats
+                ),
+            ));
+        }
+        let mut exempt = Vec::new();
+        for (i, pattern) in config.exempt.iter().enumerate() {
+            if pattern.trim().is_empty() {
+                return Err((format!("exempt[{i}]"), "must not be empty".into()));
+            }
+            exempt.push(Glob::new(pattern));
+        }
+        Ok(LoopGuard {
+            repeats: config.repeats,
+            window: config.window,
+            exempt,
+        })
+    }
+
+    fn exempt(&self, name: &str) -> bool {
+        self.exempt.iter().any(|g| g.matches(name))
+    }
+
+    /// The tools `history` (the current task's calls, oldest first) shows looping, each once,
+    /// in the order of their latest call: a call repeated `repeats` times with the same
+    /// arguments within the last `window` calls, or the last four calls alternating between
+    /// two (A B A B, arguments included).
+    pub fn looping(&self, history: &[PastCall]) -> Vec<String> {
+        let recent = history
+            .get(history.len().saturating_sub(self.window)..)
+            .unwrap_or_default();
+        let keyed: Vec<(&str, String)> = recent
+            .iter()
+            .map(|c| (c.name.as_str(), arguments_key(&c.arguments)))
+            .collect();
+        let mut looping: Vec<String> = Vec::new();
+        let mut note = |name: &str| {
+            if !self.exempt(name) && !looping.iter().any(|n| n == name) {
+                looping.push(name.to_owned());
+            }
+        };
+        for (at, call) in keyed.iter().enumerate().rev() {
+            // Counted from the latest occurrence of each call only.
+            if keyed.get(at + 1..).unwrap_or_default().contains(call) {
+                continue;
+            }
+            if keyed.iter().filter(|c| *c == call).count() >= self.repeats {
+                note(call.0);
+            }
+        }
+        if let [.., a1, b1, a2, b2] = keyed.as_slice() {
+            if a1 == a2 && b1 == b2 && a1 != b1 {
+                note(b2.0);
+                note(a2.0);
+            }
+        }
+        looping
+    }
+}
+
+/// The key two calls' arguments share exactly when they say the same: the JSON canonicalised
+/// (object keys sorted, whitespace gone, numbers in one form: `1`, `1.0` and `1e0` are one).
+/// Text that is not JSON is its own key, marked so that it never equals a JSON one.
+pub fn arguments_key(arguments: &str) -> String {
+    let trimmed = arguments.trim();
+    if trimmed.is_empty() {
+        // No arguments at all: as an empty object, which is what the provider reads.
+        return "{}".to_owned();
+    }
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(value) => {
+            let mut out = String::with_capacity(trimmed.len());
+            canonical(&value, &mut out);
+            out
+        }
+        Err(_) => format!("\u{0}{trimmed}"),
+    }
+}
+
+fn canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, value)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                canonical(value, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Number(n) => number(n, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// One form per numeric value: integers (however written) as integers, other values in
+/// the shortest form that reads back as the same double.
+fn number(n: &serde_json::Number, out: &mut String) {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every integer below is a double
+    if let Some(i) = n.as_i64() {
+        let _ = write!(out, "{i}");
+    } else if let Some(u) = n.as_u64() {
+        let _ = write!(out, "{u}");
+    } else if let Some(f) = n.as_f64() {
+        if f.fract() == 0.0 && f.abs() < EXACT {
+            let _ = write!(out, "{}", f as i64);
+        } else {
+            let _ = write!(out, "{f:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, arguments: &str) -> PastCall {
+        PastCall {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    fn guard(repeats: usize, window: usize, exempt: &[&str]) -> LoopGuard {
+        LoopGuard::new(&LoopGuardConfig {
+            repeats,
+            window,
+            exempt: exempt.iter().map(|s| s.to_string()).collect(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn arguments_written_differently_are_one_key() {
+        let same = [
+            r#"{"a":1,"b":{"c":[1,2.0],"d":"x"}}"#,
+            r#"{ "b": {"d":"x", "c":[1e0, 2]}, "a": 1.0 }"#,
+            "\n{\"a\":1,\"b\":{\"c\":[1,2],\"d\":\"x\"}}\n",
+        ];
+        for text in same {
+            assert_eq!(arguments_key(text), arguments_key(same[0]), "{text}");
+        }
+        assert_eq!(arguments_key(""), arguments_key("{}"));
+        for other in [
+            r#"{"a":1,"b":{"c":[2,1],"d":"x"}}"#,
+            r#"{"a":"1","b":{"c":[1,2],"d":"x"}}"#,
+            r#"{"a":1.5,"b":{"c":[1,2],"d":"x"}}"#,
+            r#"{"a":1,"b":{"c":[1,2],"d":"x"},"e":null}"#,
+        ] {
+            assert_ne!(arguments_key(other), arguments_key(same[0]), "{other}");
+        }
+        assert_ne!(arguments_key("not json"), arguments_key(r#""not json""#));
+    }
+
+    #[test]
+    fn the_same_call_twice_is_a_loop_and_other_arguments_are_not() {
+        let g = guard(2, 10, &[]);
+        let logs = call("get_pod_logs", r#"{"pod":"web-1"}"#);
+        assert_eq!(g.looping(std::slice::from_ref(&logs)), Vec::<String>::new());
+        assert_eq!(
+            g.looping(&[
+                logs.clone(),
+                call("x", "{}"),
+                call("get_pod_logs", r#"{ "pod" : "web-1" }"#)
+            ]),
+            ["get_pod_logs"]
+        );
+        assert!(
+            g.looping(&[logs.clone(), call("get_pod_logs", r#"{"pod":"web-2"}"#)])
+                .is_empty()
+        );
+        // Out of the window: no longer the current loop.
+        let mut history = vec![logs.clone()];
+        history.extend((0..10).map(|i| call("step", &format!(r#"{{"n":{i}}}"#))));
+        history.push(logs.clone());
+        assert!(g.looping(&history).is_empty());
+        assert_eq!(
+            guard(3, 10, &[]).looping(&[logs.clone(), logs.clone()]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            guard(3, 10, &[]).looping(&[logs.clone(), logs.clone(), logs]),
+            ["get_pod_logs"]
+        );
+    }
+
+    #[test]
+    fn alternation_is_a_loop_and_exempt_tools_never_are() {
+        let (a, b) = (call("read", r#"{"f":1}"#), call("write", r#"{"f":1}"#));
+        let history = [a.clone(), b.clone(), a.clone(), b.clone()];
+        // With repeats 3 only the alternation says so; latest call first.
+        assert_eq!(guard(3, 10, &[]).looping(&history), ["write", "read"]);
+        assert_eq!(guard(3, 10, &["wr*"]).looping(&history), ["read"]);
+        assert_eq!(guard(2, 10, &["*"]).looping(&history), Vec::<String>::new());
+    }
+
+    #[test]
+    fn bad_settings_name_their_field() {
+        let bad = |repeats, window| {
+            LoopGuard::new(&LoopGuardConfig {
+                repeats,
+                window,
+                exempt: Vec::new(),
+            })
+            .unwrap_err()
+            .0
+        };
+        assert_eq!(bad(1, 10), "repeats");
+        assert_eq!(bad(3, 2), "window");
+        assert_eq!(bad(2, 5000), "window");
+    }
+}
