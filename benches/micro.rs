@@ -169,6 +169,38 @@ fn benches(c: &mut Criterion) {
             })
         });
     }
+    // The loop guard's own time at 200 tools with a 100-message history (a question, then 99
+    // messages of calls and results, none repeated: every call read, the window's canonicalised).
+    let mut messages = vec![format!(r#"{{"role":"user","content":"{QUESTION}"}}"#)];
+    for i in 0..99 {
+        messages.push(if i % 2 == 0 {
+            format!(
+                r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"c{i}","type":"function","function":{{"name":"search_news","arguments":"{{\"query\":\"football transfers page {i}\",\"limit\":10}}"}}}}]}}"#
+            )
+        } else {
+            format!(r#"{{"role":"tool","tool_call_id":"c{}","content":"result {i}"}}"#, i - 1)
+        });
+    }
+    let long = format!(
+        r#"{{"model":"m","messages":[{}],"tools":{tools}}}"#,
+        messages.join(",")
+    );
+    let guarded = Config::from_json(br#"{"loop_guard":{}}"#).expect("valid");
+    let mut engines = [
+        (
+            "100 messages, without loop_guard",
+            Engine::new(Config::default()),
+        ),
+        ("100 messages, loop_guard", Engine::new(guarded)),
+    ];
+    for (name, engine) in &mut engines {
+        group.bench_with_input(BenchmarkId::new(*name, n), &long, |b, body| {
+            b.iter(|| {
+                let analysis = engine.analyse(Dialect::OpenaiChat, black_box(body));
+                analysis.expect("analyse").rewrite(body)
+            })
+        });
+    }
     group.finish();
 }
 

@@ -44,9 +44,27 @@ const MAX_WINDOW: usize = 1000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PastCall {
     pub name: String,
-    /// The arguments' JSON text as sent (for OpenAI Chat and Responses, the text inside the
-    /// `arguments` string).
-    pub arguments: String,
+    /// Where the arguments' JSON is in the text the dialect read (OpenAI Chat and Responses:
+    /// a string holding JSON; the others: the value itself); `None` when the call has none.
+    /// A place rather than a copy: most requests' calls are never looked at.
+    pub arguments: Option<std::ops::Range<usize>>,
+}
+
+impl PastCall {
+    /// The call's arguments in `text` (the body the dialect read), as JSON text.
+    pub fn arguments_in<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        let raw = self
+            .arguments
+            .as_ref()
+            .and_then(|r| text.get(r.clone()))
+            .unwrap_or_default();
+        if raw.starts_with('"') {
+            if let Ok(inner) = serde_json::from_str::<String>(raw) {
+                return inner.into();
+            }
+        }
+        raw.into()
+    }
 }
 
 /// The compiled guard, built once with the configuration.
@@ -90,17 +108,17 @@ impl LoopGuard {
         self.exempt.iter().any(|g| g.matches(name))
     }
 
-    /// The tools `history` (the current task's calls, oldest first) shows looping, each once,
-    /// in the order of their latest call: a call repeated `repeats` times with the same
-    /// arguments within the last `window` calls, or the last four calls alternating between
-    /// two (A B A B, arguments included).
-    pub fn looping(&self, history: &[PastCall]) -> Vec<String> {
+    /// The tools `history` (the current task's calls, oldest first, in `text`, the body the
+    /// dialect read) shows looping, each once, in the order of their latest call: a call
+    /// repeated `repeats` times with the same arguments within the last `window` calls, or
+    /// the last four calls alternating between two (A B A B, arguments included).
+    pub fn looping(&self, history: &[PastCall], text: &str) -> Vec<String> {
         let recent = history
             .get(history.len().saturating_sub(self.window)..)
             .unwrap_or_default();
         let keyed: Vec<(&str, String)> = recent
             .iter()
-            .map(|c| (c.name.as_str(), arguments_key(&c.arguments)))
+            .map(|c| (c.name.as_str(), arguments_key(&c.arguments_in(text))))
             .collect();
         let mut looping: Vec<String> = Vec::new();
         let mut note = |name: &str| {
@@ -198,10 +216,35 @@ fn number(n: &serde_json::Number, out: &mut String) {
 mod tests {
     use super::*;
 
-    fn call(name: &str, arguments: &str) -> PastCall {
-        PastCall {
-            name: name.into(),
-            arguments: arguments.into(),
+    /// Calls as a dialect reads them from a body: their arguments' places in one text.
+    struct Calls {
+        text: String,
+        calls: Vec<PastCall>,
+    }
+
+    fn call(name: &str, arguments: &str) -> (String, String) {
+        (name.into(), arguments.into())
+    }
+
+    fn calls(list: &[(String, String)]) -> Calls {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for (name, arguments) in list {
+            let start = text.len();
+            text.push_str(arguments);
+            calls.push(PastCall {
+                name: name.clone(),
+                arguments: Some(start..text.len()),
+            });
+            text.push(',');
+        }
+        Calls { text, calls }
+    }
+
+    impl LoopGuard {
+        fn of(&self, list: &[(String, String)]) -> Vec<String> {
+            let c = calls(list);
+            self.looping(&c.calls, &c.text)
         }
     }
 
@@ -240,9 +283,9 @@ mod tests {
     fn the_same_call_twice_is_a_loop_and_other_arguments_are_not() {
         let g = guard(2, 10, &[]);
         let logs = call("get_pod_logs", r#"{"pod":"web-1"}"#);
-        assert_eq!(g.looping(std::slice::from_ref(&logs)), Vec::<String>::new());
+        assert_eq!(g.of(std::slice::from_ref(&logs)), Vec::<String>::new());
         assert_eq!(
-            g.looping(&[
+            g.of(&[
                 logs.clone(),
                 call("x", "{}"),
                 call("get_pod_logs", r#"{ "pod" : "web-1" }"#)
@@ -250,20 +293,20 @@ mod tests {
             ["get_pod_logs"]
         );
         assert!(
-            g.looping(&[logs.clone(), call("get_pod_logs", r#"{"pod":"web-2"}"#)])
+            g.of(&[logs.clone(), call("get_pod_logs", r#"{"pod":"web-2"}"#)])
                 .is_empty()
         );
         // Out of the window: no longer the current loop.
         let mut history = vec![logs.clone()];
         history.extend((0..10).map(|i| call("step", &format!(r#"{{"n":{i}}}"#))));
         history.push(logs.clone());
-        assert!(g.looping(&history).is_empty());
+        assert!(g.of(&history).is_empty());
         assert_eq!(
-            guard(3, 10, &[]).looping(&[logs.clone(), logs.clone()]),
+            guard(3, 10, &[]).of(&[logs.clone(), logs.clone()]),
             Vec::<String>::new()
         );
         assert_eq!(
-            guard(3, 10, &[]).looping(&[logs.clone(), logs.clone(), logs]),
+            guard(3, 10, &[]).of(&[logs.clone(), logs.clone(), logs]),
             ["get_pod_logs"]
         );
     }
@@ -273,9 +316,9 @@ mod tests {
         let (a, b) = (call("read", r#"{"f":1}"#), call("write", r#"{"f":1}"#));
         let history = [a.clone(), b.clone(), a.clone(), b.clone()];
         // With repeats 3 only the alternation says so; latest call first.
-        assert_eq!(guard(3, 10, &[]).looping(&history), ["write", "read"]);
-        assert_eq!(guard(3, 10, &["wr*"]).looping(&history), ["read"]);
-        assert_eq!(guard(2, 10, &["*"]).looping(&history), Vec::<String>::new());
+        assert_eq!(guard(3, 10, &[]).of(&history), ["write", "read"]);
+        assert_eq!(guard(3, 10, &["wr*"]).of(&history), ["read"]);
+        assert_eq!(guard(2, 10, &["*"]).of(&history), Vec::<String>::new());
     }
 
     #[test]

@@ -762,8 +762,14 @@ impl Engine {
                 false,
             ),
         };
+        let looping = match &self.loop_guard {
+            Some(guard) if !request.history.is_empty() => {
+                guard.looping(&request.history, &without_tools)
+            }
+            _ => Vec::new(),
+        };
         let reader = Reader::Dialect(dialect);
-        self.conclude(reader, request, catalog, cache_hit, span, grant)
+        self.conclude(reader, request, looping, catalog, cache_hit, span, grant)
     }
 
     /// Reads, ranks and selects the tools of a body of the `custom` shape (a request on a
@@ -796,6 +802,7 @@ impl Engine {
         let mut analysis = self.conclude(
             Reader::Custom,
             request,
+            Vec::new(),
             catalog,
             cache_hit,
             found.span,
@@ -808,10 +815,13 @@ impl Engine {
     /// Ranks and selects a request's catalog (`container`: where its tools sit in the body;
     /// `reader`: what read it). Under access rules the caller's denied tools leave whatever else
     /// happens: also below `min_tools`, also when pinned.
+    /// `looping`: the tools the loop guard finds the request's current task calling in a loop.
+    #[allow(clippy::too_many_arguments)]
     fn conclude(
         &self,
         reader: Reader,
         request: Request,
+        looping: Vec<String>,
         catalog: Rc<Catalog>,
         cache_hit: bool,
         container: Range<usize>,
@@ -840,7 +850,7 @@ impl Engine {
         if total == 0 && denied == 0 {
             return Err(no_tools);
         }
-        let evicted = self.evicted(&request, &catalog, access.as_ref());
+        let evicted = Self::evicted(looping, &request, &catalog, access.as_ref());
         if total <= self.config.min_tools && denied == 0 && evicted.is_empty() {
             return Err(Skipped {
                 reason: Skip::FewTools,
@@ -881,19 +891,16 @@ impl Engine {
     }
 
     /// The tools the loop guard takes out of `request`: those its current task calls in a
-    /// loop, that the catalog has as function tools the caller may see, and that `tool_choice`
-    /// does not name (the client insists on them). None when that would leave no function
-    /// tool: a model called with none cannot answer.
+    /// loop (`looping`), that the catalog has as function tools the caller may see, and that
+    /// `tool_choice` does not name (the client insists on them). None when that would leave
+    /// no function tool: a model called with none cannot answer.
     fn evicted(
-        &self,
+        looping: Vec<String>,
         request: &Request,
         catalog: &Catalog,
         access: Option<&Governed>,
     ) -> Vec<String> {
-        let Some(guard) = &self.loop_guard else {
-            return Vec::new();
-        };
-        if request.history.is_empty() {
+        if looping.is_empty() {
             return Vec::new();
         }
         let may_see = |e: usize| access.is_none_or(|g| g.allowed.get(e).copied().unwrap_or(false));
@@ -902,8 +909,7 @@ impl Engine {
                 .filter(move |&e| may_see(e))
                 .filter_map(|e| catalog.name(e))
         };
-        let evicted: Vec<String> = guard
-            .looping(&request.history)
+        let evicted: Vec<String> = looping
             .into_iter()
             .filter(|name| !request.choice.named.contains(name))
             .filter(|name| functions().any(|n| n == name))

@@ -929,3 +929,60 @@ fn follow_ups_carry_the_routers_rewrites() {
         assert_eq!(entry["headers"]["authorization"], "Bearer client-key");
     }
 }
+
+const MADE_UP: &str = "get_weather_now";
+
+/// A call of a tool that does not exist (the model misremembers a name) never reaches the
+/// client: the model gets a structured error naming `find_tools` and the closest names, and
+/// the loop goes on: it searches, finds the tool and calls it. Every dialect, streamed and not.
+#[test]
+fn a_made_up_tool_is_answered_to_the_model_and_the_loop_goes_on() {
+    let gw = Gateway::start(r#"{"mode":"search","min_tools":20}"#);
+    let cases = common::DIALECTS
+        .iter()
+        .flat_map(|d| [(*d, false), (*d, true)])
+        // Bedrock's converse-stream is filtered, not searched (its binary stream is not read).
+        .filter(|(d, stream)| !(*d == "bedrock" && *stream));
+    let mut n = 0;
+    for (dialect, stream) in cases {
+        n += 1;
+        common::http(gw.upstream.port, "POST", "/scripted/log/reset", &[], b"");
+        let (path, body) = request(dialect, stream);
+        let headers = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", WANT),
+            ("x-demo-call", MADE_UP),
+            ("x-demo-script", "search"),
+        ];
+        let r = gw.post(&path, &headers, body.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{dialect} {stream}: {}", r.text());
+        let mut calls = called(dialect, &r);
+        calls.dedup();
+        assert_eq!(calls, [WANT], "{dialect} {stream}: {}", r.text());
+        assert!(
+            !r.text().contains(MADE_UP),
+            "{dialect} {stream}: {}",
+            r.text()
+        );
+        let log = upstream_log(&gw);
+        assert_eq!(
+            log.len(),
+            3,
+            "{dialect} {stream}: the error, the search, the call"
+        );
+        let second = log[1]["body"].to_string();
+        for expected in [
+            "There is no tool named `get_weather_now`. Call find_tools",
+            "unknown_tool",
+            "closest",
+            "get_weather_forecast",
+        ] {
+            assert!(
+                second.contains(expected),
+                "{dialect} {stream}: {expected} in {second}"
+            );
+        }
+    }
+    assert_eq!(gw.stat("toolsift.search.unknown_tools"), n);
+    assert!(!gw.log_text().contains("panicked"));
+}

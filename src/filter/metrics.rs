@@ -66,6 +66,8 @@ pub struct Metrics {
     /// The filter's own time per search round: reading the model's turn, searching, and
     /// building and sending the follow-up (model and network time excluded).
     pub search_round_time_us: u32,
+    /// Model calls of tools that do not exist, answered to the model (search mode).
+    pub search_unknown_tools: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
     /// Under access rules, model answers that could not be read (so not checked) and were
@@ -114,6 +116,7 @@ impl Metrics {
             search_unreadable: counter("toolsift.search.unreadable")?,
             search_headers_not_held: counter("toolsift.search.headers_not_held")?,
             search_round_time_us: histogram("toolsift.search.round_time_us")?,
+            search_unknown_tools: counter("toolsift.search.unknown_tools")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,

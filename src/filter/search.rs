@@ -253,6 +253,7 @@ impl Host for EnvoyHost<'_> {
             Event::Fallback(reason) => m.fallback(reason),
             Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
             Event::Unchecked => m.add(m.access_unchecked, 1),
+            Event::UnknownTools(calls) => m.add(m.search_unknown_tools, calls),
         }
     }
 

@@ -91,6 +91,8 @@ pub enum Event {
     /// Under access rules, a model turn that could not be read (so not checked) was replaced
     /// by toolsift's error: a call in it could have been of a denied tool.
     Unchecked,
+    /// Model calls of tools that do not exist (search mode): kept from the client.
+    UnknownTools(usize),
 }
 
 /// What a callback returns to Envoy.
@@ -552,11 +554,16 @@ impl Responder {
         started: Option<u64>,
     ) -> Flow {
         let codec = self.session.codec();
-        let refused_before = self.session.refused();
+        let (refused_before, unknown_before) =
+            (self.session.refused(), self.session.unknown().len());
         let next = self.session.on_reply(reply);
         let refused = self.session.refused().saturating_sub(refused_before);
         if refused > 0 {
             host.count(Event::Refused(refused));
+        }
+        let unknown = self.session.unknown().len().saturating_sub(unknown_before);
+        if unknown > 0 {
+            host.count(Event::UnknownTools(unknown));
         }
         match next {
             Next::Deliver(edits) => {

@@ -42,6 +42,19 @@ fn call_query(call: &Call) -> Option<String> {
     (!query.is_empty()).then(|| head_and_tail(query, MAX_QUERY_BYTES))
 }
 
+/// Why a model call does not reach the client.
+#[derive(Debug, Clone, PartialEq)]
+enum Refusal {
+    /// Access rules refuse it: a denied tool, or refused arguments.
+    Access(Why),
+    /// Search mode: the tool is neither the client's nor a built-in of the request (the
+    /// model made it up, or misremembered a name).
+    Unknown,
+}
+
+/// Closest names an unknown tool's error result offers at most.
+const CLOSEST: usize = 3;
+
 /// What to do after a model turn.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
@@ -64,8 +77,10 @@ pub struct Session {
     /// it (a search never finds a tool it may not).
     grant: Option<Grant>,
     allowed: Option<Rc<[bool]>>,
-    /// Model calls refused so far (denied tools, refused arguments).
+    /// Model calls refused so far by access rules (denied tools, refused arguments).
     refused: usize,
+    /// Names of tools the model called that do not exist (search mode), in order.
+    unknown: Vec<String>,
     /// The client's tool entries, as the client wrote them.
     entries: Vec<String>,
     visible: Vec<bool>,
@@ -100,6 +115,7 @@ impl Session {
             grant: analysis.access.as_ref().map(|g| g.grant.clone()),
             allowed: analysis.access.as_ref().map(|g| Rc::clone(&g.allowed)),
             refused: 0,
+            unknown: Vec::new(),
             entries,
             visible: plan.visible,
             meta_entries: plan.meta_entries,
@@ -123,6 +139,7 @@ impl Session {
             grant: Some(grant),
             allowed: None,
             refused: 0,
+            unknown: Vec::new(),
             entries: Vec::new(),
             visible: Vec::new(),
             meta_entries: Vec::new(),
@@ -163,16 +180,46 @@ impl Session {
     /// end: a meta-tool's (answered here), and under access rules every call (its name and
     /// arguments are checked once complete).
     pub fn holds_call(&self, name: &str) -> bool {
-        self.grant.is_some() || self.is_meta(name)
+        self.grant.is_some() || self.is_meta(name) || self.is_unknown(name)
     }
 
-    /// Why `call` may not reach the client; `None` when it may (always, without access rules).
-    fn refusal(&self, call: &Call) -> Option<Why> {
-        let grant = self.grant.as_ref()?;
-        match grant.call(&call.name, &Annotations::default(), &call.arguments) {
-            Decision::Allowed => None,
-            Decision::Denied(why) => Some(why),
+    /// Model calls of tools that do not exist, so far (search mode).
+    pub fn unknown(&self) -> &[String] {
+        &self.unknown
+    }
+
+    /// Whether a search session's request has no tool called `name`, function or built-in.
+    fn is_unknown(&self, name: &str) -> bool {
+        let Some(catalog) = &self.catalog else {
+            return false;
+        };
+        !self.is_meta(name)
+            && !(0..catalog.draft.entries.len()).any(|e| catalog.governed_name(e) == Some(name))
+    }
+
+    /// Why `call` may not reach the client; `None` when it may.
+    fn refusal(&self, call: &Call) -> Option<Refusal> {
+        if let Some(grant) = &self.grant {
+            if let Decision::Denied(why) =
+                grant.call(&call.name, &Annotations::default(), &call.arguments)
+            {
+                return Some(Refusal::Access(why));
+            }
         }
+        self.is_unknown(&call.name).then_some(Refusal::Unknown)
+    }
+
+    /// The caller's tools whose names are closest to `name` (its words as a search), best
+    /// first.
+    fn closest(&self, name: &str) -> Vec<String> {
+        let words = crate::text::terms(name).join(" ");
+        self.ranking(&words)
+            .iter()
+            .filter(|s| s.score > 0.0 && self.may_see(s.entry))
+            .filter_map(|s| self.entry_name(s.entry))
+            .take(CLOSEST)
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Whether any call of `reply` (the meta-tools' aside) is one the caller's grant refuses.
@@ -258,12 +305,17 @@ impl Session {
             })
             .collect();
         let found: Vec<_> = self.found.iter().map(|n| header_safe(n)).collect();
-        format!(
+        let mut value = format!(
             "rounds={} found={} usage={}",
             self.rounds,
             found.join(","),
             usage.join(",")
-        )
+        );
+        if !self.unknown.is_empty() {
+            let unknown: Vec<_> = self.unknown.iter().map(|n| header_safe(n)).collect();
+            value.push_str(&format!(" unknown={}", unknown.join(",")));
+        }
+        value
     }
 
     /// Usage summed over every response, when any reported it.
@@ -298,13 +350,18 @@ impl Session {
             .iter()
             .filter(|c| self.is_meta(&c.name))
             .collect();
-        let refused: Vec<(&Call, Why)> = reply
+        let refused: Vec<(&Call, Refusal)> = reply
             .calls
             .iter()
             .filter(|c| !self.is_meta(&c.name))
             .filter_map(|c| Some((c, self.refusal(c)?)))
             .collect();
-        self.refused += refused.len();
+        for (call, refusal) in &refused {
+            match refusal {
+                Refusal::Access(_) => self.refused += 1,
+                Refusal::Unknown => self.unknown.push(call.name.clone()),
+            }
+        }
         if meta.is_empty() && refused.is_empty() {
             return Next::Deliver(Edits {
                 usage,
@@ -358,8 +415,8 @@ impl Session {
             }
             results.push(result);
         }
-        for (call, why) in &refused {
-            let content = json!({"error": self.refusal_for_model(call, why)});
+        for (call, refusal) in &refused {
+            let content = self.refusal_for_model(call, refusal);
             results.push(result(call, &content, true));
         }
         match self.follow_up(reply, &results, &added) {
@@ -381,21 +438,30 @@ impl Session {
 
     /// What the client reads in place of refused calls: per call, that the tool is not
     /// available (`denied: "hidden"`), or why it is refused (`"refused"`). A refused argument
-    /// is always named: the caller sees the tool, and only the value is refused.
-    fn refusal_text(&self, refused: &[(&Call, Why)]) -> String {
+    /// is always named: the caller sees the tool, and only the value is refused. A tool that
+    /// does not exist is said to be so.
+    fn refusal_text(&self, refused: &[(&Call, Refusal)]) -> String {
         let hidden = self.denied_mode() == Denied::Hidden;
         let lines: Vec<String> = refused
             .iter()
-            .map(|(call, why)| match why {
-                Why::Argument {
-                    argument, value, ..
-                } if hidden => format!(
-                    "Tool `{}` was not called: argument `{argument}` may not be {value}.",
-                    call.name
-                ),
-                Why::Argument { .. } => format!("Tool `{}` was not called: {why}.", call.name),
-                _ if hidden => format!("Tool `{}` is not available.", call.name),
-                _ => format!("Tool `{}` is not allowed: {why}.", call.name),
+            .map(|(call, refusal)| match refusal {
+                Refusal::Unknown => format!("Tool `{}` does not exist.", call.name),
+                Refusal::Access(
+                    why @ Why::Argument {
+                        argument, value, ..
+                    },
+                ) => {
+                    if hidden {
+                        format!(
+                            "Tool `{}` was not called: argument `{argument}` may not be {value}.",
+                            call.name
+                        )
+                    } else {
+                        format!("Tool `{}` was not called: {why}.", call.name)
+                    }
+                }
+                Refusal::Access(_) if hidden => format!("Tool `{}` is not available.", call.name),
+                Refusal::Access(why) => format!("Tool `{}` is not allowed: {why}.", call.name),
             })
             .collect();
         lines.join("\n")
@@ -403,21 +469,32 @@ impl Session {
 
     /// The error result the model gets for a refused call: hidden, as for a tool that does
     /// not exist (naming the meta-tool when the next round offers it); refused, the reason.
-    fn refusal_for_model(&self, call: &Call, why: &Why) -> String {
+    /// A tool that does not exist also gets the names closest to it.
+    fn refusal_for_model(&self, call: &Call, refusal: &Refusal) -> Value {
         let hidden = self.denied_mode() == Denied::Hidden;
-        match why {
-            Why::Argument { .. } => self.refusal_text(&[(call, why.clone())]),
-            _ if hidden => {
-                let mut text = format!("There is no tool named `{}`.", call.name);
-                if self.rounds + 1 < self.max_rounds {
-                    text.push_str(&format!(
-                        " Call {} to search the tools available to you.",
-                        self.names.find
-                    ));
-                }
-                text
+        let no_such_tool = || {
+            let mut text = format!("There is no tool named `{}`.", call.name);
+            if self.rounds + 1 < self.max_rounds {
+                text.push_str(&format!(
+                    " Call {} to search the tools available to you.",
+                    self.names.find
+                ));
             }
-            _ => format!("Tool `{}` is not allowed: {why}.", call.name),
+            text
+        };
+        match refusal {
+            Refusal::Unknown => json!({
+                "error": no_such_tool(),
+                "code": "unknown_tool",
+                "closest": self.closest(&call.name),
+            }),
+            Refusal::Access(why @ Why::Argument { .. }) => {
+                json!({"error": self.refusal_text(&[(call, Refusal::Access(why.clone()))])})
+            }
+            Refusal::Access(_) if hidden => json!({"error": no_such_tool()}),
+            Refusal::Access(why) => {
+                json!({"error": format!("Tool `{}` is not allowed: {why}.", call.name)})
+            }
         }
     }
 
@@ -1082,6 +1159,61 @@ mod tests {
         assert!(
             body.contains("was not called: argument `unit` may not be"),
             "{body}"
+        );
+    }
+
+    #[test]
+    fn a_call_of_a_tool_that_does_not_exist_is_answered_to_the_model_never_delivered() {
+        let (mut s, _) = session(SEARCH, 30);
+        // The model misremembers `get_weather`.
+        let made_up = reply(
+            vec![call("c1", "get_weather_now", r#"{"city":"Paris"}"#)],
+            (5, 5),
+        );
+        let Next::FollowUp(body) = s.on_reply(&made_up) else {
+            panic!("a follow-up");
+        };
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let result: Value =
+            serde_json::from_str(v["messages"][2]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(result["code"], "unknown_tool", "{result}");
+        assert!(
+            result["error"]
+                .as_str()
+                .unwrap()
+                .contains("There is no tool named `get_weather_now`. Call find_tools"),
+            "{result}"
+        );
+        assert_eq!(result["closest"][0], "get_weather", "{result}");
+        assert_eq!(s.unknown(), ["get_weather_now"]);
+        assert_eq!(s.refused(), 0, "not an access refusal");
+        assert!(s.header_value().ends_with(" unknown=get_weather_now"));
+        assert!(s.holds_call("get_weather_now") && !s.holds_call("tool_3"));
+
+        // Beside a real call: dropped, and the client reads that it does not exist.
+        let (mut s, _) = session(SEARCH, 30);
+        let mixed = reply(
+            vec![call("c1", "tool_3", "{}"), call("c2", "no_such_tool", "{}")],
+            (1, 1),
+        );
+        let Next::Deliver(edits) = s.on_reply(&mixed) else {
+            panic!("delivered");
+        };
+        assert_eq!(edits.drop, ["c2"]);
+        assert_eq!(
+            edits.text.as_deref(),
+            Some("Tool `no_such_tool` does not exist.")
+        );
+
+        // A client tool is never unknown.
+        let (mut s, _) = session(SEARCH, 30);
+        let real = reply(vec![call("c1", "tool_29", "{}")], (1, 1));
+        assert_eq!(
+            s.on_reply(&real),
+            Next::Deliver(Edits {
+                usage: None,
+                ..Edits::default()
+            })
         );
     }
 

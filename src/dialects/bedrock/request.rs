@@ -58,7 +58,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let (question, query) = latest_question(&messages, |m| {
         user_text(m.role.as_deref(), m.content, &[])
     });
-    let mut history = History::default();
+    let mut history = History::new(body);
     for (at, m) in messages.iter().enumerate() {
         if m.role.as_deref() != Some("assistant") {
             continue;

@@ -78,7 +78,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             texts.join("\n")
         })
     });
-    let mut history = History::default();
+    let mut history = History::new(body);
     for (at, content) in contents.iter().enumerate() {
         for call in content.parts.iter().filter_map(|p| p.function_call.as_ref()) {
             if let Some(name) = &call.name {

@@ -48,7 +48,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let (question, query) = latest_question(&messages, |m| {
         user_text(m.role.as_deref(), m.content, &["text"])
     });
-    let mut history = History::default();
+    let mut history = History::new(body);
     for (at, message) in messages.iter().enumerate() {
         for call in message.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref()) {
             if let Some(name) = &call.name {

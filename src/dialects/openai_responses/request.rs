@@ -38,7 +38,7 @@ struct Item<'a> {
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let input = parsed.input.ok_or(Problem::BadShape)?;
-    let mut history = History::default();
+    let mut history = History::new(body);
     let query = if let Ok(text) = serde_json::from_str::<Str>(input.get()) {
         text.into_owned()
     } else {

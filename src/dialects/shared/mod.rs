@@ -11,31 +11,34 @@ use serde_json::value::RawValue;
 /// The tool calls of a conversation, as every dialect reads them: each called tool once, in
 /// first-call order (selection keeps them), and the current task's calls with their arguments
 /// (the loop guard reads them).
-#[derive(Debug, Default)]
-pub(crate) struct History {
+#[derive(Debug)]
+pub(crate) struct History<'t> {
+    /// The text the dialect reads: the calls' arguments are places in it.
+    text: &'t str,
     pub called: Vec<String>,
     pub task: Vec<crate::loop_guard::PastCall>,
 }
 
-impl History {
+impl<'t> History<'t> {
+    pub(crate) fn new(text: &'t str) -> History<'t> {
+        History {
+            text,
+            called: Vec::new(),
+            task: Vec::new(),
+        }
+    }
+
     /// A call of `name` with `arguments` (a JSON value, or a string holding JSON as OpenAI
-    /// sends them; absent: none). `in_task`: it comes after the latest user message with
-    /// text, the question the agent is working on.
+    /// sends them; absent: none), borrowed from the text. `in_task`: it comes after the
+    /// latest user message with text, the question the agent is working on.
     pub(crate) fn call(&mut self, name: &str, arguments: Option<&RawValue>, in_task: bool) {
         if !self.called.iter().any(|c| c == name) {
             self.called.push(name.to_owned());
         }
         if in_task {
-            let arguments = match arguments {
-                None => String::new(),
-                Some(raw) => match serde_json::from_str::<crate::json::Str>(raw.get()) {
-                    Ok(text) => text.into_owned(),
-                    Err(_) => raw.get().to_owned(),
-                },
-            };
             self.task.push(crate::loop_guard::PastCall {
                 name: name.to_owned(),
-                arguments,
+                arguments: arguments.and_then(|raw| crate::json::span_in(self.text, raw.get())),
             });
         }
     }
