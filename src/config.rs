@@ -173,6 +173,10 @@ pub struct Search {
     /// Follow-up requests answering the meta-tool, at most; the last goes without it.
     #[serde(deserialize_with = "whole_number")]
     pub max_search_rounds: usize,
+    /// `find_tools` calls answered in one request's loop, at most: a model that searches more
+    /// is stopped with its last answer (a search storm).
+    #[serde(deserialize_with = "whole_number")]
+    pub max_searches: usize,
     /// The meta-tool's description lists the names of the deferred tools.
     pub catalog_hint: bool,
     /// Also show `use_tool(query, params)`, resolved by the gateway into a direct call.
@@ -248,6 +252,7 @@ impl Default for Search {
             tool_name: "find_tools".to_owned(),
             eager_k: 0,
             max_search_rounds: 3,
+            max_searches: 5,
             catalog_hint: false,
             use_tool: false,
             timeout_ms: 120_000,
@@ -275,6 +280,9 @@ impl Search {
                 "search.tool_name",
                 "`use_tool` is the other meta-tool",
             ));
+        }
+        if !(1..=100).contains(&self.max_searches) {
+            return Err(invalid("search.max_searches", "must be 1..=100"));
         }
         if !(1..=10).contains(&self.max_search_rounds) {
             return Err(invalid("search.max_search_rounds", "must be 1..=10"));

@@ -68,6 +68,8 @@ pub struct Metrics {
     pub search_round_time_us: u32,
     /// Model calls of tools that do not exist, answered to the model (search mode).
     pub search_unknown_tools: u32,
+    /// Search loops stopped for more searches than `search.max_searches`.
+    pub search_storms: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
     /// Under access rules, model answers that could not be read (so not checked) and were
@@ -117,6 +119,7 @@ impl Metrics {
             search_headers_not_held: counter("toolsift.search.headers_not_held")?,
             search_round_time_us: histogram("toolsift.search.round_time_us")?,
             search_unknown_tools: counter("toolsift.search.unknown_tools")?,
+            search_storms: counter("toolsift.search.storms")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,

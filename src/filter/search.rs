@@ -254,6 +254,7 @@ impl Host for EnvoyHost<'_> {
             Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
             Event::Unchecked => m.add(m.access_unchecked, 1),
             Event::UnknownTools(calls) => m.add(m.search_unknown_tools, calls),
+            Event::SearchStorm => m.add(m.search_storms, 1),
         }
     }
 

@@ -93,6 +93,8 @@ pub enum Event {
     Unchecked,
     /// Model calls of tools that do not exist (search mode): kept from the client.
     UnknownTools(usize),
+    /// A loop stopped for more searches than `search.max_searches`.
+    SearchStorm,
 }
 
 /// What a callback returns to Envoy.
@@ -554,9 +556,15 @@ impl Responder {
         started: Option<u64>,
     ) -> Flow {
         let codec = self.session.codec();
-        let (refused_before, unknown_before) =
-            (self.session.refused(), self.session.unknown().len());
+        let (refused_before, unknown_before, stormed_before) = (
+            self.session.refused(),
+            self.session.unknown().len(),
+            self.session.stormed(),
+        );
         let next = self.session.on_reply(reply);
+        if self.session.stormed() && !stormed_before {
+            host.count(Event::SearchStorm);
+        }
         let refused = self.session.refused().saturating_sub(refused_before);
         if refused > 0 {
             host.count(Event::Refused(refused));

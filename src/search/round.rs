@@ -81,6 +81,11 @@ pub struct Session {
     refused: usize,
     /// Names of tools the model called that do not exist (search mode), in order.
     unknown: Vec<String>,
+    /// The queries answered so far (their words, lower-cased), and what each found.
+    searched: Vec<(String, Vec<usize>)>,
+    /// `search.max_searches`; and whether the loop was stopped for going past it.
+    max_searches: usize,
+    stormed: bool,
     /// The client's tool entries, as the client wrote them.
     entries: Vec<String>,
     visible: Vec<bool>,
@@ -116,6 +121,9 @@ impl Session {
             allowed: analysis.access.as_ref().map(|g| Rc::clone(&g.allowed)),
             refused: 0,
             unknown: Vec::new(),
+            searched: Vec::new(),
+            max_searches: config.search.max_searches,
+            stormed: false,
             entries,
             visible: plan.visible,
             meta_entries: plan.meta_entries,
@@ -140,6 +148,9 @@ impl Session {
             allowed: None,
             refused: 0,
             unknown: Vec::new(),
+            searched: Vec::new(),
+            max_searches: 0,
+            stormed: false,
             entries: Vec::new(),
             visible: Vec::new(),
             meta_entries: Vec::new(),
@@ -311,6 +322,9 @@ impl Session {
             found.join(","),
             usage.join(",")
         );
+        if self.stormed {
+            value.push_str(" stopped=max_searches");
+        }
         if !self.unknown.is_empty() {
             let unknown: Vec<_> = self.unknown.iter().map(|n| header_safe(n)).collect();
             value.push_str(&format!(" unknown={}", unknown.join(",")));
@@ -397,6 +411,25 @@ impl Session {
                 drop: drop_meta(None),
                 usage,
                 text: text.clone(),
+                ..Edits::default()
+            });
+        }
+        if self.searched.len() + meta.len() > self.max_searches {
+            // A search storm: the model has searched enough; it gets no more answers, and the
+            // client gets its turn without the searches, and a word on why.
+            self.stormed = true;
+            let storm = format!(
+                "The tool search stopped after {} searches.",
+                self.searched.len()
+            );
+            let text = match text {
+                Some(refusals) => format!("{refusals}\n{storm}"),
+                None => storm,
+            };
+            return Next::Deliver(Edits {
+                drop: drop_meta(None),
+                usage,
+                text: Some(text),
                 ..Edits::default()
             });
         }
@@ -505,7 +538,7 @@ impl Session {
     }
 
     /// The tool result of one meta-tool call, and the entries it makes visible.
-    fn answer(&self, call: &Call) -> (ToolResult, Vec<usize>) {
+    fn answer(&mut self, call: &Call) -> (ToolResult, Vec<usize>) {
         let Some(query) = call_query(call) else {
             let content = json!({
                 "error": format!(
@@ -519,7 +552,7 @@ impl Session {
             .ok()
             .and_then(|a| a.get("limit").and_then(Value::as_f64))
             .map_or(DEFAULT_LIMIT, |l| l.clamp(1.0, MAX_LIMIT as f64) as usize);
-        let found = self.search(&query, limit);
+        let words = crate::text::terms(&query).join(" ");
         if self.names.is_use_tool(&call.name) {
             // use_tool's params did not fit its best tool: hand the model that tool's schema.
             let best: Vec<usize> = self.best_tool(&query).into_iter().collect();
@@ -533,6 +566,31 @@ impl Session {
                 .collect();
             return (result(call, &content, false), newly);
         }
+        // The same words again: the first answer's tools, which the model has since.
+        if let Some((_, first)) = self.searched.iter().find(|(w, _)| *w == words) {
+            let content = self.already_available(first, "You searched for this already");
+            return (result(call, &content, false), Vec::new());
+        }
+        let found = self.search(&query, limit);
+        // Every best match is in the model's tool list already: a redundant search.
+        let best = self.best_seen(&query, limit);
+        let redundant = !best.is_empty()
+            && best
+                .iter()
+                .all(|&e| self.visible.get(e).copied().unwrap_or(false));
+        self.searched.push((
+            words,
+            if redundant {
+                best.clone()
+            } else {
+                found.clone()
+            },
+        ));
+        if redundant {
+            let content =
+                self.already_available(&best, "These tools are in your tool list already");
+            return (result(call, &content, false), Vec::new());
+        }
         let content = if found.is_empty() {
             json!({"tools": [], "note": "No tool matched; try other words."})
         } else {
@@ -542,6 +600,34 @@ impl Session {
             })
         };
         (result(call, &content, false), found)
+    }
+
+    /// The answer to a search whose tools the model has already: their names, and a note
+    /// that starts with `why`.
+    fn already_available(&self, entries: &[usize], why: &str) -> Value {
+        let names: Vec<&str> = entries.iter().filter_map(|&e| self.entry_name(e)).collect();
+        json!({
+            "tools": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+            "note": format!(
+                "{why}: call one of them, or search again with more specific words."
+            ),
+        })
+    }
+
+    /// The `limit` best-ranked function tools the caller may see, whether the model sees
+    /// them already or not.
+    fn best_seen(&self, query: &str, limit: usize) -> Vec<usize> {
+        self.ranking(query)
+            .iter()
+            .filter(|s| s.score > 0.0 && self.may_see(s.entry))
+            .take(limit)
+            .map(|s| s.entry)
+            .collect()
+    }
+
+    /// Whether the loop was stopped for more searches than `search.max_searches`.
+    pub fn stormed(&self) -> bool {
+        self.stormed
     }
 
     /// The best-ranked function tools the model cannot see yet, with some evidence. Tools the
@@ -932,6 +1018,92 @@ mod tests {
             "{}",
             s.header_value()
         );
+    }
+
+    /// The last tool result of a follow-up body, read as JSON.
+    fn last_result(body: &str) -> Value {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let messages = v["messages"].as_array().unwrap();
+        serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_search_again_or_for_tools_the_model_has_says_so_and_adds_nothing() {
+        let config = r#"{"mode":"search","min_tools":3,"search":{"max_search_rounds":5}}"#;
+        let (mut s, _) = session(config, 30);
+        let search = |id: &str, query: &str| {
+            reply(
+                vec![call(id, "find_tools", &format!(r#"{{"query":"{query}"}}"#))],
+                (1, 1),
+            )
+        };
+        let Next::FollowUp(first) = s.on_reply(&search("c1", "weather in a city")) else {
+            panic!("a follow-up");
+        };
+        let tools = |body: &str| {
+            serde_json::from_str::<Value>(body).unwrap()["tools"]
+                .as_array()
+                .unwrap()
+                .len()
+        };
+        // The same words (case and spacing aside): the first answer's tools, nothing added.
+        let Next::FollowUp(again) = s.on_reply(&search("c2", "Weather  in a CITY")) else {
+            panic!("a follow-up");
+        };
+        let result = last_result(&again);
+        assert!(
+            result["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("You searched for this already")
+        );
+        assert_eq!(result["tools"][0]["name"], "get_weather", "{result}");
+        assert_eq!(tools(&again), tools(&first), "nothing added");
+        // Other words whose best matches the model has already: a redundant search.
+        let Next::FollowUp(redundant) = s.on_reply(&search("c3", "current weather for a city"))
+        else {
+            panic!("a follow-up");
+        };
+        let result = last_result(&redundant);
+        assert!(
+            result["note"]
+                .as_str()
+                .unwrap()
+                .starts_with("These tools are in your tool list already"),
+            "{result}"
+        );
+        assert_eq!(tools(&redundant), tools(&first), "nothing added");
+        assert!(!s.stormed());
+    }
+
+    #[test]
+    fn more_searches_than_max_searches_end_the_loop_with_the_models_turn() {
+        let config =
+            r#"{"mode":"search","min_tools":3,"search":{"max_searches":2,"max_search_rounds":5}}"#;
+        let (mut s, _) = session(config, 30);
+        let search =
+            |id: &str, query: &str| call(id, "find_tools", &format!(r#"{{"query":"{query}"}}"#));
+        let two = reply(
+            vec![search("c1", "chore 1"), search("c2", "chore 2")],
+            (1, 1),
+        );
+        assert!(matches!(s.on_reply(&two), Next::FollowUp(_)));
+        let third = reply(vec![search("c3", "chore 3")], (1, 1));
+        let Next::Deliver(edits) = s.on_reply(&third) else {
+            panic!("the loop ends");
+        };
+        assert_eq!(edits.drop, ["c3"]);
+        assert_eq!(
+            edits.text.as_deref(),
+            Some("The tool search stopped after 2 searches.")
+        );
+        assert!(s.stormed());
+        assert!(
+            s.header_value().contains(" stopped=max_searches"),
+            "{}",
+            s.header_value()
+        );
+        assert!(Config::from_json(br#"{"search":{"max_searches":0}}"#).is_err());
     }
 
     #[test]
