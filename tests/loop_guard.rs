@@ -11,8 +11,8 @@
 
 mod common;
 
-use common::llm::request;
-use common::{DIALECTS, Gateway};
+use common::llm::{called, request, tool_names, upstream_log};
+use common::{DIALECTS, Gateway, http};
 use serde_json::{Value, json};
 
 const TOOL: &str = "get_current_weather";
@@ -192,5 +192,36 @@ fn invalid_loop_guard_settings_stop_envoy_naming_the_field() {
         let (refused, log) = common::envoy_refuses(config);
         assert!(refused, "Envoy started with {config}");
         assert!(log.contains(field), "{config}: {log}");
+    }
+}
+
+/// Search mode: the looping tool is not shown (it would be, as a tool the conversation
+/// called); a search that finds it lets it back, and the model calls it.
+#[test]
+fn in_search_mode_a_search_finds_an_evicted_tool_again() {
+    let gw = Gateway::start(r#"{"mode":"search","min_tools":20,"loop_guard":{}}"#);
+    let paris = json!({"location": "Paris"});
+    for dialect in ["openai_chat", "anthropic", "gemini"] {
+        http(gw.upstream.port, "POST", "/scripted/log/reset", &[], b"");
+        let (path, question) = request(dialect, false);
+        let looping = with_calls(dialect, question, &[paris.clone(), paris.clone()]);
+        let headers = [("x-demo-model", "scripted"), ("x-demo-want", TOOL)];
+        let r = gw.post(&path, &headers, looping.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+        assert!(
+            r.header("x-toolsift").unwrap().contains(" loop=evicted:"),
+            "{dialect}: {:?}",
+            r.header("x-toolsift")
+        );
+        let log = upstream_log(&gw);
+        assert_eq!(log.len(), 2, "{dialect}: the search, then the call");
+        let shown = tool_names(dialect, &log[0]["body"]);
+        assert!(!shown.iter().any(|t| t == TOOL), "{dialect}: {shown:?}");
+        assert!(
+            tool_names(dialect, &log[1]["body"])
+                .iter()
+                .any(|t| t == TOOL)
+        );
+        assert_eq!(called(dialect, &r), [TOOL], "{dialect}: {}", r.text());
     }
 }
