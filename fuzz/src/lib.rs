@@ -75,7 +75,8 @@ pub fn request_bedrock(data: &[u8]) {
 /// Filter mode keeping one tool, and search mode with every meta-tool and a native-search
 /// rule (models named `*native*`), so that most requests with tools are rewritten.
 const REQUEST_CONFIGS: [&str; 2] = [
-    r#"{"top_k": 1, "min_tools": 0}"#,
+    // The loop guard with its smallest settings: every fuzzed history's calls are read.
+    r#"{"top_k": 1, "min_tools": 0, "loop_guard": {"repeats": 2, "window": 2}}"#,
     r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "use_tool": true,
         "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]}}"#,
 ];
@@ -504,8 +505,8 @@ fn check_turn(dialect: Dialect, session: &mut Session, reply: &Reply) -> Edits {
 /// the chunking; the rest is the model's first answer and, after a 0xFF byte (never in UTF-8),
 /// the answer every follow-up gets. Nothing panics; Envoy's buffer is empty at the end (what
 /// was held went out); every byte of the answer is read from Envoy once at most; follow-ups
-/// stop; an answer that calls no meta-tool reaches the client byte for byte, whatever the
-/// chunking; through a guard that denies `get_*`, what the client gets calls no such tool.
+/// stop; an answer that calls only the request's own tools reaches the client byte for byte,
+/// whatever the chunking; through a guard that denies `get_*`, what the client gets calls no such tool.
 pub fn respond(data: &[u8]) {
     let [selector, seed, rest @ ..] = data else {
         return;
@@ -592,8 +593,11 @@ pub fn respond(data: &[u8]) {
         }
         return;
     }
-    let meta = |name: &str| name == "find_tools" || name == "use_tool";
-    if reply.is_ok_and(|r| !r.calls.iter().any(|c| meta(&c.name)))
+    // Calls of tools the request does not have never reach the client as they are (the model
+    // is told, or the client reads that they do not exist): only answers that call the
+    // request's own tools must pass untouched.
+    let own = |name: &str| matches!(name, "get_weather" | "send_email" | "list_files");
+    if reply.is_ok_and(|r| r.calls.iter().all(|c| own(&c.name)))
         && !text.contains("find_tools")
         && !text.contains("use_tool")
     {
