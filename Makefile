@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-quality-hybrid bench-search clean
+.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-quality-hybrid bench-search clean
 
 all: build
 
@@ -146,7 +146,7 @@ e2e: images
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -195,6 +195,10 @@ bench-latency: build $(ENVOY)
 # rules, for one caller and for callers rotating over 40 groups.
 bench-latency-access: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --access
+
+# Added latency of the loop guard through Envoy: 200 tools, a 100-message history.
+bench-latency-loop: build $(ENVOY)
+	$(CARGO) run --release --example envoy_latency -- --loop-guard
 
 # Added latency of hybrid ranking through Envoy (warm tool-vector cache): a new question (one
 # embeddings call) and a repeated one (none), beside the embeddings service's own time.

@@ -19,6 +19,9 @@
 //!
 //! With `--access` (`make bench-latency-access`): the time access rules add, the filter with
 //! 50 rules against the same filter without them; see [`access`].
+//!
+//! With `--loop-guard` (`make bench-latency-loop`): the time the loop guard adds at 200 tools
+//! with a 100-message history; see [`loop_guard`].
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -72,6 +75,10 @@ fn main() {
     }
     if args.iter().any(|a| a == "--access") {
         access::run(&pool, given_sizes);
+        return;
+    }
+    if args.iter().any(|a| a == "--loop-guard") {
+        loop_guard::run(&pool);
         return;
     }
     if args.iter().any(|a| a == "--memory") {
@@ -1555,5 +1562,95 @@ mod access {
             },
             m_a - m_b,
         )
+    }
+}
+
+/// `--loop-guard`: what the loop guard costs. One Envoy serves the shipped listener with
+/// toolsift and `loop_guard: {}` and a copy of it with the same filter without the guard;
+/// requests alternate between the two in rounds. OpenAI Chat bodies with 200 tools and a
+/// 100-message history (the question, then 49 calls with their results, each call different,
+/// the last one repeating the one before: the guard evicts that tool), a new question each.
+mod loop_guard {
+    use super::{Client, Gateway, balanced, listener_copy, load, percentile};
+
+    const ROUNDS: usize = 10;
+    const PER_ROUND: usize = 200;
+    const MESSAGES: usize = 100;
+
+    fn body(tools: &str, looping: &str, i: usize) -> String {
+        let mut messages = vec![format!(
+            r#"{{"role":"user","content":"Check the deployment logs and tell me why the service fails (ticket {i})"}}"#
+        )];
+        let calls = (MESSAGES - 1) / 2;
+        for c in 0..calls {
+            // The last call repeats the one before it: a loop.
+            let page = if c + 1 == calls { c - 1 } else { c };
+            messages.push(format!(
+                r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_{c}","type":"function","function":{{"name":"{looping}","arguments":"{{\"page\":{page},\"filter\":\"error\"}}"}}}}]}}"#
+            ));
+            messages.push(format!(
+                r#"{{"role":"tool","tool_call_id":"call_{c}","content":"page {page}: 20 lines"}}"#
+            ));
+        }
+        format!(
+            r#"{{"model":"gpt-4.1","messages":[{}],"tools":[{tools}],"tool_choice":"auto"}}"#,
+            messages.join(",")
+        )
+    }
+
+    pub fn run(pool: &[String]) {
+        let n = 200;
+        println!("load before: {}", load());
+        let tools = pool[..n].join(",\n");
+        let first: serde_json::Value = serde_json::from_str(&pool[0]).unwrap();
+        let looping = first["function"]["name"].as_str().unwrap().to_owned();
+        let config = r#"{"loop_guard":{}}"#;
+        let plain_port = Gateway::free_port();
+        let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| {
+            let end = y.find("  clusters:").unwrap();
+            let copy = listener_copy(&y, "llm_noguard", plain_port, Some((config, "{}")));
+            balanced(format!("{}{}{}", &y[..end], copy, &y[end..]))
+        });
+        let mut guarded = Client::connect(gw.port);
+        let mut plain = Client::connect(plain_port);
+        let path = "/v1/chat/completions";
+        let bodies: Vec<String> = (0..64).map(|i| body(&tools, &looping, i)).collect();
+        let (_, head) = guarded.send(path, "", &bodies[0]);
+        let shown = super::header(&head, "x-toolsift")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            shown.contains(&format!(" loop=evicted:{looping}")),
+            "{head}"
+        );
+        let (_, head) = plain.send(path, "", &bodies[0]);
+        assert!(!head.contains("loop="), "{head}");
+        for i in 0..100 {
+            guarded.send(path, "", &bodies[i % 64]);
+            plain.send(path, "", &bodies[i % 64]);
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut next = 100;
+        for _ in 0..ROUNDS {
+            for _ in 0..PER_ROUND {
+                a.push(guarded.send(path, "", &bodies[next % 64]).0);
+                next += 1;
+            }
+            for _ in 0..PER_ROUND {
+                b.push(plain.send(path, "", &bodies[next % 64]).0);
+                next += 1;
+            }
+        }
+        let (m_a, m_b) = (percentile(&mut a, 0.5), percentile(&mut b, 0.5));
+        let (p_a, p_b) = (percentile(&mut a, 0.99), percentile(&mut b, 0.99));
+        println!(
+            "| tools | messages | median with guard / without (ms) | added median (ms) | p99 with / without (ms) | x-toolsift with guard |"
+        );
+        println!("|---:|---:|---:|---:|---:|---|");
+        println!(
+            "| {n} | {MESSAGES} | {m_a:.3} / {m_b:.3} | **{:.3}** | {p_a:.3} / {p_b:.3} | `{shown}` |",
+            m_a - m_b
+        );
+        println!("load after: {}", load());
     }
 }
