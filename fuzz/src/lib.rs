@@ -46,6 +46,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("request_custom", request_custom),
     ("header_map", header_map),
     ("mcp_message", mcp_message),
+    ("eventstream", eventstream),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -459,14 +460,79 @@ fn framed_in_chunks(framing: Framing, bytes: &[u8], seed: u8) -> Vec<Frame> {
         let end = (at + size).min(bytes.len());
         pending.extend_from_slice(&bytes[at..end]);
         at = end;
-        let Some(text) = sse::utf8_prefix(&pending) else {
+        let Some((new, used)) = framing.wire_frames(&pending) else {
             return frames;
         };
-        let (new, used) = framing.frames(text);
         frames.extend(new);
         pending.drain(..used);
     }
     frames
+}
+
+/// AWS's binary event stream (Bedrock's `converse-stream`). `data[0]` seeds the chunking; the
+/// rest is the stream. Nothing panics; a message the decoder accepts is written back byte for
+/// byte; the stream's frames are the same read whole or in chunks, and written as messages
+/// they read back the same; through a guard that denies `get_*`, what the Bedrock codec
+/// writes is whole messages again, calling no such tool.
+pub fn eventstream(data: &[u8]) {
+    let [seed, rest @ ..] = data else {
+        return;
+    };
+    if let Ok(Some((message, len))) = sse::eventstream::decode(rest) {
+        assert!(len <= rest.len(), "a message longer than its bytes");
+        let again = sse::eventstream::encode(&message);
+        assert_eq!(
+            again.as_deref(),
+            rest.get(..len),
+            "re-encoded message differs"
+        );
+    }
+    let framing = Framing::EventStream;
+    let Some((frames, used)) = framing.wire_frames(rest) else {
+        return;
+    };
+    assert!(used <= rest.len());
+    assert_eq!(
+        framed_in_chunks(framing, rest.get(..used).unwrap_or_default(), *seed),
+        frames,
+        "frames read in chunks differ from the whole stream's"
+    );
+    let wire = sse::eventstream::write_all(&frames).unwrap_or_else(|| panic!("too long"));
+    assert_eq!(
+        framing.wire_frames(&wire),
+        Some((frames.clone(), wire.len())),
+        "frames written as messages read back differently"
+    );
+    let codec = Dialect::Bedrock.codec();
+    let _ = codec.opening(&frames);
+    for frame in &frames {
+        let _ = codec.calls_started(frame);
+    }
+    let Ok(reply) = codec.read_stream(&frames) else {
+        return;
+    };
+    let mut session = guard(Dialect::Bedrock);
+    let Next::Deliver(edits) = session.on_reply(&reply) else {
+        panic!("a guard never follows up");
+    };
+    if edits == Edits::default() {
+        return;
+    }
+    if let Ok(out) = codec.finish_stream(&frames, &edits) {
+        // What the client would get: whole messages, whose calls the guard lets through.
+        let Some(bytes) = framing.to_wire(&out) else {
+            return;
+        };
+        let text = framing
+            .wire_text(bytes)
+            .unwrap_or_else(|| panic!("not messages"));
+        if let Ok(checked) = codec.read_stream(&framing.frames(&text).0) {
+            assert!(
+                !session.refuses_any(&checked),
+                "a denied call went through: {text}"
+            );
+        }
+    }
 }
 
 /// The session's step after `reply`: follow-ups must be JSON requests of the dialect, and the
