@@ -235,11 +235,11 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                     }
                 }
             }
-            ("contentBlockDelta", Some(index)) => {
-                // A renamed call's input is written whole before its stop event.
-                if dropped.contains(&index) || renamed.contains_key(&index) {
-                    continue;
-                }
+            // A renamed call's input is written whole before its stop event.
+            ("contentBlockDelta", Some(index))
+                if dropped.contains(&index) || renamed.contains_key(&index) =>
+            {
+                continue;
             }
             ("contentBlockStop", Some(index)) => {
                 if dropped.contains(&index) {
@@ -253,14 +253,12 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                     Frame::named("contentBlockDelta", delta.to_string()).write(&mut out);
                 }
             }
-            ("messageStop", _) => {
-                if !dropped.is_empty() && calls_left == 0 {
-                    let reason = find_path(data, &["stopReason"]);
-                    if let Some(span) =
-                        reason.filter(|r| data.get(r.clone()) == Some(r#""tool_use""#))
-                    {
-                        patches.push((span, r#""end_turn""#.to_owned()));
-                    }
+            // Every call refused: the turn ends.
+            ("messageStop", _) if !dropped.is_empty() && calls_left == 0 => {
+                let reason = find_path(data, &["stopReason"]);
+                if let Some(span) = reason.filter(|r| data.get(r.clone()) == Some(r#""tool_use""#))
+                {
+                    patches.push((span, r#""end_turn""#.to_owned()));
                 }
             }
             ("metadata", _) => {
