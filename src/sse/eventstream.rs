@@ -337,14 +337,14 @@ pub fn write_all(frames: &[Frame]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
 
     use super::*;
     use std::path::PathBuf;
 
     /// The recorded Bedrock streams: (name, bytes, the decoded messages as recorded).
-    fn recorded() -> Vec<(String, Vec<u8>, String)> {
+    pub(crate) fn recorded() -> Vec<(String, Vec<u8>, String)> {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/conformance/bedrock-converse");
         let mut out: Vec<_> = std::fs::read_dir(&dir)

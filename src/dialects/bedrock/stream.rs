@@ -6,12 +6,12 @@
 //! `contentBlockStop`, `messageStop` (`stopReason`), `metadata` (`usage`); an exception's
 //! frame is named `exception:<type>`.
 
-use crate::dialects::shared::calls::check_object;
+use crate::dialects::shared::calls::{CallBlock, StreamedBlocks};
 use crate::dialects::shared::splice::{json_string, parse_object, set_member, write_patched};
 use crate::dialects::{Call, Edits, Frame, Opening, Problem, Reply, Usage};
 use crate::json::find_path;
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// The frame name prefix of an exception message.
 const EXCEPTION: &str = "exception:";
@@ -182,19 +182,9 @@ pub(crate) fn calls_in_event(event: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The index a block has once the blocks `dropped` are gone and a text block took the place
-/// of the one at `text_at`.
-fn new_index(index: usize, dropped: &BTreeSet<usize>, text_at: Option<usize>) -> usize {
-    index.saturating_sub(dropped.range(..index).count())
-        + usize::from(text_at.is_some_and(|at| at < index))
-}
-
 pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
     let mut out = String::new();
-    let mut dropped: BTreeSet<usize> = BTreeSet::new();
-    let mut renamed: BTreeMap<usize, &str> = BTreeMap::new();
-    let mut calls_left = 0usize;
-    let mut text_at: Option<usize> = None;
+    let mut blocks = StreamedBlocks::new(edits);
     for frame in frames {
         let kind = frame.event.as_deref().unwrap_or_default();
         if kind.starts_with(EXCEPTION) {
@@ -213,48 +203,39 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
         match (kind, index) {
             ("contentBlockStart", Some(index)) => {
                 if let Some(id) = str_at(&event, "/start/toolUse/toolUseId") {
-                    if edits.drop.iter().any(|d| d == id) {
-                        let at = new_index(index, &dropped, text_at);
-                        dropped.insert(index);
-                        if let (None, Some(text)) = (text_at, &edits.text) {
-                            text_at = Some(index);
-                            write_text_block(&mut out, at, text);
+                    match blocks.call(index, id)? {
+                        CallBlock::Dropped(text) => {
+                            if let Some((at, text)) = text {
+                                write_text_block(&mut out, at, text);
+                            }
+                            continue;
                         }
-                        continue;
-                    }
-                    calls_left += 1;
-                    if let Some((_, name, arguments)) = edits.rename.iter().find(|r| r.0 == id) {
-                        check_object(arguments)?;
-                        renamed.insert(index, arguments);
-                        let object =
-                            find_path(data, &["start", "toolUse"]).ok_or(Problem::BadShape)?;
-                        patches.push(
-                            set_member(data, object, "name", &json_string(name))
-                                .ok_or(Problem::BadShape)?,
-                        );
+                        CallBlock::Renamed(name) => {
+                            let object =
+                                find_path(data, &["start", "toolUse"]).ok_or(Problem::BadShape)?;
+                            patches.push(
+                                set_member(data, object, "name", &json_string(name))
+                                    .ok_or(Problem::BadShape)?,
+                            );
+                        }
+                        CallBlock::Kept => {}
                     }
                 }
             }
             // A renamed call's input is written whole before its stop event.
-            ("contentBlockDelta", Some(index))
-                if dropped.contains(&index) || renamed.contains_key(&index) =>
-            {
-                continue;
-            }
+            ("contentBlockDelta", Some(index)) if blocks.skips_deltas(index) => continue,
+            ("contentBlockStop", Some(index)) if blocks.dropped(index) => continue,
             ("contentBlockStop", Some(index)) => {
-                if dropped.contains(&index) {
-                    continue;
-                }
-                if let Some(arguments) = renamed.get(&index) {
+                if let Some(arguments) = blocks.renamed(index) {
                     let delta = json!({
-                        "contentBlockIndex": new_index(index, &dropped, text_at),
+                        "contentBlockIndex": blocks.index(index),
                         "delta": {"toolUse": {"input": arguments}},
                     });
                     Frame::named("contentBlockDelta", delta.to_string()).write(&mut out);
                 }
             }
             // Every call refused: the turn ends.
-            ("messageStop", _) if !dropped.is_empty() && calls_left == 0 => {
+            ("messageStop", _) if blocks.all_dropped() => {
                 let reason = find_path(data, &["stopReason"]);
                 if let Some(span) = reason.filter(|r| data.get(r.clone()) == Some(r#""tool_use""#))
                 {
@@ -276,11 +257,7 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
             _ => {}
         }
         if let Some(index) = index {
-            let moved = new_index(index, &dropped, text_at);
-            if moved != index {
-                let span = find_path(data, &["contentBlockIndex"]).ok_or(Problem::BadShape)?;
-                patches.push((span, moved.to_string()));
-            }
+            patches.extend(blocks.index_patch(data, "contentBlockIndex", index)?);
         }
         write_patched(&mut out, frame, patches)?;
     }
@@ -306,20 +283,10 @@ mod tests {
 
     /// The recorded streams, transcribed: (name, text).
     fn recorded() -> Vec<(String, String)> {
-        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/conformance/bedrock-converse");
-        let mut out: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(".eventstream"))
-            .map(|p| {
-                let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                let text = Framing::EventStream.wire_text(std::fs::read(&p).unwrap());
-                (name, text.unwrap())
-            })
-            .collect();
-        out.sort();
-        out
+        crate::sse::eventstream::tests::recorded()
+            .into_iter()
+            .map(|(name, bytes, _)| (name, Framing::EventStream.wire_text(bytes).unwrap()))
+            .collect()
     }
 
     fn frames(text: &str) -> Vec<Frame> {
