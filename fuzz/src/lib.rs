@@ -599,10 +599,13 @@ pub fn respond(data: &[u8]) {
         Responder::new(session(dialect), streamed, hold)
     };
     let envoy = Envoy::default();
-    let content_type = if streamed {
-        "text/event-stream"
-    } else {
-        "application/json"
+    let codec = dialect.codec();
+    let framing = codec.framing();
+    let content_type = match (streamed, framing) {
+        // Bedrock's converse-stream: AWS's binary event stream.
+        (true, Framing::EventStream) => sse::eventstream::CONTENT_TYPE,
+        (true, _) => "text/event-stream",
+        (false, _) => "application/json",
     };
     let head = Head {
         status: Some("200".into()),
@@ -640,19 +643,34 @@ pub fn respond(data: &[u8]) {
     }
     assert!(envoy.buffer.borrow().is_empty(), "Envoy still holds bytes");
     assert!(envoy.read.get() <= first.len(), "bytes read twice");
-    let codec = dialect.codec();
-    let Ok(text) = std::str::from_utf8(first) else {
+    // A stream as text (a binary one transcribed), or a whole answer.
+    let as_text = |bytes: &[u8]| {
+        if streamed {
+            framing.wire_text(bytes.to_vec())
+        } else {
+            String::from_utf8(bytes.to_vec()).ok()
+        }
+    };
+    let Some(text) = as_text(first) else {
         return;
     };
     let reply = if streamed {
-        codec.read_stream(&codec.framing().frames(text).0)
+        codec.read_stream(&framing.frames(&text).0)
     } else {
-        codec.read_reply(text)
+        codec.read_reply(&text)
     };
     if guarded {
-        let client = envoy.client_text();
+        let bytes = envoy.client.borrow().clone();
+        let client = as_text(&bytes).unwrap_or_else(|| {
+            // What a guard lets through of a stream it read is whole messages.
+            assert!(
+                !(streamed && framing == Framing::EventStream),
+                "the client got a damaged event stream"
+            );
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
         let reread = if streamed {
-            codec.read_stream(&codec.framing().frames(&client).0)
+            codec.read_stream(&framing.frames(&client).0)
         } else {
             codec.read_reply(&client)
         };
@@ -670,8 +688,8 @@ pub fn respond(data: &[u8]) {
         && !text.contains("use_tool")
     {
         assert_eq!(
-            envoy.client_text(),
-            text,
+            *envoy.client.borrow(),
+            first,
             "an answer without searches changed"
         );
     }
