@@ -751,7 +751,10 @@ impl Responder {
             String::from_utf8(answer.body).ok()
         };
         let Some(text) = text else {
-            self.fail(host, "the follow-up response is not UTF-8");
+            self.fail(
+                host,
+                "the follow-up response cannot be read (not UTF-8, or a damaged stream)",
+            );
             return true;
         };
         if let (true, Some(content_type)) = (self.headers_held, &answer.content_type) {
