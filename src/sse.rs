@@ -1,6 +1,14 @@
 //! Response streams as frames: server-sent events, newline-delimited JSON (Ollama), and the
-//! JSON-array stream Gemini sends without `alt=sse`. A dialect's codec says which framing its
-//! streams use ([`Framing`]).
+//! JSON-array stream Gemini sends without `alt=sse`, and AWS's binary event stream (Bedrock's
+//! `converse-stream`, [`eventstream`]). A dialect's codec says which framing its streams use
+//! ([`Framing`]).
+//!
+//! Streams are read and edited as text: a binary event stream as its transcription into SSE
+//! events (each message's type as the event name, its payload as the data), turned back into
+//! messages only where bytes reach the client ([`Framing::wire_frames`], [`Framing::wire_text`],
+//! [`Framing::to_wire`]).
+
+pub mod eventstream;
 
 /// How a response stream is cut into events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,6 +17,9 @@ pub enum Framing {
     Sse,
     /// One JSON object per line (`application/x-ndjson`).
     Ndjson,
+    /// AWS's binary event stream (`application/vnd.amazon.eventstream`), as text: its SSE
+    /// transcription (see [`eventstream::frame_of`]).
+    EventStream,
 }
 
 impl Framing {
@@ -24,7 +35,7 @@ impl Framing {
     /// [`Framing::frames`], each with the byte offset where it ends in `text`.
     pub fn frames_with_ends(self, text: &str) -> (Vec<(Frame, usize)>, usize) {
         match self {
-            Framing::Sse => frames_with_ends(text),
+            Framing::Sse | Framing::EventStream => frames_with_ends(text),
             Framing::Ndjson => lines_with_ends(text),
         }
     }
@@ -32,8 +43,44 @@ impl Framing {
     /// Every frame written in this framing.
     pub fn write_all(self, frames: &[Frame]) -> String {
         match self {
-            Framing::Sse => write_all(frames),
+            Framing::Sse | Framing::EventStream => write_all(frames),
             Framing::Ndjson => frames.iter().map(|f| format!("{}\n", f.data)).collect(),
+        }
+    }
+
+    /// The complete events at the start of the bytes a stream came in, and how many bytes they
+    /// span; `None` if they are not this framing (not UTF-8, a malformed or damaged message).
+    pub fn wire_frames(self, bytes: &[u8]) -> Option<(Vec<Frame>, usize)> {
+        match self {
+            Framing::EventStream => eventstream::frames(bytes),
+            _ => Some(self.frames(utf8_prefix(bytes)?)),
+        }
+    }
+
+    /// A whole stream as it came in, as text; `None` if it is not this framing, or ends inside
+    /// a message.
+    pub fn wire_text(self, bytes: Vec<u8>) -> Option<String> {
+        match self {
+            Framing::EventStream => {
+                let (frames, used) = eventstream::frames(&bytes)?;
+                (used == bytes.len()).then(|| write_all(&frames))
+            }
+            _ => String::from_utf8(bytes).ok(),
+        }
+    }
+
+    /// A stream's text as the client gets it; `None` if it is not whole events of this
+    /// framing.
+    pub fn to_wire(self, text: &str) -> Option<Vec<u8>> {
+        match self {
+            Framing::EventStream => {
+                let (frames, used) = self.frames(text);
+                if used != text.len() {
+                    return None;
+                }
+                eventstream::write_all(&frames)
+            }
+            _ => Some(text.as_bytes().to_vec()),
         }
     }
 

@@ -109,12 +109,19 @@ fn every_answer_was_checked(gw: &Gateway) {
     assert!(!log.contains("panicked"), "{log}");
 }
 
-/// Every dialect's stream that toolsift can check, and every whole answer.
+/// Every dialect's stream, and every whole answer.
 fn cases() -> Vec<(&'static str, bool)> {
     DIALECTS
         .iter()
         .flat_map(|d| [(*d, false), (*d, true)])
-        // Bedrock's converse-stream is refused under access rules (see below).
+        .collect()
+}
+
+/// The cases search mode follows: Bedrock's converse-stream is filtered instead (and its
+/// answer checked as in filter mode).
+fn search_cases() -> Vec<(&'static str, bool)> {
+    cases()
+        .into_iter()
         .filter(|(d, stream)| !(*d == "bedrock" && *stream))
         .collect()
 }
@@ -172,7 +179,7 @@ fn filter_mode_replaces_denied_calls_with_a_refusal() {
 #[test]
 fn search_mode_never_shows_finds_or_delivers_a_denied_tool() {
     let gw = start("search");
-    for (dialect, stream) in cases() {
+    for (dialect, stream) in search_cases() {
         // The model first calls a tool it was never given: it is told there is no such tool,
         // searches, finds the weather tool and calls it.
         let r = ask(
@@ -220,25 +227,41 @@ fn search_mode_never_shows_finds_or_delivers_a_denied_tool() {
     every_answer_was_checked(&gw);
 }
 
+/// Gemini's JSON-array stream (no `alt=sse`) cannot be checked for calls of denied tools:
+/// under access rules such a request is refused, and nothing goes upstream.
 #[test]
 fn streams_toolsift_cannot_check_are_refused_under_access_rules() {
     let gw = start("filter");
-    let (_, bedrock) = request("bedrock", false);
     let (_, gemini) = request("gemini", false);
-    for (path, body) in [
-        (
-            "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse-stream",
-            bedrock,
-        ),
-        (
-            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
-            gemini,
-        ),
-    ] {
-        let r = gw.post(path, &[("x-group", "travel")], body.to_string().as_bytes());
-        assert_eq!(r.status, 400, "{path}: {}", r.text());
-        assert_eq!(r.json()["error"]["code"], "access_unsupported_stream");
-    }
-    assert_eq!(gw.stat("toolsift.access.unsupported_stream"), 2);
+    let path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent";
+    let r = gw.post(
+        path,
+        &[("x-group", "travel")],
+        gemini.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 400, "{path}: {}", r.text());
+    assert_eq!(r.json()["error"]["code"], "access_unsupported_stream");
+    assert_eq!(gw.stat("toolsift.access.unsupported_stream"), 1);
     assert!(upstream_log(&gw).is_empty(), "nothing went upstream");
+}
+
+/// Bedrock's binary converse-stream in search mode, which does not follow it: the request is
+/// filtered, and its answer checked as in filter mode (a denied call refused in words, in
+/// messages whose CRCs are valid).
+#[test]
+fn search_mode_checks_bedrock_streams_it_does_not_follow() {
+    let gw = start("search");
+    let both = format!("{WANT},{DENIED}");
+    let r = ask(
+        &gw,
+        "bedrock",
+        true,
+        &[("x-demo-call", &both), ("x-demo-script", "text-first")],
+    );
+    refused_in_words("bedrock", &r, &[WANT]);
+    assert_eq!(upstream_log(&gw).len(), 1, "filtered: one request upstream");
+    only_travel_tools_reached_the_model(&gw, "bedrock");
+    assert_eq!(gw.stat("toolsift.access.denied.call"), 1);
+    assert_eq!(gw.stat("toolsift.access.unsupported_stream"), 0);
+    every_answer_was_checked(&gw);
 }

@@ -46,6 +46,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("request_custom", request_custom),
     ("header_map", header_map),
     ("mcp_message", mcp_message),
+    ("eventstream", eventstream),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -402,8 +403,14 @@ pub fn response(data: &[u8]) {
     let framing = codec.framing();
     let stream_frames = framing.frames(text).0;
     if std::str::from_utf8(rest).is_ok() {
+        // A binary event stream is read here as its transcription, SSE (target `eventstream`
+        // reads the bytes).
+        let chunking = match framing {
+            Framing::EventStream => Framing::Sse,
+            other => other,
+        };
         assert_eq!(
-            framed_in_chunks(framing, rest, *seed),
+            framed_in_chunks(chunking, rest, *seed),
             stream_frames,
             "frames read in chunks differ from the whole stream's"
         );
@@ -460,14 +467,79 @@ fn framed_in_chunks(framing: Framing, bytes: &[u8], seed: u8) -> Vec<Frame> {
         let end = (at + size).min(bytes.len());
         pending.extend_from_slice(&bytes[at..end]);
         at = end;
-        let Some(text) = sse::utf8_prefix(&pending) else {
+        let Some((new, used)) = framing.wire_frames(&pending) else {
             return frames;
         };
-        let (new, used) = framing.frames(text);
         frames.extend(new);
         pending.drain(..used);
     }
     frames
+}
+
+/// AWS's binary event stream (Bedrock's `converse-stream`). `data[0]` seeds the chunking; the
+/// rest is the stream. Nothing panics; a message the decoder accepts is written back byte for
+/// byte; the stream's frames are the same read whole or in chunks, and written as messages
+/// they read back the same; through a guard that denies `get_*`, what the Bedrock codec
+/// writes is whole messages again, calling no such tool.
+pub fn eventstream(data: &[u8]) {
+    let [seed, rest @ ..] = data else {
+        return;
+    };
+    if let Ok(Some((message, len))) = sse::eventstream::decode(rest) {
+        assert!(len <= rest.len(), "a message longer than its bytes");
+        let again = sse::eventstream::encode(&message);
+        assert_eq!(
+            again.as_deref(),
+            rest.get(..len),
+            "re-encoded message differs"
+        );
+    }
+    let framing = Framing::EventStream;
+    let Some((frames, used)) = framing.wire_frames(rest) else {
+        return;
+    };
+    assert!(used <= rest.len());
+    assert_eq!(
+        framed_in_chunks(framing, rest.get(..used).unwrap_or_default(), *seed),
+        frames,
+        "frames read in chunks differ from the whole stream's"
+    );
+    let wire = sse::eventstream::write_all(&frames).unwrap_or_else(|| panic!("too long"));
+    assert_eq!(
+        framing.wire_frames(&wire),
+        Some((frames.clone(), wire.len())),
+        "frames written as messages read back differently"
+    );
+    let codec = Dialect::Bedrock.codec();
+    let _ = codec.opening(&frames);
+    for frame in &frames {
+        let _ = codec.calls_started(frame);
+    }
+    let Ok(reply) = codec.read_stream(&frames) else {
+        return;
+    };
+    let mut session = guard(Dialect::Bedrock);
+    let Next::Deliver(edits) = session.on_reply(&reply) else {
+        panic!("a guard never follows up");
+    };
+    if edits == Edits::default() {
+        return;
+    }
+    if let Ok(out) = codec.finish_stream(&frames, &edits) {
+        // What the client would get: whole messages, whose calls the guard lets through.
+        let Some(bytes) = framing.to_wire(&out) else {
+            return;
+        };
+        let text = framing
+            .wire_text(bytes)
+            .unwrap_or_else(|| panic!("not messages"));
+        if let Ok(checked) = codec.read_stream(&framing.frames(&text).0) {
+            assert!(
+                !session.refuses_any(&checked),
+                "a denied call went through: {text}"
+            );
+        }
+    }
 }
 
 /// The session's step after `reply`: follow-ups must be JSON requests of the dialect, and the
@@ -528,10 +600,13 @@ pub fn respond(data: &[u8]) {
         Responder::new(session(dialect), streamed, hold)
     };
     let envoy = Envoy::default();
-    let content_type = if streamed {
-        "text/event-stream"
-    } else {
-        "application/json"
+    let codec = dialect.codec();
+    let framing = codec.framing();
+    let content_type = match (streamed, framing) {
+        // Bedrock's converse-stream: AWS's binary event stream.
+        (true, Framing::EventStream) => sse::eventstream::CONTENT_TYPE,
+        (true, _) => "text/event-stream",
+        (false, _) => "application/json",
     };
     let head = Head {
         status: Some("200".into()),
@@ -569,19 +644,34 @@ pub fn respond(data: &[u8]) {
     }
     assert!(envoy.buffer.borrow().is_empty(), "Envoy still holds bytes");
     assert!(envoy.read.get() <= first.len(), "bytes read twice");
-    let codec = dialect.codec();
-    let Ok(text) = std::str::from_utf8(first) else {
+    // A stream as text (a binary one transcribed), or a whole answer.
+    let as_text = |bytes: &[u8]| {
+        if streamed {
+            framing.wire_text(bytes.to_vec())
+        } else {
+            String::from_utf8(bytes.to_vec()).ok()
+        }
+    };
+    let Some(text) = as_text(first) else {
         return;
     };
     let reply = if streamed {
-        codec.read_stream(&codec.framing().frames(text).0)
+        codec.read_stream(&framing.frames(&text).0)
     } else {
-        codec.read_reply(text)
+        codec.read_reply(&text)
     };
     if guarded {
-        let client = envoy.client_text();
+        let bytes = envoy.client.borrow().clone();
+        let client = as_text(&bytes).unwrap_or_else(|| {
+            // What a guard lets through of a stream it read is whole messages.
+            assert!(
+                !(streamed && framing == Framing::EventStream),
+                "the client got a damaged event stream"
+            );
+            String::from_utf8_lossy(&bytes).into_owned()
+        });
         let reread = if streamed {
-            codec.read_stream(&codec.framing().frames(&client).0)
+            codec.read_stream(&framing.frames(&client).0)
         } else {
             codec.read_reply(&client)
         };
@@ -602,8 +692,8 @@ pub fn respond(data: &[u8]) {
         && !text.contains("use_tool")
     {
         assert_eq!(
-            envoy.client_text(),
-            text,
+            *envoy.client.borrow(),
+            first,
             "an answer without searches changed"
         );
     }

@@ -119,6 +119,13 @@ pub trait ResponseCodec: Sync {
         PathStream::Body
     }
 
+    /// Whether the access rules' check of answers (which reads a stream whole) can read the
+    /// answer to a request on this path: every stream search mode can follow, and streams it
+    /// cannot but whose framing the codec reads (Bedrock's `converse-stream`).
+    fn guard_reads(&self, path: &str) -> bool {
+        self.path_stream(path) != PathStream::Unsupported
+    }
+
     /// Reads a whole (not streamed) success response body.
     fn read_reply(&self, body: &str) -> Result<Reply, Problem>;
 

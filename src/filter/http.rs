@@ -974,8 +974,8 @@ impl Filter {
     /// (whatever becomes of the request: filtered, passed with few tools, handed to the
     /// provider's search): a call of a tool its caller may not use is replaced by a refusal.
     /// The answer is asked for uncompressed so that it can be read. A request whose answer
-    /// would come in a stream toolsift cannot read (Bedrock's binary event stream, Gemini's
-    /// JSON array) is refused here with a 400, since a denied call in it could not be stopped.
+    /// would come in a stream toolsift cannot read (Gemini's JSON array) is refused here with a
+    /// 400, since a denied call in it could not be stopped.
     /// Search mode replaces the guard with its own machine, which checks calls the same way.
     fn guard(
         &mut self,
@@ -988,7 +988,7 @@ impl Filter {
             .get(":path")
             .and_then(|p| std::str::from_utf8(p).ok())
             .unwrap_or_default();
-        if dialect.codec().path_stream(path) == PathStream::Unsupported {
+        if !dialect.codec().guard_reads(path) {
             let metrics = &shared.metrics;
             metrics.add(metrics.access_unsupported_stream, 1);
             self.buffering = None;
@@ -997,9 +997,8 @@ impl Filter {
                     "type": "toolsift_error",
                     "code": "access_unsupported_stream",
                     "message": "toolsift: access rules are on, and this API's stream on this path \
-                        (Bedrock converse-stream, Gemini streamGenerateContent without alt=sse) \
-                        cannot be checked for calls of denied tools: use the whole answer, or \
-                        Gemini's alt=sse",
+                        (Gemini streamGenerateContent without alt=sse) cannot be checked for \
+                        calls of denied tools: use the whole answer, or Gemini's alt=sse",
                 }
             });
             let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];

@@ -247,11 +247,15 @@ impl Responder {
         };
         let content_type = head.content_type.as_deref().unwrap_or_default();
         let content_type = content_type.to_ascii_lowercase();
-        let readable = content_type.contains("json") || content_type.contains("event-stream");
+        // SSE (`text/event-stream`), JSON, and AWS's binary event stream.
+        let binary = content_type.contains(sse::eventstream::CONTENT_TYPE);
+        let readable =
+            content_type.contains("json") || content_type.contains("event-stream") || binary;
         if !self.session.searches() {
             // A guard is set before the body says whether it asks for a stream: the answer
-            // says (SSE, or Ollama's JSON lines).
-            self.stream = content_type.contains("event-stream") || content_type.contains("ndjson");
+            // says (SSE, Ollama's JSON lines, or Bedrock's event stream).
+            self.stream =
+                content_type.contains("event-stream") || content_type.contains("ndjson") || binary;
         }
         if head.status.as_deref() != Some("200") || !readable || head.end_of_stream {
             // Errors, odd answers and empty ones reach the client as the upstream sent them.
@@ -364,14 +368,15 @@ impl Responder {
         self.body.extend_from_slice(&fresh);
         if self.stream && !self.opened {
             // Frame what came in: a chunk may end inside an event or a character.
-            let Some(text) = self.body.get(self.framed..).and_then(sse::utf8_prefix) else {
+            let framing = self.session.codec().framing();
+            let framed = self.body.get(self.framed..);
+            let Some((frames, consumed)) = framed.and_then(|b| framing.wire_frames(b)) else {
                 if !self.session.checks_calls() {
                     return self.release(host);
                 }
                 self.cannot_check(host);
                 return Flow::Continue;
             };
-            let (frames, consumed) = self.session.codec().framing().frames(text);
             self.framed += consumed;
             // Events before these were undecided: whether the model calls or answers shows in
             // the first event that outputs something, so only the new ones are looked at.
@@ -398,13 +403,19 @@ impl Responder {
             return Flow::Pause;
         }
         let body = std::mem::take(&mut self.body);
-        match String::from_utf8(body) {
-            Ok(text) => self.turn(host, text, false, None),
-            Err(_) if self.session.checks_calls() => {
+        // A stream as text: a binary one transcribed (see `sse`).
+        let text = if self.stream {
+            self.session.codec().framing().wire_text(body)
+        } else {
+            String::from_utf8(body).ok()
+        };
+        match text {
+            Some(text) => self.turn(host, text, false, None),
+            None if self.session.checks_calls() => {
                 self.cannot_check(host);
                 Flow::Continue
             }
-            Err(_) => {
+            None => {
                 host.count(Event::Unreadable);
                 self.phase = Phase::Passing;
                 self.add_header(host);
@@ -749,8 +760,16 @@ impl Responder {
             }
             return true;
         }
-        let Ok(text) = String::from_utf8(answer.body) else {
-            self.fail(host, "the follow-up response is not UTF-8");
+        let text = if self.stream {
+            self.session.codec().framing().wire_text(answer.body)
+        } else {
+            String::from_utf8(answer.body).ok()
+        };
+        let Some(text) = text else {
+            self.fail(
+                host,
+                "the follow-up response cannot be read (not UTF-8, or a damaged stream)",
+            );
             return true;
         };
         if let (true, Some(content_type)) = (self.headers_held, &answer.content_type) {
@@ -767,13 +786,26 @@ impl Responder {
         follow_up: bool,
         finished: Option<&str>,
     ) -> Flow {
-        self.phase = Phase::Passing;
         let replaced = match finished {
             Some(f) => Some(f),
             // A follow-up's body replaces the first response's even when unchanged.
             None if follow_up => Some(text),
             None => None,
         };
+        // A stream's text in its framing's bytes (a binary event stream written again).
+        let framing = self.session.codec().framing();
+        let wire = match replaced {
+            Some(text) if self.stream && self.watch.is_none() => match framing.to_wire(text) {
+                Some(bytes) => Some(bytes),
+                None => {
+                    self.fail(host, "the stream could not be written");
+                    return Flow::Continue;
+                }
+            },
+            Some(text) => Some(text.as_bytes().to_vec()),
+            None => None,
+        };
+        self.phase = Phase::Passing;
         if let Some(watch) = self.watch.take() {
             // Part of this stream is with the client: send what follows it.
             let whole = replaced.unwrap_or(text);
@@ -796,7 +828,8 @@ impl Responder {
                         .to_owned(),
                 )
             };
-            let rest = rest.unwrap_or_else(|| {
+            // A watched stream is text (the framings that continue streams are).
+            let rest = rest.map(String::into_bytes).unwrap_or_else(|| {
                 error_event(
                     codec.framing(),
                     &toolsift_error(
@@ -806,10 +839,10 @@ impl Responder {
                 )
             });
             let mut out = watch.before_call;
-            out.extend_from_slice(rest.as_bytes());
+            out.extend_from_slice(&rest);
             host.replace_body(self.in_envoy, &out);
-        } else if let Some(bytes) = replaced {
-            host.replace_body(self.in_envoy, bytes.as_bytes());
+        } else if let Some(bytes) = wire {
+            host.replace_body(self.in_envoy, &bytes);
         }
         self.in_envoy = 0;
         if self.session.rounds() > 0 {
@@ -838,7 +871,7 @@ impl Responder {
         } else if self.stream {
             // The status went with the stream's start: the stream ends with an error event.
             let framing = self.session.codec().framing();
-            self.end_with(host, error_event(framing, body).as_bytes());
+            self.end_with(host, &error_event(framing, body));
         } else {
             // The status went already (headers not held): the error travels in the body.
             self.end_with(host, body.as_bytes());
@@ -890,14 +923,21 @@ fn toolsift_error(code: &str, why: &str) -> String {
     .to_string()
 }
 
-/// An SSE `error` event carrying the JSON `body`, to end a stream already under way.
-fn error_event(framing: Framing, body: &str) -> String {
+/// An SSE `error` event carrying the JSON `body` (in the stream's framing), to end a stream
+/// already under way.
+fn error_event(framing: Framing, body: &str) -> Vec<u8> {
     let frame = match framing {
         Framing::Sse => Frame::named("error", body.replace('\n', " ")),
         // A line of its own, as a JSON-lines API ends a failed stream (`{"error":…}`).
         Framing::Ndjson => Frame::data(body.replace('\n', " ")),
+        // An exception message, as Bedrock ends a failed stream; the SDKs raise its `message`.
+        Framing::EventStream => {
+            let payload = serde_json::json!({ "message": body });
+            let frame = Frame::named("exception:internalServerException", payload.to_string());
+            return sse::eventstream::write_all(std::slice::from_ref(&frame)).unwrap_or_default();
+        }
     };
-    framing.write_all(std::slice::from_ref(&frame))
+    framing.write_all(std::slice::from_ref(&frame)).into_bytes()
 }
 
 #[cfg(test)]

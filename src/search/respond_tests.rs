@@ -599,12 +599,22 @@ fn guard(dialect: Dialect, denied: &str, stream: bool) -> Responder {
 
 /// `answer` through a guard that denies `denied`, cut at `cuts`: what the client got.
 fn guarded(dialect: Dialect, denied: &str, stream: bool, answer: &str, cuts: &[usize]) -> Envoy {
-    let mut m = guard(dialect, denied, stream);
-    let envoy = Envoy::default();
     let content_type = content_type(stream);
+    guarded_bytes(dialect, denied, content_type, answer.as_bytes(), cuts)
+}
+
+/// [`guarded`] for an answer of `content_type` in any bytes.
+fn guarded_bytes(
+    dialect: Dialect,
+    denied: &str,
+    content_type: &str,
+    bytes: &[u8],
+    cuts: &[usize],
+) -> Envoy {
+    let mut m = guard(dialect, denied, false);
+    let envoy = Envoy::default();
     let step = m.on_headers(&envoy, &head(content_type));
     assert_eq!(step.flow, Flow::Continue, "a guard never holds headers");
-    let bytes = answer.as_bytes();
     let mut at = 0;
     for (i, &cut) in cuts.iter().chain([bytes.len()].iter()).enumerate() {
         envoy.feed(&mut m, &bytes[at..cut], i == cuts.len());
@@ -661,6 +671,96 @@ fn recorded_answers_lose_their_denied_calls_to_a_refusal() {
             }
         }
     }
+}
+
+/// Bedrock's `converse-stream` (AWS's binary event stream), recorded: whatever the chunking,
+/// an answer without a denied call reaches the client byte for byte; with one, the client
+/// gets a stream of valid messages (CRCs checked) without that call, the refusal in its place,
+/// the other calls kept, the same bytes for every chunking.
+#[test]
+fn recorded_bedrock_streams_lose_their_denied_calls_to_a_refusal() {
+    let framing = Framing::EventStream;
+    let content_type = sse::eventstream::CONTENT_TYPE;
+    let dir = conformance(Dialect::Bedrock.codec().recordings());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".response.eventstream"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4);
+    let calls = |bytes: &[u8]| -> Vec<String> {
+        let text = framing.wire_text(bytes.to_vec()).expect("valid messages");
+        let reply = Dialect::Bedrock
+            .codec()
+            .read_stream(&framing.frames(&text).0);
+        reply.unwrap().calls.into_iter().map(|c| c.name).collect()
+    };
+    let mut refused_streams = 0;
+    for file in files {
+        let name = file.display().to_string();
+        let bytes = std::fs::read(&file).unwrap();
+        let names = calls(&bytes);
+        let mut cuts: Vec<Vec<usize>> = (0..=bytes.len()).map(|c| vec![c]).collect();
+        cuts.push((1..bytes.len()).collect());
+        for cut in [vec![], vec![bytes.len() / 3], (1..bytes.len()).collect()] {
+            let envoy = guarded_bytes(Dialect::Bedrock, "no_such_tool", content_type, &bytes, &cut);
+            assert_eq!(*envoy.client.borrow(), bytes, "{name}");
+            assert!(envoy.events.borrow().is_empty(), "{name}");
+        }
+        let Some(denied) = names.last() else {
+            continue;
+        };
+        refused_streams += 1;
+        let mut seen: Option<Vec<u8>> = None;
+        for cut in cuts {
+            let envoy = guarded_bytes(Dialect::Bedrock, denied, content_type, &bytes, &cut);
+            let client = envoy.client.borrow().clone();
+            let called = calls(&client);
+            assert!(!called.contains(denied), "{name} cut at {cut:?}");
+            let kept = names.iter().filter(|n| *n != denied).count();
+            assert_eq!(called.len(), kept, "{name}: the allowed calls stay");
+            let text = framing.wire_text(client.clone()).unwrap();
+            assert!(
+                text.contains(&format!("Tool `{denied}` is not available.")),
+                "{name}: {text}"
+            );
+            let refused = names.iter().filter(|n| *n == denied).count();
+            assert_eq!(envoy.counted(Event::Refused(refused)), 1, "{name}");
+            match &seen {
+                None => seen = Some(client),
+                Some(first) => assert_eq!(&client, first, "{name} cut at {cut:?}"),
+            }
+        }
+    }
+    assert!(refused_streams >= 2);
+}
+
+/// A Bedrock event stream that is damaged (a CRC wrong) is not let through unchecked.
+#[test]
+fn a_damaged_bedrock_stream_becomes_an_error() {
+    let dir = conformance(Dialect::Bedrock.codec().recordings());
+    let mut bytes =
+        std::fs::read(dir.join("text-then-tool-use-stream.response.eventstream")).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let content_type = sse::eventstream::CONTENT_TYPE;
+    let envoy = guarded_bytes(
+        Dialect::Bedrock,
+        "get_temperature",
+        content_type,
+        &bytes,
+        &[],
+    );
+    // Held whole, then replaced by one exception message, which the SDKs raise.
+    let client = envoy.client.borrow().clone();
+    let text = Framing::EventStream.wire_text(client).unwrap();
+    let (frames, _) = Framing::EventStream.frames(&text);
+    assert_eq!(frames.len(), 1, "{text}");
+    let exception = frames[0].event.as_deref();
+    assert_eq!(exception, Some("exception:internalServerException"));
+    assert!(frames[0].data.contains("access_unchecked"), "{text}");
+    assert_eq!(envoy.counted(Event::Unchecked), 1);
 }
 
 /// Gemini's `candidateCount` > 1: the client gets every candidate, so a denied call in the

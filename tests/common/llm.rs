@@ -106,7 +106,20 @@ pub fn called(dialect: &str, r: &Response) -> Vec<String> {
     let text = r.text();
     let mut names = Vec::new();
     let mut scan = |v: &Value| collect_calls(dialect, v, &mut names);
-    if let Ok(whole) = serde_json::from_str::<Value>(&text) {
+    let binary = r
+        .header("content-type")
+        .is_some_and(|t| t.contains(toolsift::sse::eventstream::CONTENT_TYPE));
+    if binary {
+        // Bedrock's converse-stream: whole messages, both CRCs valid.
+        let (frames, used) = toolsift::sse::eventstream::frames(&r.body)
+            .unwrap_or_else(|| panic!("not an event stream: {text}"));
+        assert_eq!(used, r.body.len(), "the stream ends inside a message");
+        for frame in frames {
+            if let Ok(v) = serde_json::from_str::<Value>(&frame.data) {
+                scan(&v);
+            }
+        }
+    } else if let Ok(whole) = serde_json::from_str::<Value>(&text) {
         scan(&whole);
     } else if dialect == "ollama" {
         // Newline-delimited JSON: one object per line.
@@ -194,6 +207,8 @@ pub fn collect_calls(dialect: &str, v: &Value, out: &mut Vec<String>) {
             {
                 push(&block["toolUse"]["name"]);
             }
+            // A converse-stream event starting a call.
+            push(&v["start"]["toolUse"]["name"]);
         }
         _ => {}
     }

@@ -6,8 +6,11 @@ no call of the denied tool, and the other call kept beside it.
 The caller's identity is a header here (`x-group`); tests/access.rs runs Envoy's jwt_authn."""
 
 import anthropic
+import boto3
 import openai
 import pytest
+from botocore import UNSIGNED
+from botocore.config import Config
 from google import genai
 from google.genai import types
 
@@ -114,3 +117,38 @@ def test_gemini(access_gw, streamed):
         parts = sdk.models.generate_content(**args).candidates[0].content.parts
     assert [p.function_call.name for p in parts if p.function_call] == [ALLOWED]
     assert_refused("".join(p.text for p in parts if p.text))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_bedrock(access_gw, streamed):
+    """boto3's converse and converse_stream (unsigned: the route would sign). The stream's
+    messages are read by botocore's event-stream parser, which checks both CRCs of each: the
+    messages toolsift wrote again must be valid."""
+    sdk = boto3.client("bedrock-runtime", endpoint_url=access_gw.url, region_name="us-east-1",
+                       aws_access_key_id="AKIDTEST", aws_secret_access_key="secret",
+                       config=Config(signature_version=UNSIGNED, retries={"max_attempts": 1},
+                                     read_timeout=60))
+    sdk.meta.events.register("before-send.bedrock-runtime.*",
+                             lambda request, **_: request.headers.update(CALLER))
+    tools = [{"toolSpec": {"name": f["name"], "description": f.get("description") or f["name"],
+                           "inputSchema": {"json": f.get("parameters", {"type": "object"})}}}
+             for f in functions()]
+    args = dict(modelId="anthropic.claude-3-5-sonnet-20240620-v1:0",
+                messages=[{"role": "user", "content": [{"text": QUESTION}]}],
+                toolConfig={"tools": tools})
+    if streamed:
+        events = list(sdk.converse_stream(**args)["stream"])
+        assert "messageStart" in events[0] and "metadata" in events[-1], events
+        starts = [e["contentBlockStart"]["start"] for e in events if "contentBlockStart" in e]
+        calls = [s["toolUse"]["name"] for s in starts if "toolUse" in s]
+        text = "".join(e["contentBlockDelta"]["delta"].get("text", "") for e in events
+                       if "contentBlockDelta" in e)
+        stop = [e["messageStop"]["stopReason"] for e in events if "messageStop" in e]
+        assert stop == ["tool_use"], events
+    else:
+        response = sdk.converse(**args)
+        content = response["output"]["message"]["content"]
+        calls = [block["toolUse"]["name"] for block in content if "toolUse" in block]
+        text = "".join(block.get("text", "") for block in content)
+    assert calls == [ALLOWED]
+    assert_refused(text)

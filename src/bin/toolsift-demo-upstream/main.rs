@@ -60,8 +60,8 @@
 //! the LLM paths with `x-demo-model: scripted` is answered by a model that calls the tool the
 //! headers name, in the dialect's own tool-call shapes, whole or streamed as the request asks
 //! (`"stream": true`; Ollama unless `"stream": false`; Gemini's `:streamGenerateContent` as SSE
-//! with `alt=sse`, else as the real API's JSON array sent element by element). Bedrock's
-//! `converse-stream` is refused (400).
+//! with `alt=sse`, else as the real API's JSON array sent element by element; Bedrock's
+//! `converse-stream` in AWS's binary event stream).
 //! Requests are checked as above, and their conversation as the provider would: a tool call
 //! without its result, a result without its call (Chat `tool_calls[].id` and `tool_call_id`;
 //! Responses `call_id`, in the stored conversation too; Anthropic `tool_use.id` and

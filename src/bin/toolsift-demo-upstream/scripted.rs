@@ -818,8 +818,6 @@ mod tests {
             { "name": "a", "input_schema": {} }, { "name": "a", "input_schema": {} },
         ] });
         assert!(rejected(MESSAGES, &want, &anthropic).contains("duplicate"));
-        let bedrock = json!({ "messages": [{ "role": "user", "content": [{ "text": "hi" }] }] });
-        assert!(rejected("/model/m/converse-stream", &want, &bedrock).contains("converse-stream"));
         let dangling = json!({ "contents": [
             { "role": "user", "parts": [{ "text": "hi" }] },
             { "role": "model", "parts": [{ "functionCall": { "name": "f", "args": {} } }] },

@@ -7,7 +7,7 @@
 //! dialects all keep tool calls as elements of a content array, and editing them in place keeps
 //! every other byte of the upstream's response.
 
-use crate::dialects::shared::calls::{CallShape, check_object, edit_turn};
+use crate::dialects::shared::calls::{CallBlock, CallShape, StreamedBlocks, edit_turn};
 use crate::dialects::{Call, Edits, Frame, Opening, Reply, ToolResult, Usage};
 use crate::dialects::shared::splice::{
     apply_patches, json_string, parse_object, replace_member, set_member, write_patched,
@@ -17,7 +17,7 @@ use crate::json::{Str, array_items, find_path};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Where a `tool_use` block keeps its name and input: on the block itself.
 const TOOL_USE: CallShape = CallShape {
@@ -374,17 +374,7 @@ pub(crate) fn finish_reply(body: &str, edits: &Edits) -> Result<String, Problem>
 
 pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
     let mut out = String::new();
-    // Original indices of the blocks removed, and of the calls renamed (with their new input).
-    let mut dropped: BTreeSet<usize> = BTreeSet::new();
-    let mut renamed: BTreeMap<usize, &str> = BTreeMap::new();
-    let mut calls_left = 0usize;
-    // The original index of the dropped call whose place a text block (`edits.text`) took.
-    let mut text_at: Option<usize> = None;
-    // Blocks after a removed one move down, after the text block up, so the client sees
-    // consecutive indices.
-    let new_index = |index: usize, dropped: &BTreeSet<usize>, text_at: Option<usize>| {
-        renumbered(index, dropped) + usize::from(text_at.is_some_and(|at| at < index))
-    };
+    let mut blocks = StreamedBlocks::new(edits);
     for frame in frames {
         let data = frame.data.as_str();
         let event: Event = parse_object(data)?;
@@ -404,44 +394,41 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 let index = event.index.ok_or(Problem::BadShape)?;
                 let raw = event.content_block.ok_or(Problem::BadShape)?;
                 if let Some(id) = tool_use_id(raw.get())? {
-                    if edits.drop.contains(&id) {
-                        let at = new_index(index, &dropped, text_at);
-                        dropped.insert(index);
-                        if let (None, Some(text)) = (text_at, &edits.text) {
-                            text_at = Some(index);
-                            write_text_block(&mut out, frame, at, text);
+                    match blocks.call(index, &id)? {
+                        CallBlock::Dropped(text) => {
+                            if let Some((at, text)) = text {
+                                write_text_block(&mut out, frame, at, text);
+                            }
+                            continue;
                         }
-                        continue;
-                    }
-                    calls_left += 1;
-                    if let Some((_, name, arguments)) = edits.rename.iter().find(|r| r.0 == id) {
-                        check_object(arguments)?;
-                        renamed.insert(index, arguments);
-                        let object =
-                            find_path(data, &["content_block"]).ok_or(Problem::BadShape)?;
-                        patches.push(
-                            set_member(data, object, "name", &json_string(name))
-                                .ok_or(Problem::BadShape)?,
-                        );
+                        CallBlock::Renamed(name) => {
+                            let object =
+                                find_path(data, &["content_block"]).ok_or(Problem::BadShape)?;
+                            patches.push(
+                                set_member(data, object, "name", &json_string(name))
+                                    .ok_or(Problem::BadShape)?,
+                            );
+                        }
+                        CallBlock::Kept => {}
                     }
                 }
             }
             "content_block_delta" => {
                 let index = event.index.ok_or(Problem::BadShape)?;
                 // A renamed call's input is written whole before its stop event.
-                if dropped.contains(&index) || renamed.contains_key(&index) {
+                if blocks.skips_deltas(index) {
                     continue;
                 }
             }
             "content_block_stop" => {
                 let index = event.index.ok_or(Problem::BadShape)?;
-                if dropped.contains(&index) {
+                if blocks.dropped(index) {
                     continue;
                 }
-                if let Some(arguments) = renamed.get(&index) {
+                if let Some(arguments) = blocks.renamed(index) {
                     let delta = format!(
                         r#"{{"type":"content_block_delta","index":{},"delta":{{"type":"input_json_delta","partial_json":{}}}}}"#,
-                        new_index(index, &dropped, text_at),
+                        blocks.index(index),
                         json_string(arguments),
                     );
                     Frame {
@@ -455,7 +442,7 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
                 }
             }
             "message_delta" => {
-                if !dropped.is_empty() && calls_left == 0 {
+                if blocks.all_dropped() {
                     let reason = find_path(data, &["delta", "stop_reason"]);
                     if let Some(span) =
                         reason.filter(|r| data.get(r.clone()) == Some(r#""tool_use""#))
@@ -478,11 +465,7 @@ pub(crate) fn finish_stream(frames: &[Frame], edits: &Edits) -> Result<String, P
             _ => {}
         }
         if let Some(index) = event.index {
-            let new_index = new_index(index, &dropped, text_at);
-            if new_index != index {
-                let span = find_path(data, &["index"]).ok_or(Problem::BadShape)?;
-                patches.push((span, new_index.to_string()));
-            }
+            patches.extend(blocks.index_patch(data, "index", index)?);
         }
         write_patched(&mut out, frame, patches)?;
     }
@@ -543,11 +526,6 @@ pub(crate) fn continue_stream(sent: &[Frame], next: &[Frame]) -> Result<String, 
         write_patched(&mut out, frame, patches)?;
     }
     Ok(out)
-}
-
-/// The index block `index` has once the blocks in `dropped` are gone.
-fn renumbered(index: usize, dropped: &BTreeSet<usize>) -> usize {
-    index.saturating_sub(dropped.range(..index).count())
 }
 
 /// The tool call a stream event starts: a `content_block_start` of a `tool_use` block.

@@ -1,13 +1,15 @@
 //! Amazon Bedrock Converse (`POST /model/{id}/converse`, `…/converse-stream`):
 //! <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html>.
-//! Streams use AWS's binary event-stream framing, which search mode does not follow.
+//! Streams use AWS's binary event-stream framing, read and edited as frames (`stream.rs`): the
+//! access rules' check of answers reads them whole; search mode does not follow them.
 
 mod request;
 mod response;
+mod stream;
 
 use super::shared::splice::set_path_member;
-use super::{Entry, PathStream, Problem, Request, RequestCodec, ResponseCodec};
-use crate::dialects::{Edits, Reply, ToolResult};
+use super::{Entry, Framing, PathStream, Problem, Request, RequestCodec, ResponseCodec};
+use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Map, Value, json};
 
 pub struct Bedrock;
@@ -72,8 +74,33 @@ impl ResponseCodec for Bedrock {
         }
     }
 
+    fn framing(&self) -> Framing {
+        Framing::EventStream
+    }
+
+    /// `converse-stream` answers are read whole, and checked.
+    fn guard_reads(&self, _path: &str) -> bool {
+        true
+    }
+
     fn read_reply(&self, body: &str) -> Result<Reply, Problem> {
         response::read_reply(body)
+    }
+
+    fn read_stream(&self, frames: &[Frame]) -> Result<Reply, Problem> {
+        stream::read_stream(frames)
+    }
+
+    fn opening(&self, frames: &[Frame]) -> Opening {
+        stream::opening(frames)
+    }
+
+    fn calls_in_event(&self, event: &Value) -> Vec<String> {
+        stream::calls_in_event(event)
+    }
+
+    fn finish_stream(&self, frames: &[Frame], edits: &Edits) -> Result<String, Problem> {
+        stream::finish_stream(frames, edits)
     }
 
     fn tool_results(&self, results: &[ToolResult]) -> Vec<String> {

@@ -1,6 +1,6 @@
-//! Bedrock Converse, response side (non-streaming only: `/converse-stream` answers in AWS's
-//! binary event-stream framing, which search mode does not read): `output.message.content[]`
-//! (`text`, `toolUse{toolUseId,name,input}`, `reasoningContent`), `stopReason`, `usage`.
+//! Bedrock Converse, response side, whole answers (`converse-stream`'s events: `stream.rs`):
+//! `output.message.content[]` (`text`, `toolUse{toolUseId,name,input}`, `reasoningContent`),
+//! `stopReason`, `usage`.
 
 use crate::dialects::shared::calls::{CallShape, edit_turn};
 use crate::dialects::{Call, Edits, Reply, ToolResult, Usage};

@@ -189,3 +189,103 @@ fn rename_call(
         .ok_or(Problem::BadShape)?;
     apply_patches(block, patches).ok_or(Problem::BadShape)
 }
+
+/// The content blocks of a stream whose events are being edited (Anthropic, Bedrock): which
+/// calls were dropped or renamed, where the refusal's text block went, and the index each
+/// block has for the client (blocks after a dropped one move down, after the text block up).
+pub(crate) struct StreamedBlocks<'e> {
+    edits: &'e Edits,
+    /// Original indices of the dropped calls.
+    dropped: std::collections::BTreeSet<usize>,
+    /// Original indices of the renamed calls, with their new arguments.
+    renamed: std::collections::BTreeMap<usize, &'e str>,
+    calls_left: usize,
+    /// The original index of the dropped call whose place the text block took.
+    text_at: Option<usize>,
+}
+
+/// What becomes of a call whose block starts.
+pub(crate) enum CallBlock<'e> {
+    Kept,
+    /// Renamed to this name (its arguments are written before its block stops).
+    Renamed(&'e str),
+    /// Dropped; the text block takes its place at this (client) index when it is the first.
+    Dropped(Option<(usize, &'e str)>),
+}
+
+impl<'e> StreamedBlocks<'e> {
+    pub(crate) fn new(edits: &'e Edits) -> Self {
+        StreamedBlocks {
+            edits,
+            dropped: std::collections::BTreeSet::new(),
+            renamed: std::collections::BTreeMap::new(),
+            calls_left: 0,
+            text_at: None,
+        }
+    }
+
+    /// The index the block at `index` has for the client.
+    pub(crate) fn index(&self, index: usize) -> usize {
+        index.saturating_sub(self.dropped.range(..index).count())
+            + usize::from(self.text_at.is_some_and(|at| at < index))
+    }
+
+    /// The block at `index` starts a call of id `id`.
+    pub(crate) fn call(&mut self, index: usize, id: &str) -> Result<CallBlock<'e>, Problem> {
+        let edits = self.edits;
+        if edits.drop.iter().any(|d| d == id) {
+            let at = self.index(index);
+            self.dropped.insert(index);
+            if let (None, Some(text)) = (self.text_at, &edits.text) {
+                self.text_at = Some(index);
+                return Ok(CallBlock::Dropped(Some((at, text.as_str()))));
+            }
+            return Ok(CallBlock::Dropped(None));
+        }
+        self.calls_left += 1;
+        match edits.rename.iter().find(|r| r.0 == id) {
+            Some((_, name, arguments)) => {
+                check_object(arguments)?;
+                self.renamed.insert(index, arguments);
+                Ok(CallBlock::Renamed(name))
+            }
+            None => Ok(CallBlock::Kept),
+        }
+    }
+
+    /// Whether the block's deltas are left out: a dropped call's, or a renamed one's (its
+    /// arguments are written whole).
+    pub(crate) fn skips_deltas(&self, index: usize) -> bool {
+        self.dropped.contains(&index) || self.renamed.contains_key(&index)
+    }
+
+    pub(crate) fn dropped(&self, index: usize) -> bool {
+        self.dropped.contains(&index)
+    }
+
+    /// The new arguments of a renamed call's block.
+    pub(crate) fn renamed(&self, index: usize) -> Option<&'e str> {
+        self.renamed.get(&index).copied()
+    }
+
+    /// Calls were dropped and none is left: the turn ends.
+    pub(crate) fn all_dropped(&self) -> bool {
+        !self.dropped.is_empty() && self.calls_left == 0
+    }
+
+    /// The patch that writes the client's index of the block at `index` in `data`, where its
+    /// index is member `key`; none when it does not move.
+    pub(crate) fn index_patch(
+        &self,
+        data: &str,
+        key: &str,
+        index: usize,
+    ) -> Result<Option<Patch>, Problem> {
+        let moved = self.index(index);
+        if moved == index {
+            return Ok(None);
+        }
+        let span = find_path(data, &[key]).ok_or(Problem::BadShape)?;
+        Ok(Some((span, moved.to_string())))
+    }
+}

@@ -10,9 +10,9 @@ use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::shared::{
-    Catalog, EmptyTools, ErrorShape, Exchange, JsonPath, RawObject, Rejection, ToolResult, array,
-    conversation, items, pair_calls, parse_object, rejection, required_str, required_string, role,
-    text_of, tool_entries,
+    Catalog, EmptyTools, ErrorShape, Exchange, JsonPath, RawObject, Rejection, ToolResult,
+    argument_pieces, array, conversation, items, pair_calls, parse_object, rejection, required_str,
+    required_string, role, text_of, tool_entries,
 };
 use super::{History, PathFacts, Provider, Stream, Turn};
 use crate::{ReplyBody, eventstream, sigv4};
@@ -153,15 +153,6 @@ impl Provider for Bedrock {
         pair_calls(conversation(request, "messages")?, read, unanswered, stray)
     }
 
-    /// The scripted model's calls are not written in the event stream.
-    fn scripted_refusal(&self, path: &PathFacts) -> Option<Rejection> {
-        path.streams.then(|| {
-            Rejection::new(
-                "The demo upstream's scripted model does not serve converse-stream; use converse.",
-            )
-        })
-    }
-
     fn whole(&self, turn: &Turn) -> Value {
         let mut content = Vec::new();
         if let Some(text) = &turn.text {
@@ -186,19 +177,42 @@ impl Provider for Bedrock {
         answer
     }
 
-    /// `ConverseStream`'s events for a text answer, each payload the event's member as the AWS
-    /// SDKs present it (`{"contentBlockIndex":0,"delta":{...}}` for a `contentBlockDelta`).
+    /// `ConverseStream`'s events, each payload the event's member as the AWS SDKs present it
+    /// (`{"contentBlockIndex":0,"delta":{...}}` for a `contentBlockDelta`): the text block (no
+    /// start event, as Bedrock sends it), then each call's block (`contentBlockStart` with
+    /// `toolUse{toolUseId,name}`, its input's JSON text in pieces).
     fn stream(&self, turn: &Turn, _query: Option<&str>) -> Stream {
         let mut message_start = json!({ "role": "assistant" });
         turn.add_report(&mut message_start);
         let mut events = vec![("messageStart", message_start)];
-        events.extend(turn.text_deltas().into_iter().map(|piece| {
-            let delta = json!({ "contentBlockIndex": 0, "delta": { "text": piece } });
-            ("contentBlockDelta", delta)
-        }));
+        let mut index = 0;
+        if turn.text.is_some() || !turn.has_calls() {
+            events.extend(turn.text_deltas().into_iter().map(|piece| {
+                let delta = json!({ "contentBlockIndex": 0, "delta": { "text": piece } });
+                ("contentBlockDelta", delta)
+            }));
+            events.push(("contentBlockStop", json!({ "contentBlockIndex": 0 })));
+            index = 1;
+        }
+        for (call_index, call) in turn.calls.iter().enumerate() {
+            let tool_use =
+                json!({ "toolUseId": turn.id("tooluse", call_index), "name": call.name });
+            let start = json!({ "contentBlockIndex": index, "start": { "toolUse": tool_use } });
+            events.push(("contentBlockStart", start));
+            for piece in argument_pieces(&call.arguments_text()) {
+                let delta = json!({ "contentBlockIndex": index, "delta": { "toolUse": { "input": piece } } });
+                events.push(("contentBlockDelta", delta));
+            }
+            events.push(("contentBlockStop", json!({ "contentBlockIndex": index })));
+            index += 1;
+        }
+        let stop_reason = if turn.has_calls() {
+            "tool_use"
+        } else {
+            "end_turn"
+        };
         events.extend([
-            ("contentBlockStop", json!({ "contentBlockIndex": 0 })),
-            ("messageStop", json!({ "stopReason": "end_turn" })),
+            ("messageStop", json!({ "stopReason": stop_reason })),
             (
                 "metadata",
                 json!({ "usage": usage(turn), "metrics": { "latencyMs": 0 } }),
