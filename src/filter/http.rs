@@ -276,7 +276,9 @@ impl Filter {
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let config = &engine.config;
         let started = now();
-        let ranked = match shared.hybrid(config) {
+        // A request for the provider's own search keeps every allowed tool: nothing to rank.
+        let hybrid = shared.hybrid(config).filter(|_| !analysis.native_search);
+        let ranked = match hybrid {
             Some((source, e)) => match start_hybrid(shared, &source, config, e, &mut analysis) {
                 Start::Ranked(ranked) => ranked,
                 Start::Call(token, gathered, slots) => {
@@ -390,11 +392,15 @@ impl Filter {
             String::new()
         };
         metrics.denied(Surface::Tools, analysis.denied());
+        // The provider's own search (here only under access rules that took tools out).
+        if analysis.native_search {
+            metrics.add(metrics.search_native, 1);
+        }
         self.outcome = Some(Outcome::Filtered {
             kept,
             total,
             ranked,
-            search: None,
+            search: analysis.native_search.then_some("native"),
             kept_names,
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
@@ -567,6 +573,9 @@ impl Filter {
         self.buffering = None;
         let metrics = &shared.metrics;
         metrics.skipped(skipped.reason);
+        if skipped.reason == Skip::NativeSearch {
+            metrics.add(metrics.search_native, 1);
+        }
         if let Some(n) = skipped.tools {
             metrics.add(metrics.tools_in, n);
             metrics.add(metrics.tools_out, n);
