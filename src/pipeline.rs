@@ -1220,7 +1220,7 @@ mod tests {
             reason(Dialect::OpenaiResponses, &responses(loaded, "")),
             native
         );
-        // Not a search of OpenAI Chat's: the flag alone changes nothing.
+        // An ordinary request is ranked and cut as usual.
         assert_eq!(reason(Dialect::OpenaiChat, &chat_body(3, "q")), None);
     }
 
