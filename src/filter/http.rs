@@ -232,10 +232,14 @@ impl Filter {
             return step;
         }
         // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
-        // Custom requests have no `tool_choice` a claim could name.
-        if let (false, None, Reader::Dialect(dialect)) =
-            (self.gating_asked, &self.search_headers, reader)
-        {
+        // Custom requests have no `tool_choice` a claim could name. A request for the
+        // provider's own search loses only what access rules deny.
+        if let (false, None, Reader::Dialect(dialect), false) = (
+            self.gating_asked,
+            &self.search_headers,
+            reader,
+            analysis.native_search,
+        ) {
             self.gating_asked = true;
             // `gating.rules` decide at once; a gating server, if any, is asked as well, and
             // the two verdicts merged when it answers.
