@@ -38,10 +38,13 @@ pub enum Skip {
     /// Signed by the client (AWS SigV4 covers the payload): a rewritten body would fail the
     /// signature check, so it goes upstream as it is (`rewrite_signed` changes that).
     Signed,
+    /// The request carries the provider's own tool search (its search tool, Responses
+    /// namespaces, or tools it loaded in the conversation): the provider must see every tool.
+    NativeSearch,
 }
 
 impl Skip {
-    pub const ALL: [Skip; 11] = [
+    pub const ALL: [Skip; 12] = [
         Skip::NotLlm,
         Skip::NoBody,
         Skip::NoTools,
@@ -53,6 +56,7 @@ impl Skip {
         Skip::ContentType,
         Skip::Internal,
         Skip::Signed,
+        Skip::NativeSearch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +72,7 @@ impl Skip {
             Skip::ContentType => "content_type",
             Skip::Internal => "internal",
             Skip::Signed => "signed",
+            Skip::NativeSearch => "native_search",
         }
     }
 
@@ -76,7 +81,12 @@ impl Skip {
     pub fn is_error(self) -> bool {
         !matches!(
             self,
-            Skip::NotLlm | Skip::NoBody | Skip::NoTools | Skip::FewTools | Skip::Signed
+            Skip::NotLlm
+                | Skip::NoBody
+                | Skip::NoTools
+                | Skip::FewTools
+                | Skip::Signed
+                | Skip::NativeSearch
         )
     }
 }
@@ -152,6 +162,9 @@ pub struct Analysis {
     pub access: Option<Governed>,
     /// Tools the loop guard took out of this request: the agent called them in a loop.
     pub evicted: Vec<String>,
+    /// The request carries the provider's own tool search: only access rules take tools out
+    /// (it reaches this far only when they deny some; otherwise it is skipped).
+    pub native_search: bool,
 }
 
 /// What access rules decided for one request.
@@ -798,6 +811,7 @@ impl Engine {
             called: Vec::new(),
             history: Vec::new(),
             stream: false,
+            native_search: false,
         };
         let mut analysis = self.conclude(
             Reader::Custom,
@@ -828,8 +842,15 @@ impl Engine {
         grant: Option<&Grant>,
     ) -> Result<Analysis, Skipped> {
         let total = catalog.function_count();
+        // The provider searches the tools the request carries, and resolves the tools its
+        // search loaded by name: every tool the caller may see stays, untouched.
+        let native_search = request.native_search || catalog.native_search();
         let no_tools = Skipped {
-            reason: Skip::NoTools,
+            reason: if native_search {
+                Skip::NativeSearch
+            } else {
+                Skip::NoTools
+            },
             tools: Some(0),
         };
         if total == 0 && self.policy.is_none() {
@@ -850,7 +871,17 @@ impl Engine {
         if total == 0 && denied == 0 {
             return Err(no_tools);
         }
-        let evicted = Self::evicted(looping, &request, &catalog, access.as_ref());
+        if native_search && denied == 0 {
+            return Err(Skipped {
+                reason: Skip::NativeSearch,
+                tools: Some(total),
+            });
+        }
+        let evicted = if native_search {
+            Vec::new()
+        } else {
+            Self::evicted(looping, &request, &catalog, access.as_ref())
+        };
         if total <= self.config.min_tools && denied == 0 && evicted.is_empty() {
             return Err(Skipped {
                 reason: Skip::FewTools,
@@ -860,7 +891,7 @@ impl Engine {
         let allowed_functions = total - access.as_ref().map_or(0, |g| g.denied_functions);
         let ranking = catalog.rank(&request.query);
         let allowed = access.as_ref().map(|g| &*g.allowed);
-        let selection = if allowed_functions <= self.config.min_tools {
+        let selection = if allowed_functions <= self.config.min_tools || native_search {
             all_allowed(&catalog, &ranking, allowed, &evicted)
         } else {
             select_for(
@@ -887,6 +918,7 @@ impl Engine {
             text_edit: None,
             access,
             evicted,
+            native_search,
         })
     }
 
@@ -1134,6 +1166,68 @@ mod tests {
         };
         assert_eq!(get.screen_custom(&config), Some(Err(Skip::NotLlm)));
         assert_eq!(post("/wso2/x").screen_custom(&Config::default()), None);
+    }
+
+    /// The provider's own tool search, in the tools or at work in the history, is never
+    /// filtered: the provider searches (or has loaded) tools the filter would drop.
+    #[test]
+    fn native_search_requests_are_skipped() {
+        let mut engine = Engine::new(Config::from_json(br#"{"top_k":1,"min_tools":0}"#).unwrap());
+        let mut reason =
+            |dialect: Dialect, body: &str| engine.analyse(dialect, body).err().map(|s| s.reason);
+        let tools = r#"{"name":"a","input_schema":{}},{"name":"b","input_schema":{}}"#;
+        let anthropic = |messages: &str, extra: &str| {
+            format!(
+                r#"{{"model":"c","max_tokens":9,"messages":[{messages}],"tools":[{extra}{tools}]}}"#
+            )
+        };
+        let question = r#"{"role":"user","content":"tool_reference? \"tool_reference\""}"#;
+        let native = Some(Skip::NativeSearch);
+        for search in [
+            "tool_search_tool_regex_20251119",
+            "tool_search_tool_bm25_20251119",
+        ] {
+            let entry = format!(r#"{{"type":"{search}","name":"s"}},"#);
+            assert_eq!(
+                reason(Dialect::Anthropic, &anthropic(question, &entry)),
+                native
+            );
+        }
+        // Words about it are not it.
+        assert_eq!(reason(Dialect::Anthropic, &anthropic(question, "")), None);
+        let referenced = r#"{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"a","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"tool_reference","tool_name":"b"}]}]}"#;
+        let history = format!("{question},{referenced}");
+        assert_eq!(reason(Dialect::Anthropic, &anthropic(&history, "")), native);
+        let server = r#"{"role":"assistant","content":[{"type":"tool_search_tool_result","tool_use_id":"s","content":{"type":"tool_search_tool_search_result","tool_references":[{"type":"tool_reference","tool_name":"b"}]}}]}"#;
+        let history = format!("{question},{server}");
+        assert_eq!(reason(Dialect::Anthropic, &anthropic(&history, "")), native);
+
+        let functions = r#"{"type":"function","name":"a","parameters":{}},{"type":"function","name":"b","parameters":{}}"#;
+        let responses = |input: &str, extra: &str| {
+            format!(r#"{{"model":"g","input":{input},"tools":[{extra}{functions}]}}"#)
+        };
+        let q = r#""tool_search""#;
+        assert_eq!(reason(Dialect::OpenaiResponses, &responses(q, "")), None);
+        for extra in [
+            r#"{"type":"tool_search"},"#,
+            r#"{"type":"tool_search","execution":"client","parameters":{}},"#,
+            r#"{"type":"namespace","name":"crm","description":"d","tools":[]},"#,
+        ] {
+            assert_eq!(
+                reason(Dialect::OpenaiResponses, &responses(q, extra)),
+                native
+            );
+        }
+        let loaded = r#"[{"role":"user","content":"q"},
+            {"type":"tool_search_call","call_id":"c","execution":"client","arguments":{}},
+            {"type":"tool_search_output","call_id":"c","execution":"client","tools":[]}]"#;
+        assert_eq!(
+            reason(Dialect::OpenaiResponses, &responses(loaded, "")),
+            native
+        );
+        // An ordinary request is ranked and cut as usual.
+        assert_eq!(reason(Dialect::OpenaiChat, &chat_body(3, "q")), None);
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Catalog {
     /// The names access rules govern the built-in entries by (`None`: a function tool, or an
     /// entry that is no tool), read the first time access rules ask.
     builtin_names: OnceCell<Box<[Option<Box<str>>]>>,
+    /// Whether an entry hands the tools to the provider's own search, read the first time a
+    /// request asks.
+    native_search: OnceCell<bool>,
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
@@ -147,6 +150,7 @@ impl Catalog {
             last_allowed: RefCell::new(None),
             rule_matches: RuleMatches::default(),
             builtin_names: OnceCell::new(),
+            native_search: OnceCell::new(),
             fetching: Cell::new(false),
             vector_bytes: Rc::clone(vector_bytes),
             heap_bytes: 0,
@@ -227,6 +231,21 @@ impl Catalog {
                     Entry::Function(_) => None,
                 })
                 .collect()
+        })
+    }
+
+    /// Whether a built-in entry hands the tools to the provider's own tool search
+    /// ([`crate::dialects::RequestCodec::native_search_entry`]); never for a custom shape.
+    pub fn native_search(&self) -> bool {
+        *self.native_search.get_or_init(|| {
+            let Reader::Dialect(dialect) = self.reader else {
+                return false;
+            };
+            let codec = dialect.codec();
+            let texts = self.draft.entry_texts(&self.container);
+            self.draft.entries.iter().zip(texts).any(|(entry, text)| {
+                matches!(entry, Entry::Builtin) && codec.native_search_entry(text)
+            })
         })
     }
 

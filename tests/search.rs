@@ -537,10 +537,11 @@ fn native_search_passes_through() {
     let r = gw.post(&path, &[("x-demo-echo", "body")], sent.as_bytes());
     assert_eq!(
         r.header("x-toolsift").unwrap(),
-        "kept=80 total=80 search=native"
+        "kept=80 total=80 skipped=native_search"
     );
     assert_eq!(r.text(), sent, "the upstream got the client's bytes");
     assert_eq!(gw.stat("toolsift.search.native"), 1);
+    assert_eq!(gw.stat("toolsift.skipped.native_search"), 1);
 }
 
 /// `use_tool` whose params fit the best tool becomes a direct call of that tool.

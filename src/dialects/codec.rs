@@ -73,6 +73,13 @@ pub trait RequestCodec: Sync {
         super::shared::builtin_name(entry)
     }
 
+    /// Whether a built-in entry of this API's tools container hands the tools to the
+    /// provider's own tool search (its search tool; Responses: a `namespace` too): the request
+    /// then goes upstream untouched ([`crate::pipeline::Skip::NativeSearch`]).
+    fn native_search_entry(&self, entry: &str) -> bool {
+        super::shared::is_search_tool(entry)
+    }
+
     /// Why a body of unknown path looks like this API (`toolsift explain`), or `None`. The
     /// first dialect that recognises a body wins; OpenAI Chat takes what none recognises.
     fn recognises(&self, _body: &Map<String, Value>) -> Option<&'static str> {

@@ -210,6 +210,10 @@ pub struct Request {
     /// with their arguments: what the loop guard reads.
     pub history: Vec<crate::loop_guard::PastCall>,
     pub stream: bool,
+    /// The conversation holds the provider's own tool search at work (Anthropic
+    /// `tool_reference` / `tool_search_tool_result` blocks, Responses `tool_search_call` /
+    /// `tool_search_output` items): the tools it loaded must stay, so the request passes.
+    pub native_search: bool,
 }
 
 /// Tools that selection must keep because the request says so.

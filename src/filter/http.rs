@@ -232,10 +232,14 @@ impl Filter {
             return step;
         }
         // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
-        // Custom requests have no `tool_choice` a claim could name.
-        if let (false, None, Reader::Dialect(dialect)) =
-            (self.gating_asked, &self.search_headers, reader)
-        {
+        // Custom requests have no `tool_choice` a claim could name. A request for the
+        // provider's own search loses only what access rules deny.
+        if let (false, None, Reader::Dialect(dialect), false) = (
+            self.gating_asked,
+            &self.search_headers,
+            reader,
+            analysis.native_search,
+        ) {
             self.gating_asked = true;
             // `gating.rules` decide at once; a gating server, if any, is asked as well, and
             // the two verdicts merged when it answers.
@@ -276,7 +280,9 @@ impl Filter {
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let config = &engine.config;
         let started = now();
-        let ranked = match shared.hybrid(config) {
+        // A request for the provider's own search keeps every allowed tool: nothing to rank.
+        let hybrid = shared.hybrid(config).filter(|_| !analysis.native_search);
+        let ranked = match hybrid {
             Some((source, e)) => match start_hybrid(shared, &source, config, e, &mut analysis) {
                 Start::Ranked(ranked) => ranked,
                 Start::Call(token, gathered, slots) => {
@@ -390,11 +396,15 @@ impl Filter {
             String::new()
         };
         metrics.denied(Surface::Tools, analysis.denied());
+        // The provider's own search (here only under access rules that took tools out).
+        if analysis.native_search {
+            metrics.add(metrics.search_native, 1);
+        }
         self.outcome = Some(Outcome::Filtered {
             kept,
             total,
             ranked,
-            search: None,
+            search: analysis.native_search.then_some("native"),
             kept_names,
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
@@ -567,6 +577,9 @@ impl Filter {
         self.buffering = None;
         let metrics = &shared.metrics;
         metrics.skipped(skipped.reason);
+        if skipped.reason == Skip::NativeSearch {
+            metrics.add(metrics.search_native, 1);
+        }
         if let Some(n) = skipped.tools {
             metrics.add(metrics.tools_in, n);
             metrics.add(metrics.tools_out, n);

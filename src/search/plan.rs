@@ -117,14 +117,6 @@ impl Plan {
     }
 }
 
-/// The tool-search tools of the providers that have their own: the request already asks the
-/// provider to search, and toolsift stays out of the way.
-fn is_native_search_tool(entry: &str) -> bool {
-    find_path(entry, &["type"])
-        .and_then(|r| entry.get(r))
-        .is_some_and(|t| t.starts_with("\"tool_search"))
-}
-
 /// The client marked the tool `defer_loading: true` (top level, or inside OpenAI Chat's
 /// `function`).
 pub fn client_deferred(entry: &str) -> bool {
@@ -237,9 +229,9 @@ pub fn plan(
             .as_ref()
             .is_none_or(|g| g.allowed.get(i).copied().unwrap_or(false))
     };
-    if (0..texts.len())
-        .any(|i| !is_function(i) && texts.get(i).is_some_and(|t| is_native_search_tool(t)))
-    {
+    // The request carries the provider's own tool search (only under access rules that deny
+    // some of its tools does it get here: otherwise it is skipped, untouched).
+    if analysis.native_search {
         // The provider searches what the request carries: the denied tools leave it.
         if analysis.denied() == 0 {
             return Some(Planned::Native(None));
@@ -750,17 +742,21 @@ mod tests {
                 ""
             )
         );
-        // Nothing denied: untouched.
+        // Nothing denied, or no access rules: skipped before any plan, untouched.
+        let native = |config: &str, body: &str| {
+            let config = Config::from_json(config.as_bytes()).unwrap();
+            let mut engine = Engine::new(config);
+            let grant = engine.grant(&crate::access::Caller::new(["staff".to_owned()]));
+            let skipped = engine.analyse_as(Dialect::Anthropic, body, grant.as_ref());
+            skipped.err().map(|s| s.reason)
+        };
         let clean = body.replace("send_email", "read_email");
-        assert!(matches!(
-            governed(config, Dialect::Anthropic, &clean, "staff"),
-            Planned::Native(None)
-        ));
-        // Without access rules: untouched as before.
-        assert!(matches!(
-            planned(config, Dialect::Anthropic, body),
-            Planned::Native(None)
-        ));
+        let access = r#"{"mode":"search","min_tools":1,"access":{"identity":[{"header":"x"}],
+            "default":"allow","rules":[{"when":["*"],"deny":["send_*"]}]}}"#;
+        let skip = Some(crate::pipeline::Skip::NativeSearch);
+        assert_eq!(native(access, &clean), skip);
+        assert_ne!(native(access, body), skip, "send_email is denied");
+        assert_eq!(native(config, body), skip);
     }
 
     #[test]

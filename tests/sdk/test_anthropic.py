@@ -4,7 +4,7 @@ streamed; `messages.stream(...).get_final_message()` accumulates the content blo
 import anthropic
 import pytest
 
-from conftest import QUESTION, WANT, Recorder, functions, received_tools, scripted
+from conftest import QUESTION, WANT, Recorder, functions, received, received_tools, scripted
 
 
 def client(gw):
@@ -59,3 +59,37 @@ def test_search(search_gw, streamed, script):
         assert message.content[0].text.startswith("Let me look that up.")
     # Both rounds' output.
     assert message.usage.output_tokens >= 20
+
+
+SEARCH_TOOL = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
+
+
+@pytest.mark.parametrize("mode", ["filter", "search"])
+def test_native_tool_search_passes_untouched(request, mode):
+    """A request with Anthropic's own tool search (every tool deferred but one, as Claude Code
+    sends its MCP tools), and a later turn whose history holds a `tool_reference` block: the
+    upstream gets every tool, in either mode."""
+    sdk, seen = client(request.getfixturevalue(f"{mode}_gw"))
+    deferred = [dict(t, defer_loading=True) for t in tools()]
+    args = dict(**MESSAGE, tools=[SEARCH_TOOL, *deferred],
+                extra_headers={"anthropic-beta": "advanced-tool-use-2025-11-20"})
+    message = sdk.messages.create(**args)
+    assert seen.header("x-toolsift") == "kept=80 total=80 skipped=native_search"
+    # The 80 tools and the search tool.
+    assert received(message.content[0].text)[0] == 81
+
+    history = [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_search", "name": "find_weather_tools",
+             "input": {"query": "weather"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_search",
+             "content": [{"type": "tool_reference", "tool_name": WANT}]}]},
+    ]
+    finder = {"name": "find_weather_tools", "description": "Find tools.",
+              "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
+    message = sdk.messages.create(model=MESSAGE["model"], max_tokens=512, messages=history,
+                                  tools=[finder, *deferred])
+    assert seen.header("x-toolsift") == "kept=81 total=81 skipped=native_search"
+    assert received(message.content[0].text)[0] == 81

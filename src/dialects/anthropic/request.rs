@@ -35,6 +35,9 @@ struct Block<'a> {
     /// A `tool_use` block's arguments.
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    /// A `tool_result` block's content: a string, or blocks (`tool_reference` among them).
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
 }
 
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
@@ -68,6 +71,24 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         called: history.called,
         history: history.task,
         stream: is_true(parsed.stream),
+        native_search: body.contains("\"tool_reference\"") && searched(&messages),
+    })
+}
+
+/// The provider's tool search has loaded tools in this conversation: a `tool_reference` block,
+/// in a `tool_result` (a client's own search) or a `tool_search_tool_result` (the server's).
+/// The model may call what they name, so every tool they name must stay in the request.
+fn searched(messages: &[Message]) -> bool {
+    fn blocks<'a>(raw: Option<&'a RawValue>) -> Vec<Block<'a>> {
+        raw.and_then(|c| serde_json::from_str(c.get()).ok())
+            .unwrap_or_default()
+    }
+    let is = |b: &Block, kind: &str| b.kind.as_deref() == Some(kind);
+    messages.iter().any(|m| {
+        blocks(m.content).iter().any(|b| {
+            is(b, "tool_search_tool_result")
+                || (is(b, "tool_result") && blocks(b.content).iter().any(|r| is(r, "tool_reference")))
+        })
     })
 }
 

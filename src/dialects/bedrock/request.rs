@@ -88,6 +88,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         history: history.task,
         // Bedrock streams by path (`/converse-stream`).
         stream: false,
+        native_search: false,
     })
 }
 

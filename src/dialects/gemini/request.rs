@@ -99,6 +99,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         history: history.task,
         // Gemini streams by path (`:streamGenerateContent`), not by a body field.
         stream: false,
+        native_search: false,
     })
 }
 

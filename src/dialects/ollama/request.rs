@@ -63,6 +63,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         history: history.task,
         // "This is a streaming endpoint": only `"stream": false` asks for one object.
         stream: parsed.stream.unwrap_or(true),
+        native_search: false,
     })
 }
 

@@ -73,6 +73,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         called: history.called,
         history: history.task,
         stream: is_true(parsed.stream),
+        native_search: false,
     })
 }
 

@@ -48,6 +48,12 @@ impl RequestCodec for OpenaiResponses {
         }
     }
 
+    // `tool_search`, and namespaces: groups of functions the provider's search loads.
+    fn native_search_entry(&self, entry: &str) -> bool {
+        super::shared::is_search_tool(entry)
+            || super::shared::entry_type(entry) == Some("\"namespace\"")
+    }
+
     fn recognises(&self, body: &Map<String, Value>) -> Option<&'static str> {
         body.contains_key("input")
             .then_some("the body has `input`")

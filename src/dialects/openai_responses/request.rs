@@ -39,6 +39,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let input = parsed.input.ok_or(Problem::BadShape)?;
     let mut history = History::new(body);
+    let mut native_search = false;
     let query = if let Ok(text) = serde_json::from_str::<Str>(input.get()) {
         text.into_owned()
     } else {
@@ -54,6 +55,13 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
                 history.call(name, item.arguments, in_task(at, question));
             }
         }
+        // The provider's tool search loaded tools in this conversation.
+        native_search = items.iter().any(|i| {
+            matches!(
+                i.kind.as_deref(),
+                Some("tool_search_call" | "tool_search_output")
+            )
+        });
         query
     };
     Ok(Request {
@@ -62,6 +70,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         called: history.called,
         history: history.task,
         stream: is_true(parsed.stream),
+        native_search,
     })
 }
 

@@ -127,6 +127,18 @@ pub(crate) fn builtin_name(entry: &str) -> Option<String> {
     }
 }
 
+/// The `type` of a built-in entry, its JSON string as written (quotes included), if it has one.
+pub(crate) fn entry_type(entry: &str) -> Option<&str> {
+    crate::json::find_path(entry, &["type"]).and_then(|r| entry.get(r))
+}
+
+/// A provider's own tool search tool (Anthropic `tool_search_tool_bm25_*` /
+/// `tool_search_tool_regex_*`, OpenAI Responses `tool_search`): the request asks the provider
+/// to search its tools.
+pub(crate) fn is_search_tool(entry: &str) -> bool {
+    entry_type(entry).is_some_and(|t| t.starts_with("\"tool_search"))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
