@@ -365,6 +365,9 @@ pub struct Config {
     pub access: Option<crate::access::AccessConfig>,
     /// Tools an agent calls in a loop leave its next request (see [`crate::loop_guard`]).
     pub loop_guard: Option<crate::loop_guard::LoopGuardConfig>,
+    /// Tools the caller does not have, offered when a search finds nothing good (see
+    /// [`crate::suggestions`]).
+    pub suggestions: Option<crate::suggestions::SuggestionsConfig>,
 }
 
 impl Default for Config {
@@ -394,6 +397,7 @@ impl Default for Config {
             custom: None,
             access: None,
             loop_guard: None,
+            suggestions: None,
         }
     }
 }
@@ -531,6 +535,10 @@ impl Config {
         }
         self.policy()?;
         self.loop_guard()?;
+        if let Some(s) = &self.suggestions {
+            s.check()
+                .map_err(|(field, why)| invalid(&format!("suggestions.{field}"), why))?;
+        }
         self.search.check()
     }
 

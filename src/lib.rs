@@ -45,6 +45,7 @@ pub mod rewrite;
 pub mod search;
 pub mod select;
 pub mod sse;
+pub mod suggestions;
 pub mod text;
 
 #[cfg(target_arch = "wasm32")]

@@ -648,6 +648,8 @@ pub struct Engine {
     gating_rules: crate::gating::Rules,
     /// The `loop_guard` section, compiled.
     loop_guard: Option<crate::loop_guard::LoopGuard>,
+    /// The `suggestions` catalog: its inline tools, and the suggestion server's once fetched.
+    suggestions: Option<Rc<crate::suggestions::Suggestions>>,
 }
 
 impl Engine {
@@ -662,6 +664,10 @@ impl Engine {
             .as_ref()
             .and_then(|g| crate::gating::Rules::new(&g.rules).ok())
             .unwrap_or_default();
+        let suggestions = config
+            .suggestions
+            .as_ref()
+            .map(|s| Rc::new(crate::suggestions::Suggestions::new(s, Vec::new())));
         Engine {
             config,
             weights: FieldWeights::default(),
@@ -670,6 +676,20 @@ impl Engine {
             policy,
             gating_rules,
             loop_guard,
+            suggestions,
+        }
+    }
+
+    /// The `suggestions` catalog, `None` without the section.
+    pub fn suggestions(&self) -> Option<&Rc<crate::suggestions::Suggestions>> {
+        self.suggestions.as_ref()
+    }
+
+    /// The suggestion server answered with `tools` (name, JSON object): they join the inline ones (searches
+    /// under way keep the catalog they started with).
+    pub fn set_fetched_suggestions(&mut self, tools: Vec<(String, String)>) {
+        if let Some(config) = &self.config.suggestions {
+            self.suggestions = Some(Rc::new(crate::suggestions::Suggestions::new(config, tools)));
         }
     }
 

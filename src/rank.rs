@@ -751,6 +751,39 @@ impl CatalogCache {
     }
 }
 
+/// MCP tools (`name`, and the tool's JSON object as the server wrote it) as an Anthropic-style
+/// tools array (`name`, `description`, `input_schema`), which a [`Catalog`] reads like any
+/// request's tools: how MCP servers' catalogs and the suggestions' are ranked.
+pub fn mcp_tools_container<'a>(tools: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    #[derive(serde::Deserialize)]
+    struct McpTool<'a> {
+        #[serde(borrow, default)]
+        description: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow, default, rename = "inputSchema")]
+        input_schema: Option<&'a serde_json::value::RawValue>,
+    }
+    let mut out = String::from("[");
+    for (n, (name, raw)) in tools.enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        let parsed: Option<McpTool> = serde_json::from_str(raw).ok();
+        out.push_str("{\"name\":");
+        out.push_str(&serde_json::to_string(name).unwrap_or_else(|_| "\"\"".into()));
+        if let Some(description) = parsed.as_ref().and_then(|t| t.description) {
+            out.push_str(",\"description\":");
+            out.push_str(description.get());
+        }
+        if let Some(schema) = parsed.as_ref().and_then(|t| t.input_schema) {
+            out.push_str(",\"input_schema\":");
+            out.push_str(schema.get());
+        }
+        out.push('}');
+    }
+    out.push(']');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,6 +149,30 @@ fn buffer_limits_below_max_body_bytes_are_errors() {
 }
 
 #[test]
+fn the_gating_and_suggestion_servers_need_their_clusters() {
+    let path = variant("servers-no-cluster", |y| {
+        plugin_config(
+            y,
+            r#"{"gating": {"mcp": {"cluster": "gater"}}, "suggestions": {"mcp": {"cluster": "market"}}}"#,
+        )
+    });
+    let (code, out) = check(&[path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let line = line_of(&path, "configuration:");
+    for expected in [
+        format!(":{line}: error: gating.mcp: the cluster `gater` is not defined"),
+        format!(":{line}: error: suggestions.mcp: the cluster `market` is not defined"),
+    ] {
+        assert!(out.contains(&expected), "{expected} in {out}");
+    }
+    // A cluster the bootstrap defines is fine.
+    let path = variant("servers-cluster", |y| {
+        plugin_config(y, r#"{"suggestions": {"mcp": {"cluster": "llm"}}}"#)
+    });
+    assert_eq!(check(&[path.to_str().unwrap()]).0, 0);
+}
+
+#[test]
 fn hybrid_ranking_needs_its_cluster() {
     let path = variant("hybrid-no-cluster", |y| {
         plugin_config(

@@ -987,3 +987,71 @@ fn a_made_up_tool_is_answered_to_the_model_and_the_loop_goes_on() {
     assert_eq!(gw.stat("toolsift.search.unknown_tools"), n);
     assert!(!gw.log_text().contains("panicked"));
 }
+
+/// `suggestions`: a search whose best match is weak gets tools of the second catalog, marked
+/// `"suggested": true` with where to get them, in the tool result the model reads; they never
+/// join the tools it may call. Every dialect, streamed and not.
+#[test]
+fn a_weak_search_gets_suggestions_that_never_join_the_tools() {
+    let config = json!({
+        "mode": "search",
+        "min_tools": 20,
+        "search": {"max_search_rounds": 1},
+        "suggestions": {
+            "min_score": 1000,
+            "k": 2,
+            "tools": [
+                {"name": "reserve_parking_spot", "description": "Reserve a parking spot in the office garage",
+                 "source": "the facilities MCP server: ask #platform to connect it"},
+                {"name": "book_meeting_room", "description": "Book a meeting room"}
+            ]
+        }
+    });
+    let gw = Gateway::start(&config.to_string());
+    let cases = common::DIALECTS
+        .iter()
+        .flat_map(|d| [(*d, false), (*d, true)])
+        .filter(|(d, stream)| !(*d == "bedrock" && *stream));
+    let mut n = 0;
+    for (dialect, stream) in cases {
+        n += 1;
+        common::http(gw.upstream.port, "POST", "/scripted/log/reset", &[], b"");
+        let (path, body) = request(dialect, stream);
+        let headers = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", "reserve_parking_spot"),
+            ("x-demo-query", "reserve a parking spot for tomorrow"),
+            ("x-demo-script", "search"),
+        ];
+        let r = gw.post(&path, &headers, body.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{dialect} {stream}: {}", r.text());
+        assert!(
+            !called(dialect, &r).contains(&"reserve_parking_spot".to_owned()),
+            "{dialect} {stream}: {}",
+            r.text()
+        );
+        let log = upstream_log(&gw);
+        assert!(log.len() >= 2, "{dialect} {stream}: a follow-up");
+        let result = log[1]["body"].to_string();
+        for expected in [
+            "reserve_parking_spot",
+            "suggested",
+            "the facilities MCP server: ask #platform to connect it",
+            "do not call them",
+        ] {
+            assert!(
+                result.contains(expected),
+                "{dialect} {stream}: {expected} in {result}"
+            );
+        }
+        for entry in &log {
+            let seen = tool_names(dialect, &entry["body"]);
+            assert!(
+                !seen.iter().any(|t| t == "reserve_parking_spot"),
+                "{dialect} {stream}: {seen:?}"
+            );
+        }
+    }
+    assert_eq!(gw.stat("toolsift.search.suggested"), n);
+    assert!(!gw.log_text().contains("panicked"));
+}

@@ -786,4 +786,27 @@ pub fn mcp_message(data: &[u8]) {
             }
         }
     }
+    suggestion_server_answer(data);
+}
+
+/// The same bytes as the suggestion server's `tools/list` answer (`suggestions.mcp`): read,
+/// made a catalog and searched without a panic, and every suggestion is a named tool of it.
+fn suggestion_server_answer(data: &[u8]) {
+    use toolsift::suggestions::{Suggestions, SuggestionsConfig, names};
+    for content_type in ["application/json", "text/event-stream"] {
+        let Some(page) = toolsift::mcp::suggestions::read_list(Some(200), content_type, data)
+        else {
+            continue;
+        };
+        let tools = toolsift::mcp::suggestions::tools(vec![page]);
+        let known: Vec<String> = tools.iter().map(|(name, _)| name.clone()).collect();
+        let suggestions = Suggestions::new(&SuggestionsConfig::default(), tools);
+        let query = String::from_utf8_lossy(data);
+        for name in names(&suggestions.suggest(&query, |_| false, None)) {
+            assert!(
+                known.iter().any(|k| k == name),
+                "suggested {name}, never listed"
+            );
+        }
+    }
 }

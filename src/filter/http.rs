@@ -496,7 +496,8 @@ impl Filter {
             Some(crate::search::plan::Planned::Search(plan)) => {
                 let shown = analysis.total() - plan.deferred(analysis);
                 replace_request_body(shared, analysis, body_len, &plan.body, shown)?;
-                let session = crate::search::round::Session::new(config, analysis, text, plan);
+                let session = crate::search::round::Session::new(config, analysis, text, plan)
+                    .with_suggestions(engine.suggestions().cloned());
                 metrics.add(metrics.search_requests, 1);
                 let stream = analysis.stream || path_stream;
                 // Response headers are held only where holding request headers proved to work.

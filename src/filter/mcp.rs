@@ -25,6 +25,7 @@ pub struct McpMetrics {
     tools_list: u32,
     tokens_saved: u32,
     find_tools: u32,
+    suggested: u32,
     call_tool: u32,
     direct: u32,
     unknown: u32,
@@ -47,6 +48,7 @@ impl McpMetrics {
             tools_list: counter("toolsift.mcp.tools_list")?,
             tokens_saved: counter("toolsift.mcp.tokens_saved")?,
             find_tools: counter("toolsift.mcp.find_tools")?,
+            suggested: counter("toolsift.mcp.suggested")?,
             call_tool: counter("toolsift.mcp.call_tool")?,
             direct: counter("toolsift.mcp.direct_calls")?,
             unknown: counter("toolsift.mcp.unknown_tool")?,
@@ -295,7 +297,7 @@ fn unavailable(exchange: &mut Exchange, shared: &Shared) -> Step {
 }
 
 /// The answer of the current `on_http_call_response`.
-fn call_answer(num_headers: usize, size: usize) -> CallAnswer {
+pub(super) fn call_answer(num_headers: usize, size: usize) -> CallAnswer {
     CallAnswer {
         status: super::http::call_status(num_headers).and_then(|s| s.parse().ok()),
         content_type: (num_headers > 0)
@@ -408,6 +410,10 @@ impl Host for EnvoyHost<'_> {
         super::vectors::send(&self.engine.config, inputs)
     }
 
+    fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>> {
+        self.engine.suggestions().cloned()
+    }
+
     fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
         let Some(cluster) = upstream_cluster() else {
             log::warn!("mcp: the request's upstream cluster is unknown");
@@ -481,6 +487,7 @@ impl Host for EnvoyHost<'_> {
                 metrics.add(m.tokens_saved, tokens_saved);
             }
             Event::FindTools => metrics.add(m.find_tools, 1),
+            Event::Suggested(tools) => metrics.add(m.suggested, tools),
             Event::CallTool => metrics.add(m.call_tool, 1),
             Event::Direct => metrics.add(m.direct, 1),
             Event::Unknown => metrics.add(m.unknown, 1),

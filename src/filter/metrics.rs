@@ -70,6 +70,9 @@ pub struct Metrics {
     pub search_unknown_tools: u32,
     /// Search loops stopped for more searches than `search.max_searches`.
     pub search_storms: u32,
+    pub search_suggested: u32,
+    pub suggestions_fetched: u32,
+    pub suggestions_failed: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
     /// Under access rules, model answers that could not be read (so not checked) and were
@@ -120,6 +123,9 @@ impl Metrics {
             search_round_time_us: histogram("toolsift.search.round_time_us")?,
             search_unknown_tools: counter("toolsift.search.unknown_tools")?,
             search_storms: counter("toolsift.search.storms")?,
+            search_suggested: counter("toolsift.search.suggested")?,
+            suggestions_fetched: counter("toolsift.suggestions.fetched")?,
+            suggestions_failed: counter("toolsift.suggestions.failed")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,

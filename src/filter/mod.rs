@@ -10,6 +10,7 @@ mod identity;
 mod mcp;
 mod metrics;
 mod search;
+mod suggestions;
 mod vectors;
 
 use crate::config::Config;
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     /// MCP routes: this worker's server catalogs, and the MCP stats (`None` without `mcp`).
     mcp_cache: RefCell<crate::mcp::catalog::CatalogCache>,
     mcp_metrics: Option<mcp::McpMetrics>,
+    /// `suggestions.mcp`: when this worker fetches the suggestion server's list next.
+    suggestions: RefCell<Option<crate::mcp::suggestions::Refresh>>,
 }
 
 impl Shared {
@@ -120,6 +123,9 @@ impl Context for Root {
         let Some(shared) = &self.shared else {
             return;
         };
+        if suggestions::answered(shared, token_id, num_headers, body_size) {
+            return;
+        }
         let Some((catalog, entries)) = shared
             .backfill
             .try_borrow()
@@ -209,7 +215,19 @@ impl RootContext for Root {
             _ => None,
         };
         let mcp_cache = RefCell::new(mcp::cache(&config));
+        let refresh = config
+            .suggestions
+            .as_ref()
+            .and_then(|s| s.mcp.as_ref())
+            .map(crate::mcp::suggestions::Refresh::new);
+        if refresh.is_some() {
+            // The first fetch goes on the first tick: clusters are not ready before.
+            if let Err(status) = host::set_tick_period(suggestions::TICK) {
+                log::warn!("suggestions: cannot set the tick period: {status:?}");
+            }
+        }
         self.shared = Some(Rc::new(Shared {
+            suggestions: RefCell::new(refresh),
             mcp_cache,
             mcp_metrics,
             engine: RefCell::new(Engine::new(config)),
@@ -236,11 +254,15 @@ impl RootContext for Root {
             }
         }
         self.resume_stalled(&shared);
-        // Tick again only while held requests are watched (a request that queues background
-        // calls sets its own period).
+        suggestions::tick(&shared);
+        // Tick again only while held requests are watched or a suggestion server is fetched
+        // (a request that queues background calls sets its own period).
         let watching = shared.watchdog.try_borrow().is_ok_and(|w| w.watching());
+        let fetching = shared.suggestions.try_borrow().is_ok_and(|r| r.is_some());
         let period = if watching {
             std::time::Duration::from_millis(crate::search::hold::TICK_MS)
+        } else if fetching {
+            suggestions::TICK
         } else {
             std::time::Duration::ZERO
         };

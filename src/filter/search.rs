@@ -255,6 +255,7 @@ impl Host for EnvoyHost<'_> {
             Event::Unchecked => m.add(m.access_unchecked, 1),
             Event::UnknownTools(calls) => m.add(m.search_unknown_tools, calls),
             Event::SearchStorm => m.add(m.search_storms, 1),
+            Event::Suggested(tools) => m.add(m.search_suggested, tools),
         }
     }
 

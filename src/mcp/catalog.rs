@@ -49,10 +49,6 @@ struct RawPage<'a> {
 #[derive(Deserialize)]
 struct RawTool<'a> {
     name: crate::json::Str<'a>,
-    #[serde(borrow, default)]
-    description: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "inputSchema")]
-    input_schema: Option<&'a RawValue>,
 }
 
 /// Reads a `tools/list` result (JSON object text). Tools that are not objects with a string
@@ -131,7 +127,12 @@ impl ServerCatalog {
         }
         let gating = tools.iter().position(|t| t.name == GATING_TOOL);
         let rankable: Vec<usize> = (0..tools.len()).filter(|&i| Some(i) != gating).collect();
-        let container = ranking_container(&tools, &rankable);
+        let container = crate::rank::mcp_tools_container(
+            rankable
+                .iter()
+                .filter_map(|&i| tools.get(i))
+                .map(|t| (t.name.as_str(), t.raw.as_str())),
+        );
         let ranked = (!rankable.is_empty())
             .then(|| Catalog::build(Dialect::Anthropic, &container, FieldWeights::default()).ok())
             .flatten();
@@ -236,31 +237,6 @@ impl ServerCatalog {
             })
             .collect()
     }
-}
-
-/// The rankable tools as an Anthropic-style tools array (`name`, `description`,
-/// `input_schema`), which the ranking index reads like any request's tools.
-fn ranking_container(tools: &[Tool], rankable: &[usize]) -> String {
-    let mut out = String::from("[");
-    for (n, tool) in rankable.iter().filter_map(|&i| tools.get(i)).enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        let parsed: Option<RawTool> = serde_json::from_str(&tool.raw).ok();
-        out.push_str("{\"name\":");
-        out.push_str(&serde_json::to_string(&tool.name).unwrap_or_else(|_| "\"\"".into()));
-        if let Some(description) = parsed.as_ref().and_then(|t| t.description) {
-            out.push_str(",\"description\":");
-            out.push_str(description.get());
-        }
-        if let Some(schema) = parsed.as_ref().and_then(|t| t.input_schema) {
-            out.push_str(",\"input_schema\":");
-            out.push_str(schema.get());
-        }
-        out.push('}');
-    }
-    out.push(']');
-    out
 }
 
 /// Which catalog: the MCP server (the cluster and authority the request goes to) and the

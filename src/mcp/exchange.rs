@@ -88,6 +88,8 @@ pub trait Host {
     fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>>;
     /// Sends an embeddings request for `inputs`.
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32>;
+    /// The `suggestions` catalog, `None` without the section.
+    fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>>;
 }
 
 /// What the gateway counts.
@@ -123,6 +125,8 @@ pub enum Event {
     /// Under access rules: requests refused whole, server tools left out of what a client can
     /// list or find, calls refused (`toolsift.access.denied.<surface>`).
     Denied(Surface, usize),
+    /// Tools suggested (`suggestions`) in a `find_tools` result.
+    Suggested(usize),
 }
 
 /// The request's headers that matter here.
@@ -929,6 +933,16 @@ impl Exchange {
         let allowed = self.allowed(catalog);
         let may_see = |at: usize| visible(allowed.as_deref(), at);
         found.retain(|f| may_see(f.tool));
+        // Suggestions are judged by keyword (BM25), whatever ranked the search, so that one
+        // `suggestions.min_score` means the same on every surface.
+        let keyword_best = match fused {
+            None => found.first().map(|f| f.score),
+            Some(_) => catalog
+                .rank(&query)
+                .iter()
+                .find(|f| may_see(f.tool))
+                .map(|f| f.score),
+        };
         let denied = allowed.as_deref().map(|a| catalog.denied(a));
         let mut gating_note = String::new();
         if let Some(verdict) = verdict {
@@ -994,18 +1008,32 @@ impl Exchange {
             .filter_map(|f| catalog.tools.get(f.tool))
             .map(|t| header_safe(&t.name).into_owned())
             .collect();
-        let structured = if tools.is_empty() {
+        let mut structured = if tools.is_empty() {
             json!({"query": query, "tools": [], "note": "No tool matched; try other words."})
         } else {
             json!({"query": query, "tools": tools})
         };
+        let mut suggested_note = String::new();
+        if let Some(suggestions) = host.suggestions().filter(|s| s.wanted(keyword_best)) {
+            let has = |name: &str| catalog.position(name).is_some();
+            let suggested = suggestions.suggest(&query, has, self.head.grant.as_ref());
+            if !suggested.is_empty() {
+                host.count(Event::Suggested(suggested.len()));
+                let names: Vec<_> = crate::suggestions::names(&suggested)
+                    .into_iter()
+                    .map(header_safe)
+                    .collect();
+                suggested_note = format!(" suggested={}", names.join(","));
+                crate::suggestions::add_to(&mut structured, suggested);
+            }
+        }
         let result = json!({
             "content": [{"type": "text", "text": structured.to_string()}],
             "structuredContent": structured,
             "isError": false,
         });
         self.outcome = Some(format!(
-            "mcp=find_tools found={} total={}{}{gating_note}",
+            "mcp=find_tools found={} total={}{}{gating_note}{suggested_note}",
             names.join(","),
             catalog.findable(),
             self.denied_note(host, denied)

@@ -24,6 +24,7 @@ struct Mock {
     generation: RefCell<u64>,
     now: u64,
     refuse: bool,
+    suggestions: Option<std::rc::Rc<crate::suggestions::Suggestions>>,
 }
 
 impl Host for Mock {
@@ -41,6 +42,10 @@ impl Host for Mock {
             embeddings,
             config,
         })
+    }
+
+    fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>> {
+        self.suggestions.clone()
     }
 
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
@@ -290,6 +295,71 @@ fn find_tools_ranks_the_whole_catalog() {
     assert_eq!(
         exchange.header_value(),
         Some("mcp=find_tools found=get_weather total=5")
+    );
+}
+
+#[test]
+fn a_find_tools_that_finds_nothing_good_gets_suggestions_never_callable() {
+    let config = r#"{"mcp":{},"suggestions":{"min_score":100,"tools":[
+        {"name":"book_meeting_room","description":"Book a meeting room for a team","source":"the calendar server"},
+        {"name":"get_weather","description":"the server has it: never suggested"}]}}"#;
+    let mut s = Setup::new(config);
+    let engine = crate::pipeline::Engine::new(s.config.clone());
+    let host = Mock {
+        suggestions: engine.suggestions().cloned(),
+        ..Mock::default()
+    };
+    let body = call(
+        2,
+        "find_tools",
+        r#"{"query":"book a room for the weather team"}"#,
+    );
+    let (exchange, step) = s.run(&host, MODERN_REVISION, &body, &[catalog_tools()]);
+    assert_eq!(step, Step::Answered);
+    let result = &host.answer().1["result"]["structuredContent"];
+    assert_eq!(result["tools"][0]["name"], "get_weather", "{result}");
+    let suggested = result["suggestions"].as_array().unwrap();
+    assert_eq!(suggested.len(), 1, "{result}");
+    assert_eq!(suggested[0]["name"], "book_meeting_room");
+    assert_eq!(suggested[0]["suggested"], true);
+    assert_eq!(suggested[0]["source"], "the calendar server");
+    assert!(suggested[0].get("inputSchema").is_none());
+    assert!(host.events.borrow().contains(&Event::Suggested(1)));
+    assert!(
+        exchange
+            .header_value()
+            .unwrap()
+            .ends_with(" suggested=book_meeting_room")
+    );
+    // Calling a suggestion is calling a tool the server did not list: never sent.
+    let sent = host.sent.borrow().len();
+    let body = call(3, "book_meeting_room", "{}");
+    s.run(&host, MODERN_REVISION, &body, &[catalog_tools()]);
+    assert_eq!(host.sent.borrow().len(), sent, "the server never sees it");
+    assert!(
+        host.answer().1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("find_tools")
+    );
+    // A good match scores above min_score: no suggestions.
+    let mut s = Setup::new(&config.replace(r#""min_score":100"#, r#""min_score":0.1"#));
+    let host = Mock {
+        suggestions: crate::pipeline::Engine::new(s.config.clone())
+            .suggestions()
+            .cloned(),
+        ..Mock::default()
+    };
+    let body = call(
+        2,
+        "find_tools",
+        r#"{"query":"book a room for the weather team"}"#,
+    );
+    s.run(&host, MODERN_REVISION, &body, &[catalog_tools()]);
+    assert!(
+        host.answer().1["result"]["structuredContent"]
+            .get("suggestions")
+            .is_none()
     );
 }
 

@@ -19,19 +19,40 @@ use super::exchange::GATING_ID;
 pub fn gating_call(settings: &GatingMcp, text: &str) -> (Vec<(String, String)>, String) {
     let mut arguments = serde_json::Map::new();
     arguments.insert(settings.argument.clone(), Value::String(text.to_owned()));
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": 7_400_000_999u64,
-        "method": "tools/call",
-        "params": {
-            "name": super::catalog::GATING_TOOL,
-            "arguments": arguments,
-            "_meta": {
+    let params = json!({"name": super::catalog::GATING_TOOL, "arguments": arguments});
+    modern_call(
+        "tools/call",
+        Some(super::catalog::GATING_TOOL),
+        params,
+        &settings.headers,
+    )
+}
+
+/// A request the gateway sends an MCP server on its own, on the 2026-07-28 revision (no session
+/// to open first): its headers (besides the pseudo-headers the host sets; `extra` last, replacing
+/// any of the same name) and body. `name`: the tool or resource a name-bearing method names,
+/// sent as `Mcp-Name`.
+pub fn modern_call(
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+    extra: &std::collections::BTreeMap<String, String>,
+) -> (Vec<(String, String)>, String) {
+    if let Some(params) = params.as_object_mut() {
+        params.insert(
+            "_meta".to_owned(),
+            json!({
                 "io.modelcontextprotocol/protocolVersion": super::exchange::MODERN_REVISION,
                 "io.modelcontextprotocol/clientCapabilities": {},
                 "io.modelcontextprotocol/clientInfo": {"name": "toolsift", "version": env!("CARGO_PKG_VERSION")}
-            }
-        }
+            }),
+        );
+    }
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 7_400_000_999u64,
+        "method": method,
+        "params": params,
     });
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
@@ -43,13 +64,12 @@ pub fn gating_call(settings: &GatingMcp, text: &str) -> (Vec<(String, String)>, 
             "mcp-protocol-version".to_owned(),
             super::exchange::MODERN_REVISION.to_owned(),
         ),
-        ("mcp-method".to_owned(), "tools/call".to_owned()),
-        (
-            "mcp-name".to_owned(),
-            super::catalog::GATING_TOOL.to_owned(),
-        ),
+        ("mcp-method".to_owned(), method.to_owned()),
     ];
-    for (name, value) in &settings.headers {
+    if let Some(name) = name {
+        headers.push(("mcp-name".to_owned(), name.to_owned()));
+    }
+    for (name, value) in extra {
         headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
         headers.push((name.to_ascii_lowercase(), value.clone()));
     }

@@ -17,6 +17,7 @@ pub mod gating;
 pub mod govern;
 pub mod llm;
 pub mod message;
+pub mod suggestions;
 
 #[cfg(test)]
 mod hostile {
@@ -46,9 +47,14 @@ mod hostile {
         message::StreamWatch::default().feed(bytes);
         let _ = message::header_value(&text);
         if let Some(page) = catalog::page(&text) {
-            let c = catalog::ServerCatalog::build(vec![page]);
+            let c = catalog::ServerCatalog::build(vec![page.clone()]);
             let _ = c.rank(&text);
+            let config = crate::suggestions::SuggestionsConfig::default();
+            let s = crate::suggestions::Suggestions::new(&config, suggestions::tools(vec![page]));
+            let _ = s.suggest(&text, |_| false, None);
         }
+        let _ = suggestions::read_list(Some(200), "application/json", bytes);
+        let _ = suggestions::read_list(Some(200), "text/event-stream", bytes);
         let _ = gating::verdict(&text);
         let _ = gating::arguments(&text, &text);
         for dialect in crate::dialects::Dialect::ALL {

@@ -95,6 +95,8 @@ pub enum Event {
     UnknownTools(usize),
     /// A loop stopped for more searches than `search.max_searches`.
     SearchStorm,
+    /// Tools suggested (`suggestions`) in a search's result.
+    Suggested(usize),
 }
 
 /// What a callback returns to Envoy.
@@ -567,12 +569,17 @@ impl Responder {
         started: Option<u64>,
     ) -> Flow {
         let codec = self.session.codec();
-        let (refused_before, unknown_before, stormed_before) = (
+        let (refused_before, unknown_before, stormed_before, suggested_before) = (
             self.session.refused(),
             self.session.unknown().len(),
             self.session.stormed(),
+            self.session.suggested().len(),
         );
         let next = self.session.on_reply(reply);
+        let suggested = self.session.suggested().len() - suggested_before;
+        if suggested > 0 {
+            host.count(Event::Suggested(suggested));
+        }
         if self.session.stormed() && !stormed_before {
             host.count(Event::SearchStorm);
         }

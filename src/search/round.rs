@@ -18,6 +18,7 @@ use crate::json::find_path;
 use crate::pipeline::{Analysis, header_safe};
 use crate::rank::{Catalog, Scored};
 use crate::rewrite::splice;
+use crate::suggestions::Suggestions;
 use crate::text::head_and_tail;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -101,6 +102,10 @@ pub struct Session {
     /// Rankings of meta-tool queries made outside the session (hybrid ranking, which needs
     /// the query's embeddings), by query; any other query is ranked by keyword.
     rankings: Vec<(String, Vec<Scored>)>,
+    /// `suggestions`: tools offered, never callable, when a search finds nothing good; and
+    /// the names offered so far.
+    suggestions: Option<Rc<Suggestions>>,
+    suggested: Vec<String>,
 }
 
 impl Session {
@@ -133,6 +138,8 @@ impl Session {
             usage: Vec::new(),
             found: Vec::new(),
             rankings: Vec::new(),
+            suggestions: None,
+            suggested: Vec::new(),
         }
     }
 
@@ -163,7 +170,20 @@ impl Session {
             usage: Vec::new(),
             found: Vec::new(),
             rankings: Vec::new(),
+            suggestions: None,
+            suggested: Vec::new(),
         }
+    }
+
+    /// Searches that find nothing good offer tools from `suggestions`.
+    pub fn with_suggestions(mut self, suggestions: Option<Rc<Suggestions>>) -> Session {
+        self.suggestions = suggestions;
+        self
+    }
+
+    /// Names of the tools suggested so far.
+    pub fn suggested(&self) -> &[String] {
+        &self.suggested
     }
 
     /// The request's catalog, when the session searches.
@@ -328,6 +348,10 @@ impl Session {
         if !self.unknown.is_empty() {
             let unknown: Vec<_> = self.unknown.iter().map(|n| header_safe(n)).collect();
             value.push_str(&format!(" unknown={}", unknown.join(",")));
+        }
+        if !self.suggested.is_empty() {
+            let suggested: Vec<_> = self.suggested.iter().map(|n| header_safe(n)).collect();
+            value.push_str(&format!(" suggested={}", suggested.join(",")));
         }
         value
     }
@@ -591,7 +615,7 @@ impl Session {
                 self.already_available(&best, "These tools are in your tool list already");
             return (result(call, &content, false), Vec::new());
         }
-        let content = if found.is_empty() {
+        let mut content = if found.is_empty() {
             json!({"tools": [], "note": "No tool matched; try other words."})
         } else {
             json!({
@@ -599,7 +623,42 @@ impl Session {
                 "note": "These tools are now in your tool list: call them directly."
             })
         };
+        let suggested = self.suggest(&query, &best);
+        if !suggested.is_empty() {
+            self.suggested.extend(
+                crate::suggestions::names(&suggested)
+                    .into_iter()
+                    .map(str::to_owned),
+            );
+            crate::suggestions::add_to(&mut content, suggested);
+        }
         (result(call, &content, false), found)
+    }
+
+    /// Suggestions for a search whose best matches (of the tools the caller may see) are
+    /// `best`: none when the best scores at least `suggestions.min_score`, by keyword (BM25,
+    /// whatever ranked the search, so that one threshold means the same everywhere).
+    fn suggest(&self, query: &str, best: &[usize]) -> Vec<Value> {
+        let Some(suggestions) = &self.suggestions else {
+            return Vec::new();
+        };
+        let keyword = match (&self.catalog, best.first()) {
+            (Some(catalog), Some(_)) => catalog
+                .index
+                .rank(query)
+                .iter()
+                .filter(|s| s.score > 0.0 && self.may_see(s.entry))
+                .map(|s| s.score)
+                .next(),
+            _ => None,
+        };
+        if !suggestions.wanted(keyword) {
+            return Vec::new();
+        }
+        let has = |name: &str| {
+            (0..self.entries.len()).any(|e| self.entry_name(e) == Some(name)) || self.is_meta(name)
+        };
+        suggestions.suggest(query, has, self.grant.as_ref())
     }
 
     /// The answer to a search whose tools the model has already: their names, and a note
@@ -927,7 +986,11 @@ mod tests {
         let Some(Planned::Search(plan)) = plan(&config, &analysis, &body, room) else {
             panic!("planned");
         };
-        (Session::new(&config, &analysis, &body, plan), body)
+        let suggestions = engine.suggestions().cloned();
+        (
+            Session::new(&config, &analysis, &body, plan).with_suggestions(suggestions),
+            body,
+        )
     }
 
     fn call(id: &str, name: &str, arguments: &str) -> Call {
@@ -1025,6 +1088,57 @@ mod tests {
         let v: Value = serde_json::from_str(body).unwrap();
         let messages = v["messages"].as_array().unwrap();
         serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_weak_search_gets_suggestions_that_stay_uncallable() {
+        let config = r#"{"mode":"search","min_tools":3,"search":{"max_search_rounds":5},
+            "suggestions":{"min_score":50,"k":2,"tools":[
+                {"name":"create_jira_issue","description":"Create a Jira issue for a bug","source":"the Jira MCP server"},
+                {"name":"get_weather","description":"Weather (the client has it: never suggested)"},
+                {"name":"send_fax","description":"Send a fax"}]}}"#;
+        let (mut s, _) = session(config, 30);
+        let search = |id: &str, query: &str| {
+            reply(
+                vec![call(id, "find_tools", &format!(r#"{{"query":"{query}"}}"#))],
+                (1, 1),
+            )
+        };
+        let Next::FollowUp(body) = s.on_reply(&search("c1", "file a jira issue for this bug"))
+        else {
+            panic!("a follow-up");
+        };
+        let result = last_result(&body);
+        assert_eq!(
+            result["suggestions"][0]["name"], "create_jira_issue",
+            "{result}"
+        );
+        assert_eq!(result["suggestions"][0]["suggested"], true);
+        assert_eq!(result["suggestions"][0]["source"], "the Jira MCP server");
+        assert_eq!(result["suggestions"].as_array().unwrap().len(), 1);
+        assert!(result["suggestions_note"].is_string());
+        let sent: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            !sent["tools"].to_string().contains("create_jira_issue"),
+            "a suggestion never joins the tools"
+        );
+        assert!(s.header_value().contains(" suggested=create_jira_issue"));
+        // Calling it anyway is calling a tool that does not exist.
+        let Next::FollowUp(body) = s.on_reply(&reply(
+            vec![call("c2", "create_jira_issue", r#"{"title":"x"}"#)],
+            (1, 1),
+        )) else {
+            panic!("answered to the model");
+        };
+        assert_eq!(last_result(&body)["code"], "unknown_tool");
+        // A search whose best match scores above min_score gets none.
+        let config = config.replace(r#""min_score":50"#, r#""min_score":0.5"#);
+        let (mut s, _) = session(&config, 30);
+        let Next::FollowUp(body) = s.on_reply(&search("c1", "weather in a city")) else {
+            panic!("a follow-up");
+        };
+        assert!(last_result(&body).get("suggestions").is_none());
+        assert!(s.suggested().is_empty());
     }
 
     #[test]

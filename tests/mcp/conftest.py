@@ -161,5 +161,26 @@ class Envoy(Process):
         return 0
 
 
+def with_cluster(name: str, port: int):
+    """An `edit` for [`Envoy`] that adds a STATIC cluster `name` on 127.0.0.1:`port` (a second
+    server the gateway calls itself) to the rendered YAML."""
+
+    def edit(yaml: str, ports: dict) -> str:
+        return yaml.rstrip("\n") + f"""
+  - name: {name}
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{ address: 127.0.0.1, port_value: {port} }}
+"""
+
+    return edit
+
+
 def run(coro):
     return asyncio.run(coro)

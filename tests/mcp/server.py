@@ -7,6 +7,7 @@ Its tools are a real catalog: the first `--count` tools of a shared dataset
 tool's name and arguments, so a test can tell which calls reached the server.
 
 Options a test turns on:
+- `--start N`: serve the dataset's tools from the N-th on (a second server with other tools).
 - `--gating RULES.json`: also expose `_tool_gating` (see below).
 - `--toolset N`: also expose `enable_toolset`, which adds N more dataset tools and sends
   `notifications/tools/list_changed` (as servers with dynamic toolsets do).
@@ -104,8 +105,8 @@ def build(args: argparse.Namespace) -> Server:
     for pair in args.annotate:
         name, _, hint = pair.partition(":")
         annotate.setdefault(name, []).append(hint)
-    tools = load_tools(args.dataset, 0, args.count, annotate)
-    extra = load_tools(args.dataset, args.count, args.toolset) if args.toolset else []
+    tools = load_tools(args.dataset, args.start, args.count, annotate)
+    extra = load_tools(args.dataset, args.start + args.count, args.toolset) if args.toolset else []
     rules = json.loads(Path(args.gating).read_text()) if args.gating else None
     state: dict[str, Any] = {"calls": [], "lists": 0, "gating": 0}
 
@@ -187,6 +188,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default="catalog")
     parser.add_argument("--dataset", default="livemcpbench")
+    parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--count", type=int, default=250)
     parser.add_argument("--toolset", type=int, default=0)
     parser.add_argument("--gating")

@@ -13,7 +13,7 @@ import time
 import urllib.request
 
 import pytest
-from conftest import REPO, SCRATCH, Envoy, McpServer, free_port
+from conftest import REPO, SCRATCH, Envoy, McpServer, free_port, with_cluster
 
 RULES = [
     {"match": "crashing", "exclude": ["update_salesforce_opportunity", "send_email"]},
@@ -43,26 +43,6 @@ class DemoUpstream:
         self.proc.wait()
 
 
-def with_mcp_cluster(port: int):
-    """Adds a cluster `mcp` (the gating server) to the rendered envoy.yaml."""
-
-    def edit(yaml: str, ports: dict) -> str:
-        return yaml.rstrip("\n") + f"""
-  - name: mcp
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: mcp
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{ address: 127.0.0.1, port_value: {port} }}
-"""
-
-    return edit
-
-
 @pytest.fixture(scope="module")
 def peers():
     rules = SCRATCH / "gating-llm.json"
@@ -78,7 +58,7 @@ def peers():
 def gateway(peers, claim: str) -> Envoy:
     server, upstream = peers
     config = {"debug": True, "gating": {"mcp": {"cluster": "mcp", "authority": "localhost"}, "claim": claim}}
-    return Envoy("envoy.yaml", config, {18000: upstream.port}, edit=with_mcp_cluster(server.port))
+    return Envoy("envoy.yaml", config, {18000: upstream.port}, edit=with_cluster("mcp", server.port))
 
 
 def post(envoy: Envoy, question: str) -> tuple[int, dict, dict]:
@@ -144,7 +124,7 @@ def test_a_claim_answered_by_the_gateway_never_calls_the_model(peers):
 def test_an_unreachable_gating_server_changes_nothing(peers):
     server, upstream = peers
     config = {"gating": {"mcp": {"cluster": "mcp", "authority": "localhost", "timeout_ms": 200}}}
-    envoy = Envoy("envoy.yaml", config, {18000: upstream.port}, edit=with_mcp_cluster(free_port()))
+    envoy = Envoy("envoy.yaml", config, {18000: upstream.port}, edit=with_cluster("mcp", free_port()))
     try:
         status, headers, answer = post(envoy, REQUEST["messages"][-1]["content"])
         assert status == 200

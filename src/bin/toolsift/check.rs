@@ -6,7 +6,8 @@
 //! - a plugin configuration the filter would refuse (Envoy would not start);
 //! - `search.hold_headers` without `allow_on_headers_stop_iteration: true`;
 //! - a listener (or virtual host or route) buffer limit below `max_body_bytes`;
-//! - hybrid ranking whose `embeddings.cluster` is not defined;
+//! - a cluster the configuration calls (hybrid ranking's `embeddings.cluster`, `gating.mcp.cluster`,
+//!   `suggestions.mcp.cluster`) that is not defined;
 //! - a stream idle timeout shorter than the search follow-ups may need
 //!   (`search.timeout_ms` × `search.max_search_rounds`): no byte moves on the client's stream
 //!   while they run, and Envoy ends an idle stream (its route `timeout` bounds only the first
@@ -321,7 +322,7 @@ fn check_document(doc: &Node) -> Report {
         if !seen.iter().any(|s| std::ptr::eq(*s, *typed_config)) {
             let filter = parse_filter(typed_config, &mut findings);
             if is_bootstrap {
-                check_embeddings_cluster(&filter, &clusters, has_cds, &mut findings);
+                check_clusters(&filter, &clusters, has_cds, &mut findings);
             }
         }
     }
@@ -340,7 +341,9 @@ fn check_document(doc: &Node) -> Report {
     }
 }
 
-fn check_embeddings_cluster(
+/// Every cluster the configuration calls on its own (hybrid ranking's embeddings, the
+/// `_tool_gating` server, the suggestion server) must be defined.
+fn check_clusters(
     filter: &Filter<'_>,
     clusters: &[&str],
     has_cds: bool,
@@ -349,39 +352,61 @@ fn check_embeddings_cluster(
     let Some(config) = &filter.config else {
         return;
     };
-    let Some(embeddings) = config
+    let embeddings = config
         .embeddings
         .as_ref()
         .filter(|_| config.ranking == Ranking::Hybrid)
-    else {
-        return;
-    };
-    if clusters.contains(&embeddings.cluster.as_str()) {
-        return;
-    }
+        .map(|e| {
+            (
+                "hybrid ranking: the embeddings cluster",
+                &e.cluster,
+                "every request is ranked by keyword (fallback=dispatch)",
+            )
+        });
+    let gating = config
+        .gating
+        .as_ref()
+        .and_then(|g| g.mcp.as_ref())
+        .map(|g| {
+            (
+                "gating.mcp: the cluster",
+                &g.cluster,
+                "requests go on without a verdict",
+            )
+        });
+    let suggestions = config
+        .suggestions
+        .as_ref()
+        .and_then(|s| s.mcp.as_ref())
+        .map(|s| {
+            (
+                "suggestions.mcp: the cluster",
+                &s.cluster,
+                "only the inline suggestions are offered",
+            )
+        });
     let line = filter
         .wasm
         .get("configuration")
         .map_or(filter.wasm.line, |c| c.line);
-    let (severity, why) = if has_cds {
-        (
-            Severity::Warning,
-            "is not among the static clusters (clusters from CDS are not checked)",
-        )
-    } else {
-        (
-            Severity::Error,
-            "is not defined: every request is ranked by keyword (fallback=dispatch)",
-        )
-    };
-    findings.push(Finding {
-        line,
-        severity,
-        message: format!(
-            "hybrid ranking: the embeddings cluster `{}` {why}",
-            embeddings.cluster
-        ),
-    });
+    for (what, cluster, consequence) in [embeddings, gating, suggestions].into_iter().flatten() {
+        if clusters.contains(&cluster.as_str()) {
+            continue;
+        }
+        let (severity, why) = if has_cds {
+            (
+                Severity::Warning,
+                "is not among the static clusters (clusters from CDS are not checked)".to_owned(),
+            )
+        } else {
+            (Severity::Error, format!("is not defined: {consequence}"))
+        };
+        findings.push(Finding {
+            line,
+            severity,
+            message: format!("{what} `{cluster}` {why}"),
+        });
+    }
 }
 
 /// The rules for the toolsift filters of one HTTP connection manager.
@@ -400,7 +425,7 @@ fn check_hcm<'a>(
         };
         seen.push(typed_config);
         let filter = parse_filter(typed_config, findings);
-        check_embeddings_cluster(&filter, clusters, has_cds, findings);
+        check_clusters(&filter, clusters, has_cds, findings);
         let Some(config) = &filter.config else {
             continue;
         };
