@@ -748,7 +748,9 @@ pub fn header_map(data: &[u8]) {
 ///
 /// [`screen`]: toolsift::mcp::message::screen
 pub fn mcp_message(data: &[u8]) {
-    use toolsift::mcp::message::{Incoming, Screened, incoming, screen};
+    use toolsift::mcp::message::{
+        Incoming, RoutingHeaders, Screened, header_value, incoming, routing_mismatch, screen,
+    };
     let lenient: Option<serde_json::Value> = serde_json::from_slice(data).ok();
     let method_of = |v: &serde_json::Value| {
         v.get("method")
@@ -770,7 +772,28 @@ pub fn mcp_message(data: &[u8]) {
                     .and_then(|p| p.get("name"))
                     .and_then(serde_json::Value::as_str);
                 assert_eq!(params.name.as_deref(), name, "another tool name");
+                // The headers a conforming client derives from the body always agree with it.
+                let named = match request.method.as_str() {
+                    "resources/read" => params.uri,
+                    _ => params.name,
+                };
+                let routing = RoutingHeaders {
+                    method: Some(request.method.clone()),
+                    name: named.as_deref().map(header_value),
+                };
+                assert_eq!(
+                    routing_mismatch(&routing, &request),
+                    None,
+                    "agreeing headers"
+                );
             }
+            // Headers made of the input itself: any answer, never a panic.
+            let text = String::from_utf8_lossy(data).into_owned();
+            let odd = RoutingHeaders {
+                method: Some(text.clone()),
+                name: Some(text),
+            };
+            let _ = routing_mismatch(&odd, &request);
         }
         Incoming::Other => {
             if screen(data) == Screened::Harmless {

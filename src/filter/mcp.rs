@@ -3,10 +3,12 @@
 //!
 //! Nothing is held in a headers callback (Istio's `WasmPlugin` and Envoy Gateway cannot allow
 //! it): the request headers go on at once, the body is buffered in the body callbacks, and a
-//! request the gateway answers is answered with a local reply (Envoy then resets the upstream
-//! request it had started, before any body was sent). The gateway's own requests (catalog
-//! pages, `_tool_gating`, `call_tool`'s call) go to the cluster the router chose, with the
-//! client's headers: its session (`Mcp-Session-Id`), credentials and protocol version.
+//! request the gateway answers is answered with a local reply. An Envoy `buffer` filter after
+//! this one keeps the request from the router until then, so such a request never reaches the
+//! server; without it the router has already sent the headers, and Envoy resets that upstream
+//! request (README.md, "What the MCP server sees"). The gateway's own requests (catalog pages,
+//! `_tool_gating`, `call_tool`'s call) go to the route's cluster, with the client's headers:
+//! its session (`Mcp-Session-Id`), credentials and protocol version.
 
 use super::Shared;
 use super::host::{self, Buffer, Headers, MetricKind};
@@ -16,7 +18,7 @@ use crate::mcp::exchange::{
     CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context,
 };
 use crate::mcp::govern;
-use crate::mcp::message::{StreamWatch, header_value};
+use crate::mcp::message::{RoutingHeaders, StreamWatch, header_value};
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -129,6 +131,10 @@ impl McpRequest {
             revision: get("mcp-protocol-version").unwrap_or_default(),
             auth,
             grant,
+            routing: RoutingHeaders {
+                method: get("mcp-method"),
+                name: get("mcp-name"),
+            },
         };
         McpRequest {
             exchange: Exchange::new(head),
@@ -191,7 +197,7 @@ impl McpRequest {
         }
         self.buffering = false;
         let body = host::buffer(Buffer::RequestBody, 0, body_size).unwrap_or_default();
-        // The cluster the router chose is known once the headers went on.
+        // The route's cluster: Envoy names it from the route entry even before the router ran.
         let cluster = upstream_cluster().unwrap_or_default();
         self.server = format!("{cluster}|{}", self.server);
         self.exchange.set_server(&self.server);
@@ -320,7 +326,8 @@ fn set_server_late(server: &mut String) -> bool {
     }
 }
 
-/// The upstream cluster the router picked for this request.
+/// The upstream cluster of this request: the one the router picked, or, before the router ran
+/// (held by the buffer filter), the route's.
 fn upstream_cluster() -> Option<String> {
     let property = |path: &[&str]| {
         host::property(path)

@@ -28,7 +28,9 @@
 use super::catalog::{self, CatalogCache, Key, Page, ServerCatalog, page};
 use super::gating::{self, Verdict};
 use super::govern::{self, Refusal, Unfit};
-use super::message::{self, Incoming, Outcome, Request, Screened, TOOLS_LIST_CHANGED};
+use super::message::{
+    self, Incoming, Outcome, Request, RoutingHeaders, Screened, TOOLS_LIST_CHANGED,
+};
 use crate::access::{Caller, Grant, Surface, Why};
 use crate::config::Config;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
@@ -67,6 +69,10 @@ pub const GATING_ID: &str = "7400000999";
 
 /// The first protocol revision without sessions, whose results carry `resultType`.
 pub const MODERN_REVISION: &str = "2026-07-28";
+
+/// The JSON-RPC error of a request whose `Mcp-Method`/`Mcp-Name` disagree with its body
+/// (2026-07-28), answered with HTTP 400.
+pub const HEADER_MISMATCH: i64 = -32020;
 
 /// What the gateway needs of the host (Envoy).
 pub trait Host {
@@ -140,6 +146,8 @@ pub struct Head {
     pub auth: u64,
     /// Under access rules: what the request's caller may do.
     pub grant: Option<Grant>,
+    /// `Mcp-Method` and `Mcp-Name`, which must agree with the body.
+    pub routing: RoutingHeaders,
 }
 
 impl Head {
@@ -336,7 +344,19 @@ impl Exchange {
     ) -> Step {
         let governed = self.head.grant.is_some();
         let request = match message::incoming(body) {
-            Incoming::Request(request) => request,
+            // Whatever the gateway would do with it, a request whose headers say otherwise is
+            // refused as the server would refuse it: neither an answer meant for another
+            // request nor a way around a refusal.
+            Incoming::Request(request) => {
+                match message::routing_mismatch(&self.head.routing, &request) {
+                    Some(mismatch) => {
+                        self.request = Some(request);
+                        self.outcome = Some("mcp=refused reason=header_mismatch".to_owned());
+                        return self.error(host, 400, HEADER_MISMATCH, mismatch);
+                    }
+                    None => request,
+                }
+            }
             // Under access rules, nothing the gateway cannot check may reach the server.
             Incoming::Other if governed => {
                 return match message::screen(body) {

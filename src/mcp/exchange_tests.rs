@@ -977,6 +977,7 @@ impl Setup {
             revision: revision.into(),
             auth: auth_context([&b"Bearer shared"[..]], Some(&caller)),
             grant: Some(policy.grant(&caller)),
+            routing: RoutingHeaders::default(),
         }
     }
 
@@ -1630,4 +1631,44 @@ fn a_request_that_cannot_be_checked_fails_closed_under_access_rules() {
     assert_eq!((answer.status, answer.code), (500, -32603));
     assert_eq!(exchange.header_value(), Some("mcp=refused reason=internal"));
     assert_eq!(Exchange::new(Head::default()).unchecked(), None);
+}
+
+/// 2026-07-28: a request whose `Mcp-Method`/`Mcp-Name` disagree with its body gets the
+/// server's `HeaderMismatch` (400) from the gateway, whatever the body asked: never an answer
+/// meant for the request the headers name, and never a pass to the server around a refusal.
+#[test]
+fn routing_headers_that_disagree_with_the_body_are_refused() {
+    let mut s = Setup::new(r#"{"mcp":{}}"#);
+    let host = Mock::default();
+    let routing = |method: &str, name: Option<&str>| Head {
+        server: "mcp|localhost".into(),
+        revision: MODERN_REVISION.into(),
+        routing: RoutingHeaders {
+            method: Some(method.into()),
+            name: name.map(Into::into),
+        },
+        ..Head::default()
+    };
+    let unknown = call(3, "drop_all_tables", "{}");
+    let cases = [
+        (routing("tools/list", None), unknown.as_str()),
+        (routing("tools/call", Some("list_files")), unknown.as_str()),
+        (routing("tools/call", Some("find_tools")), LIST),
+    ];
+    for (head, body) in cases {
+        let (exchange, step) = s.run_head(&host, head, body, &[catalog_tools()]);
+        assert_eq!(step, Step::Answered, "{body}");
+        let (status, answer) = host.answer();
+        assert_eq!(status, 400);
+        assert_eq!(answer["error"]["code"], HEADER_MISMATCH);
+        assert_eq!(
+            exchange.header_value(),
+            Some("mcp=refused reason=header_mismatch")
+        );
+    }
+    assert!(host.sent.borrow().is_empty(), "decided before the catalog");
+    // Headers that agree: the gateway answers as usual.
+    let (_, step) = s.run_head(&host, routing("tools/list", None), LIST, &[catalog_tools()]);
+    assert_eq!(step, Step::Answered);
+    assert_eq!(host.answer().0, 200);
 }

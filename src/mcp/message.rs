@@ -318,6 +318,11 @@ pub fn header_value(value: &str) -> String {
     if plain {
         return value.to_owned();
     }
+    base64_sentinel(value)
+}
+
+/// `value` as a `=?base64?…?=` header value, the form a client may use for any value.
+fn base64_sentinel(value: &str) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::from("=?base64?");
     for chunk in value.as_bytes().chunks(3) {
@@ -338,6 +343,38 @@ pub fn header_value(value: &str) -> String {
     }
     out.push_str("?=");
     out
+}
+
+/// The 2026-07-28 routing headers a request came with: `Mcp-Method` and `Mcp-Name` (absent, or
+/// not text: `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoutingHeaders {
+    pub method: Option<String>,
+    pub name: Option<String>,
+}
+
+/// Where a request's routing headers disagree with its body, as the error message the server
+/// would answer (`HeaderMismatch`); `None` when they agree, or when the request has none
+/// (revisions before 2026-07-28). The `Mcp-Name` of a name-bearing method must equal its
+/// `params` member, plainly or base64-encoded; a request whose `params` cannot be read is left
+/// to the server.
+pub fn routing_mismatch(routing: &RoutingHeaders, request: &Request) -> Option<&'static str> {
+    let method = routing.method.as_deref()?;
+    if method != request.method {
+        return Some("Mcp-Method header does not match the request body's method");
+    }
+    let params = request.params()?;
+    let named = match request.method.as_str() {
+        "tools/call" | "prompts/get" => params.name,
+        "resources/read" => params.uri,
+        _ => return None,
+    };
+    let value = named?;
+    let agrees = routing
+        .name
+        .as_deref()
+        .is_some_and(|h| h == header_value(&value) || h == base64_sentinel(&value));
+    (!agrees).then_some("Mcp-Name header does not match the request body's name")
 }
 
 /// The method of the server's list-changed notification for tools.
@@ -538,6 +575,79 @@ mod tests {
         assert_eq!(header_value("a\r\nb"), "=?base64?YQ0KYg==?=");
         assert_eq!(header_value("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
         assert_eq!(header_value(""), "");
+    }
+
+    #[test]
+    fn routing_headers_must_agree_with_the_body() {
+        let request = |body: &str| match incoming(body.as_bytes()) {
+            Incoming::Request(r) => r,
+            Incoming::Other => panic!("not a request: {body}"),
+        };
+        let routing = |method: Option<&str>, name: Option<&str>| RoutingHeaders {
+            method: method.map(str::to_owned),
+            name: name.map(str::to_owned),
+        };
+        let call =
+            request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo"}}"#);
+        let list = request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        let read = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"toolsift://capabilities"}}"#,
+        );
+        // Before 2026-07-28 there is nothing to compare.
+        assert_eq!(routing_mismatch(&routing(None, Some("x")), &call), None);
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/list"), None), &list),
+            None
+        );
+        let encoded = Some("=?base64?aMOpbGxv?=");
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), encoded), &call),
+            None
+        );
+        let tools_read = routing(Some("resources/read"), Some("toolsift://capabilities"));
+        assert_eq!(routing_mismatch(&tools_read, &read), None);
+        // Any name may be sent encoded.
+        let plain =
+            request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get"}}"#);
+        let both = [Some("get"), Some("=?base64?Z2V0?=")];
+        for name in both {
+            assert_eq!(
+                routing_mismatch(&routing(Some("tools/call"), name), &plain),
+                None
+            );
+        }
+        let method = Some("Mcp-Method header does not match the request body's method");
+        let name = Some("Mcp-Name header does not match the request body's name");
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/list"), None), &call),
+            method
+        );
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), Some("x")), &list),
+            method
+        );
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), None), &call),
+            name
+        );
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), Some("hello")), &call),
+            name
+        );
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), Some("get ")), &plain),
+            name
+        );
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), Some("=?base64?Z2V0?")), &plain),
+            name
+        );
+        // Unreadable params: the server judges.
+        let odd = request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#);
+        assert_eq!(
+            routing_mismatch(&routing(Some("tools/call"), Some("7")), &odd),
+            None
+        );
     }
 
     #[test]

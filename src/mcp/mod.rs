@@ -39,6 +39,11 @@ mod hostile {
         let text = String::from_utf8_lossy(bytes);
         if let message::Incoming::Request(r) = message::incoming(bytes) {
             let _ = r.params();
+            let routing = message::RoutingHeaders {
+                method: Some(r.method.clone()),
+                name: Some(text.to_string()),
+            };
+            let _ = message::routing_mismatch(&routing, &r);
         }
         let _ = message::screen(bytes);
         let _ = message::server_reply("text/event-stream", bytes, "7");

@@ -19,8 +19,15 @@ Options a test turns on:
 - `--list-delay-ms`: each `tools/list` answers this late (a slow catalog).
 
 `GET /test/calls` lists every `tools/call` received but `_tool_gating`'s, known tool or not
-(`[{"tool", "arguments"}]`), `GET /test/lists` counts the `tools/list` requests; `POST
-/test/reset` clears both.
+(`[{"tool", "arguments"}]`), `GET /test/lists` counts the `tools/list` requests; `GET /test/seen`
+is the server's view of its connections (below); `POST /test/reset` clears all three.
+
+The view (`/test/seen`) is recorded below the SDK, in the HTTP server and the ASGI app it runs:
+every request that arrived (its headers, and the JSON-RPC method, id and tool of its body), and
+whether its body ended (`complete`) or the peer went away first (`reset`, what the SDK logs as
+`ClientDisconnect`); and how many TCP connections were opened (`connections`), of which how many
+carried no request at all (`empty`: closed again, or still open and idle). Requests to `/test/`
+are not recorded.
 
 Run: `.venv/bin/python tests/mcp/server.py --port 18200 --dataset livemcpbench --count 250`.
 The line "mcp server listening on 127.0.0.1:PORT" on stderr says it is ready.
@@ -45,6 +52,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 DATASETS = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 
@@ -98,6 +106,104 @@ def gating_answer(rules: list[dict[str, Any]], query: str) -> dict[str, Any]:
     if claim:
         answer["claim"] = claim
     return answer
+
+
+class View:
+    """What the server saw of its peers (the module docstring says what is recorded)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        # Peer address of each connection opened → whether it carried a request.
+        self.connections: dict[str, bool] = {}
+        # Peer addresses of the connections closed.
+        self.closed: set[str] = set()
+
+    def clear(self) -> None:
+        self.requests.clear()
+        self.connections.clear()
+        self.closed.clear()
+
+    def summary(self) -> dict[str, Any]:
+        empty = [peer for peer, used in self.connections.items() if not used]
+        return {
+            "requests": self.requests,
+            "connections": len(self.connections),
+            "empty": {
+                "closed": sum(1 for peer in empty if peer in self.closed),
+                "open": sum(1 for peer in empty if peer not in self.closed),
+            },
+        }
+
+
+VIEW = View()
+
+
+def peer_key(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, (tuple, list)) and len(peer) >= 2 else str(peer)
+
+
+class RecordingProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, noting each connection as it is opened and closed."""
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.peer_key = peer_key(transport.get_extra_info("peername"))
+        VIEW.connections.setdefault(self.peer_key, False)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        VIEW.closed.add(self.peer_key)
+        super().connection_lost(exc)
+
+
+def recording(app):
+    """The ASGI app `app`, recording each request into VIEW (but those to /test/)."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http" or scope["path"].startswith("/test/"):
+            if scope["type"] == "http" and scope.get("client"):
+                # A test's own connection: not one a client request opened.
+                VIEW.connections[peer_key(scope["client"])] = True
+            return await app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        entry: dict[str, Any] = {
+            "method": scope["method"],
+            "mcp_method": headers.get("mcp-method"),
+            "mcp_name": headers.get("mcp-name"),
+            "rpc": None,
+            "id": None,
+            "tool": None,
+            "complete": False,
+            "reset": False,
+        }
+        VIEW.requests.append(entry)
+        if scope.get("client"):
+            VIEW.connections[peer_key(scope["client"])] = True
+        body = bytearray()
+
+        async def watched():
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    entry["complete"] = True
+                    try:
+                        rpc = json.loads(body) if body else None
+                    except ValueError:
+                        rpc = None
+                    if isinstance(rpc, dict):
+                        params = rpc.get("params") if isinstance(rpc.get("params"), dict) else {}
+                        entry.update(rpc=rpc.get("method"), id=rpc.get("id"), tool=params.get("name"))
+            elif message["type"] == "http.disconnect" and not entry["complete"]:
+                entry["reset"] = True
+            return message
+
+        return await app(scope, watched, send)
+
+    return wrapped
+
+
+async def seen(request: Request) -> JSONResponse:
+    return JSONResponse(VIEW.summary())
 
 
 def build(args: argparse.Namespace) -> Server:
@@ -180,6 +286,7 @@ async def reset(request: Request) -> JSONResponse:
     state["calls"].clear()
     state["lists"] = 0
     state["gating"] = 0
+    VIEW.clear()
     return JSONResponse({})
 
 
@@ -211,6 +318,7 @@ def main() -> None:
             Route("/test/calls", calls, methods=["GET"]),
             Route("/test/lists", lists, methods=["GET"]),
             Route("/test/reset", reset, methods=["POST"]),
+            Route("/test/seen", seen, methods=["GET"]),
         ],
     )
     app.state.test = server.test_state  # type: ignore[attr-defined]
@@ -221,7 +329,7 @@ def main() -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", args.port))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(recording(app), log_level="warning", lifespan="on", http=RecordingProtocol)
     uv = uvicorn.Server(config)
     print(f"mcp server listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     uv.run(sockets=[sock])
