@@ -70,6 +70,8 @@ pub struct Metrics {
     pub search_unknown_tools: u32,
     /// Search loops stopped for more searches than `search.max_searches`.
     pub search_storms: u32,
+    /// Tools shown because the session's memory offered them (`search.memory`).
+    pub search_remembered: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
     /// Under access rules, model answers that could not be read (so not checked) and were
@@ -120,6 +122,7 @@ impl Metrics {
             search_round_time_us: histogram("toolsift.search.round_time_us")?,
             search_unknown_tools: counter("toolsift.search.unknown_tools")?,
             search_storms: counter("toolsift.search.storms")?,
+            search_remembered: counter("toolsift.search.remembered")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,
