@@ -76,9 +76,10 @@ integration: build embed $(ENVOY)
 # Every shipped Envoy config must load, with the real .wasm and its configuration, and pass
 # `toolsift check` (e2e/envoy.yaml and the Istio EnvoyFilter only the latter: their .wasm path
 # and clusters exist in their containers).
+# docs/examples/affinity/ holds a front Envoy without toolsift: validated by Envoy only.
 CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml
 validate: wasm native $(ENVOY)
-	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml; do \
+	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml docs/examples/affinity/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \
 		$(ENVOY) --mode validate -c $$f --log-level error >/dev/null 2>&1 && echo OK || { \
 			$(ENVOY) --mode validate -c $$f --log-level error; exit 1; }; \

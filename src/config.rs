@@ -194,6 +194,99 @@ pub struct Search {
     /// `allow_on_headers_stop_iteration: true` (which Istio's WasmPlugin and Envoy Gateway
     /// cannot set); without it the filter notices, resumes the request, and stops holding.
     pub hold_headers: bool,
+    /// Memory of found tools: tools a session's earlier turns found are offered again without
+    /// another search (see [`crate::search::memory`]). Off unless set.
+    pub memory: Option<Memory>,
+}
+
+/// `search.memory`: where a request's session comes from, and how much is kept how long.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Memory {
+    pub session: SessionSource,
+    /// A session's memory is forgotten this long after its last request.
+    #[serde(deserialize_with = "whole_number")]
+    pub ttl_seconds: usize,
+    /// Bytes the memory of every session together takes at most, in the shared data of one
+    /// Envoy (all its workers).
+    #[serde(deserialize_with = "whole_number")]
+    pub max_bytes: usize,
+    /// Tools one session remembers at most: the ones found last stay.
+    #[serde(deserialize_with = "whole_number")]
+    pub max_tools: usize,
+}
+
+/// `search.memory.session`: what names a request's session.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionSource {
+    /// A request header naming the session (`x-session-id`); it wins over the body's fields.
+    pub header: Option<String>,
+    /// Without the header, the provider's own fields: OpenAI Chat and Responses
+    /// `prompt_cache_key`, `user`, `safety_identifier` (the first one set); Anthropic
+    /// `metadata.user_id`.
+    pub provider_fields: bool,
+}
+
+impl Default for SessionSource {
+    fn default() -> Self {
+        SessionSource {
+            header: None,
+            provider_fields: true,
+        }
+    }
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            session: SessionSource::default(),
+            ttl_seconds: 3600,
+            max_bytes: 4 * 1024 * 1024,
+            max_tools: 20,
+        }
+    }
+}
+
+/// The least `search.memory.max_bytes`: a few sessions.
+pub const MIN_MEMORY_BYTES: usize = 1024;
+/// The most `search.memory.max_bytes`: shared data is the Envoy process's memory.
+pub const MAX_MEMORY_BYTES: usize = 1024 * 1024 * 1024;
+
+impl Memory {
+    fn check(&self) -> Result<(), ConfigError> {
+        if let Some(header) = &self.session.header {
+            // HTTP/2 header names are lower-case tokens; Envoy hands them over lower-cased.
+            let token = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
+            if header.is_empty() || !header.bytes().all(token) {
+                return Err(invalid(
+                    "search.memory.session.header",
+                    "must be a lower-case header name (letters, digits, `-`, `_`, `.`)",
+                ));
+            }
+        } else if !self.session.provider_fields {
+            return Err(invalid(
+                "search.memory.session",
+                "names no session: set `header`, or leave `provider_fields` on",
+            ));
+        }
+        if !(1..=30 * 24 * 3600).contains(&self.ttl_seconds) {
+            return Err(invalid(
+                "search.memory.ttl_seconds",
+                "must be 1..=2592000 (30 days)",
+            ));
+        }
+        if !(MIN_MEMORY_BYTES..=MAX_MEMORY_BYTES).contains(&self.max_bytes) {
+            return Err(invalid(
+                "search.memory.max_bytes",
+                format_args!("must be {MIN_MEMORY_BYTES}..={MAX_MEMORY_BYTES} (1 KiB to 1 GiB)"),
+            ));
+        }
+        if !(1..=100).contains(&self.max_tools) {
+            return Err(invalid("search.memory.max_tools", "must be 1..=100"));
+        }
+        Ok(())
+    }
 }
 
 /// One `search.native_search` rule.
@@ -258,6 +351,7 @@ impl Default for Search {
             timeout_ms: 120_000,
             native_search: Vec::new(),
             hold_headers: false,
+            memory: None,
         }
     }
 }
@@ -292,6 +386,9 @@ impl Search {
         }
         for (i, rule) in self.native_search.iter().enumerate() {
             rule.check(&format!("search.native_search[{i}]"))?;
+        }
+        if let Some(memory) = &self.memory {
+            memory.check()?;
         }
         Ok(())
     }
@@ -816,6 +913,55 @@ mod tests {
     fn empty_means_defaults() {
         assert_eq!(Config::from_json(b"").unwrap(), Config::default());
         assert_eq!(Config::from_json(b"{}").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn search_memory_is_checked_field_by_field() {
+        let c = Config::from_json(
+            br#"{"mode":"search","search":{"memory":{"session":{"header":"x-session-id"},
+                "ttl_seconds":60,"max_bytes":65536,"max_tools":10}}}"#,
+        )
+        .unwrap();
+        let m = c.search.memory.unwrap();
+        assert_eq!(m.session.header.as_deref(), Some("x-session-id"));
+        assert!(m.session.provider_fields);
+        assert_eq!((m.ttl_seconds, m.max_bytes, m.max_tools), (60, 65536, 10));
+        assert_eq!(
+            Config::from_json(br#"{"search":{"memory":{}}}"#)
+                .unwrap()
+                .search
+                .memory,
+            Some(Memory::default())
+        );
+        for (memory, field) in [
+            (
+                r#"{"session":{"header":"X-Session"}}"#,
+                "search.memory.session.header",
+            ),
+            (
+                r#"{"session":{"header":""}}"#,
+                "search.memory.session.header",
+            ),
+            (
+                r#"{"session":{"provider_fields":false}}"#,
+                "search.memory.session",
+            ),
+            (r#"{"ttl_seconds":0}"#, "search.memory.ttl_seconds"),
+            (r#"{"ttl_seconds":2592001}"#, "search.memory.ttl_seconds"),
+            (r#"{"max_bytes":1023}"#, "search.memory.max_bytes"),
+            (r#"{"max_tools":0}"#, "search.memory.max_tools"),
+            (r#"{"max_tools":101}"#, "search.memory.max_tools"),
+            (r#"{"ttl":5}"#, "search.memory.ttl"),
+            (
+                r#"{"session":{"cookie":"s"}}"#,
+                "search.memory.session.cookie",
+            ),
+            (r#"{"max_bytes":"big"}"#, "search.memory.max_bytes"),
+        ] {
+            let config = format!(r#"{{"search":{{"memory":{memory}}}}}"#);
+            let err = Config::from_json(config.as_bytes()).unwrap_err().0;
+            assert!(err.contains(&format!("field `{field}`")), "{memory}: {err}");
+        }
     }
 
     #[test]

@@ -165,6 +165,8 @@ pub struct Analysis {
     /// The request carries the provider's own tool search: only access rules take tools out
     /// (it reaches this far only when they deny some; otherwise it is skipped).
     pub native_search: bool,
+    /// The session the dialect's own fields name (see [`crate::dialects::Request::session`]).
+    pub session: Option<String>,
 }
 
 /// What access rules decided for one request.
@@ -832,6 +834,7 @@ impl Engine {
             history: Vec::new(),
             stream: false,
             native_search: false,
+            session: None,
         };
         let mut analysis = self.conclude(
             Reader::Custom,
@@ -939,6 +942,7 @@ impl Engine {
             access,
             evicted,
             native_search,
+            session: request.session,
         })
     }
 

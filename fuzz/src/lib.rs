@@ -47,6 +47,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("header_map", header_map),
     ("mcp_message", mcp_message),
     ("eventstream", eventstream),
+    ("memory_set", memory_set),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -737,6 +738,43 @@ pub fn header_map(data: &[u8]) {
     for end_of_stream in [false, true] {
         let screened = RequestHeaders::from_map(&map, end_of_stream);
         let _ = screened.screen(&Config::default());
+    }
+}
+
+/// A set of search mode's memory of found tools as shared data may hold it (another version's
+/// bytes, a damaged value). Nothing panics; what decodes encodes back to the bytes it came
+/// from; and a session read and written over it leaves the set within its bytes.
+pub fn memory_set(data: &[u8]) {
+    use toolsift::embeddings::{MemoryBytes, SharedBytes};
+    use toolsift::search::memory::{Memory, SessionKey};
+    assert!(
+        toolsift::search::memory::decode_round_trips(data),
+        "decoded sessions that encode otherwise"
+    );
+    let config = toolsift::config::Memory {
+        max_bytes: 1024,
+        ..Default::default()
+    };
+    let memory = Memory::new(&config);
+    let store = MemoryBytes::default();
+    for set in memory.set_keys() {
+        store.set(&set, data, None);
+    }
+    let name = data.get(..8).unwrap_or(data);
+    let Some(key) = SessionKey::new(7, "header", name).or(SessionKey::new(7, "header", b"s"))
+    else {
+        return;
+    };
+    let now = data.first().map_or(0, |&b| u64::from(b));
+    let _ = memory.recall(&store, &key, now);
+    memory.remember(&store, &key, &["get_weather".to_owned()], &[], now);
+    assert_eq!(memory.recall(&store, &key, now), ["get_weather"]);
+    for set in memory.set_keys() {
+        let (bytes, _) = store.get(&set);
+        assert!(
+            bytes.is_some_and(|b| b.len() <= 1024),
+            "a set past its bytes"
+        );
     }
 }
 

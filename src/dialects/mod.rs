@@ -214,6 +214,10 @@ pub struct Request {
     /// `tool_reference` / `tool_search_tool_result` blocks, Responses `tool_search_call` /
     /// `tool_search_output` items): the tools it loaded must stay, so the request passes.
     pub native_search: bool,
+    /// The session the request belongs to, by the API's own field when it has one (OpenAI
+    /// `prompt_cache_key`, `user`, `safety_identifier`; Anthropic `metadata.user_id`): what
+    /// search mode's memory of found tools is keyed by without a session header.
+    pub session: Option<String>,
 }
 
 /// Tools that selection must keep because the request says so.
@@ -329,6 +333,56 @@ impl CatalogDraft {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_session_is_the_dialects_own_field() {
+        let session = |dialect: Dialect, body: &str| dialect.parse(body).unwrap().session;
+        let chat = |extra: &str| {
+            format!(r#"{{"model":"m",{extra}"messages":[{{"role":"user","content":"hi"}}]}}"#)
+        };
+        let openai = [Dialect::OpenaiChat, Dialect::OpenaiResponses];
+        for dialect in openai {
+            let body = |extra: &str| match dialect {
+                Dialect::OpenaiChat => chat(extra),
+                _ => format!(r#"{{"model":"m",{extra}"input":"hi"}}"#),
+            };
+            let named = |extra: &str| session(dialect, &body(extra));
+            assert_eq!(named(""), None);
+            assert_eq!(named(r#""user":"u","#).as_deref(), Some("u"));
+            assert_eq!(named(r#""safety_identifier":"s","#).as_deref(), Some("s"));
+            assert_eq!(
+                named(r#""safety_identifier":"s","user":"u","prompt_cache_key":"p","#).as_deref(),
+                Some("p"),
+                "prompt_cache_key first"
+            );
+            // Not a string, or blank: names nothing, and the request still reads.
+            assert_eq!(named(r#""user":42,"prompt_cache_key":" ","#), None);
+            assert_eq!(
+                named(r#""user":null,"safety_identifier":"s","#).as_deref(),
+                Some("s")
+            );
+        }
+        let anthropic = |extra: &str| {
+            format!(
+                r#"{{"model":"m","max_tokens":5,{extra}"messages":[{{"role":"user","content":"hi"}}]}}"#
+            )
+        };
+        let user = session(
+            Dialect::Anthropic,
+            &anthropic(r#""metadata":{"user_id":"user_1_session_9"},"#),
+        );
+        assert_eq!(user.as_deref(), Some("user_1_session_9"));
+        assert_eq!(
+            session(Dialect::Anthropic, &anthropic(r#""metadata":[1],"#)),
+            None
+        );
+        assert_eq!(
+            session(Dialect::Anthropic, &anthropic(r#""user":"u","#)),
+            None
+        );
+        // No such field in the other APIs: only the header names their session.
+        assert_eq!(session(Dialect::Ollama, &chat(r#""user":"u","#)), None);
+    }
 
     #[test]
     fn dialect_from_path() {

@@ -17,8 +17,9 @@ use crate::config::{Mode, OnError};
 use crate::dialects::{Dialect, PathStream, Reader};
 use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
-    Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
+    Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_safe, header_value,
 };
+use crate::search::memory::{Memory, SessionKey};
 use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -47,8 +48,11 @@ pub struct Filter {
     mcp: Option<super::mcp::McpRequest>,
     /// Under access rules: what this request's caller may do.
     grant: Option<crate::access::Grant>,
-    /// Search mode: whose Responses id aliases the request makes and may follow.
+    /// Search mode: whose Responses id aliases the request makes and may follow, and whose
+    /// memory of found tools it reads and writes.
     alias_owner: u64,
+    /// Search mode with `search.memory.session.header`: that header's value.
+    session_header: Option<Vec<u8>>,
     /// Under access rules, a request signed by the client (AWS SigV4) that toolsift may read
     /// but not rewrite: it passes unchanged unless it carries a tool its caller may not see.
     read_only: bool,
@@ -82,6 +86,9 @@ enum Outcome {
         denied: Option<usize>,
         /// Tools the loop guard took out (`loop=evicted:a,b`).
         evicted: Vec<String>,
+        /// Search mode: tools shown because the session's memory offered them
+        /// (`remembered=a,b`).
+        remembered: Vec<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -149,6 +156,7 @@ impl Filter {
             grant: None,
             read_only: false,
             alias_owner: 0,
+            session_header: None,
             gating_asked: false,
             gating: None,
             verdict: None,
@@ -339,17 +347,18 @@ impl Filter {
         if let Some((headers, path_stream)) = self.search_headers.take() {
             // Search mode reads the whole request as text (it builds the follow-ups from it).
             let text = body_text(body)?;
-            if let Some(search) =
+            if let Some(planned) =
                 self.plan_search(shared, analysis, text, body.len(), headers, path_stream)?
             {
                 self.outcome = Some(Outcome::Filtered {
-                    kept: search.0,
+                    kept: planned.shown,
                     total: analysis.total(),
                     ranked,
-                    search: Some(search.1),
+                    search: Some(planned.kind),
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: analysis.evicted.clone(),
+                    remembered: planned.remembered,
                 });
                 metrics.add(metrics.loop_evicted, analysis.evicted.len());
                 metrics.denied(Surface::Tools, analysis.denied());
@@ -408,6 +417,7 @@ impl Filter {
             kept_names,
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
+            remembered: Vec::new(),
         });
         metrics.add(metrics.loop_evicted, analysis.evicted.len());
         Ok(())
@@ -451,8 +461,7 @@ impl Filter {
     }
 
     /// Search mode's first request: the meta-tool and the pinned tools instead of the
-    /// catalog. Returns the function tools shown and the header's `search=` value, or `None`
-    /// when the request is filtered instead.
+    /// catalog. Returns what was shown, or `None` when the request is filtered instead.
     fn plan_search(
         &mut self,
         shared: &Shared,
@@ -461,7 +470,7 @@ impl Filter {
         body_len: usize,
         headers: Vec<(String, String)>,
         path_stream: bool,
-    ) -> Result<Option<(usize, &'static str)>, Skipped> {
+    ) -> Result<Option<SearchPlanned>, Skipped> {
         let metrics = &shared.metrics;
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let config = &engine.config;
@@ -473,7 +482,26 @@ impl Filter {
             held: self.headers_held,
             anthropic_beta: beta,
         };
-        let planned = crate::search::plan::plan(config, analysis, text, room);
+        // The session's memory of found tools, read once here and written when the loop ends.
+        let memory = config.search.memory.as_ref().and_then(|m| {
+            let key = SessionKey::of_request(
+                m,
+                self.alias_owner,
+                self.session_header.as_deref(),
+                analysis.session.as_deref(),
+            )?;
+            Some((Memory::new(m), key))
+        });
+        let remembered = memory.as_ref().map_or_else(Vec::new, |(m, key)| {
+            m.recall(&vectors::SharedData, key, super::search::now_seconds())
+        });
+        let planned =
+            crate::search::plan::plan_remembering(config, analysis, text, room, &remembered);
+        let only = |shown: usize, kind: &'static str| SearchPlanned {
+            shown,
+            kind,
+            remembered: Vec::new(),
+        };
         match planned {
             Some(crate::search::plan::Planned::Native(without_denied)) => {
                 metrics.add(metrics.search_native, 1);
@@ -483,7 +511,7 @@ impl Filter {
                     Some(body) => replace_request_body(shared, analysis, body_len, &body, shown)?,
                     None => metrics.add(metrics.unchanged, 1),
                 }
-                Ok(Some((shown, "native")))
+                Ok(Some(only(shown, "native")))
             }
             Some(crate::search::plan::Planned::Provider(plan)) => {
                 replace_request_body(shared, analysis, body_len, &plan.body, plan.shown)?;
@@ -491,19 +519,29 @@ impl Filter {
                     add_anthropic_beta(beta);
                 }
                 metrics.add(metrics.search_provider, 1);
-                Ok(Some((plan.shown, "provider")))
+                Ok(Some(only(plan.shown, "provider")))
             }
             Some(crate::search::plan::Planned::Search(plan)) => {
                 let shown = analysis.total() - plan.deferred(analysis);
                 replace_request_body(shared, analysis, body_len, &plan.body, shown)?;
+                let remembered = plan.remembered.clone();
+                metrics.add(metrics.search_remembered, remembered.len());
                 let session = crate::search::round::Session::new(config, analysis, text, plan)
                     .with_suggestions(engine.suggestions().cloned());
                 metrics.add(metrics.search_requests, 1);
                 let stream = analysis.stream || path_stream;
                 // Response headers are held only where holding request headers proved to work.
                 let responder = Responder::new(session, stream, self.headers_held);
-                self.search = Some(Search::new(responder, headers, self.alias_owner));
-                Ok(Some((shown, "search")))
+                let mut search = Search::new(responder, headers, self.alias_owner);
+                if let Some((memory, key)) = memory {
+                    search.remember_in(memory, key, analysis.evicted.clone());
+                }
+                self.search = Some(search);
+                Ok(Some(SearchPlanned {
+                    shown,
+                    kind: "search",
+                    remembered,
+                }))
             }
             None => Ok(None),
         }
@@ -623,6 +661,7 @@ impl Filter {
                 search,
                 denied,
                 evicted,
+                remembered,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -636,11 +675,19 @@ impl Filter {
                     [] => String::new(),
                     names => format!(" loop=evicted:{}", names.join(",")),
                 };
+                let remembered = match remembered.as_slice() {
+                    [] => String::new(),
+                    names => {
+                        let names: Vec<_> = names.iter().map(|n| header_safe(n)).collect();
+                        format!(" remembered={}", names.join(","))
+                    }
+                };
                 header_value(*kept, *total, None)
                     + &denied
                     + &evicted
                     + &ranked.header_suffix()
                     + &mode
+                    + &remembered
                     + &gating
             }
             Some(Outcome::Denied { total, denied }) => {
@@ -653,6 +700,16 @@ impl Filter {
             None => String::new(),
         }
     }
+}
+
+/// What search mode made of a request, for the `x-toolsift` header.
+struct SearchPlanned {
+    /// Function tools shown.
+    shown: usize,
+    /// The header's `search=` value: `search`, `provider` or `native`.
+    kind: &'static str,
+    /// Tools shown because the session's memory offered them.
+    remembered: Vec<String>,
 }
 
 /// How a hybrid-ranked request starts.
@@ -857,6 +914,7 @@ impl HttpContext for Filter {
                 if self.search_headers.is_some() {
                     self.alias_owner =
                         crate::search::alias::owner(caller.as_deref(), |n| pairs.get(n));
+                    self.session_header = session_header(&shared, &pairs);
                     // The model's turn must be read: ask for it uncompressed (SDKs offer gzip,
                     // and providers use it), for the first request and so for every follow-up,
                     // which copies these headers. An Envoy compressor filter placed before
@@ -1135,6 +1193,7 @@ impl Filter {
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: Vec::new(),
+                    remembered: Vec::new(),
                 });
                 return Ok(Step::Answered);
             }
@@ -1183,6 +1242,21 @@ pub(super) fn now_millis() -> u64 {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .and_then(|d| u64::try_from(d.as_millis()).ok())
         .unwrap_or(0)
+}
+
+/// With `search.memory.session.header`, the value of that request header (bytes: any value
+/// names a session, and only its hash is kept).
+fn session_header(shared: &Shared, pairs: &crate::pairs::HeaderMap) -> Option<Vec<u8>> {
+    let engine = shared.engine.try_borrow().ok()?;
+    let name = engine
+        .config
+        .search
+        .memory
+        .as_ref()?
+        .session
+        .header
+        .as_deref()?;
+    pairs.get(name).map(<[u8]>::to_vec)
 }
 
 /// In search mode, the request headers the follow-ups will carry, and whether the path asks

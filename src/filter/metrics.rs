@@ -73,6 +73,8 @@ pub struct Metrics {
     pub search_suggested: u32,
     pub suggestions_fetched: u32,
     pub suggestions_failed: u32,
+    /// Tools shown because the session's memory offered them (`search.memory`).
+    pub search_remembered: u32,
     /// One counter per access [`Surface`], in [`Surface::ALL`] order.
     access_denied: Vec<u32>,
     /// Under access rules, model answers that could not be read (so not checked) and were
@@ -126,6 +128,7 @@ impl Metrics {
             search_suggested: counter("toolsift.search.suggested")?,
             suggestions_fetched: counter("toolsift.suggestions.fetched")?,
             suggestions_failed: counter("toolsift.suggestions.failed")?,
+            search_remembered: counter("toolsift.search.remembered")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,

@@ -9,6 +9,7 @@ use super::host::{self, Buffer, Headers};
 use super::{Shared, vectors};
 use crate::embeddings::SharedBytes;
 use crate::pipeline::Engine;
+use crate::search::memory::{Memory, SessionKey};
 use crate::search::respond::{Answer, Event, Flow, Head, HeadStep, Host, Hybrid, Responder};
 use proxy_wasm::types::Action;
 use std::cell::Ref;
@@ -24,6 +25,16 @@ pub struct Search {
     headers: Vec<(String, String)>,
     /// Whose Responses id aliases this request makes ([`crate::search::alias::owner`]).
     owner: u64,
+    /// `search.memory`: where the tools this loop finds are remembered once it ends.
+    memory: Option<Remembering>,
+}
+
+/// The session whose memory a search loop adds to.
+struct Remembering {
+    memory: Memory,
+    key: SessionKey,
+    /// Tools the loop guard took out of the request: forgotten unless found again.
+    evicted: Vec<String>,
 }
 
 /// Request headers that belong to one connection or one body, not to the follow-ups.
@@ -44,7 +55,17 @@ impl Search {
             recorded: false,
             headers: forwarded(headers),
             owner,
+            memory: None,
         }
+    }
+
+    /// Remembers, when the loop ends, what it found in `key`'s session of `memory`.
+    pub fn remember_in(&mut self, memory: Memory, key: SessionKey, evicted: Vec<String>) {
+        self.memory = Some(Remembering {
+            memory,
+            key,
+            evicted,
+        });
     }
 
     pub fn token(&self) -> Option<u32> {
@@ -109,6 +130,13 @@ impl Search {
             return;
         }
         self.recorded = true;
+        // The loop ended (before the client has the last byte: its next turn finds it).
+        if let Some(r) = self.memory.take() {
+            let found = self.responder.session().found();
+            let now = now_seconds();
+            r.memory
+                .remember(&vectors::SharedData, &r.key, found, &r.evicted, now);
+        }
         let value = self.responder.session().header_value();
         if let Err(status) = host::set_property("toolsift_search", value.as_bytes()) {
             log::debug!("cannot record the search for the access log: {status:?}");

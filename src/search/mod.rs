@@ -13,6 +13,7 @@
 
 pub mod alias;
 pub mod hold;
+pub mod memory;
 pub mod plan;
 pub mod respond;
 #[doc(hidden)]

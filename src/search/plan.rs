@@ -50,6 +50,9 @@ pub struct Plan {
     pub meta_entries: Vec<String>,
     /// The meta-tools' names in this request.
     pub names: MetaNames,
+    /// The tools shown because the session's memory offered them (not pinned or eager
+    /// anyway), in the order shown.
+    pub remembered: Vec<String>,
 }
 
 /// The names of a request's meta-tools: `search.tool_name` and `use_tool`, unless a client tool
@@ -211,6 +214,22 @@ pub fn plan(
     body: &str,
     room: HeaderRoom<'_>,
 ) -> Option<Planned> {
+    plan_remembering(config, analysis, body, room, &[])
+}
+
+/// [`plan`] for a request whose session found `remembered` in earlier turns (first-found
+/// order, [`crate::search::memory`]): those tools are shown too, after the pinned and
+/// `eager_k` ones, in that order, as far as `max_tool_tokens` allows. A pinned tool (called,
+/// or named by `tool_choice`) that memory offers takes its place among them, so a later turn's
+/// tools array reads as the follow-up that found it did, and the provider's prompt cache
+/// holds. Denied and evicted tools never come back from memory.
+pub fn plan_remembering(
+    config: &Config,
+    analysis: &Analysis,
+    body: &str,
+    room: HeaderRoom<'_>,
+    remembered: &[String],
+) -> Option<Planned> {
     // Search mode serves the dialects' requests, never a custom request shape's.
     let dialect = analysis.dialect()?;
     let catalog = &analysis.catalog;
@@ -267,15 +286,31 @@ pub fn plan(
         }
     };
     let by_name = |name: &str| (0..texts.len()).find(|&i| catalog.name(i) == Some(name));
+    let provider = provider_search(config, dialect, body, room);
+    // The provider's search loads what it finds itself: memory is the gateway loop's.
+    let mut recalled: Vec<usize> = Vec::new();
+    if provider.is_none() {
+        for i in remembered.iter().filter_map(|n| by_name(n)) {
+            if is_function(i) && !recalled.contains(&i) {
+                recalled.push(i);
+            }
+        }
+    }
+    let pins: Vec<usize> = analysis
+        .called
+        .iter()
+        .chain(&analysis.choice.named)
+        .filter_map(|n| by_name(n))
+        .collect();
+    // Pinned tools memory offers wait for their place among the remembered ones.
+    let waiting = |i: usize| recalled.contains(&i) && pins.contains(&i);
     for i in 0..texts.len() {
         if catalog.name(i).is_some_and(|n| config.always_includes(n)) {
             show(i, &mut visible);
         }
     }
-    for name in analysis.called.iter().chain(&analysis.choice.named) {
-        if let Some(i) = by_name(name) {
-            show(i, &mut visible);
-        }
+    for &i in pins.iter().filter(|&&i| !waiting(i)) {
+        show(i, &mut visible);
     }
     let mut eager = 0;
     for d in &analysis.selection.decisions {
@@ -284,10 +319,41 @@ pub fn plan(
         }
         let deferred_by_client = texts.get(d.entry).is_some_and(|t| client_deferred(t));
         let hidden = !visible.get(d.entry).copied().unwrap_or(true);
-        if !deferred_by_client && hidden && allowed(d.entry) {
+        if !deferred_by_client && hidden && !waiting(d.entry) && allowed(d.entry) {
             show(d.entry, &mut visible);
             eager += 1;
         }
+    }
+    // Remembered tools, first-found order, within `max_tool_tokens` (pins always: the
+    // budget counts them first, and only the tools memory adds stop at the first that does
+    // not fit, so the order stays a prefix of the session's finds).
+    let tokens = |i: usize| {
+        texts
+            .get(i)
+            .map_or(0, |t| crate::rank::estimate_tokens(t.len()))
+    };
+    let mut used: usize = (0..texts.len())
+        .filter(|&i| is_function(i) && (visible.get(i).copied().unwrap_or(false) || waiting(i)))
+        .map(tokens)
+        .sum();
+    let mut over_budget = false;
+    let mut from_memory: Vec<String> = Vec::new();
+    for &i in &recalled {
+        if visible.get(i).copied().unwrap_or(true) || !allowed(i) || evicted(i) {
+            continue;
+        }
+        if !waiting(i) {
+            let fits = config
+                .max_tool_tokens
+                .is_none_or(|max| used + tokens(i) <= max);
+            if over_budget || !fits {
+                over_budget = true;
+                continue;
+            }
+            used += tokens(i);
+            from_memory.extend(catalog.name(i).map(str::to_owned));
+        }
+        show(i, &mut visible);
     }
     // Built-ins are shown unless the caller may not use them.
     for (i, v) in visible.iter_mut().enumerate() {
@@ -296,7 +362,7 @@ pub fn plan(
         }
     }
 
-    if let Some((search_tool, beta)) = provider_search(config, dialect, body, room) {
+    if let Some((search_tool, beta)) = provider {
         // The provider would search a deferred tool: denied ones leave instead.
         let keep: Vec<bool> = (0..texts.len()).map(allowed).collect();
         let tools = defer_for_provider(container, draft, &visible, &keep, &search_tool);
@@ -373,6 +439,7 @@ pub fn plan(
         visible,
         meta_entries: meta,
         names,
+        remembered: from_memory,
     }))
 }
 
@@ -773,6 +840,129 @@ mod tests {
             "get_weather (guests), send_email and get_time (everyone) are gone"
         );
         assert_eq!(p.shown, 1);
+    }
+
+    /// An OpenAI Chat request with tools `tool_a` … `tool_h` (equal sizes), whose history
+    /// called `tool_b`.
+    fn remembering_body() -> String {
+        let tools: Vec<String> = ('a'..='h')
+            .map(|c| {
+                format!(
+                    r#"{{"type":"function","function":{{"name":"tool_{c}","description":"does {c}","parameters":{{}}}}}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"do things"}},
+{{"role":"assistant","tool_calls":[{{"id":"c1","type":"function","function":{{"name":"tool_b","arguments":"{{}}"}}}}]}},
+{{"role":"tool","tool_call_id":"c1","content":"ok"}}],"tools":[{}]}}"#,
+            tools.join(",")
+        )
+    }
+
+    fn remembering(config: &str, remembered: &[&str], evicted: &[&str]) -> (Vec<String>, Plan) {
+        let config = Config::from_json(config.as_bytes()).unwrap();
+        let mut engine = Engine::new(config.clone());
+        let body = remembering_body();
+        let mut analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        analysis.evicted = evicted.iter().map(|s| (*s).to_owned()).collect();
+        let remembered: Vec<String> = remembered.iter().map(|s| (*s).to_owned()).collect();
+        let room = HeaderRoom::default();
+        let Some(Planned::Search(p)) =
+            plan_remembering(&config, &analysis, &body, room, &remembered)
+        else {
+            panic!("searched");
+        };
+        let sent: Value = serde_json::from_str(&p.body).unwrap();
+        let shown = sent["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        (shown, p)
+    }
+
+    #[test]
+    fn remembered_tools_follow_the_pins_in_first_found_order() {
+        let config = r#"{"mode":"search","min_tools":1,"always_include":["tool_a"]}"#;
+        // tool_b is called (a pin) and remembered: it keeps its remembered place. An unknown
+        // name and a repeat change nothing.
+        let (shown, p) = remembering(
+            config,
+            &["tool_f", "tool_b", "gone", "tool_d", "tool_f"],
+            &[],
+        );
+        assert_eq!(
+            shown,
+            ["find_tools", "tool_a", "tool_f", "tool_b", "tool_d"]
+        );
+        assert_eq!(
+            p.remembered,
+            ["tool_f", "tool_d"],
+            "the pin is no memory's doing"
+        );
+        // Without memory: the pins only.
+        let (shown, p) = remembering(config, &[], &[]);
+        assert_eq!(shown, ["find_tools", "tool_a", "tool_b"]);
+        assert!(p.remembered.is_empty());
+        // The loop guard's evicted tool does not come back from memory.
+        let (shown, _) = remembering(config, &["tool_f", "tool_d"], &["tool_f"]);
+        assert_eq!(shown, ["find_tools", "tool_a", "tool_b", "tool_d"]);
+    }
+
+    #[test]
+    fn remembered_tools_stop_at_the_token_budget_and_pins_never_do() {
+        let body = remembering_body();
+        let each = body
+            .find(r#"{"type":"function","function":{"name":"tool_a""#)
+            .and_then(|start| {
+                let tail = body.get(start..)?;
+                tail.find(",{\"type\"")
+            })
+            .unwrap();
+        let each = crate::rank::estimate_tokens(each);
+        // Room for the two pins and one remembered tool.
+        let config = format!(
+            r#"{{"mode":"search","min_tools":1,"always_include":["tool_a"],"max_tool_tokens":{}}}"#,
+            3 * each
+        );
+        let (shown, p) = remembering(&config, &["tool_f", "tool_b", "tool_d", "tool_e"], &[]);
+        assert_eq!(shown, ["find_tools", "tool_a", "tool_f", "tool_b"]);
+        assert_eq!(p.remembered, ["tool_f"]);
+        // Pins past the budget stay.
+        let config =
+            r#"{"mode":"search","min_tools":1,"always_include":["tool_a"],"max_tool_tokens":1}"#;
+        let (shown, p) = remembering(config, &["tool_d", "tool_b"], &[]);
+        assert_eq!(shown, ["find_tools", "tool_a", "tool_b"]);
+        assert!(p.remembered.is_empty());
+    }
+
+    #[test]
+    fn denied_tools_never_come_back_from_memory() {
+        let body = remembering_body();
+        let config = Config::from_json(
+            br#"{"mode":"search","min_tools":1,"access":{"identity":[{"header":"x-group"}],
+                "default":"allow","rules":[{"when":["*"],"deny":["tool_d"]}]}}"#,
+        )
+        .unwrap();
+        let mut engine = Engine::new(config.clone());
+        let grant = engine.grant(&crate::access::Caller::new(["staff".to_owned()]));
+        let analysis = engine
+            .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+            .unwrap();
+        let remembered = ["tool_d".to_owned(), "tool_e".to_owned()];
+        let Some(Planned::Search(p)) = plan_remembering(
+            &config,
+            &analysis,
+            &body,
+            HeaderRoom::default(),
+            &remembered,
+        ) else {
+            panic!("searched");
+        };
+        assert_eq!(p.remembered, ["tool_e"]);
+        assert!(!p.body.contains("tool_d"));
     }
 
     #[test]

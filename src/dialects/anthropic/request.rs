@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, first_text, in_task, latest_question, user_text};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -16,6 +16,16 @@ struct Body<'a> {
     tool_choice: Option<&'a RawValue>,
     #[serde(borrow, default)]
     stream: Option<&'a RawValue>,
+    /// `metadata.user_id`: the session (see [`Request::session`]).
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+}
+
+/// `metadata`: Anthropic's only field that says who or which session a request is for.
+#[derive(Deserialize)]
+struct Metadata<'a> {
+    #[serde(borrow, default)]
+    user_id: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +82,10 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         history: history.task,
         stream: is_true(parsed.stream),
         native_search: body.contains("\"tool_reference\"") && searched(&messages),
+        session: parsed
+            .metadata
+            .and_then(crate::json::parse::<Metadata>)
+            .and_then(|m| first_text(&[m.user_id])),
     })
 }
 

@@ -89,6 +89,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         // Bedrock streams by path (`/converse-stream`).
         stream: false,
         native_search: false,
+        // The API has no field naming a session: only the configured header does.
+        session: None,
     })
 }
 

@@ -100,6 +100,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         // Gemini streams by path (`:streamGenerateContent`), not by a body field.
         stream: false,
         native_search: false,
+        // The API has no field naming a session: only the configured header does.
+        session: None,
     })
 }
 

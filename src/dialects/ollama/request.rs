@@ -64,6 +64,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         // "This is a streaming endpoint": only `"stream": false` asks for one object.
         stream: parsed.stream.unwrap_or(true),
         native_search: false,
+        // The API has no field naming a session: only the configured header does.
+        session: None,
     })
 }
 

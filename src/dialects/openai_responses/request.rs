@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, content_text, in_task, latest_question};
+use crate::dialects::shared::{History, content_text, first_text, in_task, latest_question};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -16,6 +16,13 @@ struct Body<'a> {
     tool_choice: Option<&'a RawValue>,
     #[serde(borrow, default)]
     stream: Option<&'a RawValue>,
+    /// What names the session, in the order it is looked for (see [`Request::session`]).
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    user: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    safety_identifier: Option<&'a RawValue>,
 }
 
 /// One input item: a message (`type` "message" or absent), a `function_call`, a
@@ -71,6 +78,11 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         history: history.task,
         stream: is_true(parsed.stream),
         native_search,
+        session: first_text(&[
+            parsed.prompt_cache_key,
+            parsed.user,
+            parsed.safety_identifier,
+        ]),
     })
 }
 

@@ -71,6 +71,16 @@ pub(crate) fn user_text(
 }
 
 /// Whether the message at `at` comes after the question at `question`.
+/// The first of `fields` that is a non-empty string (a field of another type names nothing).
+pub(crate) fn first_text(fields: &[Option<&RawValue>]) -> Option<String> {
+    fields
+        .iter()
+        .flatten()
+        .filter_map(|raw| crate::json::parse::<crate::json::Str>(raw))
+        .find(|text| !text.trim().is_empty())
+        .map(std::borrow::Cow::into_owned)
+}
+
 pub(crate) fn in_task(at: usize, question: Option<usize>) -> bool {
     question.is_none_or(|q| at > q)
 }
