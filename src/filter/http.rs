@@ -17,7 +17,7 @@ use crate::config::{Mode, OnError};
 use crate::dialects::{Dialect, PathStream, Reader};
 use crate::embeddings::{Fallback, Gathered, Slot, Source, parse_response};
 use crate::pipeline::{
-    Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_value,
+    Analysis, RequestHeaders, Skip, Skipped, body_text, error_body, header_safe, header_value,
 };
 use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -82,6 +82,9 @@ enum Outcome {
         denied: Option<usize>,
         /// Tools the loop guard took out (`loop=evicted:a,b`).
         evicted: Vec<String>,
+        /// Those whose latest result the upstream received with the guidance note
+        /// (`noted=a`).
+        noted: Vec<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -350,8 +353,9 @@ impl Filter {
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: analysis.evicted.clone(),
+                    noted: noted_tools(analysis),
                 });
-                metrics.add(metrics.loop_evicted, analysis.evicted.len());
+                count_loop(metrics, analysis);
                 metrics.denied(Surface::Tools, analysis.denied());
                 return Ok(());
             }
@@ -408,8 +412,9 @@ impl Filter {
             kept_names,
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
+            noted: noted_tools(analysis),
         });
-        metrics.add(metrics.loop_evicted, analysis.evicted.len());
+        count_loop(metrics, analysis);
         Ok(())
     }
 
@@ -622,6 +627,7 @@ impl Filter {
                 search,
                 denied,
                 evicted,
+                noted,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -631,9 +637,18 @@ impl Filter {
                     .map(|g| g.header_suffix())
                     .unwrap_or_default();
                 let denied = denied.map(|n| format!(" denied={n}")).unwrap_or_default();
+                // Tool names are client data: percent-encoded, as everywhere in the header.
+                let list = |names: &[String]| {
+                    let safe: Vec<_> = names.iter().map(|n| header_safe(n)).collect();
+                    safe.join(",")
+                };
                 let evicted = match evicted.as_slice() {
                     [] => String::new(),
-                    names => format!(" loop=evicted:{}", names.join(",")),
+                    names => format!(" loop=evicted:{}", list(names)),
+                };
+                let evicted = match noted.as_slice() {
+                    [] => evicted,
+                    names => format!("{evicted} noted={}", list(names)),
                 };
                 header_value(*kept, *total, None)
                     + &denied
@@ -1134,6 +1149,7 @@ impl Filter {
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: Vec::new(),
+                    noted: Vec::new(),
                 });
                 return Ok(Step::Answered);
             }
@@ -1174,6 +1190,17 @@ impl Filter {
             None => log::debug!("gating: no tool_choice could be written for the claim"),
         }
     }
+}
+
+/// The tools whose guidance note went upstream.
+fn noted_tools(analysis: &Analysis) -> Vec<String> {
+    analysis.notes.iter().map(|n| n.tool.clone()).collect()
+}
+
+/// The loop guard's counts for one request that went upstream.
+fn count_loop(metrics: &super::metrics::Metrics, analysis: &Analysis) {
+    metrics.add(metrics.loop_evicted, analysis.evicted.len());
+    metrics.add(metrics.loop_noted, analysis.notes.len());
 }
 
 /// Milliseconds since the epoch by Envoy's clock (0 if it cannot be read).

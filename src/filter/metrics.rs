@@ -79,6 +79,8 @@ pub struct Metrics {
     pub access_unsupported_stream: u32,
     /// Tools the loop guard took out of requests (each request's count added).
     pub loop_evicted: u32,
+    /// Guidance notes the loop guard wrote on evicted tools' latest results.
+    pub loop_noted: u32,
 }
 
 impl Metrics {
@@ -141,6 +143,7 @@ impl Metrics {
             access_unchecked: counter("toolsift.access.unchecked")?,
             access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
             loop_evicted: counter("toolsift.loop.evicted")?,
+            loop_noted: counter("toolsift.loop.noted")?,
         })
     }
 

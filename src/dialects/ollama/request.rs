@@ -69,6 +69,30 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::Codec;
+        use crate::dialects::shared::testing::noted;
+        let codec: &dyn Codec = &super::super::Ollama;
+        let body = r#"{"messages":[{"role":"user","content":"hi"},
+ {"role":"assistant","content":"","tool_calls":[{"function":{"name":"b","arguments":{}}},{"function":{"name":"a","arguments":{}}}]},
+ {"role":"tool","content":"bee"},
+ {"role":"tool","content":"ay"}]}"#;
+        // No names, no ids: by place.
+        assert_eq!(
+            noted(codec, body, "a").unwrap(),
+            body.replace(r#""ay""#, r#""ay\n\nStop \"now\".""#)
+        );
+        // Named results are matched by name.
+        let named = body
+            .replace(r#""content":"bee"}"#, r#""content":"ay","tool_name":"a"}"#)
+            .replace(r#""content":"ay"}"#, r#""content":"bee","tool_name":"b"}"#);
+        assert_eq!(
+            noted(codec, &named, "a").unwrap(),
+            named.replacen(r#""ay""#, r#""ay\n\nStop \"now\".""#, 1)
+        );
+    }
     use super::*;
 
     #[test]

@@ -1,7 +1,9 @@
 //! What several dialects share: message text, called tools, tool schemas ([`schema`]),
-//! byte-preserving JSON edits ([`splice`]) and tool calls edited in place ([`calls`]).
+//! byte-preserving JSON edits ([`splice`]), tool calls edited in place ([`calls`]) and the
+//! loop guard's note added to a tool result ([`note`]).
 
 pub mod calls;
+pub(crate) mod note;
 pub mod schema;
 pub mod splice;
 
@@ -189,6 +191,17 @@ pub(crate) mod testing {
 
     /// The words the tests refuse with.
     pub(crate) const REFUSAL: &str = "Tool `get_weather` is not available.";
+
+    /// `body` with the loop guard's note `Stop "now".` on the latest result of `tool`, as the
+    /// dialect writes it; still JSON, and changed by one insertion (or a `null` replaced).
+    pub(crate) fn noted(codec: &dyn Codec, body: &str, tool: &str) -> Option<String> {
+        let (at, text) = codec.note_result(body, tool, "Stop \"now\".")?;
+        let replaced = body.get(at.clone()).unwrap();
+        assert!(replaced.is_empty() || replaced == "null", "{replaced}");
+        let out = crate::json::splice(body, at, &text).unwrap();
+        serde_json::from_str::<serde_json::Value>(&out).unwrap();
+        Some(out)
+    }
 
     /// `answer` (whole, or a stream in the codec's framing) with the calls `drop` names
     /// replaced by [`REFUSAL`], read back by the dialect's own reader: the dropped calls are
