@@ -162,6 +162,9 @@ pub struct Analysis {
     pub access: Option<Governed>,
     /// Tools the loop guard took out of this request: the agent called them in a loop.
     pub evicted: Vec<String>,
+    /// The model's calls, in its latest turn, of tools the request does not carry (made-up
+    /// names), one per call: filter mode counts and reports them.
+    pub unknown: Vec<String>,
     /// With `loop_guard.note`: the evicted tools whose latest result takes the guidance note,
     /// and where. The only bytes toolsift changes outside the tools array.
     pub notes: Vec<Noted>,
@@ -467,6 +470,14 @@ fn notes(
         });
     }
     out
+}
+
+/// The calls in `latest` (names the model called in its latest turn) of tools `catalog` does
+/// not hold, neither as function tools nor as named built-ins: names the model made up.
+fn unknown_calls(latest: &[String], catalog: &Catalog) -> Vec<String> {
+    let entries = catalog.draft.entries.len();
+    let known = |name: &str| (0..entries).any(|e| catalog.governed_name(e) == Some(name));
+    latest.iter().filter(|name| !known(name)).cloned().collect()
 }
 
 /// [`select`] with what the caller may see.
@@ -912,6 +923,7 @@ impl Engine {
             choice: Choice::default(),
             called: Vec::new(),
             history: Vec::new(),
+            latest_calls: Vec::new(),
             stream: false,
             native_search: false,
         };
@@ -1006,6 +1018,7 @@ impl Engine {
                 &evicted,
             )
         };
+        let unknown = unknown_calls(&request.latest_calls, &catalog);
         Ok(Analysis {
             reader,
             query: request.query,
@@ -1021,6 +1034,7 @@ impl Engine {
             access,
             evicted,
             notes: Vec::new(),
+            unknown,
             native_search,
         })
     }
@@ -1193,6 +1207,49 @@ mod tests {
             );
             assert!(!provider_tools(&out).contains(&"tool_7".to_owned()));
         }
+    }
+
+    #[test]
+    fn made_up_names_of_the_latest_turn_are_unknown_once() {
+        let mut engine = Engine::new(Config::from_json(br#"{"top_k":2,"min_tools":3}"#).unwrap());
+        let call = |id: &str, name: &str| {
+            format!(
+                r#"{{"role":"assistant","tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"{name}","arguments":"{{}}"}}}},{{"id":"{id}b","type":"function","function":{{"name":"tool_1","arguments":"{{}}"}}}}]}},
+                {{"role":"tool","tool_call_id":"{id}","content":"no such tool"}},{{"role":"tool","tool_call_id":"{id}b","content":"ok"}}"#
+            )
+        };
+        let body = |turns: &[String]| {
+            let plain = chat_body(10, "run thing number 7");
+            let question = r#"{"role":"user","content":"run thing number 7"}"#;
+            let mut messages = vec![question.to_owned()];
+            messages.extend(turns.iter().cloned());
+            plain.replace(question, &messages.join(","))
+        };
+        let unknown = |engine: &mut Engine, turns: &[String]| {
+            engine
+                .analyse(Dialect::OpenaiChat, body(turns))
+                .unwrap()
+                .unknown
+        };
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "tool_3")]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "frobnicate")]),
+            ["frobnicate"]
+        );
+        // A later turn: the made-up call was counted when it was the latest.
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "frobnicate"), call("2", "tool_3")]),
+            Vec::<String>::new()
+        );
+        // A new question after it: no longer the model's latest turn.
+        let asked = r#"{"role":"user","content":"and now?"}"#.to_owned();
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "frobnicate"), asked]),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -85,6 +85,9 @@ enum Outcome {
         /// Those whose latest result the upstream received with the guidance note
         /// (`noted=a`).
         noted: Vec<String>,
+        /// Filter mode: tools the model called in its latest turn that the request does not
+        /// carry (`unknown=x`).
+        unknown: Vec<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -354,6 +357,8 @@ impl Filter {
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: analysis.evicted.clone(),
                     noted: noted_tools(analysis),
+                    // Search mode answers made-up names itself (`x-toolsift-search`).
+                    unknown: Vec::new(),
                 });
                 count_loop(metrics, analysis);
                 metrics.denied(Surface::Tools, analysis.denied());
@@ -413,8 +418,10 @@ impl Filter {
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
             noted: noted_tools(analysis),
+            unknown: analysis.unknown.clone(),
         });
         count_loop(metrics, analysis);
+        metrics.add(metrics.unknown_tools, analysis.unknown.len());
         Ok(())
     }
 
@@ -628,6 +635,7 @@ impl Filter {
                 denied,
                 evicted,
                 noted,
+                unknown,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -650,9 +658,20 @@ impl Filter {
                     [] => evicted,
                     names => format!("{evicted} noted={}", list(names)),
                 };
+                let mut made_up: Vec<String> = Vec::new();
+                for name in unknown {
+                    if !made_up.contains(name) {
+                        made_up.push(name.clone());
+                    }
+                }
+                let unknown = match made_up.as_slice() {
+                    [] => String::new(),
+                    names => format!(" unknown={}", list(names)),
+                };
                 header_value(*kept, *total, None)
                     + &denied
                     + &evicted
+                    + &unknown
                     + &ranked.header_suffix()
                     + &mode
                     + &gating
@@ -1150,6 +1169,7 @@ impl Filter {
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: Vec::new(),
                     noted: Vec::new(),
+                    unknown: Vec::new(),
                 });
                 return Ok(Step::Answered);
             }

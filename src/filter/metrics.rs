@@ -81,6 +81,8 @@ pub struct Metrics {
     pub loop_evicted: u32,
     /// Guidance notes the loop guard wrote on evicted tools' latest results.
     pub loop_noted: u32,
+    /// Filter mode: calls in the model's latest turn of tools the request does not carry.
+    pub unknown_tools: u32,
 }
 
 impl Metrics {
@@ -144,6 +146,7 @@ impl Metrics {
             access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
             loop_evicted: counter("toolsift.loop.evicted")?,
             loop_noted: counter("toolsift.loop.noted")?,
+            unknown_tools: counter("toolsift.unknown_tools")?,
         })
     }
 

@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, latest_question, user_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -64,7 +64,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         };
         for block in blocks {
             if let (Some("tool_use"), Some(name)) = (block.kind.as_deref(), &block.name) {
-                history.call(name, block.input, in_task(at, question));
+                history.call(name, block.input, at, question);
             }
         }
     }
@@ -73,6 +73,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search: body.contains("\"tool_reference\"") && searched(&messages),
     })

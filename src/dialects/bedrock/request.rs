@@ -4,7 +4,7 @@
 use crate::dialects::schema::{Member, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
 use crate::dialects::shared::note::{self, Answer, Turn};
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, latest_question, user_text};
 use crate::json::Str;
 use serde::Deserialize;
 use serde_json::json;
@@ -71,7 +71,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
         for call in blocks.into_iter().flatten().filter_map(|b| b.tool_use) {
             if let Some(name) = &call.name {
-                history.call(name, call.input, in_task(at, question));
+                history.call(name, call.input, at, question);
             }
         }
     }
@@ -89,6 +89,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice,
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         // Bedrock streams by path (`/converse-stream`).
         stream: false,
         native_search: false,

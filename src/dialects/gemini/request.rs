@@ -6,7 +6,7 @@
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Group, Item, Layout, Problem, Request};
 use crate::dialects::shared::note::{self, Answer, Turn};
-use crate::dialects::shared::{History, in_task, latest_question};
+use crate::dialects::shared::{History, latest_question};
 use crate::json::Str;
 use crate::json::ArrayLayout;
 use serde::Deserialize;
@@ -85,7 +85,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     for (at, content) in contents.iter().enumerate() {
         for call in content.parts.iter().filter_map(|p| p.function_call.as_ref()) {
             if let Some(name) = &call.name {
-                history.call(name, call.args, in_task(at, question));
+                history.call(name, call.args, at, question);
             }
         }
     }
@@ -100,6 +100,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice,
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         // Gemini streams by path (`:streamGenerateContent`), not by a body field.
         stream: false,
         native_search: false,

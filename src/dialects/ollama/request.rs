@@ -2,7 +2,7 @@
 //! assistant `tool_calls: [{"function":{"name","arguments":{…}}}]`), `tools` in OpenAI's
 //! function format, and `stream`, which is true when absent. Ollama has no `tool_choice`.
 
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, latest_question, user_text};
 use crate::dialects::{Choice, Problem, Request};
 use crate::json::Str;
 use serde::Deserialize;
@@ -52,7 +52,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     for (at, message) in messages.iter().enumerate() {
         for call in message.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref()) {
             if let Some(name) = &call.name {
-                history.call(name, call.arguments, in_task(at, question));
+                history.call(name, call.arguments, at, question);
             }
         }
     }
@@ -61,6 +61,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: Choice::default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         // "This is a streaming endpoint": only `"stream": false` asks for one object.
         stream: parsed.stream.unwrap_or(true),
         native_search: false,

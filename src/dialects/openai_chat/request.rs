@@ -4,7 +4,7 @@
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
 use crate::dialects::shared::note::{self, Answer, Turn};
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, latest_question, user_text};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
 use serde_json::Value;
@@ -66,7 +66,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             .filter_map(|c| c.function.as_ref());
         for named in calls.chain(m.function_call.as_ref()) {
             if let Some(name) = &named.name {
-                history.call(name, named.arguments, in_task(at, question));
+                history.call(name, named.arguments, at, question);
             }
         }
     }
@@ -75,6 +75,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search: false,
     })

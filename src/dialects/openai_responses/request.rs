@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, content_text, in_task, latest_question};
+use crate::dialects::shared::{History, content_text, latest_question};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -53,9 +53,15 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
                 .then(|| i.content.map(|c| content_text(c, &["input_text"])))
                 .flatten()
         });
+        // One turn's calls are consecutive items: a turn is known by its first call's index.
+        let mut turn = 0;
         for (at, item) in items.iter().enumerate() {
-            if let (Some("function_call"), Some(name)) = (item.kind.as_deref(), &item.name) {
-                history.call(name, item.arguments, in_task(at, question));
+            if item.kind.as_deref() != Some("function_call") {
+                turn = at + 1;
+                continue;
+            }
+            if let Some(name) = &item.name {
+                history.call(name, item.arguments, turn, question);
             }
         }
         // The provider's tool search loaded tools in this conversation.
@@ -72,6 +78,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search,
     })
@@ -190,6 +197,18 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
 
+    #[test]
+    fn the_latest_turn_is_the_last_run_of_calls() {
+        let body = r#"{"input":[{"role":"user","content":"hi"},
+ {"type":"function_call","call_id":"1","name":"a","arguments":"{}"},
+ {"type":"function_call_output","call_id":"1","output":"x"},
+ {"type":"reasoning","summary":[]},
+ {"type":"function_call","call_id":"2","name":"b","arguments":"{}"},
+ {"type":"function_call","call_id":"3","name":"c","arguments":"{}"},
+ {"type":"function_call_output","call_id":"2","output":"x"},
+ {"type":"function_call_output","call_id":"3","output":"x"}]}"#;
+        assert_eq!(parse(body).unwrap().latest_calls, ["b", "c"]);
+    }
 
     #[test]
     fn the_note_goes_on_the_latest_result_of_the_tool() {
