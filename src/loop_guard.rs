@@ -6,10 +6,14 @@
 //!
 //! Only the calls of the current task count: those after the latest user message that has
 //! text. A user who asks the same thing twice in one conversation is not a loop.
+//!
+//! With `note` configured, the evicted tool's latest result also gets a guidance note, so the
+//! model learns why the tool is gone (see [`Note`]); each dialect finds and edits the result.
 
 use crate::glob::Glob;
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// `loop_guard` in the configuration.
@@ -22,7 +26,24 @@ pub struct LoopGuardConfig {
     pub window: usize,
     /// Tool-name globs that are meant to repeat (polling, memory reads): never evicted.
     pub exempt: Vec<String>,
+    /// The guidance note appended to an evicted tool's latest result; none when absent.
+    pub note: Option<NoteConfig>,
 }
+
+/// `loop_guard.note`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct NoteConfig {
+    /// The note; `{tool}` stands for the evicted tool's name. [`DEFAULT_NOTE`] when absent.
+    pub text: Option<String>,
+    /// Notes for particular tools, by name or glob (the most specific match wins).
+    pub tools: BTreeMap<String, String>,
+}
+
+/// The note when `loop_guard.note` gives no `text`.
+pub const DEFAULT_NOTE: &str = "[toolsift] `{tool}` has been called repeatedly with the same \
+     arguments and is no longer available in this conversation turn. Do not call it again: \
+     use the results you already have, try a different approach, or answer the user.";
 
 impl Default for LoopGuardConfig {
     fn default() -> Self {
@@ -32,6 +53,7 @@ impl Default for LoopGuardConfig {
             repeats: 2,
             window: 10,
             exempt: Vec::new(),
+            note: None,
         }
     }
 }
@@ -73,6 +95,59 @@ pub struct LoopGuard {
     repeats: usize,
     window: usize,
     exempt: Vec<Glob>,
+    note: Option<Note>,
+}
+
+/// The guidance note, compiled: the text for each tool.
+#[derive(Debug, Clone)]
+pub struct Note {
+    text: String,
+    /// Per-tool texts, most specific pattern first: exact names, then globs by length (a
+    /// longer pattern says more), ties in name order. Specificity rather than the order
+    /// written, since Istio hands the configuration over as a protobuf Struct, whose keys
+    /// keep no order.
+    tools: Vec<(Glob, String)>,
+}
+
+impl Note {
+    fn new(config: &NoteConfig) -> Result<Note, (String, String)> {
+        let text = config.text.as_deref().unwrap_or(DEFAULT_NOTE);
+        if text.trim().is_empty() {
+            return Err(("note.text".into(), "must not be empty".into()));
+        }
+        let mut tools = Vec::new();
+        for (pattern, text) in &config.tools {
+            if pattern.trim().is_empty() {
+                return Err(("note.tools".into(), "a tool name must not be empty".into()));
+            }
+            if text.trim().is_empty() {
+                return Err((format!("note.tools.{pattern}"), "must not be empty".into()));
+            }
+            tools.push((Glob::new(pattern), text.clone()));
+        }
+        let wild = |g: &Glob| g.as_str().contains(['*', '?']);
+        tools.sort_by(|(a, _), (b, _)| {
+            (wild(a), std::cmp::Reverse(a.as_str().len()), a.as_str()).cmp(&(
+                wild(b),
+                std::cmp::Reverse(b.as_str().len()),
+                b.as_str(),
+            ))
+        });
+        Ok(Note {
+            text: text.to_owned(),
+            tools,
+        })
+    }
+
+    /// The note for the evicted tool `tool`, `{tool}` filled in.
+    pub fn text_for(&self, tool: &str) -> String {
+        let text = self
+            .tools
+            .iter()
+            .find(|(glob, _)| glob.matches(tool))
+            .map_or(self.text.as_str(), |(_, text)| text.as_str());
+        text.replace("{tool}", tool)
+    }
 }
 
 impl LoopGuard {
@@ -97,11 +172,18 @@ impl LoopGuard {
             }
             exempt.push(Glob::new(pattern));
         }
+        let note = config.note.as_ref().map(Note::new).transpose()?;
         Ok(LoopGuard {
             repeats: config.repeats,
             window: config.window,
             exempt,
+            note,
         })
+    }
+
+    /// The guidance note, when configured.
+    pub fn note(&self) -> Option<&Note> {
+        self.note.as_ref()
     }
 
     fn exempt(&self, name: &str) -> bool {
@@ -253,6 +335,7 @@ mod tests {
             repeats,
             window,
             exempt: exempt.iter().map(|s| s.to_string()).collect(),
+            note: None,
         })
         .unwrap()
     }
@@ -327,7 +410,7 @@ mod tests {
             LoopGuard::new(&LoopGuardConfig {
                 repeats,
                 window,
-                exempt: Vec::new(),
+                ..LoopGuardConfig::default()
             })
             .unwrap_err()
             .0
@@ -335,5 +418,46 @@ mod tests {
         assert_eq!(bad(1, 10), "repeats");
         assert_eq!(bad(3, 2), "window");
         assert_eq!(bad(2, 5000), "window");
+        let bad_note = |json: &str| {
+            let note: NoteConfig = serde_json::from_str(json).unwrap();
+            LoopGuard::new(&LoopGuardConfig {
+                note: Some(note),
+                ..LoopGuardConfig::default()
+            })
+            .unwrap_err()
+            .0
+        };
+        assert_eq!(bad_note(r#"{"text":" "}"#), "note.text");
+        assert_eq!(bad_note(r#"{"tools":{"":"x"}}"#), "note.tools");
+        assert_eq!(bad_note(r#"{"tools":{"a*":""}}"#), "note.tools.a*");
+    }
+
+    #[test]
+    fn the_most_specific_note_names_the_tool() {
+        let note: NoteConfig = serde_json::from_str(
+            r#"{"text":"stop {tool}","tools":{"*":"any {tool}","get_*":"get {tool}",
+                "get_weather_*":"weather {tool}","get_weather_now":"now"}}"#,
+        )
+        .unwrap();
+        let note = Note::new(&note).unwrap();
+        assert_eq!(note.text_for("get_weather_now"), "now");
+        assert_eq!(
+            note.text_for("get_weather_today"),
+            "weather get_weather_today"
+        );
+        assert_eq!(note.text_for("get_pods"), "get get_pods");
+        assert_eq!(note.text_for("list"), "any list");
+        let plain = Note::new(&NoteConfig::default()).unwrap();
+        assert!(
+            plain
+                .text_for("x_y")
+                .contains("`x_y` has been called repeatedly")
+        );
+        let own = Note::new(&NoteConfig {
+            text: Some("stop {tool}".into()),
+            ..NoteConfig::default()
+        })
+        .unwrap();
+        assert_eq!(own.text_for("a"), "stop a");
     }
 }

@@ -162,11 +162,28 @@ pub struct Analysis {
     pub access: Option<Governed>,
     /// Tools the loop guard took out of this request: the agent called them in a loop.
     pub evicted: Vec<String>,
+    /// The model's calls, in its latest turn, of tools the request does not carry (made-up
+    /// names), one per call: filter mode counts and reports them.
+    pub unknown: Vec<String>,
+    /// With `loop_guard.note`: the evicted tools whose latest result takes the guidance note,
+    /// and where. The only bytes toolsift changes outside the tools array.
+    pub notes: Vec<Noted>,
     /// The request carries the provider's own tool search: only access rules take tools out
     /// (it reaches this far only when they deny some; otherwise it is skipped).
     pub native_search: bool,
     /// The session the dialect's own fields name (see [`crate::dialects::Request::session`]).
     pub session: Option<String>,
+}
+
+/// The loop guard's note for one evicted tool: an insertion into the request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Noted {
+    pub tool: String,
+    /// Where, in the body (an empty range: nothing the client wrote is replaced, except a
+    /// `null` content, which the note becomes).
+    pub at: Range<usize>,
+    /// The JSON text written there.
+    pub text: String,
 }
 
 /// What access rules decided for one request.
@@ -346,19 +363,55 @@ impl Analysis {
         Some(out)
     }
 
-    /// What replaces the body's first bytes, up to the end of the tools array: the bytes
-    /// before the array and the rebuilt array, with that length. `None` when every tool is
-    /// kept. The rest of the body is unchanged, so a host that can replace a prefix in place
-    /// (Envoy) needs no more.
+    /// What replaces the body's first bytes, up to the end of the tools array (or of the last
+    /// guidance note, when one comes after it): the rewritten head, and the length of the
+    /// original head it replaces. `None` when every tool is kept and nothing is noted. The
+    /// rest of the body is unchanged, so a host that can replace a prefix in place (Envoy)
+    /// needs no more.
     pub fn rewrite_head(&self, body: &[u8]) -> Option<(Vec<u8>, usize)> {
         if let Some(edit) = &self.text_edit {
             let body = std::str::from_utf8(body).ok()?;
             let (head, replaced) = edit.rewrite_head(body, &self.selection.keep)?;
             return Some((head.into_bytes(), replaced));
         }
-        if self.selection.keep.iter().all(|k| *k) {
-            return None;
+        let tools = if self.selection.keep.iter().all(|k| *k) {
+            None
+        } else {
+            Some(self.rebuilt_tools(body)?)
+        };
+        if self.notes.is_empty() {
+            let rebuilt = tools?;
+            let head = body.get(..self.container.start)?;
+            let mut out = Vec::with_capacity(head.len() + rebuilt.len());
+            out.extend_from_slice(head);
+            out.extend_from_slice(rebuilt.as_bytes());
+            return Some((out, self.container.end));
         }
+        let mut patches = self.note_patches();
+        patches.extend(tools.map(|t| (self.container.clone(), t)));
+        let end = patches.iter().map(|(at, _)| at.end).max()?;
+        let head = std::str::from_utf8(body.get(..end)?).ok()?;
+        let out = crate::dialects::shared::splice::apply_patches(head, patches)?;
+        Some((out.into_bytes(), end))
+    }
+
+    /// The body with its tools container replaced by `tools` and the guidance notes written:
+    /// search mode's first request.
+    pub fn with_tools(&self, body: &str, tools: &str) -> Option<String> {
+        let mut patches = self.note_patches();
+        patches.push((self.container.clone(), tools.to_owned()));
+        crate::dialects::shared::splice::apply_patches(body, patches)
+    }
+
+    fn note_patches(&self) -> Vec<(Range<usize>, String)> {
+        self.notes
+            .iter()
+            .map(|n| (n.at.clone(), n.text.clone()))
+            .collect()
+    }
+
+    /// The tools container with the kept tools only.
+    fn rebuilt_tools(&self, body: &[u8]) -> Option<String> {
         // A dialect's catalog holds the body's tools array, byte for byte (compared on a
         // cache hit, copied from the body otherwise), as checked text.
         let container = if self.catalog.reader == Reader::Custom {
@@ -366,13 +419,67 @@ impl Analysis {
         } else {
             self.catalog.container()
         };
-        let rebuilt = rebuild_container(container, &self.catalog.draft, &self.selection.keep);
-        let head = body.get(..self.container.start)?;
-        let mut out = Vec::with_capacity(head.len() + rebuilt.len());
-        out.extend_from_slice(head);
-        out.extend_from_slice(rebuilt.as_bytes());
-        Some((out, self.container.end))
+        Some(rebuild_container(
+            container,
+            &self.catalog.draft,
+            &self.selection.keep,
+        ))
     }
+}
+
+/// The guidance notes for the `evicted` tools, each on its latest result in `text` (the body
+/// with its tools array, at `tools`, written `null`), placed in the body. A result that is not
+/// found or takes no note gets none: the tool is evicted all the same.
+fn notes(
+    dialect: Dialect,
+    note: &crate::loop_guard::Note,
+    evicted: &[String],
+    text: &str,
+    tools: Range<usize>,
+) -> Vec<Noted> {
+    let null_end = tools.start + "null".len();
+    // Places after the `null` move to after the tools array.
+    let to_body = |at: Range<usize>| -> Option<Range<usize>> {
+        if at.end <= tools.start {
+            Some(at)
+        } else if at.start >= null_end {
+            Some(at.start - null_end + tools.end..at.end - null_end + tools.end)
+        } else {
+            None
+        }
+    };
+    let mut out: Vec<Noted> = Vec::new();
+    for tool in evicted {
+        let found = dialect
+            .codec()
+            .note_result(text, tool, &note.text_for(tool));
+        let Some((at, written)) = found else {
+            continue;
+        };
+        let Some(at) = to_body(at) else {
+            continue;
+        };
+        // Two tools answered by one result (never seen): the first note only.
+        let clash =
+            |n: &Noted| n.at.start == at.start || (n.at.start < at.end && at.start < n.at.end);
+        if out.iter().any(clash) {
+            continue;
+        }
+        out.push(Noted {
+            tool: tool.clone(),
+            at,
+            text: written,
+        });
+    }
+    out
+}
+
+/// The calls in `latest` (names the model called in its latest turn) of tools `catalog` does
+/// not hold, neither as function tools nor as named built-ins: names the model made up.
+fn unknown_calls(latest: &[String], catalog: &Catalog) -> Vec<String> {
+    let entries = catalog.draft.entries.len();
+    let known = |name: &str| (0..entries).any(|e| catalog.governed_name(e) == Some(name));
+    latest.iter().filter(|name| !known(name)).cloned().collect()
 }
 
 /// [`select`] with what the caller may see.
@@ -804,7 +911,13 @@ impl Engine {
             _ => Vec::new(),
         };
         let reader = Reader::Dialect(dialect);
-        self.conclude(reader, request, looping, catalog, cache_hit, span, grant)
+        let tools = span.clone();
+        let mut analysis =
+            self.conclude(reader, request, looping, catalog, cache_hit, span, grant)?;
+        if let Some(note) = self.loop_guard.as_ref().and_then(|g| g.note()) {
+            analysis.notes = notes(dialect, note, &analysis.evicted, &without_tools, tools);
+        }
+        Ok(analysis)
     }
 
     /// Reads, ranks and selects the tools of a body of the `custom` shape (a request on a
@@ -832,6 +945,7 @@ impl Engine {
             choice: Choice::default(),
             called: Vec::new(),
             history: Vec::new(),
+            latest_calls: Vec::new(),
             stream: false,
             native_search: false,
             session: None,
@@ -927,6 +1041,7 @@ impl Engine {
                 &evicted,
             )
         };
+        let unknown = unknown_calls(&request.latest_calls, &catalog);
         Ok(Analysis {
             reader,
             query: request.query,
@@ -941,6 +1056,8 @@ impl Engine {
             text_edit: None,
             access,
             evicted,
+            notes: Vec::new(),
+            unknown,
             native_search,
             session: request.session,
         })
@@ -1068,6 +1185,95 @@ mod tests {
         let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
         assert_eq!(analysis.total(), 25, "the 1e400 tool is a function tool");
         assert_eq!(analysis.kept_names()[0], "refund_payment");
+    }
+
+    #[test]
+    fn the_loop_guards_note_is_the_only_change_outside_the_tools() {
+        let config =
+            br#"{"top_k":2,"min_tools":3,"loop_guard":{"note":{"text":"Stop calling {tool}."}}}"#;
+        let mut engine = Engine::new(Config::from_json(config).unwrap());
+        let history = r#"{"role":"user","content":"run thing number 7"},
+  {"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"tool_7","arguments":"{\"x\":1}"}}]},
+  {"role":"tool","tool_call_id":"1","content":"done"},
+  {"role":"assistant","tool_calls":[{"id":"2","type":"function","function":{"name":"tool_7","arguments":"{ \"x\": 1 }"}}]},
+  {"role":"tool","tool_call_id":"2","content":"done" }"#;
+        let plain = chat_body(10, "run thing number 7");
+        let tools_at = plain.find(r#","tools":"#).unwrap();
+        let tools = &plain[tools_at..plain.len() - 1];
+        // The conversation after the tools array, and before it.
+        let after = format!(r#"{{"model":"gpt"{tools},"messages":[{history}]}}"#);
+        let before = format!(r#"{{"model":"gpt","messages":[{history}]{tools}}}"#);
+        for body in [after, before] {
+            let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+            assert_eq!(analysis.evicted, ["tool_7"]);
+            assert_eq!(analysis.notes.len(), 1);
+            let out = analysis.rewrite(&body).unwrap();
+            // Outside the tools array, the body is the client's but for the note.
+            let note =
+                |text: &str| text.replacen(r#""done" }"#, r#""done\n\nStop calling tool_7." }"#, 1);
+            let (head, tail) = (
+                note(&body[..analysis.container.start]),
+                note(&body[analysis.container.end..]),
+            );
+            assert_eq!(
+                head.len() + tail.len(),
+                body.len() - analysis.container.len() + 24
+            );
+            assert!(out.starts_with(&head) && out.ends_with(&tail), "{out}");
+            let middle = &out[head.len()..out.len() - tail.len()];
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(middle)
+                    .unwrap()
+                    .as_array()
+                    .unwrap()
+                    .len(),
+                2
+            );
+            assert!(!provider_tools(&out).contains(&"tool_7".to_owned()));
+        }
+    }
+
+    #[test]
+    fn made_up_names_of_the_latest_turn_are_unknown_once() {
+        let mut engine = Engine::new(Config::from_json(br#"{"top_k":2,"min_tools":3}"#).unwrap());
+        let call = |id: &str, name: &str| {
+            format!(
+                r#"{{"role":"assistant","tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"{name}","arguments":"{{}}"}}}},{{"id":"{id}b","type":"function","function":{{"name":"tool_1","arguments":"{{}}"}}}}]}},
+                {{"role":"tool","tool_call_id":"{id}","content":"no such tool"}},{{"role":"tool","tool_call_id":"{id}b","content":"ok"}}"#
+            )
+        };
+        let body = |turns: &[String]| {
+            let plain = chat_body(10, "run thing number 7");
+            let question = r#"{"role":"user","content":"run thing number 7"}"#;
+            let mut messages = vec![question.to_owned()];
+            messages.extend(turns.iter().cloned());
+            plain.replace(question, &messages.join(","))
+        };
+        let unknown = |engine: &mut Engine, turns: &[String]| {
+            engine
+                .analyse(Dialect::OpenaiChat, body(turns))
+                .unwrap()
+                .unknown
+        };
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "tool_3")]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "frobnicate")]),
+            ["frobnicate"]
+        );
+        // A later turn: the made-up call was counted when it was the latest.
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "frobnicate"), call("2", "tool_3")]),
+            Vec::<String>::new()
+        );
+        // A new question after it: no longer the model's latest turn.
+        let asked = r#"{"role":"user","content":"and now?"}"#.to_owned();
+        assert_eq!(
+            unknown(&mut engine, &[call("1", "frobnicate"), asked]),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

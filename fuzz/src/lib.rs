@@ -77,10 +77,13 @@ pub fn request_bedrock(data: &[u8]) {
 /// Filter mode keeping one tool, and search mode with every meta-tool and a native-search
 /// rule (models named `*native*`), so that most requests with tools are rewritten.
 const REQUEST_CONFIGS: [&str; 2] = [
-    // The loop guard with its smallest settings: every fuzzed history's calls are read.
-    r#"{"top_k": 1, "min_tools": 0, "loop_guard": {"repeats": 2, "window": 2}}"#,
+    // The loop guard with its smallest settings: every fuzzed history's calls are read, and
+    // the looping tool's latest result gets the note.
+    r#"{"top_k": 1, "min_tools": 0, "loop_guard": {"repeats": 2, "window": 2,
+        "note": {"text": "stop {tool}"}}}"#,
     r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "use_tool": true,
-        "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]}}"#,
+        "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]},
+        "loop_guard": {"note": {"text": "stop {tool}"}}}"#,
 ];
 
 fn is_json(text: &str) -> bool {
@@ -163,6 +166,54 @@ fn refuses_bytes_that_are_not_utf8(
     }
 }
 
+/// The client's bytes before and after the tools array with the loop guard's notes written,
+/// the only other change toolsift makes: each outside the tools array, for a tool the guard
+/// evicted, its text the configured note (JSON-escaped, after a blank line in a string, or a
+/// JSON value of its own).
+fn outside(body: &str, analysis: &Analysis) -> (String, String) {
+    let range = &analysis.container;
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for note in &analysis.notes {
+        assert!(
+            analysis.evicted.contains(&note.tool),
+            "a note for a tool kept"
+        );
+        let words = serde_json::Value::from(format!("stop {}", note.tool)).to_string();
+        let words = &words[1..words.len() - 1];
+        assert!(note.text.contains(words), "{} for {}", note.text, note.tool);
+        let replaced = &body[note.at.clone()];
+        assert!(
+            replaced.is_empty() || replaced == "null",
+            "a note replaced {replaced}"
+        );
+        if note.at.end <= range.start {
+            before.push((note.at.clone(), note.text.as_str()));
+        } else {
+            assert!(note.at.start >= range.end, "a note inside the tools array");
+            let at = note.at.start - range.end..note.at.end - range.end;
+            after.push((at, note.text.as_str()));
+        }
+    }
+    (
+        patched(&body[..range.start], before),
+        patched(&body[range.end..], after),
+    )
+}
+
+/// `text` with each range replaced (none overlap).
+fn patched(text: &str, mut patches: Vec<(std::ops::Range<usize>, &str)>) -> String {
+    patches.sort_by_key(|(at, _)| at.start);
+    let (mut out, mut from) = (String::new(), 0);
+    for (at, replacement) in patches {
+        assert!(at.start >= from, "notes overlap");
+        out.push_str(&text[from..at.start]);
+        out.push_str(replacement);
+        from = at.end;
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
 fn check_rewrite(
     dialect: Dialect,
     analysis: &Analysis,
@@ -175,8 +226,8 @@ fn check_rewrite(
         !valid || is_json(out),
         "rewrite of valid JSON is not JSON: {out}"
     );
-    let range = &analysis.container;
-    let (before, after) = (&body[..range.start], &body[range.end..]);
+    let (before, after) = outside(body, analysis);
+    let (before, after) = (before.as_str(), after.as_str());
     assert!(out.starts_with(before), "bytes before the tools changed");
     assert!(out.ends_with(after), "bytes after the tools changed");
     assert!(out.len() >= before.len() + after.len());
@@ -208,15 +259,9 @@ fn check_plan(config: &Config, analysis: &Analysis, body: &str, valid: bool) {
         !valid || is_json(&out),
         "search plan of valid JSON is not JSON: {out}"
     );
-    let range = &analysis.container;
-    assert!(
-        out.starts_with(&body[..range.start]),
-        "bytes before the tools changed"
-    );
-    assert!(
-        out.ends_with(&body[range.end..]),
-        "bytes after the tools changed"
-    );
+    let (before, after) = outside(body, analysis);
+    assert!(out.starts_with(&before), "bytes before the tools changed");
+    assert!(out.ends_with(&after), "bytes after the tools changed");
 }
 
 /// The custom shapes [`request_custom`] reads a body with: a tools array (each tool in a

@@ -80,6 +80,13 @@ pub trait RequestCodec: Sync {
         super::shared::is_search_tool(entry)
     }
 
+    /// The insertion into `body` that appends `note` to the result answering the latest call
+    /// of `tool` (the loop guard's guidance; see [`super::shared::note`]); `None` when that
+    /// call has no result in the body, or its result takes no note.
+    fn note_result(&self, _body: &str, _tool: &str, _note: &str) -> Option<(Range<usize>, String)> {
+        None
+    }
+
     /// Why a body of unknown path looks like this API (`toolsift explain`), or `None`. The
     /// first dialect that recognises a body wins; OpenAI Chat takes what none recognises.
     fn recognises(&self, _body: &Map<String, Value>) -> Option<&'static str> {

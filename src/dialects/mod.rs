@@ -209,6 +209,9 @@ pub struct Request {
     /// The calls since the latest user message with text (the current task), oldest first,
     /// with their arguments: what the loop guard reads.
     pub history: Vec<crate::loop_guard::PastCall>,
+    /// The names the model called in its latest turn of the current task (none when a new
+    /// question follows it).
+    pub latest_calls: Vec<String>,
     pub stream: bool,
     /// The conversation holds the provider's own tool search at work (Anthropic
     /// `tool_reference` / `tool_search_tool_result` blocks, Responses `tool_search_call` /

@@ -89,6 +89,12 @@ enum Outcome {
         /// Search mode: tools shown because the session's memory offered them
         /// (`remembered=a,b`).
         remembered: Vec<String>,
+        /// Those whose latest result the upstream received with the guidance note
+        /// (`noted=a`).
+        noted: Vec<String>,
+        /// Filter mode: tools the model called in its latest turn that the request does not
+        /// carry (`unknown=x`).
+        unknown: Vec<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -359,8 +365,11 @@ impl Filter {
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: analysis.evicted.clone(),
                     remembered: planned.remembered,
+                    noted: noted_tools(analysis),
+                    // Search mode answers made-up names itself (`x-toolsift-search`).
+                    unknown: Vec::new(),
                 });
-                metrics.add(metrics.loop_evicted, analysis.evicted.len());
+                count_loop(metrics, analysis);
                 metrics.denied(Surface::Tools, analysis.denied());
                 return Ok(());
             }
@@ -418,8 +427,11 @@ impl Filter {
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
             remembered: Vec::new(),
+            noted: noted_tools(analysis),
+            unknown: analysis.unknown.clone(),
         });
-        metrics.add(metrics.loop_evicted, analysis.evicted.len());
+        count_loop(metrics, analysis);
+        metrics.add(metrics.unknown_tools, analysis.unknown.len());
         Ok(())
     }
 
@@ -662,6 +674,8 @@ impl Filter {
                 denied,
                 evicted,
                 remembered,
+                noted,
+                unknown,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -671,9 +685,28 @@ impl Filter {
                     .map(|g| g.header_suffix())
                     .unwrap_or_default();
                 let denied = denied.map(|n| format!(" denied={n}")).unwrap_or_default();
+                // Tool names are client data: percent-encoded, as everywhere in the header.
+                let list = |names: &[String]| {
+                    let safe: Vec<_> = names.iter().map(|n| header_safe(n)).collect();
+                    safe.join(",")
+                };
                 let evicted = match evicted.as_slice() {
                     [] => String::new(),
-                    names => format!(" loop=evicted:{}", names.join(",")),
+                    names => format!(" loop=evicted:{}", list(names)),
+                };
+                let evicted = match noted.as_slice() {
+                    [] => evicted,
+                    names => format!("{evicted} noted={}", list(names)),
+                };
+                let mut made_up: Vec<String> = Vec::new();
+                for name in unknown {
+                    if !made_up.contains(name) {
+                        made_up.push(name.clone());
+                    }
+                }
+                let unknown = match made_up.as_slice() {
+                    [] => String::new(),
+                    names => format!(" unknown={}", list(names)),
                 };
                 let remembered = match remembered.as_slice() {
                     [] => String::new(),
@@ -685,6 +718,7 @@ impl Filter {
                 header_value(*kept, *total, None)
                     + &denied
                     + &evicted
+                    + &unknown
                     + &ranked.header_suffix()
                     + &mode
                     + &remembered
@@ -1194,6 +1228,8 @@ impl Filter {
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: Vec::new(),
                     remembered: Vec::new(),
+                    noted: Vec::new(),
+                    unknown: Vec::new(),
                 });
                 return Ok(Step::Answered);
             }
@@ -1234,6 +1270,17 @@ impl Filter {
             None => log::debug!("gating: no tool_choice could be written for the claim"),
         }
     }
+}
+
+/// The tools whose guidance note went upstream.
+fn noted_tools(analysis: &Analysis) -> Vec<String> {
+    analysis.notes.iter().map(|n| n.tool.clone()).collect()
+}
+
+/// The loop guard's counts for one request that went upstream.
+fn count_loop(metrics: &super::metrics::Metrics, analysis: &Analysis) {
+    metrics.add(metrics.loop_evicted, analysis.evicted.len());
+    metrics.add(metrics.loop_noted, analysis.notes.len());
 }
 
 /// Milliseconds since the epoch by Envoy's clock (0 if it cannot be read).

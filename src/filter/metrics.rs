@@ -84,6 +84,10 @@ pub struct Metrics {
     pub access_unsupported_stream: u32,
     /// Tools the loop guard took out of requests (each request's count added).
     pub loop_evicted: u32,
+    /// Guidance notes the loop guard wrote on evicted tools' latest results.
+    pub loop_noted: u32,
+    /// Filter mode: calls in the model's latest turn of tools the request does not carry.
+    pub unknown_tools: u32,
 }
 
 impl Metrics {
@@ -150,6 +154,8 @@ impl Metrics {
             access_unchecked: counter("toolsift.access.unchecked")?,
             access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
             loop_evicted: counter("toolsift.loop.evicted")?,
+            loop_noted: counter("toolsift.loop.noted")?,
+            unknown_tools: counter("toolsift.unknown_tools")?,
         })
     }
 

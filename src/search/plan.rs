@@ -257,11 +257,7 @@ pub fn plan_remembering(
         }
         let keep: Vec<bool> = (0..texts.len()).map(allowed).collect();
         let tools = rebuild_container(container, draft, &keep);
-        return Some(Planned::Native(Some(splice(
-            body,
-            analysis.container.clone(),
-            &tools,
-        )?)));
+        return Some(Planned::Native(Some(analysis.with_tools(body, &tools)?)));
     }
 
     // Which function tools the model sees, in the order it sees them.
@@ -375,7 +371,7 @@ pub fn plan_remembering(
             .filter(|&i| is_function(i) && allowed(i) && loaded(i))
             .count();
         return Some(Planned::Provider(ProviderPlan {
-            body: splice(body, analysis.container.clone(), &tools)?,
+            body: analysis.with_tools(body, &tools)?,
             shown,
             beta: beta.map(str::to_owned),
         }));
@@ -432,7 +428,7 @@ pub fn plan_remembering(
             tools
         }
     };
-    let body = splice(body, analysis.container.clone(), &tools)?;
+    let body = analysis.with_tools(body, &tools)?;
     Some(Planned::Search(Plan {
         dialect,
         body,

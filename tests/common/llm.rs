@@ -53,6 +53,61 @@ pub fn request(dialect: &str, stream: bool) -> (String, Value) {
     }
 }
 
+/// `body` (a request of `dialect`) with the agent's turns after the question: each of
+/// `calls` (a tool's name and its arguments) made by the model, one a turn, and answered by
+/// the client with "sunny".
+pub fn with_calls(dialect: &str, mut body: Value, calls: &[(&str, Value)]) -> Value {
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        let id = format!("call_{i}");
+        // OpenAI sends arguments as a string of JSON; the writer's own spacing is kept.
+        let text = format!(" {} ", args);
+        match dialect {
+            "openai_chat" => {
+                let m = body["messages"].as_array_mut().unwrap();
+                m.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": id, "type": "function", "function": {"name": tool, "arguments": text}}]}));
+                m.push(json!({"role": "tool", "tool_call_id": id, "content": "sunny"}));
+            }
+            "openai_responses" => {
+                if body["input"].is_string() {
+                    body["input"] = json!([{"role": "user", "content": body["input"].clone()}]);
+                }
+                let m = body["input"].as_array_mut().unwrap();
+                m.push(json!({"type": "function_call", "call_id": id, "name": tool, "arguments": text}));
+                m.push(json!({"type": "function_call_output", "call_id": id, "output": "sunny"}));
+            }
+            "anthropic" => {
+                let m = body["messages"].as_array_mut().unwrap();
+                m.push(json!({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": id, "name": tool, "input": args}]}));
+                m.push(json!({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": id, "content": "sunny"}]}));
+            }
+            "gemini" => {
+                let m = body["contents"].as_array_mut().unwrap();
+                m.push(json!({"role": "model", "parts": [{"functionCall": {"name": tool, "args": args}}]}));
+                m.push(json!({"role": "user", "parts": [
+                    {"functionResponse": {"name": tool, "response": {"output": "sunny"}}}]}));
+            }
+            "bedrock" => {
+                let m = body["messages"].as_array_mut().unwrap();
+                m.push(json!({"role": "assistant", "content": [
+                    {"toolUse": {"toolUseId": id, "name": tool, "input": args}}]}));
+                m.push(json!({"role": "user", "content": [
+                    {"toolResult": {"toolUseId": id, "content": [{"text": "sunny"}]}}]}));
+            }
+            "ollama" => {
+                let m = body["messages"].as_array_mut().unwrap();
+                m.push(json!({"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": tool, "arguments": args}}]}));
+                m.push(json!({"role": "tool", "content": "sunny"}));
+            }
+            other => panic!("{other}"),
+        }
+    }
+    body
+}
+
 /// What the upstream received, in order.
 pub fn upstream_log(gw: &Gateway) -> Vec<Value> {
     let r = http(gw.upstream.port, "GET", "/scripted/log", &[], b"");

@@ -7,6 +7,7 @@ pub(crate) mod response;
 use super::shared::splice::set_path_member;
 use super::{Entry, Problem, ProviderSearch, Request, RequestCodec, ResponseCodec};
 use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
+use std::ops::Range;
 use serde_json::{Map, Value, json};
 
 /// Anthropic's own tool search tool, sent by `native_search` rules without a `tool`.
@@ -30,6 +31,10 @@ impl RequestCodec for Anthropic {
 
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
+    }
+
+    fn note_result(&self, body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+        request::note_result(body, tool, note)
     }
 
     fn entry(&self, text: &str) -> Option<Entry> {

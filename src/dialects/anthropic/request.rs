@@ -3,10 +3,13 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, first_text, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, first_text, latest_question, user_text};
+use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
+use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -71,7 +74,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         };
         for block in blocks {
             if let (Some("tool_use"), Some(name)) = (block.kind.as_deref(), &block.name) {
-                history.call(name, block.input, in_task(at, question));
+                history.call(name, block.input, at, question);
             }
         }
     }
@@ -80,6 +83,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search: body.contains("\"tool_reference\"") && searched(&messages),
         session: parsed
@@ -104,6 +108,62 @@ fn searched(messages: &[Message]) -> bool {
                 || (is(b, "tool_result") && blocks(b.content).iter().any(|r| is(r, "tool_reference")))
         })
     })
+}
+
+/// The loop guard's note after the result of the latest call of `tool`: a `tool_result`
+/// block's `content` (a string, an array of blocks, or absent).
+pub(crate) fn note_result(body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        messages: Vec<Message<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Ids<'a> {
+        #[serde(borrow, default)]
+        id: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        tool_use_id: Option<Str<'a>>,
+    }
+    let parsed: Body = serde_json::from_str(body).ok()?;
+    let mut turns = Vec::new();
+    for m in parsed.messages {
+        let Some(blocks) = m
+            .content
+            .and_then(|c| serde_json::from_str::<Vec<&RawValue>>(c.get()).ok())
+        else {
+            continue;
+        };
+        let mut calls = Vec::new();
+        for raw in blocks {
+            let (Ok(block), Ok(ids)) = (
+                serde_json::from_str::<Block>(raw.get()),
+                serde_json::from_str::<Ids>(raw.get()),
+            ) else {
+                continue;
+            };
+            match (block.kind.as_deref(), m.role.as_deref()) {
+                (Some("tool_use"), Some("assistant")) => {
+                    if let Some(name) = block.name {
+                        calls.push((name.into_owned(), ids.id.map(|i| i.into_owned())));
+                    }
+                }
+                (Some("tool_result"), Some("user")) => turns.push(Turn::Result(Answer {
+                    id: ids.tool_use_id.map(|i| i.into_owned()),
+                    name: None,
+                    content: block.content,
+                    holder: raw,
+                    key: Some("content"),
+                    part: |note| format!(r#"{{"type":"text","text":{}}}"#, Value::from(note)),
+                })),
+                _ => {}
+            }
+        }
+        if !calls.is_empty() {
+            turns.push(Turn::Calls(calls));
+        }
+    }
+    note::append(body, &turns, tool, note)
 }
 
 /// `{"type":"any"}` or `{"type":"tool","name"}`.
@@ -147,6 +207,32 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::shared::testing::noted;
+        use crate::dialects::anthropic::Anthropic;
+        let body = r#"{"messages":[{"role":"user","content":"hi"},
+ {"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"tool_use","id":"t1","name":"a","input":{}}]},
+ {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"one"}]},
+ {"role":"assistant","content":[{"type":"tool_use","id":"t2","name":"a","input":{}},{"type":"tool_use","id":"t3","name":"b","input":{}}]},
+ {"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","is_error":true},
+   {"type":"tool_result","tool_use_id":"t3","content":[{"type":"text","text":"three"}]}]}]}"#;
+        assert_eq!(
+            noted(&Anthropic, body, "a").unwrap(),
+            body.replace(
+                r#""is_error":true}"#,
+                r#""is_error":true,"content":"Stop \"now\"."}"#
+            )
+        );
+        assert_eq!(
+            noted(&Anthropic, body, "b").unwrap(),
+            body.replace(
+                r#""three"}]"#,
+                r#""three"},{"type":"text","text":"Stop \"now\"."}]"#
+            )
+        );
+    }
     use super::*;
     use crate::dialects::Dialect;
 

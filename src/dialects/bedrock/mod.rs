@@ -10,6 +10,7 @@ mod stream;
 use super::shared::splice::set_path_member;
 use super::{Entry, Framing, PathStream, Problem, Request, RequestCodec, ResponseCodec};
 use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
+use std::ops::Range;
 use serde_json::{Map, Value, json};
 
 pub struct Bedrock;
@@ -44,6 +45,10 @@ impl RequestCodec for Bedrock {
 
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
+    }
+
+    fn note_result(&self, body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+        request::note_result(body, tool, note)
     }
 
     fn entry(&self, text: &str) -> Option<Entry> {

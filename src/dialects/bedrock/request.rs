@@ -3,10 +3,13 @@
 
 use crate::dialects::schema::{Member, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::note::{self, Answer, Turn};
+use crate::dialects::shared::{History, latest_question, user_text};
 use crate::json::Str;
 use serde::Deserialize;
+use serde_json::json;
 use serde_json::value::RawValue;
+use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -68,7 +71,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
         for call in blocks.into_iter().flatten().filter_map(|b| b.tool_use) {
             if let Some(name) = &call.name {
-                history.call(name, call.input, in_task(at, question));
+                history.call(name, call.input, at, question);
             }
         }
     }
@@ -86,12 +89,76 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice,
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         // Bedrock streams by path (`/converse-stream`).
         stream: false,
         native_search: false,
         // The API has no field naming a session: only the configured header does.
         session: None,
     })
+}
+
+/// The loop guard's note after the result of the latest call of `tool`: a `toolResult`
+/// block's `content`, an array of blocks, to which a `{"text"}` block is added.
+pub(crate) fn note_result(body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        messages: Vec<Message<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Block<'a> {
+        #[serde(borrow, default, rename = "toolUse")]
+        tool_use: Option<Ids<'a>>,
+        #[serde(borrow, default, rename = "toolResult")]
+        tool_result: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Ids<'a> {
+        #[serde(borrow, default)]
+        name: Option<Str<'a>>,
+        #[serde(borrow, default, rename = "toolUseId")]
+        tool_use_id: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        content: Option<&'a RawValue>,
+    }
+    let parsed: Body = serde_json::from_str(body).ok()?;
+    let mut turns = Vec::new();
+    for m in parsed.messages {
+        let blocks = m
+            .content
+            .and_then(|c| serde_json::from_str::<Vec<Block>>(c.get()).ok());
+        let mut calls = Vec::new();
+        for block in blocks.into_iter().flatten() {
+            if let Some(Ids {
+                name: Some(name),
+                tool_use_id,
+                ..
+            }) = block.tool_use
+            {
+                calls.push((name.into_owned(), tool_use_id.map(|i| i.into_owned())));
+            }
+            let Some(raw) = block.tool_result else {
+                continue;
+            };
+            let Ok(result) = serde_json::from_str::<Ids>(raw.get()) else {
+                continue;
+            };
+            turns.push(Turn::Result(Answer {
+                id: result.tool_use_id.map(|i| i.into_owned()),
+                name: None,
+                content: result.content,
+                holder: raw,
+                // Content is a list of blocks: never a string.
+                key: None,
+                part: |note| json!({"text": note}).to_string(),
+            }));
+        }
+        if !calls.is_empty() {
+            turns.push(Turn::Calls(calls));
+        }
+    }
+    note::append(body, &turns, tool, note)
 }
 
 /// One entry of `toolConfig.tools`; `None` when it does not parse as an object.
@@ -145,6 +212,23 @@ pub fn builtin_name(entry: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::shared::testing::noted;
+        use crate::dialects::bedrock::Bedrock;
+        let body = r#"{"messages":[{"role":"user","content":[{"text":"hi"}]},
+ {"role":"assistant","content":[{"toolUse":{"toolUseId":"u1","name":"a","input":{}}}]},
+ {"role":"user","content":[{"toolResult":{"toolUseId":"u1","content":[{"json":{"t":1}}],"status":"success"}}]},
+ {"role":"assistant","content":[{"toolUse":{"toolUseId":"u2","name":"b","input":{}}}]},
+ {"role":"user","content":[{"toolResult":{"toolUseId":"u2"}}]}]}"#;
+        assert_eq!(
+            noted(&Bedrock, body, "a").unwrap(),
+            body.replace(r#"{"t":1}}]"#, r#"{"t":1}},{"text":"Stop \"now\"."}]"#)
+        );
+        // No content: Bedrock takes no string in its place.
+        assert_eq!(noted(&Bedrock, body, "b"), None);
+    }
     use super::*;
     use crate::dialects::Dialect;
 

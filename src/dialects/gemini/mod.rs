@@ -33,6 +33,10 @@ impl RequestCodec for Gemini {
         request::parse(body)
     }
 
+    fn note_result(&self, body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+        request::note_result(body, tool, note)
+    }
+
     // Tool objects, some holding a `functionDeclarations` array: not one flat array.
     fn split<'a>(
         &self,

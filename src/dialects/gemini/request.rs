@@ -5,12 +5,15 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Group, Item, Layout, Problem, Request};
-use crate::dialects::shared::{History, in_task, latest_question};
+use crate::dialects::shared::note::{self, Answer, Turn};
+use crate::dialects::shared::{History, latest_question};
 use crate::json::Str;
 use crate::json::ArrayLayout;
 use serde::Deserialize;
+use serde_json::json;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -82,7 +85,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     for (at, content) in contents.iter().enumerate() {
         for call in content.parts.iter().filter_map(|p| p.function_call.as_ref()) {
             if let Some(name) = &call.name {
-                history.call(name, call.args, in_task(at, question));
+                history.call(name, call.args, at, question);
             }
         }
     }
@@ -97,12 +100,88 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice,
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         // Gemini streams by path (`:streamGenerateContent`), not by a body field.
         stream: false,
         native_search: false,
         // The API has no field naming a session: only the configured header does.
         session: None,
     })
+}
+
+/// The loop guard's note after the result of the latest call of `tool`: a `functionResponse`
+/// part's `response`, which is an object (a protobuf Struct: any members are accepted).
+/// Its `output`, when a string, gets the note after a blank line, as other dialects' text
+/// results do; otherwise the note is a member of its own, `guidance`, which the model reads
+/// with the rest of the object (a response holding a `guidance` already gets none). A part
+/// of text beside the function responses would be another choice, but the API wants a
+/// function response turn to hold only the responses to the calls.
+pub(crate) fn note_result(body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        contents: Vec<Content<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Content<'a> {
+        #[serde(borrow, default)]
+        parts: Vec<Part<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Part<'a> {
+        #[serde(borrow, default, rename = "functionCall", alias = "function_call")]
+        function_call: Option<Called<'a>>,
+        #[serde(borrow, default, rename = "functionResponse", alias = "function_response")]
+        function_response: Option<Called<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Called<'a> {
+        #[serde(borrow, default)]
+        name: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        id: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        response: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow, default)]
+        output: Option<&'a RawValue>,
+    }
+    let parsed: Body = serde_json::from_str(body).ok()?;
+    let mut turns = Vec::new();
+    for content in parsed.contents {
+        let mut calls = Vec::new();
+        for part in content.parts {
+            if let Some(call) = part.function_call {
+                if let Some(name) = call.name {
+                    calls.push((name.into_owned(), call.id.map(|i| i.into_owned())));
+                }
+            }
+            let Some(answer) = part.function_response else {
+                continue;
+            };
+            let Some(response) = answer.response.filter(|r| r.get().starts_with('{')) else {
+                continue;
+            };
+            let output = serde_json::from_str::<Response>(response.get())
+                .ok()
+                .and_then(|r| r.output)
+                .filter(|o| o.get().starts_with('"'));
+            turns.push(Turn::Result(Answer {
+                id: answer.id.map(|i| i.into_owned()),
+                name: answer.name.map(|n| n.into_owned()),
+                content: output,
+                holder: response,
+                key: Some("guidance"),
+                part: |note| json!({"text": note}).to_string(),
+            }));
+        }
+        if !calls.is_empty() {
+            turns.push(Turn::Calls(calls));
+        }
+    }
+    note::append(body, &turns, tool, note)
 }
 
 /// The Tool objects of a Gemini `tools` array and the function declarations in them: each
@@ -176,6 +255,30 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::shared::testing::noted;
+        use crate::dialects::gemini::Gemini;
+        let body = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]},
+ {"role":"model","parts":[{"functionCall":{"name":"a","args":{}}},{"functionCall":{"name":"b","args":{}}}]},
+ {"role":"user","parts":[{"functionResponse":{"name":"a","response":{"output":"one"}}},
+   {"functionResponse":{"name":"b","response":{"temperature":20}}}]}]}"#;
+        assert_eq!(
+            noted(&Gemini, body, "a").unwrap(),
+            body.replace(r#""one""#, r#""one\n\nStop \"now\".""#)
+        );
+        assert_eq!(
+            noted(&Gemini, body, "b").unwrap(),
+            body.replace(
+                r#""temperature":20}"#,
+                r#""temperature":20,"guidance":"Stop \"now\"."}"#
+            )
+        );
+        // A response that has a `guidance` of its own keeps it, and gets no note.
+        let own = body.replace(r#""temperature":20"#, r#""guidance":"mine""#);
+        assert_eq!(noted(&Gemini, &own, "b"), None);
+    }
     use super::*;
     use crate::dialects::Dialect;
 

@@ -10,6 +10,7 @@ mod response;
 use super::openai_chat::OpenaiChat;
 use super::{Entry, Framing, Problem, Request, RequestCodec, ResponseCodec};
 use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
+use std::ops::Range;
 use serde_json::{Value, json};
 
 pub struct Ollama;
@@ -29,6 +30,12 @@ impl RequestCodec for Ollama {
 
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
+    }
+
+    // Ollama's messages are OpenAI Chat's; its results mostly have no call id, and are
+    // matched by `tool_name`, else by place.
+    fn note_result(&self, body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+        OpenaiChat.note_result(body, tool, note)
     }
 
     // The tools are OpenAI Chat's, entry for entry.

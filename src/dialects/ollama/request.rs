@@ -2,7 +2,7 @@
 //! assistant `tool_calls: [{"function":{"name","arguments":{…}}}]`), `tools` in OpenAI's
 //! function format, and `stream`, which is true when absent. Ollama has no `tool_choice`.
 
-use crate::dialects::shared::{History, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, latest_question, user_text};
 use crate::dialects::{Choice, Problem, Request};
 use crate::json::Str;
 use serde::Deserialize;
@@ -52,7 +52,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     for (at, message) in messages.iter().enumerate() {
         for call in message.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref()) {
             if let Some(name) = &call.name {
-                history.call(name, call.arguments, in_task(at, question));
+                history.call(name, call.arguments, at, question);
             }
         }
     }
@@ -61,6 +61,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: Choice::default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         // "This is a streaming endpoint": only `"stream": false` asks for one object.
         stream: parsed.stream.unwrap_or(true),
         native_search: false,
@@ -71,6 +72,30 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::Codec;
+        use crate::dialects::shared::testing::noted;
+        let codec: &dyn Codec = &super::super::Ollama;
+        let body = r#"{"messages":[{"role":"user","content":"hi"},
+ {"role":"assistant","content":"","tool_calls":[{"function":{"name":"b","arguments":{}}},{"function":{"name":"a","arguments":{}}}]},
+ {"role":"tool","content":"bee"},
+ {"role":"tool","content":"ay"}]}"#;
+        // No names, no ids: by place.
+        assert_eq!(
+            noted(codec, body, "a").unwrap(),
+            body.replace(r#""ay""#, r#""ay\n\nStop \"now\".""#)
+        );
+        // Named results are matched by name.
+        let named = body
+            .replace(r#""content":"bee"}"#, r#""content":"ay","tool_name":"a"}"#)
+            .replace(r#""content":"ay"}"#, r#""content":"bee","tool_name":"b"}"#);
+        assert_eq!(
+            noted(codec, &named, "a").unwrap(),
+            named.replacen(r#""ay""#, r#""ay\n\nStop \"now\".""#, 1)
+        );
+    }
     use super::*;
 
     #[test]

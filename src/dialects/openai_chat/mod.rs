@@ -8,6 +8,7 @@ use super::shared::splice::set_path_member;
 use super::{Entry, Problem, ProviderSearch, Request, RequestCodec, ResponseCodec};
 use crate::dialects::{Edits, Frame, Opening, Reply, ToolResult};
 use serde_json::{Value, json};
+use std::ops::Range;
 
 pub struct OpenaiChat;
 
@@ -39,6 +40,10 @@ impl RequestCodec for OpenaiChat {
             Some(name) => Some(name.to_owned()),
             None => crate::dialects::shared::builtin_name(entry),
         }
+    }
+
+    fn note_result(&self, body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+        request::note_result(body, tool, note)
     }
 
     fn tool_entry(&self, name: &str, description: &str, parameters: &Value) -> String {

@@ -3,10 +3,13 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, first_text, in_task, latest_question, user_text};
+use crate::dialects::shared::{History, first_text, latest_question, user_text};
+use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
+use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -70,7 +73,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             .filter_map(|c| c.function.as_ref());
         for named in calls.chain(m.function_call.as_ref()) {
             if let Some(name) = &named.name {
-                history.call(name, named.arguments, in_task(at, question));
+                history.call(name, named.arguments, at, question);
             }
         }
     }
@@ -79,6 +82,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search: false,
         session: first_text(&[
@@ -87,6 +91,63 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             parsed.safety_identifier,
         ]),
     })
+}
+
+/// The loop guard's note after the result of the latest call of `tool`: a `role: "tool"`
+/// message's `content` (a string, or an array of text parts). Also Ollama's, whose results
+/// name their tool (`tool_name`) rather than a call id.
+pub(crate) fn note_result(body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        messages: Vec<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        role: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        tool_calls: Option<Vec<Call<'a>>>,
+        #[serde(borrow, default)]
+        tool_call_id: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        tool_name: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        content: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow, default)]
+        id: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        function: Option<Named<'a>>,
+    }
+    let parsed: Body = serde_json::from_str(body).ok()?;
+    let mut turns = Vec::new();
+    for raw in parsed.messages {
+        let Ok(m) = serde_json::from_str::<Message>(raw.get()) else {
+            continue;
+        };
+        match m.role.as_deref() {
+            Some("assistant") => {
+                let calls = m.tool_calls.into_iter().flatten().filter_map(|c| {
+                    let name = c.function?.name?.into_owned();
+                    Some((name, c.id.map(Str::into_owned)))
+                });
+                turns.push(Turn::Calls(calls.collect()));
+            }
+            Some("tool") => turns.push(Turn::Result(Answer {
+                id: m.tool_call_id.map(Str::into_owned),
+                name: m.tool_name.map(Str::into_owned),
+                content: m.content,
+                holder: raw,
+                key: Some("content"),
+                part: |note| format!(r#"{{"type":"text","text":{}}}"#, Value::from(note)),
+            })),
+            _ => {}
+        }
+    }
+    note::append(body, &turns, tool, note)
 }
 
 /// `"required"`, `{"type":"function","function":{"name"}}`, or
@@ -162,6 +223,34 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::shared::testing::noted;
+        use crate::dialects::openai_chat::OpenaiChat;
+        let body = r#"{"messages":[{"role":"user","content":"hi"},
+ {"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"a","arguments":"{}"}}]},
+ {"role":"tool","tool_call_id":"1","content":"one"},
+ {"role":"assistant","tool_calls":[{"id":"2","type":"function","function":{"name":"a","arguments":"{}"}},
+   {"id":"3","type":"function","function":{"name":"b","arguments":"{}"}}]},
+ {"role":"tool","tool_call_id":"3","content":[{"type":"text","text":"three"}] },
+ {"role":"tool","tool_call_id":"2","content":"two"}],"tools":[]}"#;
+        assert_eq!(
+            noted(&OpenaiChat, body, "a").unwrap(),
+            body.replace(r#""two""#, r#""two\n\nStop \"now\".""#)
+        );
+        assert_eq!(
+            noted(&OpenaiChat, body, "b").unwrap(),
+            body.replace(
+                r#""three"}] "#,
+                r#""three"},{"type":"text","text":"Stop \"now\"."}] "#
+            )
+        );
+        assert_eq!(noted(&OpenaiChat, body, "c"), None);
+        // The latest call has no result yet: none.
+        let open = body.replace(r#"{"role":"tool","tool_call_id":"2","content":"two"}"#, r#"{"role":"user","content":"x"}"#);
+        assert_eq!(noted(&OpenaiChat, &open, "a"), None);
+    }
     use super::*;
     use crate::dialects::Dialect;
 

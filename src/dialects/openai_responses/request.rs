@@ -3,10 +3,13 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, content_text, first_text, in_task, latest_question};
+use crate::dialects::shared::{History, content_text, first_text, latest_question};
+use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
+use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
@@ -57,9 +60,15 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
                 .then(|| i.content.map(|c| content_text(c, &["input_text"])))
                 .flatten()
         });
+        // One turn's calls are consecutive items: a turn is known by its first call's index.
+        let mut turn = 0;
         for (at, item) in items.iter().enumerate() {
-            if let (Some("function_call"), Some(name)) = (item.kind.as_deref(), &item.name) {
-                history.call(name, item.arguments, in_task(at, question));
+            if item.kind.as_deref() != Some("function_call") {
+                turn = at + 1;
+                continue;
+            }
+            if let Some(name) = &item.name {
+                history.call(name, item.arguments, turn, question);
             }
         }
         // The provider's tool search loaded tools in this conversation.
@@ -76,6 +85,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,
+        latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search,
         session: first_text(&[
@@ -84,6 +94,52 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             parsed.safety_identifier,
         ]),
     })
+}
+
+/// The loop guard's note after the result of the latest call of `tool`: a
+/// `function_call_output` item's `output` (a string, or an array of `input_text` parts and
+/// others). Consecutive `function_call` items are one turn of calls.
+pub(crate) fn note_result(body: &str, tool: &str, note: &str) -> Option<(Range<usize>, String)> {
+    #[derive(Deserialize)]
+    struct Body<'a> {
+        #[serde(borrow)]
+        input: Vec<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        name: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        call_id: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        output: Option<&'a RawValue>,
+    }
+    let parsed: Body = serde_json::from_str(body).ok()?;
+    let mut turns: Vec<Turn> = Vec::new();
+    for raw in parsed.input {
+        let Ok(item) = serde_json::from_str::<Call>(raw.get()) else {
+            continue;
+        };
+        let id = item.call_id.map(|id| id.into_owned());
+        match (item.kind.as_deref(), item.name) {
+            (Some("function_call"), Some(name)) => match turns.last_mut() {
+                Some(Turn::Calls(calls)) => calls.push((name.into_owned(), id)),
+                _ => turns.push(Turn::Calls(vec![(name.into_owned(), id)])),
+            },
+            (Some("function_call_output"), _) => turns.push(Turn::Result(Answer {
+                id,
+                name: None,
+                content: item.output,
+                holder: raw,
+                key: Some("output"),
+                part: |note| format!(r#"{{"type":"input_text","text":{}}}"#, Value::from(note)),
+            })),
+            _ => {}
+        }
+    }
+    note::append(body, &turns, tool, note)
 }
 
 /// `"required"`, `{"type":"function","name"}`, or
@@ -152,6 +208,47 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_latest_turn_is_the_last_run_of_calls() {
+        let body = r#"{"input":[{"role":"user","content":"hi"},
+ {"type":"function_call","call_id":"1","name":"a","arguments":"{}"},
+ {"type":"function_call_output","call_id":"1","output":"x"},
+ {"type":"reasoning","summary":[]},
+ {"type":"function_call","call_id":"2","name":"b","arguments":"{}"},
+ {"type":"function_call","call_id":"3","name":"c","arguments":"{}"},
+ {"type":"function_call_output","call_id":"2","output":"x"},
+ {"type":"function_call_output","call_id":"3","output":"x"}]}"#;
+        assert_eq!(parse(body).unwrap().latest_calls, ["b", "c"]);
+    }
+
+    #[test]
+    fn the_note_goes_on_the_latest_result_of_the_tool() {
+        use crate::dialects::shared::testing::noted;
+        use crate::dialects::openai_responses::OpenaiResponses;
+        let body = r#"{"input":[{"role":"user","content":"hi"},
+ {"type":"function_call","call_id":"c1","name":"a","arguments":"{}"},
+ {"type":"function_call_output","call_id":"c1","output":"one"},
+ {"type":"function_call","call_id":"c2","name":"a","arguments":"{}"},
+ {"type":"function_call","call_id":"c3","name":"b","arguments":"{}"},
+ {"type":"function_call_output","call_id":"c3","output":[]},
+ {"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"two"}]}]}"#;
+        assert_eq!(
+            noted(&OpenaiResponses, body, "a").unwrap(),
+            body.replace(
+                r#""two"}]"#,
+                r#""two"},{"type":"input_text","text":"Stop \"now\"."}]"#
+            )
+        );
+        assert_eq!(
+            noted(&OpenaiResponses, body, "b").unwrap(),
+            body.replace(
+                r#""output":[]"#,
+                r#""output":[{"type":"input_text","text":"Stop \"now\"."}]"#
+            )
+        );
+        assert_eq!(noted(&OpenaiResponses, r#"{"input":"hi"}"#, "a"), None);
+    }
     use super::*;
     use crate::dialects::Dialect;
 

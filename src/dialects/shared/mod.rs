@@ -1,7 +1,9 @@
 //! What several dialects share: message text, called tools, tool schemas ([`schema`]),
-//! byte-preserving JSON edits ([`splice`]) and tool calls edited in place ([`calls`]).
+//! byte-preserving JSON edits ([`splice`]), tool calls edited in place ([`calls`]) and the
+//! loop guard's note added to a tool result ([`note`]).
 
 pub mod calls;
+pub(crate) mod note;
 pub mod schema;
 pub mod splice;
 
@@ -9,14 +11,18 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// The tool calls of a conversation, as every dialect reads them: each called tool once, in
-/// first-call order (selection keeps them), and the current task's calls with their arguments
-/// (the loop guard reads them).
+/// first-call order (selection keeps them), the current task's calls with their arguments
+/// (the loop guard reads them), and the names the model called in its latest turn (unknown
+/// tools are counted from them, once per call).
 #[derive(Debug)]
 pub(crate) struct History<'t> {
     /// The text the dialect reads: the calls' arguments are places in it.
     text: &'t str,
     pub called: Vec<String>,
     pub task: Vec<crate::loop_guard::PastCall>,
+    pub latest: Vec<String>,
+    /// The turn `latest` is from.
+    latest_turn: Option<usize>,
 }
 
 impl<'t> History<'t> {
@@ -25,21 +31,35 @@ impl<'t> History<'t> {
             text,
             called: Vec::new(),
             task: Vec::new(),
+            latest: Vec::new(),
+            latest_turn: None,
         }
     }
 
     /// A call of `name` with `arguments` (a JSON value, or a string holding JSON as OpenAI
-    /// sends them; absent: none), borrowed from the text. `in_task`: it comes after the
-    /// latest user message with text, the question the agent is working on.
-    pub(crate) fn call(&mut self, name: &str, arguments: Option<&RawValue>, in_task: bool) {
+    /// sends them; absent: none), borrowed from the text, made in the turn at `turn` (the
+    /// index of its message, or of its turn's first item). It is part of the current task
+    /// when it comes after `question`, the latest user message with text.
+    pub(crate) fn call(
+        &mut self,
+        name: &str,
+        arguments: Option<&RawValue>,
+        turn: usize,
+        question: Option<usize>,
+    ) {
         if !self.called.iter().any(|c| c == name) {
             self.called.push(name.to_owned());
         }
-        if in_task {
+        if in_task(turn, question) {
             self.task.push(crate::loop_guard::PastCall {
                 name: name.to_owned(),
                 arguments: arguments.and_then(|raw| crate::json::span_in(self.text, raw.get())),
             });
+            if self.latest_turn != Some(turn) {
+                self.latest_turn = Some(turn);
+                self.latest.clear();
+            }
+            self.latest.push(name.to_owned());
         }
     }
 }
@@ -199,6 +219,17 @@ pub(crate) mod testing {
 
     /// The words the tests refuse with.
     pub(crate) const REFUSAL: &str = "Tool `get_weather` is not available.";
+
+    /// `body` with the loop guard's note `Stop "now".` on the latest result of `tool`, as the
+    /// dialect writes it; still JSON, and changed by one insertion (or a `null` replaced).
+    pub(crate) fn noted(codec: &dyn Codec, body: &str, tool: &str) -> Option<String> {
+        let (at, text) = codec.note_result(body, tool, "Stop \"now\".")?;
+        let replaced = body.get(at.clone()).unwrap();
+        assert!(replaced.is_empty() || replaced == "null", "{replaced}");
+        let out = crate::json::splice(body, at, &text).unwrap();
+        serde_json::from_str::<serde_json::Value>(&out).unwrap();
+        Some(out)
+    }
 
     /// `answer` (whole, or a stream in the codec's framing) with the calls `drop` names
     /// replaced by [`REFUSAL`], read back by the dialect's own reader: the dropped calls are
