@@ -157,6 +157,10 @@ fn every_manifest_under_deploy_matches_its_crd_schema() {
     for kit in [
         "deploy/istio/access/requestauthentication.yaml",
         "deploy/envoy-gateway/access/securitypolicy.yaml",
+        "deploy/istio/mcp/envoyfilter-mcp-buffer.yaml",
+        "deploy/envoy-gateway/mcp/backendtrafficpolicy-mcp-buffer.yaml",
+        "deploy/envoy-gateway/mcp/envoyproxy.yaml",
+        "deploy/envoy-gateway/mcp/gateway.yaml",
     ] {
         assert!(files.contains(&repo().join(kit)), "{kit} not found");
     }
@@ -173,6 +177,20 @@ fn every_manifest_under_deploy_matches_its_crd_schema() {
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
     eprintln!("{checked} objects in {} files valid", files.len());
+}
+
+/// Validates `object(part)` for each part; every one must have errors.
+fn assert_each_rejected(
+    schemas: &BTreeMap<(String, String), Value>,
+    object: impl Fn(Value) -> Value,
+    parts: impl IntoIterator<Item = Value>,
+) {
+    for part in parts {
+        assert!(
+            !validate(schemas, &object(part.clone())).is_empty(),
+            "accepted {part}"
+        );
+    }
 }
 
 /// The check itself must catch what it is for: an unknown field, a wrong type, a missing
@@ -193,18 +211,17 @@ fn the_schema_check_rejects_mistakes() {
     };
     let good = json!({"name": "toolsift", "code": {"type": "Image", "image": {"url": "r/t:1"}}});
     assert_eq!(validate(&schemas, &policy(good)), Vec::<String>::new());
-    for bad in [
-        // Not a field of EnvoyExtensionPolicy's Wasm: the flag search mode needs.
-        json!({"name": "t", "allowOnHeadersStopIteration": true, "code": {"type": "Image", "image": {"url": "r/t:1"}}}),
-        json!({"name": "t", "code": {"type": "Image", "image": {"url": 5}}}),
-        json!({"name": "t"}),
-        json!({"name": "t", "code": {"type": "Tarball", "image": {"url": "r/t:1"}}}),
-    ] {
-        assert!(
-            !validate(&schemas, &policy(bad.clone())).is_empty(),
-            "accepted {bad}"
-        );
-    }
+    assert_each_rejected(
+        &schemas,
+        policy,
+        [
+            // Not a field of EnvoyExtensionPolicy's Wasm: the flag search mode needs.
+            json!({"name": "t", "allowOnHeadersStopIteration": true, "code": {"type": "Image", "image": {"url": "r/t:1"}}}),
+            json!({"name": "t", "code": {"type": "Image", "image": {"url": 5}}}),
+            json!({"name": "t"}),
+            json!({"name": "t", "code": {"type": "Tarball", "image": {"url": "r/t:1"}}}),
+        ],
+    );
     let plugin = json!({
         "apiVersion": "extensions.istio.io/v1alpha1",
         "kind": "WasmPlugin",
@@ -231,17 +248,62 @@ fn the_schema_check_rejects_mistakes() {
     let good = json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"},
                       "claimToHeaders": [{"header": "x-tenant", "claim": "tenant"}]});
     assert_eq!(validate(&schemas, &security(good)), Vec::<String>::new());
-    for bad in [
-        // Envoy Gateway has no field for the payload's metadata key: it is the name.
-        json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"}, "payloadInMetadata": "x"}),
-        json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"}, "claimToHeaders": [{"header": "x"}]}),
-        json!({"remoteJWKS": {"uri": "https://idp/jwks"}}),
-    ] {
-        assert!(
-            !validate(&schemas, &security(bad.clone())).is_empty(),
-            "accepted {bad}"
-        );
+    assert_each_rejected(
+        &schemas,
+        security,
+        [
+            // Envoy Gateway has no field for the payload's metadata key: it is the name.
+            json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"}, "payloadInMetadata": "x"}),
+            json!({"name": "p", "remoteJWKS": {"uri": "https://idp/jwks"}, "claimToHeaders": [{"header": "x"}]}),
+            json!({"remoteJWKS": {"uri": "https://idp/jwks"}}),
+        ],
+    );
+    // The MCP kit's kinds (BackendTrafficPolicy and EnvoyProxy from tests/k8s-crds).
+    let buffer = |request_buffer: Value| {
+        json!({
+            "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+            "kind": "BackendTrafficPolicy",
+            "metadata": {"name": "mcp-buffer"},
+            "spec": {
+                "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "mcp"}],
+                "requestBuffer": request_buffer
+            }
+        })
+    };
+    for good in [json!({"limit": "32Mi"}), json!({"limit": 33554432})] {
+        assert_eq!(validate(&schemas, &buffer(good)), Vec::<String>::new());
     }
+    assert_each_rejected(
+        &schemas,
+        buffer,
+        [
+            // A quantity, not a phrase; and the limit is the only field.
+            json!({"limit": "32 MiB"}),
+            json!({"limit": "32Mi", "maxRequestBytes": 33554432}),
+        ],
+    );
+    let proxy = |position: Value| {
+        json!({
+            "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+            "kind": "EnvoyProxy",
+            "metadata": {"name": "toolsift"},
+            "spec": {"filterOrder": [position]}
+        })
+    };
+    let good = json!({"name": "envoy.filters.http.buffer", "after": "envoy.filters.http.wasm"});
+    assert_eq!(validate(&schemas, &proxy(good)), Vec::<String>::new());
+    assert_each_rejected(
+        &schemas,
+        proxy,
+        [
+            // filterOrder names filter types, not the names Envoy Gateway generates for a policy.
+            json!({"name": "envoy.filters.http.buffer", "after": "envoy.filters.http.wasm/envoyextensionpolicy/llm/toolsift/0"}),
+            // The router always stays last.
+            json!({"name": "envoy.filters.http.buffer", "before": "envoy.filters.http.router"}),
+            json!({"after": "envoy.filters.http.wasm"}),
+        ],
+    );
+
     let authn = json!({
         "apiVersion": "security.istio.io/v1",
         "kind": "RequestAuthentication",
@@ -252,6 +314,62 @@ fn the_schema_check_rejects_mistakes() {
     let mut typo = authn.clone();
     typo["spec"]["jwtRules"][0]["outputClaimsToHeaders"] = json!([]);
     assert!(!validate(&schemas, &typo).is_empty());
+}
+
+/// The Envoy Gateway MCP kit holds together: its Gateway is gateway.yaml's with only the
+/// EnvoyProxy attached, that EnvoyProxy is the kit's and puts the buffer filter after the Wasm
+/// filters, and the BackendTrafficPolicy turns the buffer on for an HTTPRoute in that Gateway's
+/// namespace. (References between objects are otherwise not checked here.)
+#[test]
+fn the_envoy_gateway_mcp_kit_attaches_its_envoyproxy_to_the_shipped_gateway() {
+    let objects = |file: &str| load_yaml(&std::fs::read_to_string(repo().join(file)).unwrap());
+    let of_kind = |objects: Vec<Value>, kind: &str| {
+        let mut found: Vec<Value> = objects.into_iter().filter(|o| o["kind"] == kind).collect();
+        assert_eq!(found.len(), 1, "one {kind}");
+        found.remove(0)
+    };
+    let base = of_kind(objects("deploy/envoy-gateway/gateway.yaml"), "Gateway");
+    let mut kit_gateway = of_kind(objects("deploy/envoy-gateway/mcp/gateway.yaml"), "Gateway");
+    let reference = kit_gateway["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("infrastructure")
+        .expect("the kit's Gateway has spec.infrastructure");
+    assert_eq!(
+        kit_gateway, base,
+        "mcp/gateway.yaml must be ../gateway.yaml's Gateway plus spec.infrastructure"
+    );
+    let proxy = of_kind(
+        objects("deploy/envoy-gateway/mcp/envoyproxy.yaml"),
+        "EnvoyProxy",
+    );
+    assert_eq!(
+        reference,
+        json!({"parametersRef": {
+            "group": "gateway.envoyproxy.io",
+            "kind": "EnvoyProxy",
+            "name": proxy["metadata"]["name"]
+        }})
+    );
+    // A Gateway's parametersRef names an EnvoyProxy in the Gateway's own namespace.
+    assert_eq!(
+        proxy["metadata"]["namespace"],
+        base["metadata"]["namespace"]
+    );
+    assert_eq!(
+        proxy["spec"]["filterOrder"],
+        json!([{"name": "envoy.filters.http.buffer", "after": "envoy.filters.http.wasm"}])
+    );
+    let policy = of_kind(
+        objects("deploy/envoy-gateway/mcp/backendtrafficpolicy-mcp-buffer.yaml"),
+        "BackendTrafficPolicy",
+    );
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        base["metadata"]["namespace"]
+    );
+    assert_eq!(policy["spec"]["targetRefs"][0]["kind"], "HTTPRoute");
+    assert!(policy["spec"]["requestBuffer"]["limit"].is_string());
 }
 
 /// `make oci`'s archive (`docker save`): one image, one layer, and in it only `plugin.wasm`,
