@@ -33,8 +33,11 @@
 mod access_rules;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "shared/listeners.rs"]
+mod listeners;
 
 use common::{Gateway, repo};
+use listeners::listener_copy;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -275,38 +278,6 @@ fn balanced(yaml: String) -> String {
     let balanced = yaml.replace("\n    filter_chains:", with);
     assert_ne!(balanced, yaml, "no listener to balance");
     balanced
-}
-
-/// The shipped listener (`llm_ingress`) copied as `name` on `port`: without the toolsift filter
-/// when `config` is `None`, else with its plugin configuration text `from` replaced by `to`.
-fn listener_copy(yaml: &str, name: &str, port: u16, config: Option<(&str, &str)>) -> String {
-    let start = yaml.find("  - name: llm_ingress").unwrap();
-    let end = yaml.find("  clusters:").unwrap();
-    let listener = &yaml[start..end];
-    let mut copy = String::new();
-    let mut skipping = false;
-    for line in listener.lines() {
-        if config.is_none() && line.trim_start() == "- name: toolsift" {
-            skipping = true;
-        } else if line.trim_start() == "- name: envoy.filters.http.router" {
-            skipping = false;
-        }
-        if !skipping {
-            copy.push_str(line);
-            copy.push('\n');
-        }
-    }
-    if let Some((from, to)) = config {
-        assert!(copy.contains(from), "no `{from}` in the listener:\n{copy}");
-        copy = copy.replace(from, to);
-    }
-    let copy = copy
-        .replace("name: llm_ingress", &format!("name: {name}"))
-        .replace("stat_prefix: llm_ingress", &format!("stat_prefix: {name}"));
-    // The listener's own port is the first `port_value:` in its block.
-    let at = copy.find("port_value: ").unwrap() + "port_value: ".len();
-    let digits = copy[at..].chars().take_while(char::is_ascii_digit).count();
-    format!("{}{port}{}", &copy[..at], &copy[at + digits..])
 }
 
 fn measure(pool: &[String], n: usize, kind: Catalogs) -> String {

@@ -84,6 +84,9 @@ pub struct Session {
     unknown: Vec<String>,
     /// The queries answered so far (their words, lower-cased), and what each found.
     searched: Vec<(String, Vec<usize>)>,
+    /// Meta-tool calls answered so far: repeated and empty searches too, which `searched`
+    /// does not keep, since a model that asks the same thing every round is a storm too.
+    searches: usize,
     /// `search.max_searches`; and whether the loop was stopped for going past it.
     max_searches: usize,
     stormed: bool,
@@ -127,6 +130,7 @@ impl Session {
             refused: 0,
             unknown: Vec::new(),
             searched: Vec::new(),
+            searches: 0,
             max_searches: config.search.max_searches,
             stormed: false,
             entries,
@@ -156,6 +160,7 @@ impl Session {
             refused: 0,
             unknown: Vec::new(),
             searched: Vec::new(),
+            searches: 0,
             max_searches: 0,
             stormed: false,
             entries: Vec::new(),
@@ -438,14 +443,11 @@ impl Session {
                 ..Edits::default()
             });
         }
-        if self.searched.len() + meta.len() > self.max_searches {
+        if self.searches + meta.len() > self.max_searches {
             // A search storm: the model has searched enough; it gets no more answers, and the
             // client gets its turn without the searches, and a word on why.
             self.stormed = true;
-            let storm = format!(
-                "The tool search stopped after {} searches.",
-                self.searched.len()
-            );
+            let storm = format!("The tool search stopped after {} searches.", self.searches);
             let text = match text {
                 Some(refusals) => format!("{refusals}\n{storm}"),
                 None => storm,
@@ -460,6 +462,7 @@ impl Session {
         let mut results = Vec::new();
         let mut added = Vec::new();
         for call in &meta {
+            self.searches += 1;
             let (result, found) = self.answer(call);
             for entry in found {
                 if let Some(v) = self.visible.get_mut(entry) {
@@ -1218,6 +1221,33 @@ mod tests {
             s.header_value()
         );
         assert!(Config::from_json(br#"{"search":{"max_searches":0}}"#).is_err());
+    }
+
+    #[test]
+    fn the_same_search_again_and_again_is_a_storm_too() {
+        // Found by the agent-loop replay (benches/agent_loops.rs): repeated searches were
+        // answered but not counted, so a model asking the same words every round was never
+        // stopped.
+        let config =
+            r#"{"mode":"search","min_tools":3,"search":{"max_searches":2,"max_search_rounds":5}}"#;
+        let (mut s, _) = session(config, 30);
+        let search = |id: &str| {
+            reply(
+                vec![call(id, "find_tools", r#"{"query":"weather in a city"}"#)],
+                (1, 1),
+            )
+        };
+        assert!(matches!(s.on_reply(&search("c1")), Next::FollowUp(_)));
+        assert!(matches!(s.on_reply(&search("c2")), Next::FollowUp(_)));
+        let Next::Deliver(edits) = s.on_reply(&search("c3")) else {
+            panic!("the third search ends the loop");
+        };
+        assert_eq!(edits.drop, ["c3"]);
+        assert_eq!(
+            edits.text.as_deref(),
+            Some("The tool search stopped after 2 searches.")
+        );
+        assert!(s.stormed());
     }
 
     #[test]

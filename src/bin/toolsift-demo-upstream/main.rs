@@ -87,6 +87,10 @@
 //!   - `use-tool`: calls the wanted tool if present; else `use_tool`, if present, with
 //!     `{"query": QUERY, "params": ARGS}`; else as `search`.
 //!   - `answer`: a text answer (the usual `demo upstream received N tools: ...`), no calls.
+//!   - `alternate`: while the request offers both the wanted tool and the one
+//!     `x-demo-alternate: NAME` names (required with this mode), calls them in turn, each with
+//!     `x-demo-args`: the wanted one when the conversation holds an even number of tool
+//!     results, the other when odd (A B A B); without both, as `search`.
 //! - `x-demo-fail-followup: STATUS` (400..=599): a request whose conversation already holds a
 //!   tool result (the gateway's follow-up) gets that status and the dialect's error body.
 //! - `x-demo-chunk-delay-ms: N` (at most 60000): streams wait N ms between frames.

@@ -33,6 +33,7 @@ const FAIL_FOLLOWUP_HEADER: &str = "x-demo-fail-followup";
 const CHUNK_DELAY_HEADER: &str = "x-demo-chunk-delay-ms";
 const CALL_HEADER: &str = "x-demo-call";
 const CALL_ARGS_HEADER: &str = "x-demo-call-args";
+const ALTERNATE_HEADER: &str = "x-demo-alternate";
 
 const DEFAULT_SEARCH_TOOL: &str = "find_tools";
 /// The tool `use-tool` calls when the wanted tool is absent.
@@ -145,6 +146,7 @@ enum Mode {
     TextFirst,
     UseTool,
     Answer,
+    Alternate,
 }
 
 impl Mode {
@@ -156,6 +158,7 @@ impl Mode {
             "text-first" => Self::TextFirst,
             "use-tool" => Self::UseTool,
             "answer" => Self::Answer,
+            "alternate" => Self::Alternate,
             _ => return None,
         })
     }
@@ -175,6 +178,8 @@ struct Script {
     /// Tools called on the first turn whether offered or not, and their arguments.
     forced: Vec<String>,
     forced_args: Value,
+    /// `alternate`: the tool called in turn with `want`.
+    alternate: Option<String>,
 }
 
 impl Script {
@@ -205,10 +210,16 @@ impl Script {
             None => Mode::Search,
             Some(text) => Mode::parse(&text).ok_or_else(|| {
                 Rejection::new(format!(
-                    "The header '{SCRIPT_HEADER}' must be one of: search, always-search, mixed, text-first, use-tool, answer."
+                    "The header '{SCRIPT_HEADER}' must be one of: search, always-search, mixed, text-first, use-tool, answer, alternate."
                 ))
             })?,
         };
+        let alternate = header_text(headers, ALTERNATE_HEADER)?.filter(|name| !name.is_empty());
+        if mode == Mode::Alternate && alternate.is_none() {
+            return Err(Rejection::new(format!(
+                "The script 'alternate' needs the header '{ALTERNATE_HEADER}': the tool called in turn with '{WANT_HEADER}'."
+            )));
+        }
         let fail_followup = match header_text(headers, FAIL_FOLLOWUP_HEADER)? {
             None => None,
             Some(text) => Some(
@@ -246,6 +257,7 @@ impl Script {
             chunk_delay,
             forced,
             forced_args,
+            alternate,
         })
     }
 }
@@ -298,15 +310,21 @@ impl Plan {
 }
 
 /// The model's turn. `tools` are the request's function tools, in order; `query` what a search
-/// asks for; `answer` the text of `answer` mode; `first`: the conversation holds no tool
-/// result yet.
-fn decide_turn(script: &Script, tools: &[String], query: &str, answer: &str, first: bool) -> Plan {
+/// asks for; `answer` the text of `answer` mode; `results`: the tool results the conversation
+/// holds.
+fn decide_turn(
+    script: &Script,
+    tools: &[String],
+    query: &str,
+    answer: &str,
+    results: usize,
+) -> Plan {
     let has = |name: &str| tools.iter().any(|tool| tool == name);
     let call = |name: &str, arguments: Value| Call {
         name: name.to_owned(),
         arguments,
     };
-    if first && !script.forced.is_empty() {
+    if results == 0 && !script.forced.is_empty() {
         let calls = script
             .forced
             .iter()
@@ -359,6 +377,18 @@ fn decide_turn(script: &Script, tools: &[String], query: &str, answer: &str, fir
             json!({ "query": query, "params": script.args }),
         )]),
         Mode::UseTool => searching(),
+        Mode::Alternate => match script.alternate.as_deref() {
+            // The turn's tool from the results so far: the wanted one after an even number.
+            Some(other) if has(&script.want) && has(other) => {
+                let name = if results % 2 == 0 {
+                    &script.want
+                } else {
+                    other
+                };
+                Plan::calls(vec![call(name, script.args.clone())])
+            }
+            _ => searching(),
+        },
     }
 }
 
@@ -430,7 +460,7 @@ fn respond(
         &provider.function_tools(&request),
         &query_text,
         &summary_sentence(tools),
-        history.tool_results == 0,
+        history.tool_results,
     );
     let words = plan
         .text
@@ -529,12 +559,13 @@ mod tests {
             chunk_delay: Duration::ZERO,
             forced: Vec::new(),
             forced_args: json!({}),
+            alternate: None,
         }
     }
 
     /// A later turn's decision (the forced calls are the first turn's).
     fn decide(script: &Script, tools: &[String], query: &str, answer: &str) -> Plan {
-        decide_turn(script, tools, query, answer, false)
+        decide_turn(script, tools, query, answer, 1)
     }
 
     #[test]
@@ -542,12 +573,12 @@ mod tests {
         let mut forced = script(Mode::TextFirst);
         forced.forced = names(&["drop_database", "get_weather"]);
         forced.forced_args = json!({"db": "prod"});
-        let plan = decide_turn(&forced, &names(&["get_weather"]), "q", "", true);
+        let plan = decide_turn(&forced, &names(&["get_weather"]), "q", "", 0);
         assert_eq!(called(&plan), ["drop_database", "get_weather"]);
         assert_eq!(plan.calls[0].arguments, json!({"db": "prod"}));
         assert_eq!(plan.text.as_deref(), Some(LOOK_UP_TEXT));
         // After a tool result, the script as usual.
-        let later = decide_turn(&forced, &names(&["get_weather"]), "q", "", false);
+        let later = decide_turn(&forced, &names(&["get_weather"]), "q", "", 1);
         assert_eq!(called(&later), ["get_weather"]);
         let parsed = Script::from_headers(&headers(&[
             ("x-demo-want", "w"),
@@ -795,6 +826,55 @@ mod tests {
         assert_eq!(
             called(&decide(&use_tool, &names(&["find_tools"]), "q", "")),
             ["find_tools"]
+        );
+    }
+
+    #[test]
+    fn alternate_calls_two_tools_in_turn_while_both_are_offered() {
+        let mut alternate = script(Mode::Alternate);
+        alternate.alternate = Some("get_forecast".to_owned());
+        let both = names(&["get_forecast", "x", "get_weather"]);
+        for (results, want) in [
+            (0, "get_weather"),
+            (1, "get_forecast"),
+            (2, "get_weather"),
+            (3, "get_forecast"),
+        ] {
+            let plan = decide_turn(&alternate, &both, "q", "", results);
+            assert_eq!(called(&plan), [want]);
+            assert_eq!(plan.calls[0].arguments, json!({ "city": "Paris" }));
+        }
+        // One of the two gone: as `search`.
+        assert_eq!(
+            decide_turn(&alternate, &names(&["get_forecast"]), "q", "", 3),
+            Plan::text("no get_weather available")
+        );
+        assert_eq!(
+            called(&decide_turn(
+                &alternate,
+                &names(&["get_weather"]),
+                "q",
+                "",
+                3
+            )),
+            ["get_weather"]
+        );
+        let parsed = Script::from_headers(&headers(&[
+            ("x-demo-want", "a"),
+            ("x-demo-script", "alternate"),
+            ("x-demo-alternate", "b"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (parsed.mode, parsed.alternate.as_deref()),
+            (Mode::Alternate, Some("b"))
+        );
+        assert!(
+            Script::from_headers(&headers(&[
+                ("x-demo-want", "a"),
+                ("x-demo-script", "alternate")
+            ]))
+            .is_err()
         );
     }
 
