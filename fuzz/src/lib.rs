@@ -787,8 +787,9 @@ pub fn header_map(data: &[u8]) {
 }
 
 /// A set of search mode's memory of found tools as shared data may hold it (another version's
-/// bytes, a damaged value). Nothing panics; what decodes encodes back to the bytes it came
-/// from; and a session read and written over it leaves the set within its bytes.
+/// bytes, a damaged value, MCP sessions' search loops). Nothing panics; what decodes encodes
+/// back to the bytes it came from; and a session read and written over it (its tools and its
+/// loop) leaves the set within its bytes.
 pub fn memory_set(data: &[u8]) {
     use toolsift::embeddings::{MemoryBytes, SharedBytes};
     use toolsift::search::memory::{Memory, SessionKey};
@@ -814,6 +815,23 @@ pub fn memory_set(data: &[u8]) {
     let _ = memory.recall(&store, &key, now);
     memory.remember(&store, &key, &["get_weather".to_owned()], &[], now);
     assert_eq!(memory.recall(&store, &key, now), ["get_weather"]);
+    // An MCP session's search loop over the same bytes: counted, its answer kept, ended by a
+    // real call.
+    let before = memory.recall_session(&store, &key, now).searches.count;
+    memory.searched(&store, &key, 42, &["send_email".to_owned()], now);
+    let searches = memory.recall_session(&store, &key, now).searches;
+    assert_eq!(
+        searches.count,
+        before.saturating_add(1),
+        "a search not counted"
+    );
+    assert!(searches.answered(42).is_some(), "a search's answer lost");
+    memory.end_searches(&store, &key, now);
+    assert_eq!(
+        memory.recall_session(&store, &key, now).searches,
+        Default::default(),
+        "a loop that outlived a real call"
+    );
     for set in memory.set_keys() {
         let (bytes, _) = store.get(&set);
         assert!(

@@ -19,6 +19,7 @@ use crate::mcp::exchange::{
 };
 use crate::mcp::govern;
 use crate::mcp::message::{RoutingHeaders, StreamWatch, header_value};
+use crate::search::memory::SessionKey;
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -41,6 +42,7 @@ pub struct McpMetrics {
     gating_claimed: u32,
     gating_answered: u32,
     list_changed: u32,
+    search_storms: u32,
 }
 
 impl McpMetrics {
@@ -64,6 +66,7 @@ impl McpMetrics {
             gating_claimed: counter("toolsift.mcp.gating.claimed")?,
             gating_answered: counter("toolsift.mcp.gating.answered")?,
             list_changed: counter("toolsift.mcp.list_changed")?,
+            search_storms: counter("toolsift.mcp.search_storms")?,
         })
     }
 }
@@ -106,6 +109,7 @@ impl McpRequest {
         map: &crate::pairs::HeaderMap,
         end_of_stream: bool,
         identity: Option<(Grant, Caller)>,
+        memory: Option<&crate::config::Memory>,
     ) -> McpRequest {
         let text = |(n, v): (&[u8], &[u8])| {
             Some((
@@ -123,6 +127,7 @@ impl McpRequest {
         let (grant, caller) = identity.unzip();
         let auth = auth_context(credentials, caller.as_ref());
         let authority = get(":authority").unwrap_or_default();
+        let session = memory.and_then(|m| session(m, map, caller.as_ref(), &authority));
         let method = get(":method").unwrap_or_default();
         let post = method == "POST";
         let governed = grant.is_some();
@@ -135,6 +140,7 @@ impl McpRequest {
                 method: get("mcp-method"),
                 name: get("mcp-name"),
             },
+            session,
         };
         McpRequest {
             exchange: Exchange::new(head),
@@ -285,6 +291,31 @@ impl McpRequest {
     }
 }
 
+/// The request's session for `search.memory`: named by `search.memory.session.header`, else by
+/// `Mcp-Session-Id` (2025-11-25), on the server `authority`; keyed with its owner (the caller
+/// and the credentials), as on LLM routes, but never the same key as an LLM request's.
+fn session(
+    memory: &crate::config::Memory,
+    map: &crate::pairs::HeaderMap,
+    caller: Option<&Caller>,
+    authority: &str,
+) -> Option<SessionKey> {
+    let (source, value) = match memory.session.header.as_deref().and_then(|h| map.get(h)) {
+        Some(value) => ("mcp.header", value),
+        None => ("mcp.session", map.get("mcp-session-id")?),
+    };
+    let caller = caller.map(Caller::key);
+    let owner = crate::search::alias::owner(caller.as_deref(), |n| map.get(n));
+    // A name that is only whitespace names no session (`SessionKey::new`).
+    if value.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let mut name = authority.as_bytes().to_vec();
+    name.push(0);
+    name.extend_from_slice(value);
+    SessionKey::new(owner, source, &name)
+}
+
 /// The machine could not run (its host could not be had): the request passes, or under access
 /// rules, which it could not be checked against, is answered with an error.
 fn unavailable(exchange: &mut Exchange, shared: &Shared) -> Step {
@@ -421,6 +452,10 @@ impl Host for EnvoyHost<'_> {
         self.engine.suggestions().cloned()
     }
 
+    fn store(&self) -> &Self::Store {
+        &super::vectors::SharedData
+    }
+
     fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
         let Some(cluster) = upstream_cluster() else {
             log::warn!("mcp: the request's upstream cluster is unknown");
@@ -517,6 +552,7 @@ impl Host for EnvoyHost<'_> {
             }
             Event::Fallback(reason) => metrics.fallback(reason),
             Event::Denied(surface, n) => metrics.denied(surface, n),
+            Event::SearchStorm => metrics.add(m.search_storms, 1),
         }
     }
 }
@@ -536,8 +572,9 @@ pub fn route(
     let engine = shared.engine.try_borrow().ok()?;
     let mcp = engine.config.mcp.as_ref()?;
     let path = std::str::from_utf8(map.get(":path")?).ok()?;
+    let memory = engine.config.search.memory.as_ref();
     mcp.matches(path)
-        .then(|| McpRequest::new(map, end_of_stream, identity))
+        .then(|| McpRequest::new(map, end_of_stream, identity, memory))
 }
 
 /// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.

@@ -36,8 +36,11 @@ use crate::config::Config;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
 use crate::fusion::{Channel, Fused};
 use crate::pipeline::{header_safe, rank_fused};
+use crate::search::memory::{Memory, SessionKey};
 pub use crate::search::respond::Hybrid;
-use crate::search::round::{DEFAULT_LIMIT, MAX_LIMIT};
+use crate::search::round::{
+    DEFAULT_LIMIT, LISTED_ALREADY, MAX_LIMIT, SEARCHED_ALREADY, already_available,
+};
 use serde_json::{Map, Value, json};
 use std::rc::Rc;
 
@@ -96,6 +99,8 @@ pub trait Host {
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32>;
     /// The `suggestions` catalog, `None` without the section.
     fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>>;
+    /// The store shared by every worker, where `search.memory` keeps sessions.
+    fn store(&self) -> &Self::Store;
 }
 
 /// What the gateway counts.
@@ -133,6 +138,8 @@ pub enum Event {
     Denied(Surface, usize),
     /// Tools suggested (`suggestions`) in a `find_tools` result.
     Suggested(usize),
+    /// A session's `find_tools` refused for going past `search.max_searches`.
+    SearchStorm,
 }
 
 /// The request's headers that matter here.
@@ -148,6 +155,9 @@ pub struct Head {
     pub grant: Option<Grant>,
     /// `Mcp-Method` and `Mcp-Name`, which must agree with the body.
     pub routing: RoutingHeaders,
+    /// The client's session for `search.memory` (`search.memory.session.header`, else
+    /// `Mcp-Session-Id`), keyed with its owner.
+    pub session: Option<SessionKey>,
 }
 
 impl Head {
@@ -266,6 +276,10 @@ pub struct Exchange {
     outcome: Option<String>,
     /// `find_tools`: the verdict of `gating.rules` for its query, until the search runs.
     rules_verdict: Option<Verdict>,
+    /// `search.memory` and the request's session, when both are there.
+    memory: Option<(Memory, SessionKey)>,
+    /// `find_tools`: the tools the session found before (listed to the client).
+    session_tools: Vec<String>,
 }
 
 impl Exchange {
@@ -278,6 +292,8 @@ impl Exchange {
             state: State::Idle,
             outcome: None,
             rules_verdict: None,
+            memory: None,
+            session_tools: Vec::new(),
         }
     }
 
@@ -412,6 +428,13 @@ impl Exchange {
         self.meta = params.meta.as_deref().map(without_progress_token);
         self.request = Some(request);
         self.want = Some(want);
+        self.memory = settings
+            .config
+            .search
+            .memory
+            .as_ref()
+            .zip(self.head.session)
+            .map(|(config, key)| (Memory::new(config), key));
         let key = self.key();
         let now = host.now_millis();
         let generation = host.generation(&self.head.server);
@@ -485,7 +508,7 @@ impl Exchange {
                 if verdict.is_none() {
                     host.count(Event::GatingFailed);
                 }
-                self.find(host, &catalog, verdict)
+                self.find(host, settings, &catalog, verdict)
             }
             State::Embedding {
                 catalog,
@@ -495,7 +518,7 @@ impl Exchange {
                 ..
             } => {
                 let fused = self.with_vectors(host, &catalog, &mut gathered, &slots, &answer);
-                self.answer_find(host, &catalog, verdict.as_ref(), fused.as_ref())
+                self.answer_find(host, settings, &catalog, verdict.as_ref(), fused.as_ref())
             }
             State::Calling { .. } => self.deliver_call(host, answer),
             State::Resources { .. } => self.deliver_resources(host, settings, &answer),
@@ -651,6 +674,7 @@ impl Exchange {
                     return self.deny_call(host, &names, &name, &why);
                 }
                 host.count(Event::Direct);
+                self.end_searches(host);
                 self.outcome = Some(format!("mcp=call tool={}", header_safe(&name)));
                 Step::Pass
             }
@@ -660,13 +684,14 @@ impl Exchange {
                     "{} needs a query: a few words saying what the tool should do",
                     names.find
                 );
-                let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
-                self.outcome = Some("mcp=find_tools error=no_query".to_owned());
-                self.result(host, result)
+                self.tool_error(host, &text, "mcp=find_tools error=no_query")
             }
             Want::Find {
                 query: Some(query), ..
             } => {
+                if let Some(step) = self.loop_answer(host, settings, catalog, &query) {
+                    return step;
+                }
                 // `gating.rules` decide at once; the server's `_tool_gating`, if any, is asked
                 // as well and the verdicts merged.
                 let names = catalog.tools.iter().map(|t| t.name.as_str());
@@ -693,11 +718,11 @@ impl Exchange {
                             }
                             None => {
                                 host.count(Event::GatingFailed);
-                                self.find(host, catalog, None)
+                                self.find(host, settings, catalog, None)
                             }
                         }
                     }
-                    None => self.find(host, catalog, None),
+                    None => self.find(host, settings, catalog, None),
                 }
             }
             Want::CallTool { name, arguments } => {
@@ -722,6 +747,7 @@ impl Exchange {
                 if let Some(why) = self.refused_call(catalog, &name, &arguments) {
                     return self.deny_call(host, &names, &name, &why);
                 }
+                self.end_searches(host);
                 self.call(host, settings, &name, &arguments)
             }
         }
@@ -776,15 +802,34 @@ impl Exchange {
             find_tool_definition(&names.find, &names.call, findable, settings.config),
             call_tool_definition(&names.call, &names.find),
         ];
+        let listable =
+            |at: usize, tool: &catalog::Tool| tool.name != catalog::GATING_TOOL && may_see(at);
         let mut shown = 0;
         for (at, tool) in catalog.tools.iter().enumerate() {
-            if tool.name != catalog::GATING_TOOL
-                && settings.config.always_includes(&tool.name)
-                && may_see(at)
-            {
+            if listable(at, tool) && settings.config.always_includes(&tool.name) {
                 if let Ok(raw) = serde_json::from_str::<Value>(&tool.raw) {
                     tools.push(raw);
                     shown += 1;
+                }
+            }
+        }
+        // Then the tools the session found, first-found first (a stable prefix for prompt
+        // caches), never one the caller may not see now.
+        let mut remembered = 0;
+        if let Some((memory, key)) = self.memory {
+            let now = host.now_millis() / 1000;
+            for name in memory.recall(host.store(), &key, now) {
+                let Some((at, tool)) = catalog
+                    .position(&name)
+                    .and_then(|at| Some((at, catalog.tools.get(at)?)))
+                else {
+                    continue;
+                };
+                if listable(at, tool) && !settings.config.always_includes(&tool.name) {
+                    if let Ok(raw) = serde_json::from_str::<Value>(&tool.raw) {
+                        tools.push(raw);
+                        remembered += 1;
+                    }
                 }
             }
         }
@@ -792,13 +837,20 @@ impl Exchange {
         result.insert("tools".into(), Value::Array(tools));
         if self.head.modern() {
             // Required of list results from 2026-07-28 on: the server's hints, echoed. Under
-            // access rules the answer is this caller's: never to be shared.
-            result.insert("ttlMs".into(), catalog.ttl_ms.unwrap_or(0).into());
-            let scope = if catalog.public == Some(true) && allowed.is_none() {
-                "public"
+            // access rules the answer is this caller's, and with a session's memory this
+            // session's, growing with its searches: never to be shared or kept.
+            let ttl = if self.memory.is_some() {
+                0
             } else {
-                "private"
+                catalog.ttl_ms.unwrap_or(0)
             };
+            result.insert("ttlMs".into(), ttl.into());
+            let scope =
+                if catalog.public == Some(true) && allowed.is_none() && self.memory.is_none() {
+                    "public"
+                } else {
+                    "private"
+                };
             result.insert("cacheScope".into(), scope.into());
         }
         let result = Value::Object(result);
@@ -808,8 +860,13 @@ impl Exchange {
             tokens_saved: crate::rank::estimate_tokens(full)
                 .saturating_sub(crate::rank::estimate_tokens(ours)),
         });
+        let remembered_note = if remembered > 0 {
+            format!(" remembered={remembered}")
+        } else {
+            String::new()
+        };
         self.outcome = Some(format!(
-            "mcp=tools/list kept={shown} total={}{}",
+            "mcp=tools/list kept={shown}{remembered_note} total={}{}",
             catalog.findable(),
             self.denied_note(host, denied)
         ));
@@ -832,6 +889,7 @@ impl Exchange {
     fn find<H: Host>(
         &mut self,
         host: &H,
+        settings: &Settings,
         catalog: &Rc<ServerCatalog>,
         verdict: Option<Verdict>,
     ) -> Step {
@@ -839,13 +897,13 @@ impl Exchange {
         let (Some(hybrid), Some(index), Some(query)) =
             (host.hybrid(), catalog.index(), self.query())
         else {
-            return self.answer_find(host, catalog, verdict.as_ref(), None);
+            return self.answer_find(host, settings, catalog, verdict.as_ref(), None);
         };
         let gathered = hybrid.source.gather(index, &query);
         if let Some((q, t)) = gathered.complete() {
             let fused = rank_fused(index, hybrid.config, &query, &q, &t);
             host.count(Event::RankedHybrid);
-            return self.answer_find(host, catalog, verdict.as_ref(), Some(&fused));
+            return self.answer_find(host, settings, catalog, verdict.as_ref(), Some(&fused));
         }
         // The query's vectors, and as many of the catalog's missing tools as one call takes: a
         // big catalog is embedded over several searches, ranked by keyword until it is whole.
@@ -873,7 +931,7 @@ impl Exchange {
                 } else {
                     Fallback::Dispatch
                 }));
-                self.answer_find(host, catalog, verdict.as_ref(), None)
+                self.answer_find(host, settings, catalog, verdict.as_ref(), None)
             }
         }
     }
@@ -932,6 +990,7 @@ impl Exchange {
     fn answer_find<H: Host>(
         &mut self,
         host: &H,
+        settings: &Settings,
         catalog: &ServerCatalog,
         verdict: Option<&Verdict>,
         fused: Option<&Fused>,
@@ -1023,18 +1082,41 @@ impl Exchange {
             .iter()
             .filter_map(|f| Some(describe(catalog.tools.get(f.tool)?, f.score, &matched(f))))
             .collect();
-        let names: Vec<String> = found
+        let found_names: Vec<&str> = found
             .iter()
             .filter_map(|f| catalog.tools.get(f.tool))
-            .map(|t| header_safe(&t.name).into_owned())
+            .map(|t| t.name.as_str())
             .collect();
-        let mut structured = if tools.is_empty() {
+        let names: Vec<String> = found_names
+            .iter()
+            .map(|n| header_safe(n).into_owned())
+            .collect();
+        // Every tool found is listed to the client already (`always_include`, or found before
+        // in the session): a redundant search.
+        let listed = |name: &&str| {
+            settings.config.always_includes(name) || self.session_tools.iter().any(|t| t == name)
+        };
+        let redundant = !found_names.is_empty() && found_names.iter().all(listed);
+        if let Some((memory, key)) = self.memory {
+            let found: Vec<String> = found_names.iter().map(|n| (*n).to_owned()).collect();
+            let now = host.now_millis() / 1000;
+            memory.searched(host.store(), &key, words(&query), &found, now);
+        }
+        let mut structured = if redundant {
+            answered_already(&query, &found_names, LISTED_ALREADY)
+        } else if tools.is_empty() {
             json!({"query": query, "tools": [], "note": "No tool matched; try other words."})
         } else {
             json!({"query": query, "tools": tools})
         };
+        let redundant_note = if redundant {
+            " note=listed_already"
+        } else {
+            ""
+        };
         let mut suggested_note = String::new();
-        if let Some(suggestions) = host.suggestions().filter(|s| s.wanted(keyword_best)) {
+        let wanted = |s: &crate::suggestions::Suggestions| !redundant && s.wanted(keyword_best);
+        if let Some(suggestions) = host.suggestions().filter(|s| wanted(s)) {
             let has = |name: &str| catalog.position(name).is_some();
             let suggested = suggestions.suggest(&query, has, self.head.grant.as_ref());
             if !suggested.is_empty() {
@@ -1047,18 +1129,70 @@ impl Exchange {
                 crate::suggestions::add_to(&mut structured, suggested);
             }
         }
-        let result = json!({
-            "content": [{"type": "text", "text": structured.to_string()}],
-            "structuredContent": structured,
-            "isError": false,
-        });
+        let result = tool_result(structured);
         self.outcome = Some(format!(
-            "mcp=find_tools found={} total={}{}{gating_note}{suggested_note}",
+            "mcp=find_tools found={} total={}{}{gating_note}{suggested_note}{redundant_note}",
             names.join(","),
             catalog.findable(),
             self.denied_note(host, denied)
         ));
         self.result(host, result)
+    }
+
+    /// A search the session's loop answers without searching (`search.memory`): past
+    /// `search.max_searches` since the session last called a real tool, an error saying the
+    /// search stopped; the same words again, the first answer's tools. Notes the tools the
+    /// session found before, for [`Exchange::answer_find`].
+    fn loop_answer<H: Host>(
+        &mut self,
+        host: &H,
+        settings: &Settings,
+        catalog: &ServerCatalog,
+        query: &str,
+    ) -> Option<Step> {
+        let (memory, key) = self.memory?;
+        let now = host.now_millis() / 1000;
+        let session = memory.recall_session(host.store(), &key, now);
+        self.session_tools = session.names;
+        let searches = session.searches;
+        if usize::from(searches.count) >= settings.config.search.max_searches {
+            host.count(Event::FindTools);
+            host.count(Event::SearchStorm);
+            let text = format!(
+                "The tool search stopped after {} searches: call one of the tools it found, or answer.",
+                searches.count
+            );
+            return Some(self.tool_error(host, &text, "mcp=find_tools stopped=max_searches"));
+        }
+        let words = words(query);
+        let allowed = self.allowed(catalog);
+        let first: Vec<&str> = searches
+            .answered(words)?
+            .iter()
+            .filter(|n| {
+                catalog
+                    .position(n)
+                    .is_some_and(|at| visible(allowed.as_deref(), at))
+            })
+            .map(String::as_str)
+            .collect();
+        host.count(Event::FindTools);
+        memory.searched(host.store(), &key, words, &[], now);
+        let structured = answered_already(query, &first, SEARCHED_ALREADY);
+        let names: Vec<_> = first.iter().map(|n| header_safe(n)).collect();
+        self.outcome = Some(format!(
+            "mcp=find_tools found={} total={} note=searched_already",
+            names.join(","),
+            catalog.findable()
+        ));
+        Some(self.result(host, tool_result(structured)))
+    }
+
+    /// The session called a real tool: its search loop ends (`search.memory`).
+    fn end_searches<H: Host>(&self, host: &H) {
+        if let Some((memory, key)) = self.memory {
+            memory.end_searches(host.store(), &key, host.now_millis() / 1000);
+        }
     }
 
     /// Sends the real `tools/call` for `call_tool`, with the client's id (`arguments`: JSON
@@ -1243,6 +1377,14 @@ impl Exchange {
         Step::Answered
     }
 
+    /// Answers a meta-tool call with a tool error (`isError`) saying `text`; `outcome` for
+    /// `x-toolsift`.
+    fn tool_error<H: Host>(&mut self, host: &H, text: &str, outcome: &str) -> Step {
+        let result = json!({"content": [{"type": "text", "text": text}], "isError": true});
+        self.outcome = Some(outcome.to_owned());
+        self.result(host, result)
+    }
+
     /// Answers with a JSON-RPC result.
     fn result<H: Host>(&mut self, host: &H, mut result: Value) -> Step {
         if let (true, Some(object)) = (self.head.modern(), result.as_object_mut()) {
@@ -1377,6 +1519,29 @@ fn request_body(
         Value::String(method.to_owned()),
         Value::Object(params)
     )
+}
+
+/// A `find_tools` result: `structured`, and the same as text for clients that read only text.
+fn tool_result(structured: Value) -> Value {
+    json!({
+        "content": [{"type": "text", "text": structured.to_string()}],
+        "structuredContent": structured,
+        "isError": false,
+    })
+}
+
+/// `find_tools`' answer naming tools the client has already (`why`: how), for `query`.
+fn answered_already(query: &str, names: &[&str], why: &str) -> Value {
+    let mut content = already_available(names, why);
+    if let Some(object) = content.as_object_mut() {
+        object.insert("query".into(), Value::String(query.to_owned()));
+    }
+    content
+}
+
+/// A query's words as a session's loop keeps them: the same words, the same search.
+fn words(query: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(crate::text::terms(query).join(" ").as_bytes())
 }
 
 /// `_meta` without `progressToken`, which belongs to the client's own request.

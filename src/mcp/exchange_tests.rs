@@ -25,6 +25,8 @@ struct Mock {
     now: u64,
     refuse: bool,
     suggestions: Option<std::rc::Rc<crate::suggestions::Suggestions>>,
+    /// The shared store `search.memory` keeps sessions in.
+    store: crate::embeddings::MemoryBytes,
 }
 
 impl Host for Mock {
@@ -46,6 +48,10 @@ impl Host for Mock {
 
     fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>> {
         self.suggestions.clone()
+    }
+
+    fn store(&self) -> &Self::Store {
+        &self.store
     }
 
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
@@ -978,6 +984,7 @@ impl Setup {
             auth: auth_context([&b"Bearer shared"[..]], Some(&caller)),
             grant: Some(policy.grant(&caller)),
             routing: RoutingHeaders::default(),
+            session: None,
         }
     }
 
@@ -1068,13 +1075,13 @@ fn find_tools_finds_only_allowed_tools_before_the_limit() {
             "find_tools",
             r#"{"query":"what's the current weather in Paris","limit":1}"#,
         );
-        // Without rules for it, get_weather would come first.
+        // Without rules for it, get_weather would come first. It is pinned: listed already.
         let (exchange, _) = s.run_as(&host, revision, &["a"], &body);
         let found = &host.answer().1["result"]["structuredContent"]["tools"];
         assert_eq!(names(found), ["get_weather"]);
         assert_eq!(
             exchange.header_value(),
-            Some("mcp=find_tools found=get_weather total=7 denied=4")
+            Some("mcp=find_tools found=get_weather total=7 denied=4 note=listed_already")
         );
         // Team b may have no weather tool: the limit is filled from what it may see, or the
         // search finds nothing; never a weather tool.
@@ -1671,4 +1678,226 @@ fn routing_headers_that_disagree_with_the_body_are_refused() {
     let (_, step) = s.run_head(&host, routing("tools/list", None), LIST, &[catalog_tools()]);
     assert_eq!(step, Step::Answered);
     assert_eq!(host.answer().0, 200);
+}
+
+/// Memory of found tools on MCP routes (`search.memory`): a request of session `name`.
+fn in_session(revision: &str, name: Option<&str>) -> Head {
+    Head {
+        server: "mcp|localhost".into(),
+        revision: revision.into(),
+        session: name.and_then(|n| crate::search::memory::SessionKey::new(7, "test", n.as_bytes())),
+        ..Head::default()
+    }
+}
+
+const MEMORY: &str = r#"{"always_include":["list_*"],"mcp":{},"search":{"memory":{}}}"#;
+
+fn find(id: u32, query: &str) -> String {
+    call(
+        id,
+        "find_tools",
+        &json!({"query": query, "limit": 1}).to_string(),
+    )
+}
+
+fn structured(host: &Mock) -> Value {
+    host.answer().1["result"]["structuredContent"].clone()
+}
+
+#[test]
+fn a_session_lists_the_tools_it_found_after_the_pinned_ones() {
+    for revision in REVISIONS {
+        let mut s = Setup::new(MEMORY);
+        let host = Mock::default();
+        let tools = [catalog_tools()];
+        let session = |name| in_session(revision, Some(name));
+        s.run_head(&host, session("s1"), &find(2, "weather in Paris"), &tools);
+        assert_eq!(names(&structured(&host)["tools"]), ["get_weather"]);
+        s.run_head(&host, session("s1"), &find(3, "send an email"), &tools);
+        let (exchange, _) = s.run_head(&host, session("s1"), LIST, &tools);
+        let listed = &host.answer().1["result"];
+        assert_eq!(
+            names(&listed["tools"]),
+            [
+                "find_tools",
+                "call_tool",
+                "list_files",
+                "get_weather",
+                "send_email"
+            ]
+        );
+        assert_eq!(
+            exchange.header_value(),
+            Some("mcp=tools/list kept=1 remembered=2 total=5")
+        );
+        if revision == MODERN_REVISION {
+            // The session's list grows with its searches: never kept, never shared.
+            assert_eq!(listed["ttlMs"], 0);
+            assert_eq!(listed["cacheScope"], "private");
+        }
+        // Another session, and a request without one, list only the pinned tools.
+        for head in [session("s2"), in_session(revision, None)] {
+            s.run_head(&host, head, LIST, &tools);
+            assert_eq!(
+                names(&host.answer().1["result"]["tools"]),
+                ["find_tools", "call_tool", "list_files"]
+            );
+        }
+    }
+    // Without `search.memory`, a session finds and lists as before.
+    let mut s = Setup::new(r#"{"always_include":["list_*"],"mcp":{}}"#);
+    let host = Mock::default();
+    let head = || in_session("2025-11-25", Some("s1"));
+    s.run_head(
+        &host,
+        head(),
+        &find(2, "weather in Paris"),
+        &[catalog_tools()],
+    );
+    s.run_head(&host, head(), LIST, &[]);
+    assert_eq!(names(&host.answer().1["result"]["tools"]).len(), 3);
+    assert_eq!(host.store.size(), (0, 0));
+}
+
+#[test]
+fn a_session_lists_no_tool_its_caller_may_not_see_now() {
+    let mut s = Setup::new(
+        &access_config("hidden").replace(r#""mcp":{}"#, r#""mcp":{},"search":{"memory":{}}"#),
+    );
+    let host = Mock::default();
+    let key = crate::search::memory::SessionKey::new(7, "test", b"s1");
+    let as_team = |s: &Setup, team: &str| Head {
+        session: key,
+        ..s.head("2025-11-25", &[team])
+    };
+    let head = as_team(&s, "a");
+    s.run_head(
+        &host,
+        head,
+        &find(2, "weather alerts for a region"),
+        &[governed_tools()],
+    );
+    assert_eq!(names(&structured(&host)["tools"]), ["weather_alerts"]);
+    let head = as_team(&s, "a");
+    s.run_head(&host, head, LIST, &[governed_tools()]);
+    assert_eq!(
+        names(&host.answer().1["result"]["tools"]),
+        ["find_tools", "call_tool", "get_weather", "weather_alerts"]
+    );
+    // The same session key under rules that hide the tool (in the filter the key holds the
+    // caller, so this is a change of rules): it is not listed.
+    let head = as_team(&s, "b");
+    s.run_head(&host, head, LIST, &[governed_tools()]);
+    assert_eq!(
+        names(&host.answer().1["result"]["tools"]),
+        ["find_tools", "call_tool", "send_email"]
+    );
+}
+
+#[test]
+fn a_repeated_or_redundant_search_is_told_what_the_client_has() {
+    let mut s = Setup::new(MEMORY);
+    let host = Mock::default();
+    let tools = [catalog_tools()];
+    let head = || in_session("2025-11-25", Some("s1"));
+    s.run_head(&host, head(), &find(2, "weather in Paris"), &tools);
+    assert_eq!(names(&structured(&host)["tools"]), ["get_weather"]);
+    // The same words (in another case, with a mark): the first answer, without a search.
+    let (exchange, _) = s.run_head(&host, head(), &find(3, "Weather in PARIS!"), &tools);
+    let answer = structured(&host);
+    assert_eq!(names(&answer["tools"]), ["get_weather"]);
+    assert_eq!(answer["query"], "Weather in PARIS!");
+    assert!(
+        answer["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("You searched for this already: call one of them"),
+        "{answer}"
+    );
+    assert_eq!(
+        exchange.header_value(),
+        Some("mcp=find_tools found=get_weather total=5 note=searched_already")
+    );
+    // Other words whose tools the session found already.
+    let (exchange, _) = s.run_head(
+        &host,
+        head(),
+        &find(4, "current weather for a city"),
+        &tools,
+    );
+    let answer = structured(&host);
+    assert_eq!(names(&answer["tools"]), ["get_weather"]);
+    assert!(answer["note"].as_str().unwrap().starts_with(LISTED_ALREADY));
+    assert!(answer["tools"][0].get("inputSchema").is_none());
+    assert_eq!(
+        exchange.header_value(),
+        Some("mcp=find_tools found=get_weather total=5 note=listed_already")
+    );
+    // Without a session, only the stateless part: a pinned tool is listed already.
+    let (_, _) = s.run_head(
+        &host,
+        in_session("2025-11-25", None),
+        &find(5, "list the files in a directory"),
+        &tools,
+    );
+    let answer = structured(&host);
+    assert_eq!(names(&answer["tools"]), ["list_files"]);
+    assert!(answer["note"].as_str().unwrap().starts_with(LISTED_ALREADY));
+    s.run_head(
+        &host,
+        in_session("2025-11-25", None),
+        &find(6, "weather in Paris"),
+        &tools,
+    );
+    assert!(structured(&host)["tools"][0].get("inputSchema").is_some());
+}
+
+#[test]
+fn a_search_storm_ends_with_an_error_until_a_real_tool_is_called() {
+    let mut s = Setup::new(r#"{"mcp":{},"search":{"max_searches":2,"memory":{}}}"#);
+    let host = Mock::default();
+    let tools = [catalog_tools()];
+    let head = || in_session("2025-11-25", Some("s1"));
+    s.run_head(&host, head(), &find(2, "weather in Paris"), &tools);
+    s.run_head(&host, head(), &find(3, "weather in Paris"), &tools);
+    let (exchange, _) = s.run_head(&host, head(), &find(4, "send an email"), &tools);
+    let (status, answer) = host.answer();
+    assert_eq!(status, 200);
+    assert_eq!(answer["result"]["isError"], true);
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "The tool search stopped after 2 searches: call one of the tools it found, or answer."
+    );
+    assert_eq!(
+        exchange.header_value(),
+        Some("mcp=find_tools stopped=max_searches")
+    );
+    assert!(host.events.borrow().contains(&Event::SearchStorm));
+    // Another session searches on.
+    s.run_head(
+        &host,
+        in_session("2025-11-25", Some("s2")),
+        &find(5, "send an email"),
+        &tools,
+    );
+    assert_eq!(names(&structured(&host)["tools"]), ["send_email"]);
+    // A call of a real tool ends the loop: the session searches again.
+    let (_, step) = s.run_head(&host, head(), &call(6, "get_weather", "{}"), &tools);
+    assert_eq!(step, Step::Pass);
+    s.run_head(&host, head(), &find(7, "send an email"), &tools);
+    assert_eq!(names(&structured(&host)["tools"]), ["send_email"]);
+    // As does call_tool.
+    s.run_head(&host, head(), &find(8, "create an issue"), &tools);
+    s.run_head(&host, head(), &find(9, "list files"), &tools);
+    assert_eq!(host.answer().1["result"]["isError"], true);
+    let sent = host.sent.borrow().len();
+    s.run_head(
+        &host,
+        head(),
+        &call(10, "call_tool", r#"{"name":"list_files","arguments":{}}"#),
+        &tools,
+    );
+    assert_eq!(host.sent.borrow().len(), sent + 1, "the call went out");
+    s.run_head(&host, head(), &find(11, "list files"), &tools);
+    assert_eq!(names(&structured(&host)["tools"]), ["list_files"]);
 }

@@ -15,6 +15,10 @@
 //! memory never holds more than `max_bytes`: a new session only pushes older ones out of its
 //! set. Every write is a compare-and-swap on one set, so no worker needs a lock.
 //!
+//! On MCP routes a session also keeps its search loop since its last call of a real tool
+//! ([`Searches`]): how many searches, and each distinct query's answer, so that a repeated
+//! query is answered from the first answer and a search storm is stopped.
+//!
 //! Stored bytes are read as untrusted: a damaged tail is dropped, never trusted, never a panic.
 
 use crate::config::Memory as MemoryConfig;
@@ -32,6 +36,13 @@ const ENTRY_HEAD: usize = 16 + 8 + 1;
 /// The longest tool name remembered (its length is stored in one byte); every LLM API's limit
 /// is lower (64 for OpenAI and Anthropic, 128 for Gemini).
 const MAX_NAME: usize = 255;
+/// The distinct queries of a search loop kept (the latest): well above `search.max_searches`'
+/// default, so that a loop stopped by it repeats no search.
+pub const MAX_QUERIES: usize = 16;
+/// Set in a stored session's expiry when a search loop follows its names. Expiries are seconds
+/// since the epoch, far below this bit: sessions written before loops were kept read as they
+/// were written.
+const HAS_SEARCHES: u64 = 1 << 63;
 
 /// A session's key in the memory: a hash of its owner and its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,6 +88,35 @@ struct Stored {
     expiry: u64,
     /// Tools found, in the order they were first found.
     names: Vec<String>,
+    /// MCP: the search loop since the session's last call of a real tool.
+    searches: Option<Searches>,
+}
+
+/// A session's search loop since its last call of a real tool (MCP routes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Searches {
+    /// Searches in the loop, the repeated ones too.
+    pub count: u8,
+    /// Each distinct query's words (a hash of [`crate::text::terms`]) and the tools its first
+    /// answer named; the latest [`MAX_QUERIES`].
+    pub queries: Vec<(u64, Vec<String>)>,
+}
+
+impl Searches {
+    /// The tools the first answer to `words` named, if the loop searched for them.
+    pub fn answered(&self, words: u64) -> Option<&[String]> {
+        self.queries
+            .iter()
+            .find(|(w, _)| *w == words)
+            .map(|(_, names)| names.as_slice())
+    }
+}
+
+/// What a session holds: its tools, first-found first, and its search loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recalled {
+    pub names: Vec<String>,
+    pub searches: Searches,
 }
 
 /// The memory, as `search.memory` sizes it, over a store of bytes.
@@ -115,6 +155,16 @@ impl Memory {
     /// expiry moves to `now + ttl_seconds` (best effort: a write lost to another worker's
     /// leaves the order as that worker wrote it).
     pub fn recall<S: SharedBytes>(&self, store: &S, key: &SessionKey, now: u64) -> Vec<String> {
+        self.recall_session(store, key, now).names
+    }
+
+    /// [`Memory::recall`], with the session's search loop.
+    pub fn recall_session<S: SharedBytes>(
+        &self,
+        store: &S,
+        key: &SessionKey,
+        now: u64,
+    ) -> Recalled {
         let set_key = self.set_key(key);
         let (bytes, cas) = store.get(&set_key);
         let mut sessions = bytes.map(|b| decode(&b)).unwrap_or_default();
@@ -122,14 +172,17 @@ impl Memory {
             .iter()
             .position(|s| s.key == *key && s.expiry > now)
         else {
-            return Vec::new();
+            return Recalled::default();
         };
         let mut session = sessions.remove(at);
-        let names = session.names.clone();
+        let recalled = Recalled {
+            names: session.names.clone(),
+            searches: session.searches.clone().unwrap_or_default(),
+        };
         session.expiry = now.saturating_add(self.ttl);
         sessions.insert(0, session);
         store.set(&set_key, &self.bounded(sessions, now), cas);
-        names
+        recalled
     }
 
     /// Adds `found` (the tools one request's search loop found, in order) to `key`'s session,
@@ -147,27 +200,71 @@ impl Memory {
         if found.is_empty() && forget.is_empty() {
             return;
         }
+        self.update(store, key, now, |session| {
+            session.names = self.merged(&session.names, found, forget);
+        });
+    }
+
+    /// Counts one search of `key`'s session (MCP) whose answer named `found`: its loop grows
+    /// by one, `words` (the query's, hashed) is kept with `found` unless the loop searched
+    /// them already, and `found` is remembered as [`Memory::remember`] does.
+    pub fn searched<S: SharedBytes>(
+        &self,
+        store: &S,
+        key: &SessionKey,
+        words: u64,
+        found: &[String],
+        now: u64,
+    ) {
+        self.update(store, key, now, |session| {
+            session.names = self.merged(&session.names, found, &[]);
+            let searches = session.searches.get_or_insert_with(Searches::default);
+            searches.count = searches.count.saturating_add(1);
+            if searches.answered(words).is_none() {
+                let kept = found.iter().filter(|n| (1..=MAX_NAME).contains(&n.len()));
+                searches.queries.push((words, kept.cloned().collect()));
+                let over = searches.queries.len().saturating_sub(MAX_QUERIES);
+                searches.queries.drain(..over);
+            }
+        });
+    }
+
+    /// `key`'s session called a real tool: its search loop ends (nothing is written when it
+    /// has none).
+    pub fn end_searches<S: SharedBytes>(&self, store: &S, key: &SessionKey, now: u64) {
+        self.update(store, key, now, |session| session.searches = None);
+    }
+
+    /// Changes `key`'s session (a new one when it has none alive) with `change`, and makes it
+    /// its set's most recently used; nothing is written when nothing changes.
+    fn update<S: SharedBytes>(
+        &self,
+        store: &S,
+        key: &SessionKey,
+        now: u64,
+        change: impl Fn(&mut Stored),
+    ) {
         let set_key = self.set_key(key);
         for _ in 0..WRITE_ATTEMPTS {
             let (bytes, cas) = store.get(&set_key);
             let mut sessions = bytes.map(|b| decode(&b)).unwrap_or_default();
-            let known = sessions
+            let mut session = sessions
                 .iter()
                 .position(|s| s.key == *key && s.expiry > now)
-                .map(|at| sessions.remove(at).names)
-                .unwrap_or_default();
-            let names = self.merged(&known, found, forget);
-            if names == known {
+                .map(|at| sessions.remove(at))
+                .unwrap_or(Stored {
+                    key: *key,
+                    expiry: now,
+                    names: Vec::new(),
+                    searches: None,
+                });
+            let before = session.clone();
+            change(&mut session);
+            if session.names == before.names && session.searches == before.searches {
                 return;
             }
-            sessions.insert(
-                0,
-                Stored {
-                    key: *key,
-                    expiry: now.saturating_add(self.ttl),
-                    names,
-                },
-            );
+            session.expiry = now.saturating_add(self.ttl);
+            sessions.insert(0, session);
             if store.set(&set_key, &self.bounded(sessions, now), cas) {
                 return;
             }
@@ -200,7 +297,8 @@ impl Memory {
 
     /// `sessions` (most recently used first) as one set's bytes: expired ones dropped first,
     /// then from the least recently used on whatever does not fit `set_bytes`. The first
-    /// session, the one just used, always stays: its oldest finds go if it alone is too big.
+    /// session, the one just used, always stays: if it alone is too big its loop's oldest
+    /// queries go, then its oldest finds.
     fn bounded(&self, sessions: Vec<Stored>, now: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.set_bytes);
         for (i, mut session) in sessions.into_iter().enumerate() {
@@ -208,8 +306,16 @@ impl Memory {
                 continue;
             }
             if i == 0 {
-                while encoded_len(&session) > self.set_bytes && !session.names.is_empty() {
-                    session.names.remove(0);
+                while encoded_len(&session) > self.set_bytes {
+                    match &mut session.searches {
+                        Some(searches) if !searches.queries.is_empty() => {
+                            searches.queries.remove(0);
+                        }
+                        _ if !session.names.is_empty() => {
+                            session.names.remove(0);
+                        }
+                        _ => break,
+                    }
                 }
             }
             if out.len() + encoded_len(&session) > self.set_bytes {
@@ -222,16 +328,43 @@ impl Memory {
 }
 
 fn encoded_len(session: &Stored) -> usize {
-    ENTRY_HEAD + session.names.iter().map(|n| 1 + n.len()).sum::<usize>()
+    let names_len = |names: &[String]| names.iter().map(|n| 1 + n.len()).sum::<usize>();
+    let searches_len = session.searches.as_ref().map_or(0, |s| {
+        2 + s
+            .queries
+            .iter()
+            .map(|(_, names)| 8 + 1 + names_len(names))
+            .sum::<usize>()
+    });
+    ENTRY_HEAD + names_len(&session.names) + searches_len
 }
 
-/// One session: the 16-byte key, the expiry as u64 LE, the number of names, then each name as
-/// its length (one byte) and its UTF-8 bytes.
+/// One session: the 16-byte key, the expiry as u64 LE (its top bit set when a search loop
+/// follows), the names; then the loop, if any: its count (one byte), its number of queries,
+/// and each query as its words' hash (u64 LE) and names. Names are a count (one byte), then
+/// each name as its length (one byte) and its UTF-8 bytes.
 fn encode(session: &Stored, out: &mut Vec<u8>) {
     out.extend_from_slice(&session.key.0);
-    out.extend_from_slice(&session.expiry.to_le_bytes());
-    let names: Vec<&String> = session
-        .names
+    let flag = if session.searches.is_some() {
+        HAS_SEARCHES
+    } else {
+        0
+    };
+    out.extend_from_slice(&((session.expiry & !HAS_SEARCHES) | flag).to_le_bytes());
+    encode_names(&session.names, out);
+    if let Some(searches) = &session.searches {
+        out.push(searches.count);
+        let queries = searches.queries.iter().take(u8::MAX as usize);
+        out.push(queries.len() as u8);
+        for (words, names) in queries {
+            out.extend_from_slice(&words.to_le_bytes());
+            encode_names(names, out);
+        }
+    }
+}
+
+fn encode_names(names: &[String], out: &mut Vec<u8>) {
+    let names: Vec<&String> = names
         .iter()
         .filter(|n| n.len() <= MAX_NAME)
         .take(u8::MAX as usize)
@@ -257,8 +390,34 @@ fn decode(mut bytes: &[u8]) -> Vec<Stored> {
 fn decode_one(bytes: &[u8]) -> Option<(Stored, &[u8])> {
     let key = SessionKey(bytes.get(..16)?.try_into().ok()?);
     let expiry = u64::from_le_bytes(bytes.get(16..24)?.try_into().ok()?);
-    let count = *bytes.get(24)?;
-    let mut rest = bytes.get(ENTRY_HEAD..)?;
+    let (names, mut rest) = decode_names(bytes.get(24..)?)?;
+    let searches = if expiry & HAS_SEARCHES != 0 {
+        let count = *rest.first()?;
+        let queries_count = *rest.get(1)?;
+        rest = rest.get(2..)?;
+        let mut queries = Vec::with_capacity(queries_count as usize);
+        for _ in 0..queries_count {
+            let words = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+            let (names, after) = decode_names(rest.get(8..)?)?;
+            queries.push((words, names));
+            rest = after;
+        }
+        Some(Searches { count, queries })
+    } else {
+        None
+    };
+    let stored = Stored {
+        key,
+        expiry: expiry & !HAS_SEARCHES,
+        names,
+        searches,
+    };
+    Some((stored, rest))
+}
+
+fn decode_names(bytes: &[u8]) -> Option<(Vec<String>, &[u8])> {
+    let count = *bytes.first()?;
+    let mut rest = bytes.get(1..)?;
     let mut names = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let len = *rest.first()? as usize;
@@ -266,7 +425,7 @@ fn decode_one(bytes: &[u8]) -> Option<(Stored, &[u8])> {
         names.push(name.to_owned());
         rest = rest.get(1 + len..)?;
     }
-    Some((Stored { key, expiry, names }, rest))
+    Some((names, rest))
 }
 
 /// Property for the fuzz target: any bytes decode without a panic, and what decodes encodes
@@ -292,6 +451,16 @@ mod tests {
             max_tools,
             ..MemoryConfig::default()
         })
+    }
+
+    /// A memory of one set of `set_bytes`, keeping 100 tools for 100 seconds.
+    fn one_set(set_bytes: usize) -> Memory {
+        Memory {
+            sets: 1,
+            set_bytes,
+            ttl: 100,
+            max_tools: 100,
+        }
     }
 
     fn names(list: &[&str]) -> Vec<String> {
@@ -382,12 +551,7 @@ mod tests {
     #[test]
     fn a_session_too_big_for_its_set_keeps_its_latest_finds() {
         let store = MemoryBytes::default();
-        let m = Memory {
-            sets: 1,
-            set_bytes: 100,
-            ttl: 100,
-            max_tools: 100,
-        };
+        let m = one_set(100);
         let long: Vec<String> = (0..10).map(|i| format!("{i:0>20}")).collect();
         let k = key(1, "s");
         m.remember(&store, &k, &long, &[], 0);
@@ -418,6 +582,61 @@ mod tests {
         assert_eq!(SessionKey::of_request(&off, 1, None, Some("y")), None);
     }
 
+    #[test]
+    fn a_search_loop_counts_keeps_first_answers_and_ends_on_a_real_call() {
+        let store = MemoryBytes::default();
+        let m = memory(4096, 60, 20);
+        let k = key(1, "s");
+        m.searched(&store, &k, 11, &names(&["a", "b"]), 0);
+        m.searched(&store, &k, 11, &names(&["c"]), 1);
+        m.searched(&store, &k, 12, &[], 2);
+        let r = m.recall_session(&store, &k, 3);
+        assert_eq!(r.names, names(&["a", "b", "c"]));
+        assert_eq!(r.searches.count, 3);
+        assert_eq!(r.searches.answered(11), Some(&names(&["a", "b"])[..]));
+        assert_eq!(r.searches.answered(12), Some(&[][..]));
+        assert_eq!(r.searches.answered(13), None);
+        // Another session has no loop; a real call ends this one, its tools stay.
+        assert_eq!(
+            m.recall_session(&store, &key(2, "s"), 3),
+            Recalled::default()
+        );
+        m.end_searches(&store, &k, 4);
+        let r = m.recall_session(&store, &k, 5);
+        assert_eq!((r.names.len(), r.searches), (3, Searches::default()));
+        // Only the latest queries are kept.
+        for words in 0..(MAX_QUERIES as u64 + 3) {
+            m.searched(&store, &k, words, &[], 6);
+        }
+        let searches = m.recall_session(&store, &k, 7).searches;
+        assert_eq!(searches.queries.len(), MAX_QUERIES);
+        assert_eq!(searches.answered(2), None);
+        assert!(searches.answered(MAX_QUERIES as u64 + 2).is_some());
+        // Nothing is written for a session without a loop to end.
+        let before = store.size();
+        m.end_searches(&store, &key(3, "never"), 8);
+        assert_eq!(store.size(), before);
+    }
+
+    #[test]
+    fn a_loop_too_big_for_its_set_drops_its_oldest_queries_first() {
+        let store = MemoryBytes::default();
+        let m = one_set(400);
+        let k = key(1, "s");
+        let long = |i: u64| vec![format!("{i:0>40}")];
+        m.remember(&store, &k, &names(&["kept"]), &[], 0);
+        // 25 bytes of head, 5 + 6 * 41 of names, 2 + 51 a query: two queries fit.
+        for i in 0..6 {
+            m.searched(&store, &k, i, &long(i), 0);
+        }
+        assert!(store.size().1 <= 400);
+        let r = m.recall_session(&store, &k, 1);
+        assert_eq!(r.searches.count, 6);
+        assert_eq!(r.searches.queries.len(), 2);
+        assert!(r.searches.answered(5).is_some() && r.searches.answered(3).is_none());
+        assert_eq!(r.names.len(), 7, "every find kept");
+    }
+
     mod properties {
         use super::*;
         use proptest::prelude::*;
@@ -431,6 +650,17 @@ mod tests {
                 0..24u8,
                 0..5u64,
                 prop::option::of(prop::collection::vec("[a-z_]{1,30}", 0..8)),
+            )
+        }
+
+        /// One step of an MCP session's loop: search `words` finding `found`, or (none) a
+        /// call of a real tool.
+        fn loop_step() -> impl Strategy<Value = (u64, u8, u64, Option<(u64, Vec<String>)>)> {
+            (
+                0..3u64,
+                0..24u8,
+                0..5u64,
+                prop::option::of((0..6u64, prop::collection::vec("[a-z_]{1,30}", 0..8))),
             )
         }
 
@@ -478,6 +708,75 @@ mod tests {
                     prop_assert!(store.size().0 <= m.sets);
                 }
             }
+
+            /// Whatever the loops: the store stays bounded, a session's loop counts its own
+            /// searches since its last real call (while it lives), and a query it answered
+            /// names only tools that session found.
+            #[test]
+            fn loops_are_bounded_and_their_own(
+                max_bytes in 1024usize..9000,
+                steps in prop::collection::vec(loop_step(), 1..80),
+            ) {
+                let m = memory(max_bytes, 30, 6);
+                let store = MemoryBytes::default();
+                let mut given: HashMap<SessionKey, Vec<String>> = HashMap::new();
+                let mut counts: HashMap<SessionKey, u8> = HashMap::new();
+                let mut now = 0;
+                for (owner, session, dt, step) in steps {
+                    now += dt;
+                    let k = key(owner, &format!("s{session}"));
+                    let before = m.recall_session(&store, &k, now).searches;
+                    match step {
+                        Some((words, found)) => {
+                            m.searched(&store, &k, words, &found, now);
+                            given.entry(k).or_default().extend(found.iter().cloned());
+                            let after = m.recall_session(&store, &k, now).searches;
+                            prop_assert_eq!(after.count, before.count.saturating_add(1));
+                            prop_assert!(after.answered(words).is_some());
+                            counts.insert(k, after.count);
+                        }
+                        None => {
+                            m.end_searches(&store, &k, now);
+                            let after = m.recall_session(&store, &k, now).searches;
+                            prop_assert_eq!(after, Searches::default());
+                            counts.insert(k, 0);
+                        }
+                    }
+                    let recalled = m.recall_session(&store, &k, now).searches;
+                    prop_assert!(recalled.count <= counts.get(&k).copied().unwrap_or(0));
+                    let mine = given.get(&k).cloned().unwrap_or_default();
+                    for (_, names) in &recalled.queries {
+                        prop_assert!(names.iter().all(|n| mine.contains(n)));
+                    }
+                    prop_assert!(store.size().1 <= max_bytes, "{} bytes", store.size().1);
+                }
+            }
+
+            /// A set's bytes decode and encode back, loops and all.
+            #[test]
+            fn sets_with_loops_round_trip(
+                steps in prop::collection::vec(loop_step(), 1..30),
+            ) {
+                let m = memory(4096, 30, 6);
+                let store = MemoryBytes::default();
+                for (owner, session, _, step) in steps {
+                    let k = key(owner, &format!("s{session}"));
+                    match step {
+                        Some((words, found)) => m.searched(&store, &k, words, &found, 1),
+                        None => m.end_searches(&store, &k, 1),
+                    }
+                }
+                for set in m.set_keys() {
+                    if let (Some(bytes), _) = store.get(&set) {
+                        prop_assert!(decode_round_trips(&bytes));
+                        let mut again = Vec::new();
+                        for s in decode(&bytes) {
+                            encode(&s, &mut again);
+                        }
+                        prop_assert_eq!(again, bytes);
+                    }
+                }
+            }
         }
     }
 
@@ -488,6 +787,7 @@ mod tests {
             key: key(1, "a"),
             expiry: 9,
             names: names(&["x", "yz"]),
+            searches: None,
         };
         encode(&whole, &mut bytes);
         let cut = bytes.len();
@@ -502,8 +802,30 @@ mod tests {
         if let Some(b) = bad.get_mut(cut + ENTRY_HEAD + 1) {
             *b = 0xff;
         }
-        assert_eq!(decode(&bad), [whole]);
+        assert_eq!(decode(&bad), std::slice::from_ref(&whole));
         assert!(decode_round_trips(&bytes) && decode_round_trips(&bad));
         assert!(decode(&[0xff; 7]).is_empty());
+        // A session with a loop, cut anywhere in the loop: what came before stays whole.
+        let looped = Stored {
+            key: key(1, "b"),
+            expiry: 9,
+            names: names(&["x"]),
+            searches: Some(Searches {
+                count: 2,
+                queries: vec![(5, names(&["x"]))],
+            }),
+        };
+        let mut bytes = Vec::new();
+        encode(&whole, &mut bytes);
+        let cut = bytes.len();
+        encode(&looped, &mut bytes);
+        assert_eq!(decode(&bytes), [whole.clone(), looped]);
+        for end in cut..bytes.len() {
+            assert_eq!(
+                decode(bytes.get(..end).unwrap()),
+                std::slice::from_ref(&whole)
+            );
+            assert!(decode_round_trips(bytes.get(..end).unwrap()));
+        }
     }
 }

@@ -30,6 +30,20 @@ pub const DEFAULT_LIMIT: usize = 5;
 /// Tools one search returns at most.
 pub const MAX_LIMIT: usize = 20;
 
+/// Why a search is answered with tools the model has already: the same words again.
+pub const SEARCHED_ALREADY: &str = "You searched for this already";
+/// Why a search is answered with tools the model has already: they are in its tool list.
+pub const LISTED_ALREADY: &str = "These tools are in your tool list already";
+
+/// The answer to a search whose tools (`names`) the model has already, LLM or MCP: their
+/// names, and a note that starts with `why`.
+pub fn already_available(names: &[&str], why: &str) -> Value {
+    json!({
+        "tools": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+        "note": format!("{why}: call one of them, or search again with more specific words."),
+    })
+}
+
 /// The query of a meta-tool call: trimmed, bounded like a request's query (its head and tail
 /// when longer), `None` when missing or empty.
 fn call_query(call: &Call) -> Option<String> {
@@ -595,7 +609,7 @@ impl Session {
         }
         // The same words again: the first answer's tools, which the model has since.
         if let Some((_, first)) = self.searched.iter().find(|(w, _)| *w == words) {
-            let content = self.already_available(first, "You searched for this already");
+            let content = self.already_available(first, SEARCHED_ALREADY);
             return (result(call, &content, false), Vec::new());
         }
         let found = self.search(&query, limit);
@@ -614,8 +628,7 @@ impl Session {
             },
         ));
         if redundant {
-            let content =
-                self.already_available(&best, "These tools are in your tool list already");
+            let content = self.already_available(&best, LISTED_ALREADY);
             return (result(call, &content, false), Vec::new());
         }
         let mut content = if found.is_empty() {
@@ -668,12 +681,7 @@ impl Session {
     /// that starts with `why`.
     fn already_available(&self, entries: &[usize], why: &str) -> Value {
         let names: Vec<&str> = entries.iter().filter_map(|&e| self.entry_name(e)).collect();
-        json!({
-            "tools": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
-            "note": format!(
-                "{why}: call one of them, or search again with more specific words."
-            ),
-        })
+        already_available(&names, why)
     }
 
     /// The `limit` best-ranked function tools the caller may see, whether the model sees
