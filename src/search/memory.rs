@@ -291,7 +291,14 @@ impl Memory {
             over -= usize::from(drop);
             !drop
         });
-        names.drain(..over.min(names.len()));
+        if over > 0 {
+            // This loop alone found more than `max_tools`: its earliest finds go.
+            let first_found = |n: &String| found.iter().position(|f| f == n).unwrap_or(0);
+            let mut by_find: Vec<usize> = names.iter().map(first_found).collect();
+            by_find.sort_unstable();
+            let cut = by_find.get(over - 1).copied().unwrap_or(usize::MAX);
+            names.retain(|n| first_found(n) > cut);
+        }
         names
     }
 
@@ -483,6 +490,22 @@ mod tests {
         // Another session, another owner: nothing.
         assert!(m.recall(&store, &key(1, "s2"), 2).is_empty());
         assert!(m.recall(&store, &key(2, "s1"), 2).is_empty());
+    }
+
+    /// Found by the property test below: a loop that finds more than `max_tools` (one of them
+    /// found in an earlier turn) keeps its latest finds, the earlier one among them.
+    #[test]
+    fn a_loop_finding_more_than_max_tools_keeps_its_latest_finds() {
+        let store = MemoryBytes::default();
+        let m = memory(1024, 60, 6);
+        let k = key(1, "s1");
+        m.remember(&store, &k, &names(&["_"]), &[], 0);
+        let found = names(&["__", "a", "b", "c", "d", "_", "e"]);
+        m.remember(&store, &k, &found, &[], 0);
+        assert_eq!(
+            m.recall(&store, &k, 0),
+            names(&["_", "a", "b", "c", "d", "e"])
+        );
     }
 
     #[test]
