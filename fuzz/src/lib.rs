@@ -852,7 +852,7 @@ pub fn mcp_message(data: &[u8]) {
     use toolsift::mcp::message::{
         Incoming, RoutingHeaders, Screened, header_value, incoming, routing_mismatch, screen,
     };
-    let lenient: Option<serde_json::Value> = serde_json::from_slice(data).ok();
+    let lenient: Option<serde_json::Value> = std::str::from_utf8(data).ok().and_then(as_python);
     let method_of = |v: &serde_json::Value| {
         v.get("method")
             .and_then(serde_json::Value::as_str)
@@ -911,6 +911,60 @@ pub fn mcp_message(data: &[u8]) {
         }
     }
     suggestion_server_answer(data);
+}
+
+/// `text` read as Python's `json` (the server's reader) reads it, as far as the oracle needs:
+/// serde_json refuses what Python takes (a number out of `f64`'s range, which Python reads as
+/// `inf`; a lone surrogate escape), so what serde_json cannot read whole is read member by
+/// member, and a member still unreadable becomes `null`. A repeated member's last value
+/// counts, as in Python. `None` when the text is no JSON at all.
+fn as_python(text: &str) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    use serde_json::value::RawValue;
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
+        return Some(value);
+    }
+    let text = without_lone_surrogates(text);
+    if let Ok(value) = serde_json::from_str::<Value>(&text) {
+        return Some(value);
+    }
+    let member = |raw: &RawValue| as_python(raw.get()).unwrap_or(Value::Null);
+    if let Ok(members) =
+        serde_json::from_str::<std::collections::BTreeMap<String, Box<RawValue>>>(&text)
+    {
+        return Some(Value::Object(
+            members
+                .iter()
+                .map(|(k, v)| (k.clone(), member(v)))
+                .collect(),
+        ));
+    }
+    if let Ok(items) = serde_json::from_str::<Vec<Box<RawValue>>>(&text) {
+        return Some(Value::Array(items.iter().map(|v| member(v)).collect()));
+    }
+    None
+}
+
+/// `text` with every `\uD800`..`\uDFFF` escape written `\uFFFD`: no such escape can spell
+/// `method` or `tools/`, so the oracle reads the same methods either way.
+fn without_lone_surrogates(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("\\u") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let hex = tail.get(2..6).unwrap_or_default();
+        let surrogate = u16::from_str_radix(hex, 16).is_ok_and(|u| (0xD800..=0xDFFF).contains(&u));
+        if surrogate {
+            out.push_str("\\uFFFD");
+            rest = tail.get(6..).unwrap_or_default();
+        } else {
+            out.push_str(tail.get(..2).unwrap_or_default());
+            rest = tail.get(2..).unwrap_or_default();
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The same bytes as the suggestion server's `tools/list` answer (`suggestions.mcp`): read,
