@@ -178,6 +178,24 @@ impl EmbedServer {
     }
 }
 
+/// Whether `envoy`, its admin on `admin`, becomes ready within 30 s (false at once when it
+/// exits, as it does when it cannot bind a listener).
+fn ready(envoy: &mut Owned, admin: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if envoy.0.try_wait().is_ok_and(|status| status.is_some()) {
+            return false;
+        }
+        if let Ok(r) = try_http(admin, "GET", "/ready", &[], b"") {
+            if r.status == 200 {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
 /// The ports of one Envoy run.
 pub struct Ports {
     pub listener: u16,
@@ -206,7 +224,7 @@ impl Gateway {
     pub fn start_with(
         config: &str,
         extra_args: &[&str],
-        edit: impl FnOnce(String) -> String,
+        edit: impl Fn(String) -> String,
     ) -> Gateway {
         Gateway::start_rendered(extra_args, |ports| {
             edit(render_envoy_yaml(
@@ -219,42 +237,41 @@ impl Gateway {
     }
 
     /// Envoy running the configuration `render` writes for the ports it is given (the
-    /// listener's, the admin's, and the demo upstream's, which is started first).
-    pub fn start_rendered(extra_args: &[&str], render: impl FnOnce(&Ports) -> String) -> Gateway {
+    /// listener's, the admin's, and the demo upstream's, which is started first). Free ports
+    /// are found by binding and releasing them, so another test may take one before Envoy
+    /// binds it: Envoy then starts again on other ports (at most three times).
+    pub fn start_rendered(
+        extra_args: &[&str],
+        mut render: impl FnMut(&Ports) -> String,
+    ) -> Gateway {
         let upstream = Upstream::start();
         let dir = scratch_dir("envoy");
-        let (port, admin) = (free_port(), free_port());
-        let yaml = render(&Ports {
-            listener: port,
-            admin,
-            upstream: upstream.port,
-        });
         let config_path = dir.join("envoy.yaml");
-        std::fs::write(&config_path, yaml).unwrap();
         let log = dir.join("envoy.log");
-        let child = spawn_envoy(&config_path, &log, extra_args);
-        let gateway = Gateway {
-            child: Owned(child),
-            port,
-            admin,
-            log,
-            upstream,
-        };
-        gateway.wait_ready();
-        gateway
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(r) = try_http(self.admin, "GET", "/ready", &[], b"") {
-                if r.status == 200 {
-                    return;
-                }
+        for attempt in 1..=3 {
+            let (port, admin) = (free_port(), free_port());
+            let yaml = render(&Ports {
+                listener: port,
+                admin,
+                upstream: upstream.port,
+            });
+            std::fs::write(&config_path, yaml).unwrap();
+            let mut child = Owned(spawn_envoy(&config_path, &log, extra_args));
+            if ready(&mut child, admin) {
+                return Gateway {
+                    child,
+                    port,
+                    admin,
+                    log,
+                    upstream,
+                };
             }
-            std::thread::sleep(Duration::from_millis(50));
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if attempt == 3 || !text.contains("Address already in use") {
+                panic!("Envoy did not become ready; log:\n{text}");
+            }
         }
-        panic!("Envoy did not become ready; log:\n{}", self.log_text());
+        unreachable!("the third attempt returns or panics")
     }
 
     pub fn pid(&self) -> u32 {
