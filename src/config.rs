@@ -483,7 +483,7 @@ impl Default for Config {
             debug: false,
             rewrite_signed: false,
             dialect: DialectChoice::Auto,
-            catalog_cache_size: 16,
+            catalog_cache_size: 1024,
             catalog_cache_bytes: DEFAULT_CATALOG_CACHE_BYTES,
             ranking: Ranking::Keyword,
             embeddings: None,

@@ -300,31 +300,52 @@ impl ArrayLayout {
         out: &mut String,
         mut item: impl FnMut(usize, &'b str) -> Option<Cow<'b, str>>,
     ) {
+        let mut bytes = Vec::with_capacity(base.len());
+        self.write_bytes(base.as_bytes(), &mut bytes, |i, _| {
+            let text = base.get(self.items.get(i)?.clone())?;
+            Some(match item(i, text)? {
+                Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+                Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+            })
+        });
+        // Pieces of text cut at JSON structure join into text.
+        if let Ok(text) = String::from_utf8(bytes) {
+            out.push_str(&text);
+        }
+    }
+
+    /// [`ArrayLayout::write`] over bytes.
+    pub fn write_bytes<'b>(
+        &self,
+        base: &'b [u8],
+        out: &mut Vec<u8>,
+        mut item: impl FnMut(usize, &'b [u8]) -> Option<Cow<'b, [u8]>>,
+    ) {
         let (Some(first), Some(last)) = (self.items.first(), self.items.last()) else {
-            out.push_str(base.get(self.span.clone()).unwrap_or("[]"));
+            out.extend_from_slice(base.get(self.span.clone()).unwrap_or(b"[]"));
             return;
         };
         let separator = match self.items.get(1) {
-            Some(second) => base.get(first.end..second.start).unwrap_or(","),
-            None => ",",
+            Some(second) => base.get(first.end..second.start).unwrap_or(b","),
+            None => b",",
         };
         let mut kept = 0;
         for (i, range) in self.items.iter().enumerate() {
             let Some(text) = base.get(range.clone()).and_then(|t| item(i, t)) else {
                 continue;
             };
-            out.push_str(if kept == 0 {
-                base.get(self.span.start..first.start).unwrap_or("[")
+            out.extend_from_slice(if kept == 0 {
+                base.get(self.span.start..first.start).unwrap_or(b"[")
             } else {
                 separator
             });
-            out.push_str(&text);
+            out.extend_from_slice(&text);
             kept += 1;
         }
         if kept == 0 {
-            out.push('[');
+            out.push(b'[');
         }
-        out.push_str(base.get(last.end..self.span.end).unwrap_or("]"));
+        out.extend_from_slice(base.get(last.end..self.span.end).unwrap_or(b"]"));
     }
 }
 

@@ -7,7 +7,7 @@ use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
-use crate::rewrite::rebuild_container;
+use crate::rewrite::rebuild_container_bytes;
 use crate::select::{Selection, all_allowed, select};
 use std::ops::Range;
 use std::rc::Rc;
@@ -412,18 +412,13 @@ impl Analysis {
 
     /// The tools container with the kept tools only.
     fn rebuilt_tools(&self, body: &[u8]) -> Option<String> {
-        // A dialect's catalog holds the body's tools array, byte for byte (compared on a
-        // cache hit, copied from the body otherwise), as checked text.
-        let container = if self.catalog.reader == Reader::Custom {
-            std::str::from_utf8(body.get(self.container.clone())?).ok()?
-        } else {
-            self.catalog.container()
-        };
-        Some(rebuild_container(
-            container,
+        // Only the bytes kept are checked as text: the tools array is the catalog's, byte for
+        // byte (compared on a cache hit, checked when it was read otherwise).
+        rebuild_container_bytes(
+            body.get(self.container.clone())?,
             &self.catalog.draft,
             &self.selection.keep,
-        ))
+        )
     }
 }
 

@@ -33,12 +33,17 @@ pub struct Catalog {
     pub tokens: Vec<usize>,
     /// Each entry's parts, shared with every other catalog that holds the same definition.
     parts: Rc<[Rc<ToolParts>]>,
-    /// The container's text, compared in full when a request's tools array is taken for this
-    /// catalog. A copy of its own: comparing with the parts' bytes, scattered over the heap,
-    /// took two to three times as long in Envoy's V8 (52–77 µs against 22 µs for 600 KB). A
-    /// request whose tools array matches it needs its own bytes neither checked as UTF-8 nor
-    /// read again: the rewrite takes the kept tools from here.
-    container: Box<str>,
+    /// The container's bytes outside its entries: with the entries' parts, the container
+    /// byte for byte, compared in full when a request's tools array is taken for this
+    /// catalog. Until 2026-11-25 each catalog kept a copy of its container, half its memory
+    /// (111 KB of 214 KB at 200 tools); comparing piece by piece costs more in Envoy's V8
+    /// (the parts are scattered over the heap), but a worker now keeps hundreds of catalogs.
+    frame: Frame,
+    /// What the catalog cache finds it by.
+    pub(crate) key: Key,
+    /// When the catalog was last found or built (the cache's clock): the least recently used
+    /// leaves first.
+    last_used: Cell<u64>,
     /// The last query and its ranking: every turn of an agent loop asks the same question of
     /// the same catalog.
     last: RefCell<Option<(String, Rc<[Scored]>)>>,
@@ -122,11 +127,11 @@ impl Catalog {
             sizes,
             layout,
         };
-        let functions: Vec<(usize, &ToolParts)> = parts
+        let functions: Vec<(usize, Rc<ToolParts>)> = parts
             .iter()
             .enumerate()
             .filter(|(_, p)| matches!(p.entry, Entry::Function(_)))
-            .map(|(i, p)| (i, &**p))
+            .map(|(i, p)| (i, Rc::clone(p)))
             .collect();
         let index = Index::assemble(&functions, weights);
         let lexicon = Lexicon::new(
@@ -137,14 +142,17 @@ impl Catalog {
                 .collect(),
         );
         let tokens = draft.sizes.iter().map(|&b| estimate_tokens(b)).collect();
+        let frame = Frame::new(container, &draft.entry_ranges());
         let mut catalog = Catalog {
             reader,
             draft,
             index,
             lexicon,
             tokens,
+            frame,
+            key: Key::of(reader, container.as_bytes()),
+            last_used: Cell::new(0),
             parts,
-            container: container.into(),
             last: RefCell::new(None),
             last_fused: RefCell::new(None),
             last_allowed: RefCell::new(None),
@@ -161,13 +169,16 @@ impl Catalog {
 
     /// Whether `candidate` is this catalog's container, byte for byte, read by `reader`.
     fn is(&self, reader: Reader, candidate: &[u8]) -> bool {
-        self.reader == reader && same_bytes(candidate, self.container.as_bytes())
+        self.reader == reader
+            && candidate.len() == self.key.len
+            && self
+                .frame
+                .matches(candidate, self.parts.iter().map(|p| p.text.as_bytes()))
     }
 
-    /// The container this catalog was read from (for a dialect's catalog, byte for byte the
-    /// tools array of every request it is found for).
-    pub fn container(&self) -> &str {
-        &self.container
+    /// The container's length in bytes.
+    pub fn container_len(&self) -> usize {
+        self.key.len
     }
 
     /// The ranking of every function tool for `query`, remembered for the next call.
@@ -221,13 +232,12 @@ impl Catalog {
                 return vec![None; self.draft.entries.len()].into();
             };
             let codec = dialect.codec();
-            let texts = self.draft.entry_texts(&self.container);
             self.draft
                 .entries
                 .iter()
-                .zip(texts)
-                .map(|(entry, text)| match entry {
-                    Entry::Builtin => codec.builtin_name(text).map(String::into_boxed_str),
+                .zip(self.parts.iter())
+                .map(|(entry, parts)| match entry {
+                    Entry::Builtin => codec.builtin_name(&parts.text).map(String::into_boxed_str),
                     Entry::Function(_) => None,
                 })
                 .collect()
@@ -242,10 +252,13 @@ impl Catalog {
                 return false;
             };
             let codec = dialect.codec();
-            let texts = self.draft.entry_texts(&self.container);
-            self.draft.entries.iter().zip(texts).any(|(entry, text)| {
-                matches!(entry, Entry::Builtin) && codec.native_search_entry(text)
-            })
+            self.draft
+                .entries
+                .iter()
+                .zip(self.parts.iter())
+                .any(|(entry, parts)| {
+                    matches!(entry, Entry::Builtin) && codec.native_search_entry(&parts.text)
+                })
         })
     }
 
@@ -322,7 +335,7 @@ impl Catalog {
     }
 
     /// What this catalog holds of its own, its parts excepted: the index, the layout, the
-    /// container copy, and room for its remembered rankings.
+    /// frame, and room for its remembered rankings.
     fn estimate_heap_bytes(&self) -> usize {
         let n = self.draft.entries.len();
         let layout = match &self.draft.layout {
@@ -344,14 +357,14 @@ impl Catalog {
             + 3 * size_of::<Scored>()
             + size_of::<bool>()
             + size_of::<crate::fusion::Votes>();
-        // About twenty allocations of its own (the index's lists, the layout, the copy, the
+        // About twenty allocations of its own (the index's lists, the layout, the frame, the
         // remembered rankings).
         20 * ALLOCATION
             + size_of::<Catalog>()
             + self.index.heap_bytes()
             + self.lexicon.heap_bytes()
             + layout
-            + self.container.len()
+            + self.frame.heap_bytes()
             + n * per_entry
             + 2 * crate::dialects::MAX_QUERY_BYTES
     }
@@ -387,6 +400,123 @@ fn same_bytes(mut a: &[u8], mut b: &[u8]) -> bool {
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a == b
+}
+
+/// A container's bytes outside its entries, and where each entry goes among them: with the
+/// entries' bytes (their parts'), the container.
+struct Frame {
+    /// The bytes outside the entries, in order: brackets, separators, a Gemini tool's own
+    /// members. The whole container when its entries do not lie in order (no layout makes
+    /// such a container; the frame then holds it rather than fail).
+    skeleton: Box<[u8]>,
+    /// Per entry, where in `skeleton` the bytes before it end.
+    before: Box<[u32]>,
+}
+
+impl Frame {
+    /// The frame of `container`, whose entries sit at `entries`.
+    fn new(container: &str, entries: &[Range<usize>]) -> Frame {
+        let bytes = container.as_bytes();
+        let whole = || Frame {
+            skeleton: bytes.into(),
+            before: Box::default(),
+        };
+        let mut skeleton = Vec::with_capacity(2 * entries.len() + 2);
+        let mut before = Vec::with_capacity(entries.len());
+        let mut at = 0;
+        for entry in entries {
+            let Some(gap) = bytes.get(at..entry.start) else {
+                return whole();
+            };
+            skeleton.extend_from_slice(gap);
+            let Ok(end) = u32::try_from(skeleton.len()) else {
+                return whole();
+            };
+            before.push(end);
+            at = entry.end;
+        }
+        let Some(last) = bytes.get(at..) else {
+            return whole();
+        };
+        skeleton.extend_from_slice(last);
+        Frame {
+            skeleton: skeleton.into(),
+            before: before.into(),
+        }
+    }
+
+    /// Whether `candidate` is the container: the frame's bytes with `entries`' between them.
+    fn matches<'a>(&self, candidate: &[u8], entries: impl Iterator<Item = &'a [u8]>) -> bool {
+        let mut rest = candidate;
+        let mut take = |expected: &[u8]| match rest.split_at_checked(expected.len()) {
+            Some((head, tail)) if same_bytes(head, expected) => {
+                rest = tail;
+                true
+            }
+            _ => false,
+        };
+        let mut from = 0;
+        for (&end, entry) in self.before.iter().zip(entries) {
+            let Some(gap) = self.skeleton.get(from..end as usize) else {
+                return false;
+            };
+            if !take(gap) || !take(entry) {
+                return false;
+            }
+            from = end as usize;
+        }
+        take(self.skeleton.get(from..).unwrap_or_default()) && rest.is_empty()
+    }
+
+    fn heap_bytes(&self) -> usize {
+        2 * ALLOCATION + self.skeleton.len() + self.before.len() * size_of::<u32>()
+    }
+}
+
+/// How many first bytes of a container the catalog cache hashes to find it.
+const HEAD: usize = 64;
+
+/// What the catalog cache finds a catalog by, before comparing it in full: its container's
+/// length, the hash of its first [`HEAD`] bytes (with its reader), and its last eight bytes.
+/// A request's tools array is found from the body's bytes at its start, before its end is
+/// known: the head's hash takes the cache to the catalogs that begin alike, and each of
+/// their lengths and tails is checked against the body at that length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Key {
+    len: usize,
+    /// `None`: a container shorter than [`HEAD`].
+    head: Option<u64>,
+    tail: u64,
+}
+
+impl Key {
+    fn of(reader: Reader, container: &[u8]) -> Key {
+        Key {
+            len: container.len(),
+            head: head_hash(reader, container),
+            tail: tail(container),
+        }
+    }
+}
+
+/// The hash of the first [`HEAD`] bytes of `bytes`, seeded by `reader`.
+fn head_hash(reader: Reader, bytes: &[u8]) -> Option<u64> {
+    let seed = match reader {
+        Reader::Dialect(dialect) => dialect as u64,
+        Reader::Custom => CUSTOM_SEED,
+    };
+    Some(xxhash_rust::xxh3::xxh3_64_with_seed(
+        bytes.get(..HEAD)?,
+        seed,
+    ))
+}
+
+/// The last eight bytes of `bytes` (fewer when shorter), as a number.
+fn tail(bytes: &[u8]) -> u64 {
+    let last = bytes
+        .get(bytes.len().saturating_sub(8)..)
+        .unwrap_or_default();
+    last.iter().fold(0, |n, &b| n << 8 | u64::from(b))
 }
 
 /// The seed of the hashes of custom request shapes' tools: the dialects' seeds are below 16.
@@ -449,8 +579,12 @@ impl CacheUsage {
 pub struct CatalogCache {
     max_catalogs: usize,
     max_bytes: usize,
-    /// Most recently used last.
-    catalogs: Vec<Rc<Catalog>>,
+    /// Catalogs of containers of at least [`HEAD`] bytes, by the hash of their head
+    /// ([`Key`]); `short`, the others.
+    catalogs: HashMap<u64, Vec<Rc<Catalog>>, BuildHasherDefault<Prehashed>>,
+    short: Vec<Rc<Catalog>>,
+    /// Catalogs cached, and their bytes.
+    count: usize,
     catalogs_bytes: usize,
     /// Catalogs evicted while still held elsewhere (a search session, a request waiting for
     /// its embeddings, a background embeddings call), with their size: they count until
@@ -470,7 +604,9 @@ impl CatalogCache {
         CatalogCache {
             max_catalogs,
             max_bytes,
-            catalogs: Vec::new(),
+            catalogs: HashMap::default(),
+            short: Vec::new(),
+            count: 0,
             catalogs_bytes: 0,
             held: Vec::new(),
             parts: HashMap::default(),
@@ -480,17 +616,30 @@ impl CatalogCache {
         }
     }
 
-    /// The cached catalog whose container bytes begin `bytes`, if any, with their length. Each
-    /// candidate of the right dialect and length is compared byte for byte.
+    /// The cached catalog whose container bytes begin `bytes`, if any, with their length.
     pub fn find_prefix(&mut self, dialect: Dialect, bytes: &[u8]) -> Option<(Rc<Catalog>, usize)> {
-        let pos = self.catalogs.iter().rposition(|catalog| {
-            bytes
-                .get(..catalog.container.len())
-                .is_some_and(|candidate| catalog.is(Reader::Dialect(dialect), candidate))
-        })?;
-        let hit = self.catalogs.remove(pos);
-        let found = (Rc::clone(&hit), hit.container.len());
-        self.catalogs.push(hit);
+        let found = self.find(Reader::Dialect(dialect), bytes, false)?;
+        let len = found.key.len;
+        Some((found, len))
+    }
+
+    /// The cached catalog read by `reader` whose container is `bytes` (`exact`), or begins
+    /// them. Only catalogs whose head hashes alike are looked at, and of those only the ones
+    /// whose length and last bytes the body has at that length are compared in full.
+    fn find(&mut self, reader: Reader, bytes: &[u8], exact: bool) -> Option<Rc<Catalog>> {
+        let fits = |catalog: &&Rc<Catalog>| {
+            let len = catalog.key.len;
+            (!exact || len == bytes.len())
+                && bytes.get(..len).is_some_and(|candidate| {
+                    tail(candidate) == catalog.key.tail && catalog.is(reader, candidate)
+                })
+        };
+        let long = head_hash(reader, bytes)
+            .and_then(|head| self.catalogs.get(&head))
+            .and_then(|bucket| bucket.iter().find(fits));
+        let found = Rc::clone(long.or_else(|| self.short.iter().find(fits))?);
+        self.clock += 1;
+        found.last_used.set(self.clock);
         Some(found)
     }
 
@@ -583,14 +732,7 @@ impl CatalogCache {
         weights: FieldWeights,
         read: &mut dyn FnMut(&str) -> Entry,
     ) -> (Rc<Catalog>, bool) {
-        let bytes = container.as_bytes();
-        if let Some(pos) = self
-            .catalogs
-            .iter()
-            .rposition(|c| c.is(Reader::Custom, bytes))
-        {
-            let hit = self.catalogs.remove(pos);
-            self.catalogs.push(Rc::clone(&hit));
+        if let Some(hit) = self.find(Reader::Custom, container.as_bytes(), true) {
             return (hit, true);
         }
         self.clock += 1;
@@ -655,9 +797,18 @@ impl CatalogCache {
     /// Caches a catalog just built, which also holds `uncached` bytes of parts of its own.
     fn keep(&mut self, mut catalog: Catalog, uncached: usize) -> Rc<Catalog> {
         catalog.heap_bytes += uncached;
+        catalog.last_used.set(self.clock);
         let catalog = Rc::new(catalog);
         self.catalogs_bytes += catalog.heap_bytes;
-        self.catalogs.push(Rc::clone(&catalog));
+        self.count += 1;
+        match catalog.key.head {
+            Some(head) => self
+                .catalogs
+                .entry(head)
+                .or_default()
+                .push(Rc::clone(&catalog)),
+            None => self.short.push(Rc::clone(&catalog)),
+        }
         self.trim();
         catalog
     }
@@ -679,8 +830,8 @@ impl CatalogCache {
     /// recently used first), then the least recently used catalog, and so on. Evicting down to
     /// seven eighths of the bound leaves room, so this runs once per several new catalogs.
     pub fn trim(&mut self) {
-        while self.catalogs.len() > self.max_catalogs {
-            self.evict_catalog();
+        if self.count > self.max_catalogs {
+            self.evict_catalogs(self.count - self.max_catalogs);
         }
         if self.usage().total() <= self.max_bytes {
             return;
@@ -688,18 +839,45 @@ impl CatalogCache {
         let target = self.max_bytes - self.max_bytes / 8;
         loop {
             self.evict_free_parts(target);
-            if self.usage().total() <= target || self.catalogs.is_empty() {
+            if self.usage().total() <= target || self.count == 0 {
                 return;
             }
-            self.evict_catalog();
+            // An eighth of the catalogs at a time: each eviction frees a catalog's own bytes
+            // and then its tools' parts that no other catalog holds.
+            self.evict_catalogs(self.count.div_ceil(8));
         }
     }
 
-    fn evict_catalog(&mut self) {
-        if self.catalogs.is_empty() {
-            return;
+    /// Evicts the `n` least recently used catalogs.
+    fn evict_catalogs(&mut self, n: usize) {
+        let mut ages: Vec<(u64, usize)> = self
+            .catalogs
+            .values()
+            .flatten()
+            .chain(&self.short)
+            .map(|c| (c.last_used.get(), Rc::as_ptr(c) as usize))
+            .collect();
+        ages.sort_unstable();
+        let oldest: std::collections::HashSet<usize> =
+            ages.iter().take(n).map(|&(_, at)| at).collect();
+        let is_old = |c: &Rc<Catalog>| oldest.contains(&(Rc::as_ptr(c) as usize));
+        let mut evicted = Vec::with_capacity(n);
+        let mut split = |bucket: &mut Vec<Rc<Catalog>>| {
+            let (old, kept) = std::mem::take(bucket).into_iter().partition(is_old);
+            *bucket = kept;
+            evicted.extend::<Vec<_>>(old);
+        };
+        self.catalogs.values_mut().for_each(&mut split);
+        split(&mut self.short);
+        self.catalogs.retain(|_, bucket| !bucket.is_empty());
+        for catalog in evicted {
+            self.retire(catalog);
         }
-        let catalog = self.catalogs.remove(0);
+    }
+
+    /// Accounts for a catalog just taken out of the cache.
+    fn retire(&mut self, catalog: Rc<Catalog>) {
+        self.count -= 1;
         self.catalogs_bytes -= catalog.heap_bytes;
         // Its tools were in use until now: they leave after parts unused for longer.
         for parts in catalog.parts.iter() {
@@ -738,11 +916,11 @@ impl CatalogCache {
     }
 
     pub fn len(&self) -> usize {
-        self.catalogs.len()
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.catalogs.is_empty()
+        self.count == 0
     }
 
     /// Distinct tool definitions whose parts are kept.
@@ -876,6 +1054,98 @@ mod tests {
                 .get_or_build(Dialect::OpenaiChat, &tools, w)
                 .unwrap()
                 .1
+        );
+    }
+
+    #[test]
+    fn a_catalog_is_matched_byte_for_byte_through_its_frame() {
+        let mut cache = CatalogCache::new(16, 64 << 20);
+        let w = FieldWeights::default();
+        let containers = [
+            (Dialect::OpenaiChat, chat_tools(&[("a", "A"), ("b", "B"), ("c", "C")])),
+            (
+                Dialect::Anthropic,
+                "[\n  {\"name\":\"a\",\"description\":\"x\"} ,\n  {\"type\":\"web_search_20250305\",\"name\":\"web_search\"}\n]".into(),
+            ),
+            (
+                Dialect::Gemini,
+                r#"[{"functionDeclarations":[{"name":"a","description":"x"}, {"name":"b"}],"x":1},{"googleSearch":{}},{"functionDeclarations":[{"name":"c"}]}]"#.into(),
+            ),
+        ];
+        for (dialect, container) in containers {
+            let catalog = cache.build(dialect, &container, w).unwrap();
+            let body = format!("{container},\"stream\":true}}");
+            assert_eq!(
+                cache
+                    .find_prefix(dialect, body.as_bytes())
+                    .map(|(c, len)| (Rc::as_ptr(&c), len)),
+                Some((Rc::as_ptr(&catalog), container.len())),
+                "{container}"
+            );
+            // Any one byte changed, anywhere (in a tool or between tools), or one missing:
+            // not this catalog.
+            let bytes = container.as_bytes();
+            for at in 0..bytes.len() {
+                let mut changed = bytes.to_vec();
+                changed[at] = if bytes[at] == b' ' { b'\t' } else { b' ' };
+                assert!(!catalog.is(Reader::Dialect(dialect), &changed), "{at}");
+                let mut shorter = bytes.to_vec();
+                shorter.remove(at);
+                assert!(!catalog.is(Reader::Dialect(dialect), &shorter), "{at}");
+            }
+        }
+    }
+
+    #[test]
+    fn hundreds_of_catalogs_that_begin_alike_are_each_found() {
+        let mut cache = CatalogCache::new(1000, 256 << 20);
+        let w = FieldWeights::default();
+        // Per-user tool sets from a shared pool: every set begins with the same tools (so
+        // their heads hash alike), and sets of the same length differ by which tools follow.
+        let pool: Vec<(String, String)> = (0..60)
+            .map(|i| (format!("tool_{i}"), format!("does thing {i}")))
+            .collect();
+        let set = |i: usize| {
+            let mut tools: Vec<(&str, &str)> = pool[..3]
+                .iter()
+                .map(|(n, d)| (n.as_str(), d.as_str()))
+                .collect();
+            tools.extend(
+                pool[3..]
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| (i >> (j % 9)) & 1 == 1 || j % 13 == i % 13)
+                    .map(|(_, (n, d))| (n.as_str(), d.as_str())),
+            );
+            chat_tools(&tools)
+        };
+        let sets: Vec<String> = (0..400).map(set).collect();
+        let mut built = Vec::new();
+        for (i, tools) in sets.iter().enumerate() {
+            match cache.find_prefix(Dialect::OpenaiChat, tools.as_bytes()) {
+                // Two indexes can make the same set.
+                Some((found, _)) => {
+                    let first = sets.iter().position(|t| t == tools).unwrap();
+                    assert!(first < i);
+                    built.push(found);
+                }
+                None => built.push(cache.build(Dialect::OpenaiChat, tools, w).unwrap()),
+            }
+        }
+        for (tools, catalog) in sets.iter().zip(&built) {
+            let body = format!("{tools}],\"model\":\"m\"}}");
+            let (found, len) = cache
+                .find_prefix(Dialect::OpenaiChat, body.as_bytes())
+                .unwrap();
+            assert!(Rc::ptr_eq(&found, catalog));
+            assert_eq!(len, tools.len());
+        }
+        // A set no one sent, beginning like the others: found nowhere.
+        let unsent = chat_tools(&[("tool_0", "does thing 0"), ("tool_1", "does thing 1")]);
+        assert!(
+            cache
+                .find_prefix(Dialect::OpenaiChat, unsent.as_bytes())
+                .is_none()
         );
     }
 

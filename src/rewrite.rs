@@ -11,16 +11,29 @@ pub use crate::json::{ArrayLayout, splice, splice_bytes};
 
 /// The tools container rebuilt with the entries for which `keep[i]` is true.
 pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool]) -> String {
+    // Pieces of valid text, cut at JSON structure, join into valid text.
+    rebuild_container_bytes(container.as_bytes(), catalog, keep)
+        .unwrap_or_else(|| container.to_owned())
+}
+
+/// [`rebuild_container`] over bytes: only the bytes written out are checked as text (a kept
+/// tool or two of a tools array of hundreds), so a request whose tools array was taken for a
+/// cached catalog's, byte for byte, is never checked whole. `None` if they are not text.
+pub fn rebuild_container_bytes(
+    container: &[u8],
+    catalog: &CatalogDraft,
+    keep: &[bool],
+) -> Option<String> {
     let kept = |i: usize| keep.get(i).copied().unwrap_or(true);
-    let mut out = String::with_capacity(container.len());
+    let mut out = Vec::with_capacity(container.len());
     match &catalog.layout {
         Layout::Flat(array) => {
-            array.write(container, &mut out, |i, text| {
+            array.write_bytes(container, &mut out, |i, text| {
                 kept(i).then_some(Cow::Borrowed(text))
             });
         }
         Layout::Grouped { outer, groups } => {
-            outer.write(container, &mut out, |i, tool| {
+            outer.write_bytes(container, &mut out, |i, tool| {
                 let Some(group) = groups.get(i).and_then(Option::as_ref) else {
                     return Some(Cow::Borrowed(tool));
                 };
@@ -29,17 +42,17 @@ pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool])
                 if !any_kept && group.only_declarations {
                     return None;
                 }
-                let mut rebuilt = String::with_capacity(tool.len());
-                rebuilt.push_str(tool.get(..group.inner.span.start).unwrap_or_default());
-                group.inner.write(tool, &mut rebuilt, |j, text| {
+                let mut rebuilt = Vec::with_capacity(tool.len());
+                rebuilt.extend_from_slice(tool.get(..group.inner.span.start).unwrap_or_default());
+                group.inner.write_bytes(tool, &mut rebuilt, |j, text| {
                     kept(entry(j)).then_some(Cow::Borrowed(text))
                 });
-                rebuilt.push_str(tool.get(group.inner.span.end..).unwrap_or_default());
+                rebuilt.extend_from_slice(tool.get(group.inner.span.end..).unwrap_or_default());
                 Some(Cow::Owned(rebuilt))
             });
         }
     }
-    out
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

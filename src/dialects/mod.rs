@@ -19,6 +19,7 @@ pub use shared::schema;
 
 use crate::json::ArrayLayout;
 use std::fmt;
+use std::ops::Range;
 
 /// Longest query text ranked, in bytes; longer text keeps its head and tail.
 pub const MAX_QUERY_BYTES: usize = 8 * 1024;
@@ -308,23 +309,28 @@ impl CatalogDraft {
     /// Each entry's JSON text inside `container` (function declarations for Gemini): the bytes
     /// the filter keeps or drops.
     pub fn entry_texts<'a>(&self, container: &'a str) -> Vec<&'a str> {
+        self.entry_ranges()
+            .into_iter()
+            .map(|range| container.get(range).unwrap_or_default())
+            .collect()
+    }
+
+    /// Where each entry sits in the container, in catalog order (which is the container's).
+    pub fn entry_ranges(&self) -> Vec<Range<usize>> {
         let mut out = Vec::with_capacity(self.entries.len());
         match &self.layout {
-            Layout::Flat(array) => {
-                for range in &array.items {
-                    out.push(container.get(range.clone()).unwrap_or_default());
-                }
-            }
+            Layout::Flat(array) => out.extend(array.items.iter().cloned()),
             Layout::Grouped { outer, groups } => {
                 for (i, range) in outer.items.iter().enumerate() {
-                    let tool = container.get(range.clone()).unwrap_or_default();
                     match groups.get(i).and_then(Option::as_ref) {
                         Some(group) => {
-                            for inner in &group.inner.items {
-                                out.push(tool.get(inner.clone()).unwrap_or_default());
-                            }
+                            out.extend(
+                                group.inner.items.iter().map(|inner| {
+                                    range.start + inner.start..range.start + inner.end
+                                }),
+                            )
                         }
-                        None => out.push(tool),
+                        None => out.push(range.clone()),
                     }
                 }
             }

@@ -494,20 +494,27 @@ fn defer_for_provider(
     let Layout::Flat(array) = &draft.layout else {
         return container.to_owned();
     };
-    let mut out = String::with_capacity(container.len() + 24 * visible.len());
-    array.write(container, &mut out, |i, text| {
+    let mut out = Vec::with_capacity(container.len() + 24 * visible.len());
+    array.write_bytes(container.as_bytes(), &mut out, |i, bytes| {
         if !keep.get(i).copied().unwrap_or(true) {
             return None;
         }
+        // Items of a text container are text.
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return Some(Cow::Borrowed(bytes));
+        };
         let defer = matches!(draft.entries.get(i), Some(Entry::Function(_)))
             && !visible.get(i).copied().unwrap_or(true)
             && find_path(text, &["defer_loading"]).is_none();
         Some(if defer {
-            Cow::Owned(with_defer(text))
+            Cow::Owned(with_defer(text).into_bytes())
         } else {
-            Cow::Borrowed(text)
+            Cow::Borrowed(bytes)
         })
     });
+    let Ok(out) = String::from_utf8(out) else {
+        return container.to_owned();
+    };
     match out.find('[') {
         Some(open) => {
             let rest = out.get(open + 1..).unwrap_or_default();
