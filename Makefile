@@ -187,10 +187,12 @@ bench-micro:
 
 # Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools, for
 # the same catalog every request, a new catalog of known tools and one of never-seen tools;
-# then Envoy's memory while 10,000 distinct catalogs arrive, under two cache bounds.
+# then Envoy's memory while 10,000 distinct catalogs arrive, under two cache bounds; then
+# requests rotating over 10 to 10,000 distinct 200-tool catalogs of known tools.
 bench-latency: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency
 	$(CARGO) run --release --example envoy_latency -- --memory
+	$(CARGO) run --release --example envoy_latency -- --rotating
 
 # The time access rules add through Envoy: 200 tools, 50 rules, against the same filter without
 # rules, for one caller and for callers rotating over 40 groups.

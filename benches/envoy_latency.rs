@@ -11,6 +11,9 @@
 //! then the filter's own time and its phases from its histograms and the Envoy process's
 //! resident memory. With `--memory`: Envoy's memory while 10,000 distinct catalogs arrive.
 //!
+//! With `--rotating`: requests rotating over 10 to 10,000 distinct 200-tool catalogs of known
+//! tools, as per-user tool sets are; see [`rotating`].
+//!
 //! With `--hybrid` (`make bench-latency-hybrid`): hybrid ranking against the real embeddings
 //! server instead; see [`hybrid`].
 //!
@@ -84,6 +87,14 @@ fn main() {
         loop_guard::run(&pool);
         return;
     }
+    if args.iter().any(|a| a == "--rotating") {
+        let counts: Vec<usize> = match args.iter().position(|a| a == "--counts") {
+            Some(i) => args[i + 1].split(',').map(|s| s.parse().unwrap()).collect(),
+            None => rotating::COUNTS.to_vec(),
+        };
+        rotating::run(&pool, &counts);
+        return;
+    }
     if args.iter().any(|a| a == "--memory") {
         let bounds: Vec<usize> = match args.iter().position(|a| a == "--cache-mb") {
             Some(i) => args[i + 1].split(',').map(|s| s.parse().unwrap()).collect(),
@@ -129,15 +140,15 @@ enum Catalogs {
     Same,
     /// A tools array never seen as a whole, made of tools all seen before in other arrays:
     /// a window sliding over a pool of `n + KNOWN_WINDOWS` tools, every window sent once
-    /// before measuring. More windows than `catalog_cache_size`, so every request misses the
-    /// catalog cache.
+    /// before measuring. More windows than the row's `catalog_cache_size` (16), so every
+    /// request misses the catalog cache.
     KnownTools,
     /// A tools array of tools never seen before: every tool's name gets a prefix unique to the
     /// request (as tools from another MCP server would).
     NewTools,
 }
 
-/// Distinct windows of [`Catalogs::KnownTools`]: four times the default `catalog_cache_size`.
+/// Distinct windows of [`Catalogs::KnownTools`]: four times the row's `catalog_cache_size`.
 const KNOWN_WINDOWS: usize = 64;
 
 impl Catalogs {
@@ -283,7 +294,14 @@ fn balanced(yaml: String) -> String {
 fn measure(pool: &[String], n: usize, kind: Catalogs) -> String {
     let bodies = Bodies::new(pool, n, kind);
     let plain_port = Gateway::free_port();
-    let gw = Gateway::start_with("{}", &["--concurrency", "2"], |y| {
+    // Known tools: a cache of 16 catalogs, fewer than the windows, so that every request
+    // assembles its catalog (the cost of a miss); rotating over many catalogs within the
+    // default cache is `--rotating`'s.
+    let config = match kind {
+        Catalogs::KnownTools => r#"{"catalog_cache_size":16}"#,
+        _ => "{}",
+    };
+    let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| {
         two_listeners(y, plain_port)
     });
     let rss_before = rss_mb(gw.pid());
@@ -345,20 +363,9 @@ fn measure(pool: &[String], n: usize, kind: Catalogs) -> String {
         "–".to_owned()
     } else {
         let ratio = |connections: usize| {
-            let run = |port: u16| throughput(port, &bodies.prepared, connections);
-            let mut ratios: Vec<f64> = (0..THROUGHPUT_PAIRS)
-                .map(|pair| {
-                    // Each listener first in every other pair.
-                    if pair % 2 == 0 {
-                        let with = run(gw.port);
-                        with / run(plain_port)
-                    } else {
-                        let without = run(plain_port);
-                        run(gw.port) / without
-                    }
-                })
-                .collect();
-            percentile(&mut ratios, 0.5)
+            throughput_ratio(gw.port, plain_port, |port| {
+                throughput(port, &bodies.prepared, connections)
+            })
         };
         format!("{:.2} / {:.2}", ratio(2), ratio(8))
     };
@@ -396,18 +403,33 @@ fn percentile(samples: &mut [f64], q: f64) -> f64 {
 /// Requests per second over `connections` keep-alive connections (a client thread each) for a
 /// few seconds.
 fn throughput(port: u16, bodies: &[String], connections: usize) -> f64 {
+    let bodies = std::sync::Arc::new(bodies.to_vec());
+    let count = bodies.len();
+    throughput_of(port, connections, count, move |i| bodies[i % count].clone())
+}
+
+/// [`throughput`] with the bodies made on the way: `body(i)` for the `i`th, each connection
+/// starting `count / connections` bodies after the one before.
+fn throughput_of(
+    port: u16,
+    connections: usize,
+    count: usize,
+    body: impl Fn(usize) -> String + Send + Sync + 'static,
+) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(THROUGHPUT_SECS);
+    let body = std::sync::Arc::new(body);
     let threads: Vec<_> = (0..connections)
         .map(|t| {
-            let bodies = bodies.to_vec();
+            let body = std::sync::Arc::clone(&body);
             std::thread::spawn(move || {
                 let mut c = Client::connect(port);
                 let mut n = 0u64;
-                for body in bodies.iter().cycle().skip(t * bodies.len() / connections) {
+                for i in t * count / connections.. {
+                    let body = body(i);
                     if Instant::now() >= deadline {
                         break;
                     }
-                    c.post(body);
+                    c.post(&body);
                     n += 1;
                 }
                 n
@@ -416,6 +438,23 @@ fn throughput(port: u16, bodies: &[String], connections: usize) -> f64 {
         .collect();
     let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     total as f64 / THROUGHPUT_SECS as f64
+}
+
+/// The median filter / plain ratio of [`THROUGHPUT_PAIRS`] alternating throughput runs, each
+/// listener first in every other pair.
+fn throughput_ratio(filter_port: u16, plain_port: u16, run: impl Fn(u16) -> f64) -> f64 {
+    let mut ratios: Vec<f64> = (0..THROUGHPUT_PAIRS)
+        .map(|pair| {
+            if pair % 2 == 0 {
+                let with = run(filter_port);
+                with / run(plain_port)
+            } else {
+                let without = run(plain_port);
+                run(filter_port) / without
+            }
+        })
+        .collect();
+    percentile(&mut ratios, 0.5)
 }
 
 /// `--memory`: Envoy's resident memory while [`MEMORY_CATALOGS`] distinct catalogs of
@@ -1623,5 +1662,128 @@ mod loop_guard {
             m_a - m_b
         );
         println!("load after: {}", load());
+    }
+}
+
+/// `--rotating`: requests rotating over 10, 100, 1,000 and 10,000 distinct catalogs of
+/// [`rotating::TOOLS`] tools each, every one a different choice from one pool of
+/// [`rotating::POOL`] dataset tools (as per-user or per-tenant tool sets are: the same tools in
+/// many combinations), each request with its own question. The shipped configuration
+/// (`catalog_cache_size` 1,024, `catalog_cache_bytes` 64 MiB per worker). Per count, a fresh
+/// Envoy with the filter's listener and a plain copy; every catalog sent once to each worker
+/// first; then the latency rounds and throughput pairs of the main table, the catalog-cache
+/// hit ratio of the measured requests, and Envoy's memory before and after.
+mod rotating {
+    use super::*;
+    use std::sync::Arc;
+
+    pub const COUNTS: [usize; 4] = [10, 100, 1000, 10_000];
+    pub const TOOLS: usize = 200;
+    pub const POOL: usize = 600;
+    const PER_ROUND: usize = 150;
+
+    /// The pool indexes of catalog `c`'s tools: [`TOOLS`] of the [`POOL`], drawn by a
+    /// generator seeded with `c`, in pool order.
+    fn members(c: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..POOL).collect();
+        let mut x = (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for i in 0..TOOLS {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let j = i + (x % (POOL - i) as u64) as usize;
+            order.swap(i, j);
+        }
+        let mut chosen = order[..TOOLS].to_vec();
+        chosen.sort_unstable();
+        chosen
+    }
+
+    /// Request `i`: catalog `i % count`, question `i`.
+    fn body(pool: &[String], count: usize, i: usize) -> String {
+        let tools: Vec<&str> = members(i % count)
+            .into_iter()
+            .map(|j| pool[j].as_str())
+            .collect();
+        let question = format!("{} (ticket {i})", QUESTIONS[i % QUESTIONS.len()]);
+        chat_body(&tools.join(",\n"), &question)
+    }
+
+    pub fn run(pool: &[String], counts: &[usize]) {
+        let pool: Arc<Vec<String>> = Arc::new(pool[..POOL].to_vec());
+        println!("load before: {}", load());
+        println!(
+            "| catalogs | cache hits | median filter / plain (ms) | added median (ms) | p99 filter / plain (ms) | added p99 (ms) | req/s ratio, 2 / 8 connections | filter time P50 / P99 (µs) | P50 read / analyse (hit) / assemble (miss) / write (µs) | Envoy RSS before → after (MiB) |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for &count in counts {
+            println!("{}", measure(&pool, count));
+        }
+        println!("load after: {}", load());
+    }
+
+    fn measure(pool: &Arc<Vec<String>>, count: usize) -> String {
+        let plain_port = Gateway::free_port();
+        let gw = Gateway::start_with("{}", &["--concurrency", "2"], |y| {
+            two_listeners(y, plain_port)
+        });
+        let rss_before = rss_mb(gw.pid());
+        // Every catalog once on each of two connections: one per worker (the listener
+        // balances them exactly), so both workers have seen each.
+        let mut warm = [Client::connect(gw.port), Client::connect(gw.port)];
+        for i in 0..count {
+            let body = body(pool, count, i);
+            for client in &mut warm {
+                let (_, headers) = client.post(&body);
+                assert!(headers.contains("x-toolsift: kept=5"), "{headers}");
+            }
+        }
+        drop(warm);
+        let mut filtered = Client::connect(gw.port);
+        let mut plain = Client::connect(plain_port);
+        let (_, headers) = plain.post(&body(pool, count, 0));
+        assert!(!headers.contains("x-toolsift"), "{headers}");
+        let hits_before = gw.stat("toolsift.catalog_cache.hits");
+        let misses_before = gw.stat("toolsift.catalog_cache.misses");
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        let (mut next, mut next_plain) = (count, count);
+        for _ in 0..ROUNDS {
+            for _ in 0..PER_ROUND {
+                with.push(filtered.post(&body(pool, count, next)).0);
+                next += 1;
+            }
+            for _ in 0..PER_ROUND {
+                without.push(plain.post(&body(pool, count, next_plain)).0);
+                next_plain += 1;
+            }
+        }
+        let hits = gw.stat("toolsift.catalog_cache.hits") - hits_before;
+        let misses = gw.stat("toolsift.catalog_cache.misses") - misses_before;
+        drop((filtered, plain));
+        let ratio = |connections: usize| {
+            throughput_ratio(gw.port, plain_port, |port| {
+                let pool = Arc::clone(pool);
+                throughput_of(port, connections, count, move |i| body(&pool, count, i))
+            })
+        };
+        let ratio = format!("{:.2} / {:.2}", ratio(2), ratio(8));
+        let (p50, p99) = histogram(&gw, "toolsift\\.filter_time_us");
+        let phase = |name: &str| histogram(&gw, &format!("toolsift\\.phase\\.{name}")).0;
+        let phases = format!(
+            "{} / {} / {} / {}",
+            phase("read_us"),
+            phase("analyse_us"),
+            phase("assemble_us"),
+            phase("write_us")
+        );
+        let rss_after = rss_mb(gw.pid());
+        let (m_with, m_without) = (percentile(&mut with, 0.5), percentile(&mut without, 0.5));
+        let (p_with, p_without) = (percentile(&mut with, 0.99), percentile(&mut without, 0.99));
+        format!(
+            "| {count} | {:.0} % | {m_with:.3} / {m_without:.3} | **{:.3}** | {p_with:.3} / {p_without:.3} | {:.3} | {ratio} | {p50} / {p99} | {phases} | {rss_before:.0} → {rss_after:.0} |",
+            100.0 * hits as f64 / (hits + misses).max(1) as f64,
+            m_with - m_without,
+            p_with - p_without,
+        )
     }
 }

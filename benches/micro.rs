@@ -132,6 +132,60 @@ fn benches(c: &mut Criterion) {
             },
         );
     }
+    // Per-user tool sets: 1,000 distinct 200-tool catalogs, each a different choice of 200
+    // of the same 600 tools, all cached; each request another catalog and a new question
+    // (the Envoy benchmark's `--rotating` rows): finding the catalog, and the whole analysis.
+    let sets: Vec<String> = (0..1000)
+        .map(|c| {
+            let mut order: Vec<usize> = (0..600).collect();
+            let mut x = (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for i in 0..200 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                order.swap(i, i + (x % (600 - i) as u64) as usize);
+            }
+            let mut chosen = order[..200].to_vec();
+            chosen.sort_unstable();
+            let tools: Vec<&str> = chosen.iter().map(|&j| pool[j].as_str()).collect();
+            format!("[{}]", tools.join(","))
+        })
+        .collect();
+    let bodies: Vec<String> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, tools)| body(tools, &format!("{QUESTION} (ticket {i})")))
+        .collect();
+    let mut engine = Engine::new(Config::default());
+    for body in &bodies {
+        engine.analyse(Dialect::OpenaiChat, body).expect("analyse");
+    }
+    let mut cache = CatalogCache::new(1024, 1 << 30);
+    for tools in &sets {
+        cache
+            .build(Dialect::OpenaiChat, tools, FieldWeights::default())
+            .expect("catalog");
+    }
+    let mut next = 0;
+    group.bench_function("find among 1,000 cached catalogs/200", |b| {
+        b.iter(|| {
+            next += 1;
+            cache.find_prefix(Dialect::OpenaiChat, black_box(sets[next % 1000].as_bytes()))
+        })
+    });
+    group.bench_function(
+        "analyse+rewrite (1,000 cached catalogs, new question)/200",
+        |b| {
+            b.iter(|| {
+                next += 1;
+                let body = &bodies[next % 1000];
+                let analysis = engine
+                    .analyse(Dialect::OpenaiChat, black_box(body))
+                    .expect("analyse");
+                analysis.rewrite(body)
+            })
+        },
+    );
     // Access rules' own time in the core at 200 tools (the filter's share of the Envoy
     // benchmark's `--access` rows): the same analysis and rewrite without rules, under 50
     // rules for one caller (its allowed set remembered), and for callers rotating over
