@@ -72,6 +72,11 @@ impl Search {
         self.responder.token()
     }
 
+    /// Search mode's (and not filter mode's follow-ups for made-up calls, or a guard's).
+    fn searches(&self) -> bool {
+        self.responder.session().searches()
+    }
+
     pub fn on_response_headers(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
         let header = |name: &str| {
             host::header(Headers::Response, name).map(|v| String::from_utf8_lossy(&v).into_owned())
@@ -82,7 +87,7 @@ impl Search {
             content_encoding: header("content-encoding"),
             end_of_stream,
         };
-        let Some(envoy) = EnvoyHost::new(shared, &self.headers, self.owner) else {
+        let Some(envoy) = EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) else {
             return Action::Continue;
         };
         let HeadStep {
@@ -106,7 +111,7 @@ impl Search {
     }
 
     pub fn on_response_body(&mut self, shared: &Shared, body_size: usize, end: bool) -> Action {
-        let flow = match EnvoyHost::new(shared, &self.headers, self.owner) {
+        let flow = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
             Some(envoy) => self.responder.on_body(&envoy, body_size, end),
             None => Flow::Continue,
         };
@@ -115,7 +120,7 @@ impl Search {
     }
 
     pub fn on_response_trailers(&mut self, shared: &Shared) -> Action {
-        let flow = match EnvoyHost::new(shared, &self.headers, self.owner) {
+        let flow = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
             Some(envoy) => self.responder.on_trailers(&envoy),
             None => Flow::Continue,
         };
@@ -126,7 +131,7 @@ impl Search {
     /// Once decided, the search's rounds, found tools and usage, for the access log:
     /// `%FILTER_STATE(wasm.toolsift_search:PLAIN)%`, as `x-toolsift-search` says them.
     fn record(&mut self) {
-        if self.recorded || !self.responder.finished() || !self.responder.session().searches() {
+        if self.recorded || !self.responder.finished() || !self.responder.session().reports() {
             return;
         }
         self.recorded = true;
@@ -159,7 +164,7 @@ impl Search {
                 .flatten(),
             body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
         };
-        let resume = match EnvoyHost::new(shared, &self.headers, self.owner) {
+        let resume = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
             Some(envoy) => self.responder.on_call(&envoy, token, answer),
             None => true,
         };
@@ -181,6 +186,8 @@ struct EnvoyHost<'a> {
     engine: Ref<'a, Engine>,
     headers: &'a [(String, String)],
     owner: u64,
+    /// Search mode: its stats; else filter mode's (`toolsift.unknown_tools.*`).
+    searches: bool,
 }
 
 impl<'a> EnvoyHost<'a> {
@@ -188,6 +195,7 @@ impl<'a> EnvoyHost<'a> {
         shared: &'a Shared,
         headers: &'a [(String, String)],
         owner: u64,
+        searches: bool,
     ) -> Option<EnvoyHost<'a>> {
         let engine = shared.engine.try_borrow().ok()?;
         Some(EnvoyHost {
@@ -195,6 +203,7 @@ impl<'a> EnvoyHost<'a> {
             engine,
             headers,
             owner,
+            searches,
         })
     }
 }
@@ -260,6 +269,20 @@ impl Host for EnvoyHost<'_> {
 
     fn count(&self, event: Event) {
         let m = &self.shared.metrics;
+        if !self.searches {
+            // Filter mode's follow-ups answering made-up calls (and a guard's checks).
+            match event {
+                Event::Round(_) => m.add(m.unknown_tools_rounds, 1),
+                Event::Failed => m.add(m.unknown_tools_failed, 1),
+                Event::Unreadable => m.add(m.unknown_tools_unreadable, 1),
+                Event::UnknownTools(calls) => m.add(m.unknown_tools_caught, calls),
+                Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
+                Event::Unchecked => m.add(m.access_unchecked, 1),
+                // Search mode's alone.
+                _ => {}
+            }
+            return;
+        }
         match event {
             Event::Held => m.add(m.search_held, 1),
             Event::Released => m.add(m.search_released, 1),
