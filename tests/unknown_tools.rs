@@ -284,3 +284,84 @@ fn answered_without_held_headers_and_a_failed_follow_up_is_the_providers_error()
     assert!(!r.text().contains(MADE_UP), "{}", r.text());
     assert_eq!(held.stat("toolsift.unknown_tools.failed"), 1);
 }
+
+/// The events of an SSE response, as JSON.
+fn events(r: &Response) -> Vec<Value> {
+    r.text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+/// A stream that opens with text goes to the client as it comes; the made-up call after the
+/// text is held, answered, and the follow-up's stream continues the client's. A Responses
+/// client continuing that conversation by the id it was shown reaches the one the provider
+/// stored (which holds the answered call).
+#[test]
+fn text_then_a_made_up_call_in_a_stream_continues_with_the_next_round() {
+    let gw = Gateway::start(ANSWER);
+    let text_first = [
+        ("x-demo-script", "text-first"),
+        ("x-demo-chunk-delay-ms", "5"),
+    ];
+    for dialect in [
+        "openai_chat",
+        "openai_responses",
+        "anthropic",
+        "gemini",
+        "ollama",
+    ] {
+        let r = ask_with(&gw, dialect, true, MADE_UP, &text_first);
+        assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+        let mut calls = called(dialect, &r);
+        calls.dedup();
+        assert_eq!(calls, [REAL], "{dialect}: {}", r.text());
+        assert!(!r.text().contains(MADE_UP), "{dialect}: {}", r.text());
+        assert!(
+            r.text().contains("look"),
+            "{dialect}: the text went: {}",
+            r.text()
+        );
+        assert_eq!(upstream_log(&gw).len(), 2, "{dialect}: one follow-up");
+        if dialect != "openai_responses" {
+            continue;
+        }
+        let events = events(&r);
+        let id = |kind: &str| {
+            let e = events.iter().find(|e| e["type"] == kind).unwrap();
+            e["response"]["id"].as_str().unwrap().to_owned()
+        };
+        let shown = id("response.created");
+        assert_eq!(id("response.completed"), shown, "one id for the client");
+        let completed = events
+            .iter()
+            .find(|e| e["type"] == "response.completed")
+            .unwrap();
+        let output = completed["response"]["output"].as_array().unwrap();
+        let call = output
+            .iter()
+            .find(|i| i["type"] == "function_call")
+            .unwrap();
+        let (path, _) = request(dialect, false);
+        let next = json!({"model": "gpt-4o", "previous_response_id": shown,
+            "input": [{"type": "function_call_output", "call_id": call["call_id"],
+                       "output": "{\"temperature_c\": 18}"}]});
+        // The same client (its credentials name whose aliases it may follow).
+        let headers = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", REAL),
+            ("x-demo-script", "answer"),
+            ("authorization", "Bearer client-key"),
+            ("x-api-key", "client-key"),
+        ];
+        let r = gw.post(&path, &headers, next.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{}", r.text());
+        let received = upstream_log(&gw).last().unwrap()["body"]["previous_response_id"].clone();
+        assert!(
+            received.is_string() && received != json!(shown),
+            "the alias was followed: {received}"
+        );
+    }
+    assert_eq!(gw.stat("toolsift.unknown_tools.rounds"), 5);
+}
