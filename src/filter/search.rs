@@ -1,5 +1,6 @@
-//! Search mode's response side in Envoy: [`crate::search::respond`] decides, this module reads
-//! what Envoy hands over and carries out what the machine asks ([`EnvoyHost`]).
+//! Search mode's response side in Envoy (and filter mode's, for the access rules' guard and
+//! `unknown_tools.answer`): [`crate::search::respond`] decides, this module reads what Envoy
+//! hands over and carries out what the machine asks ([`EnvoyHost`]).
 //!
 //! The follow-ups go to the cluster the router chose for the request, with the request's headers
 //! as the router sent them when they can still be read (the request headers were held: host and
@@ -15,7 +16,9 @@ use proxy_wasm::types::Action;
 use std::cell::Ref;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// A request in search mode, from its body phase to its last response byte.
+/// A request's response side, from its body phase to its last response byte: search mode's
+/// search, filter mode's answers to made-up calls (`unknown_tools.answer`), or the access
+/// rules' guard.
 pub struct Search {
     responder: Responder,
     /// The search's outcome was recorded for the access log.
