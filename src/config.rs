@@ -394,6 +394,27 @@ impl Search {
     }
 }
 
+/// Filter mode's made-up tool calls (see [`crate::search::round::Session::answering`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UnknownTools {
+    /// Filter mode: a model call of a tool the request does not carry is answered to the
+    /// model with an error result in a follow-up, as search mode does, never delivered.
+    pub answer: bool,
+    /// Follow-ups answering made-up calls, at most, per request.
+    #[serde(deserialize_with = "whole_number")]
+    pub max_rounds: usize,
+}
+
+impl Default for UnknownTools {
+    fn default() -> Self {
+        UnknownTools {
+            answer: false,
+            max_rounds: 2,
+        }
+    }
+}
+
 /// The default of `catalog_cache_bytes`: 64 MiB per worker.
 pub const DEFAULT_CATALOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The least `catalog_cache_bytes` accepted: below it a single large catalog would not fit.
@@ -465,6 +486,8 @@ pub struct Config {
     /// Tools the caller does not have, offered when a search finds nothing good (see
     /// [`crate::suggestions`]).
     pub suggestions: Option<crate::suggestions::SuggestionsConfig>,
+    /// What filter mode does with a model call of a tool the request does not carry.
+    pub unknown_tools: UnknownTools,
 }
 
 impl Default for Config {
@@ -495,6 +518,7 @@ impl Default for Config {
             access: None,
             loop_guard: None,
             suggestions: None,
+            unknown_tools: UnknownTools::default(),
         }
     }
 }
@@ -636,7 +660,26 @@ impl Config {
             s.check()
                 .map_err(|(field, why)| invalid(&format!("suggestions.{field}"), why))?;
         }
+        if !(1..=10).contains(&self.unknown_tools.max_rounds) {
+            return Err(invalid("unknown_tools.max_rounds", "must be 1..=10"));
+        }
         self.search.check()
+    }
+
+    /// Whether filter mode answers made-up tool calls to the model (`unknown_tools.answer`).
+    pub fn answers_unknown_tools(&self) -> bool {
+        self.mode == Mode::Filter && self.unknown_tools.answer
+    }
+
+    /// The most follow-ups one request may send: search mode's rounds, or filter mode's
+    /// answers to made-up calls; `None` when the gateway sends none.
+    pub fn follow_up_rounds(&self) -> Option<usize> {
+        match self.mode {
+            Mode::Search => Some(self.search.max_search_rounds),
+            Mode::Filter => self
+                .answers_unknown_tools()
+                .then_some(self.unknown_tools.max_rounds),
+        }
     }
 
     /// The `loop_guard` section compiled, `None` without one; an error names the field.
@@ -1076,6 +1119,28 @@ mod tests {
             err(r#"{"search":{"max_search_rounds":0}}"#).contains("`search.max_search_rounds`")
         );
         assert!(err(r#"{"search":{"rounds":2}}"#).contains("unknown field `rounds`"));
+    }
+
+    #[test]
+    fn unknown_tools_settings() {
+        let c = Config::default();
+        assert!(!c.answers_unknown_tools());
+        assert_eq!(c.follow_up_rounds(), None);
+        let c =
+            Config::from_json(br#"{"unknown_tools":{"answer":true,"max_rounds":3.0}}"#).unwrap();
+        assert!(c.answers_unknown_tools());
+        assert_eq!(c.follow_up_rounds(), Some(3));
+        // Search mode answers made-up calls in its own loop, bounded by its own rounds.
+        let c = Config::from_json(br#"{"mode":"search","unknown_tools":{"answer":true}}"#).unwrap();
+        assert!(!c.answers_unknown_tools());
+        assert_eq!(c.follow_up_rounds(), Some(3));
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        assert!(
+            err(r#"{"unknown_tools":{"answer":true,"max_rounds":0}}"#)
+                .contains("`unknown_tools.max_rounds`: must be 1..=10")
+        );
+        assert!(err(r#"{"unknown_tools":{"answer":"yes"}}"#).contains("`unknown_tools.answer`"));
+        assert!(err(r#"{"unknown_tools":{"rounds":2}}"#).contains("unknown field `rounds`"));
     }
 
     #[test]

@@ -215,6 +215,19 @@ fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
         out.contains(&format!(":{line}: warning: search mode: the stream idle timeout 300s (Envoy's default) is shorter than the search follow-ups may need (search.timeout_ms 60000 × max_search_rounds 6 = 360s)")),
         "{out}"
     );
+    // Filter mode's follow-ups for made-up calls count as well.
+    let path = variant("answer-idle-default", |y| {
+        plugin_config(
+            y,
+            r#"{"unknown_tools": {"answer": true, "max_rounds": 3}, "search": {"timeout_ms": 120000}}"#,
+        )
+    });
+    let (code, out) = check(&[path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(":{line}: warning: unknown_tools.answer: the stream idle timeout 300s (Envoy's default) is shorter than the follow-ups for made-up calls may need (search.timeout_ms 120000 × unknown_tools.max_rounds 3 = 360s)")),
+        "{out}"
+    );
     // The connection manager's own, and a route's, which replaces it.
     let hcm_idle = |y: String, idle: &str| {
         y.replace(
@@ -285,6 +298,18 @@ fn a_configuration_the_filter_refuses_is_an_error_naming_the_field() {
     let line = line_of(&path, "value: |");
     assert!(
         out.contains(&format!(":{line}: error: Envoy would not load this filter: invalid toolsift configuration: field `top_k`")),
+        "{out}"
+    );
+    let path = variant("bad-unknown-tools", |y| {
+        plugin_config(
+            y,
+            r#"{"unknown_tools": {"answer": true, "max_rounds": 11}}"#,
+        )
+    });
+    let (code, out) = check(&[path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("field `unknown_tools.max_rounds`: must be 1..=10"),
         "{out}"
     );
 }

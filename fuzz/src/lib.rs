@@ -404,6 +404,21 @@ fn session(dialect: Dialect) -> Session {
     })
 }
 
+/// Filter mode answering made-up calls (`unknown_tools.answer`) over [`search_request`], its
+/// tools cut to the best two (one of the request's own tools ranked out).
+fn answering(dialect: Dialect) -> Session {
+    let config = Config::from_json(br#"{"min_tools":0,"top_k":2,"unknown_tools":{"answer":true}}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let body = search_request(dialect);
+    let analysis = Engine::new(config.clone())
+        .analyse(dialect, body)
+        .unwrap_or_else(|e| panic!("{dialect:?}: {e:?}"));
+    let sent = analysis
+        .rewrite(body)
+        .unwrap_or_else(|| panic!("{dialect:?}: not rewritten"));
+    Session::answering(&config, &analysis, dialect, sent)
+}
+
 /// A guard of access rules that deny the tools `get_*` to everyone.
 fn guard(dialect: Dialect) -> Session {
     let config = Config::from_json(
@@ -625,6 +640,8 @@ fn check_turn(dialect: Dialect, session: &mut Session, reply: &Reply) -> Edits {
 /// was held went out); every byte of the answer is read from Envoy once at most; follow-ups
 /// stop; an answer that calls only the request's own tools reaches the client byte for byte,
 /// whatever the chunking; through a guard that denies `get_*`, what the client gets calls no such tool.
+/// With the guard bit and the hold bit, filter mode's session answering made-up calls reads it
+/// instead (the same properties as search mode's, the made-up calls its follow-ups answer).
 pub fn respond(data: &[u8]) {
     let [selector, seed, rest @ ..] = data else {
         return;
@@ -639,8 +656,12 @@ pub fn respond(data: &[u8]) {
         Some(at) => (&rest[..at], &rest[at + 1..]),
         None => (rest, rest),
     };
-    let guarded = selector & 0x80 != 0;
-    let mut machine = if guarded {
+    // A guard with the hold bit: filter mode answering made-up calls instead.
+    let answers = selector & 0x80 != 0 && hold;
+    let guarded = selector & 0x80 != 0 && !hold;
+    let mut machine = if answers {
+        Responder::new(answering(dialect), streamed, false)
+    } else if guarded {
         Responder::new(guard(dialect), streamed, false)
     } else {
         Responder::new(session(dialect), streamed, hold)

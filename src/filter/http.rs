@@ -41,8 +41,12 @@ pub struct Filter {
     waiting: Option<Waiting>,
     /// Search mode: the client's request headers (kept for the follow-ups) and whether the
     /// client asked for a stream by path, from the headers phase until the body is planned.
-    search_headers: Option<(Vec<(String, String)>, bool)>,
-    /// Search mode: the request's search, from its body phase on.
+    search_headers: Option<FollowUpHeaders>,
+    /// Filter mode with `unknown_tools.answer`: the same, for the follow-ups answering
+    /// made-up calls, from the headers phase until the body is filtered.
+    answer_headers: Option<FollowUpHeaders>,
+    /// The request's response side: search mode's search, filter mode's follow-ups for
+    /// made-up calls, or the access rules' guard.
     search: Option<Search>,
     /// A request on an MCP route (`mcp.paths`).
     mcp: Option<super::mcp::McpRequest>,
@@ -63,6 +67,10 @@ pub struct Filter {
     verdict: Option<crate::mcp::gating::Verdict>,
     gated: Option<crate::mcp::llm::Gated>,
 }
+
+/// The client's request headers, kept for the follow-ups, and whether the path asks for a
+/// stream.
+type FollowUpHeaders = (Vec<(String, String)>, bool);
 
 /// A request waiting for its `_tool_gating` verdict.
 struct GatingWait {
@@ -157,6 +165,7 @@ impl Filter {
             outcome: None,
             waiting: None,
             search_headers: None,
+            answer_headers: None,
             search: None,
             mcp: None,
             grant: None,
@@ -322,6 +331,7 @@ impl Filter {
         drop(engine);
         self.apply(shared, debug, &analysis, &body, ranked)?;
         self.claim_tool_choice(reader);
+        self.answer_unknown(shared, &analysis);
         Ok(Step::Done)
     }
 
@@ -329,7 +339,8 @@ impl Filter {
     /// id the client was shown in place of the one the provider stored (see
     /// [`crate::search::alias`]), with the stored one.
     fn resolve_alias(&self, reader: Reader, body: &[u8]) -> Result<Option<String>, Skipped> {
-        if self.search_headers.is_none() || reader != Reader::Dialect(Dialect::OpenaiResponses) {
+        let follows_up = self.search_headers.is_some() || self.answer_headers.is_some();
+        if !follows_up || reader != Reader::Dialect(Dialect::OpenaiResponses) {
             return Ok(None);
         }
         Ok(crate::search::alias::resolve(
@@ -614,6 +625,9 @@ impl Filter {
         };
         let result = self.apply(shared, debug, &analysis, &body, ranked);
         self.claim_tool_choice(analysis.reader);
+        if result.is_ok() {
+            self.answer_unknown(shared, &analysis);
+        }
         shared
             .metrics
             .since(shared.metrics.phase_answer_us, started);
@@ -941,11 +955,15 @@ impl HttpContext for Filter {
                         return refused;
                     }
                 }
-                // Custom shapes are filtered in search mode too.
+                // Custom shapes are filtered in search mode too, and have no response reader.
                 if let Reader::Dialect(dialect) = reader {
-                    self.search_headers = search_headers(&shared, dialect, &pairs);
+                    match follow_up_headers(&shared, dialect, &pairs) {
+                        Some((Mode::Search, headers)) => self.search_headers = Some(headers),
+                        Some((Mode::Filter, headers)) => self.answer_headers = Some(headers),
+                        None => {}
+                    }
                 }
-                if self.search_headers.is_some() {
+                if self.search_headers.is_some() || self.answer_headers.is_some() {
                     self.alias_owner =
                         crate::search::alias::owner(caller.as_deref(), |n| pairs.get(n));
                     self.session_header = session_header(&shared, &pairs);
@@ -961,7 +979,7 @@ impl HttpContext for Filter {
                         return Action::Pause;
                     }
                 }
-                // Filter mode: Continue, so no Envoy setting is needed (without
+                // Otherwise Continue, so no Envoy setting is needed (without
                 // `allow_on_headers_stop_iteration`, pausing here stalls the request until the
                 // idle timeout). The body callbacks buffer.
                 Action::Continue
@@ -1238,6 +1256,33 @@ impl Filter {
         self.rank_and_apply(shared, Reader::Dialect(dialect), analysis, body)
     }
 
+    /// Filter mode with `unknown_tools.answer`: once the body that goes upstream is written
+    /// (kept tools, the loop guard's notes, a claimed `tool_choice`), the response side
+    /// watches the model's answer for calls of tools the request does not carry and answers
+    /// them in follow-ups that continue that body. It replaces the access rules' guard, whose
+    /// checks it makes as well. A request for the provider's own search is left as it is.
+    fn answer_unknown(&mut self, shared: &Shared, analysis: &Analysis) {
+        let Some((headers, path_stream)) = self.answer_headers.take() else {
+            return;
+        };
+        let (Reader::Dialect(dialect), false) = (analysis.reader, analysis.native_search) else {
+            return;
+        };
+        let Ok(engine) = shared.engine.try_borrow() else {
+            return;
+        };
+        let sent = host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
+        let Ok(sent) = String::from_utf8(sent) else {
+            return;
+        };
+        let session =
+            crate::search::round::Session::answering(&engine.config, analysis, dialect, sent);
+        let stream = analysis.stream || path_stream;
+        // Response headers are held only where holding request headers proved to work.
+        let responder = Responder::new(session, stream, self.headers_held);
+        self.search = Some(Search::new(responder, headers, self.alias_owner));
+    }
+
     /// Applies the `_tool_gating` verdict, if any, to the selection.
     fn gate(&mut self, config: &crate::config::Config, analysis: &mut Analysis) {
         if let Some(verdict) = &self.verdict {
@@ -1306,19 +1351,21 @@ fn session_header(shared: &Shared, pairs: &crate::pairs::HeaderMap) -> Option<Ve
     pairs.get(name).map(<[u8]>::to_vec)
 }
 
-/// In search mode, the request headers the follow-ups will carry, and whether the path asks
-/// for a stream; `None` in filter mode, and for the requests search mode cannot serve, which
-/// are filtered instead: Bedrock's binary event stream, Gemini's JSON-array stream, and a
-/// request with a header value that is not UTF-8 (the follow-ups could not carry it as it was).
-fn search_headers(
+/// The request headers the follow-ups will carry, and whether the path asks for a stream, with
+/// the mode that sends them: search mode's searches, or filter mode's answers to made-up calls
+/// (`unknown_tools.answer`). `None` when no follow-up is sent, and for the requests whose
+/// answers cannot be followed up: Bedrock's binary event stream, Gemini's JSON-array stream,
+/// and a request with a header value that is not UTF-8 (the follow-ups could not carry it as
+/// it was). Search mode filters those instead (counted); in filter mode the model's calls reach
+/// the client as it made them.
+fn follow_up_headers(
     shared: &Shared,
     dialect: Dialect,
     map: &crate::pairs::HeaderMap,
-) -> Option<(Vec<(String, String)>, bool)> {
+) -> Option<(Mode, FollowUpHeaders)> {
     let engine = shared.engine.try_borrow().ok()?;
-    if engine.config.mode != Mode::Search {
-        return None;
-    }
+    engine.config.follow_up_rounds()?;
+    let mode = engine.config.mode;
     let headers = map.texts();
     let path = headers
         .as_ref()
@@ -1328,10 +1375,12 @@ fn search_headers(
     let path_stream = dialect.codec().path_stream(path);
     match headers {
         Some(headers) if path_stream != PathStream::Unsupported => {
-            Some((headers, path_stream == PathStream::Stream))
+            Some((mode, (headers, path_stream == PathStream::Stream)))
         }
         _ => {
-            shared.metrics.add(shared.metrics.search_unsupported, 1);
+            if mode == Mode::Search {
+                shared.metrics.add(shared.metrics.search_unsupported, 1);
+            }
             None
         }
     }

@@ -88,6 +88,13 @@ pub struct Metrics {
     pub loop_noted: u32,
     /// Filter mode: calls in the model's latest turn of tools the request does not carry.
     pub unknown_tools: u32,
+    /// Filter mode with `unknown_tools.answer`: made-up calls in the model's answers kept from
+    /// the client (answered to the model, or dropped), follow-ups sent, follow-ups that failed,
+    /// and answers that could not be read (passed on as they were).
+    pub unknown_tools_caught: u32,
+    pub unknown_tools_rounds: u32,
+    pub unknown_tools_failed: u32,
+    pub unknown_tools_unreadable: u32,
 }
 
 impl Metrics {
@@ -156,6 +163,10 @@ impl Metrics {
             loop_evicted: counter("toolsift.loop.evicted")?,
             loop_noted: counter("toolsift.loop.noted")?,
             unknown_tools: counter("toolsift.unknown_tools")?,
+            unknown_tools_caught: counter("toolsift.unknown_tools.caught")?,
+            unknown_tools_rounds: counter("toolsift.unknown_tools.rounds")?,
+            unknown_tools_failed: counter("toolsift.unknown_tools.failed")?,
+            unknown_tools_unreadable: counter("toolsift.unknown_tools.unreadable")?,
         })
     }
 

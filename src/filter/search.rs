@@ -1,5 +1,6 @@
-//! Search mode's response side in Envoy: [`crate::search::respond`] decides, this module reads
-//! what Envoy hands over and carries out what the machine asks ([`EnvoyHost`]).
+//! Search mode's response side in Envoy (and filter mode's, for the access rules' guard and
+//! `unknown_tools.answer`): [`crate::search::respond`] decides, this module reads what Envoy
+//! hands over and carries out what the machine asks ([`EnvoyHost`]).
 //!
 //! The follow-ups go to the cluster the router chose for the request, with the request's headers
 //! as the router sent them when they can still be read (the request headers were held: host and
@@ -15,7 +16,9 @@ use proxy_wasm::types::Action;
 use std::cell::Ref;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// A request in search mode, from its body phase to its last response byte.
+/// A request's response side, from its body phase to its last response byte: search mode's
+/// search, filter mode's answers to made-up calls (`unknown_tools.answer`), or the access
+/// rules' guard.
 pub struct Search {
     responder: Responder,
     /// The search's outcome was recorded for the access log.
@@ -72,6 +75,11 @@ impl Search {
         self.responder.token()
     }
 
+    /// Search mode's (and not filter mode's follow-ups for made-up calls, or a guard's).
+    fn searches(&self) -> bool {
+        self.responder.session().searches()
+    }
+
     pub fn on_response_headers(&mut self, shared: &Shared, end_of_stream: bool) -> Action {
         let header = |name: &str| {
             host::header(Headers::Response, name).map(|v| String::from_utf8_lossy(&v).into_owned())
@@ -82,7 +90,7 @@ impl Search {
             content_encoding: header("content-encoding"),
             end_of_stream,
         };
-        let Some(envoy) = EnvoyHost::new(shared, &self.headers, self.owner) else {
+        let Some(envoy) = EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) else {
             return Action::Continue;
         };
         let HeadStep {
@@ -106,7 +114,7 @@ impl Search {
     }
 
     pub fn on_response_body(&mut self, shared: &Shared, body_size: usize, end: bool) -> Action {
-        let flow = match EnvoyHost::new(shared, &self.headers, self.owner) {
+        let flow = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
             Some(envoy) => self.responder.on_body(&envoy, body_size, end),
             None => Flow::Continue,
         };
@@ -115,7 +123,7 @@ impl Search {
     }
 
     pub fn on_response_trailers(&mut self, shared: &Shared) -> Action {
-        let flow = match EnvoyHost::new(shared, &self.headers, self.owner) {
+        let flow = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
             Some(envoy) => self.responder.on_trailers(&envoy),
             None => Flow::Continue,
         };
@@ -126,7 +134,7 @@ impl Search {
     /// Once decided, the search's rounds, found tools and usage, for the access log:
     /// `%FILTER_STATE(wasm.toolsift_search:PLAIN)%`, as `x-toolsift-search` says them.
     fn record(&mut self) {
-        if self.recorded || !self.responder.finished() || !self.responder.session().searches() {
+        if self.recorded || !self.responder.finished() || !self.responder.session().reports() {
             return;
         }
         self.recorded = true;
@@ -159,7 +167,7 @@ impl Search {
                 .flatten(),
             body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
         };
-        let resume = match EnvoyHost::new(shared, &self.headers, self.owner) {
+        let resume = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
             Some(envoy) => self.responder.on_call(&envoy, token, answer),
             None => true,
         };
@@ -181,6 +189,8 @@ struct EnvoyHost<'a> {
     engine: Ref<'a, Engine>,
     headers: &'a [(String, String)],
     owner: u64,
+    /// Search mode: its stats; else filter mode's (`toolsift.unknown_tools.*`).
+    searches: bool,
 }
 
 impl<'a> EnvoyHost<'a> {
@@ -188,6 +198,7 @@ impl<'a> EnvoyHost<'a> {
         shared: &'a Shared,
         headers: &'a [(String, String)],
         owner: u64,
+        searches: bool,
     ) -> Option<EnvoyHost<'a>> {
         let engine = shared.engine.try_borrow().ok()?;
         Some(EnvoyHost {
@@ -195,6 +206,7 @@ impl<'a> EnvoyHost<'a> {
             engine,
             headers,
             owner,
+            searches,
         })
     }
 }
@@ -260,6 +272,20 @@ impl Host for EnvoyHost<'_> {
 
     fn count(&self, event: Event) {
         let m = &self.shared.metrics;
+        if !self.searches {
+            // Filter mode's follow-ups answering made-up calls (and a guard's checks).
+            match event {
+                Event::Round(_) => m.add(m.unknown_tools_rounds, 1),
+                Event::Failed => m.add(m.unknown_tools_failed, 1),
+                Event::Unreadable => m.add(m.unknown_tools_unreadable, 1),
+                Event::UnknownTools(calls) => m.add(m.unknown_tools_caught, calls),
+                Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
+                Event::Unchecked => m.add(m.access_unchecked, 1),
+                // Search mode's alone.
+                _ => {}
+            }
+            return;
+        }
         match event {
             Event::Held => m.add(m.search_held, 1),
             Event::Released => m.add(m.search_released, 1),

@@ -907,7 +907,7 @@ impl Responder {
     }
 
     fn add_header<H: Host>(&self, host: &H) {
-        if self.headers_held {
+        if self.headers_held && self.session.reports() {
             host.set_header("x-toolsift-search", &self.session.header_value());
         }
     }

@@ -62,8 +62,8 @@ fn call_query(call: &Call) -> Option<String> {
 enum Refusal {
     /// Access rules refuse it: a denied tool, or refused arguments.
     Access(Why),
-    /// Search mode: the tool is neither the client's nor a built-in of the request (the
-    /// model made it up, or misremembered a name).
+    /// The tool is neither the client's nor a built-in of the request (the model made it up,
+    /// or misremembered a name): search mode, and filter mode's [`Session::answering`].
     Unknown,
 }
 
@@ -79,22 +79,26 @@ pub enum Next {
     FollowUp(String),
 }
 
-/// One request's search, across its rounds; or, with no search (filter mode under access
-/// rules, [`Session::guard`]), one request's model turn checked against its caller's grant.
+/// One request's search, across its rounds; or, with no search, one request's model turns
+/// checked against its caller's grant ([`Session::guard`]) and for made-up tool names
+/// ([`Session::answering`]).
 #[derive(Clone)]
 pub struct Session {
     dialect: Dialect,
     /// The last request body sent upstream.
     body: String,
-    /// The request's catalog; `None` when the session does not search.
+    /// The request's catalog; `None` for a guard, which knows no tools.
     catalog: Option<Rc<Catalog>>,
+    /// The session answers the meta-tool (search mode).
+    searching: bool,
     /// Under access rules: what the caller may do, and per catalog entry whether it may see
     /// it (a search never finds a tool it may not).
     grant: Option<Grant>,
     allowed: Option<Rc<[bool]>>,
     /// Model calls refused so far by access rules (denied tools, refused arguments).
     refused: usize,
-    /// Names of tools the model called that do not exist (search mode), in order.
+    /// Names of tools the model called that do not exist (search mode, and filter mode's
+    /// [`Session::answering`]), in order.
     unknown: Vec<String>,
     /// The queries answered so far (their words, lower-cased), and what each found.
     searched: Vec<(String, Vec<usize>)>,
@@ -139,6 +143,7 @@ impl Session {
             dialect: plan.dialect,
             body: plan.body,
             catalog: Some(Rc::clone(&analysis.catalog)),
+            searching: true,
             grant: analysis.access.as_ref().map(|g| g.grant.clone()),
             allowed: analysis.access.as_ref().map(|g| Rc::clone(&g.allowed)),
             refused: 0,
@@ -166,10 +171,43 @@ impl Session {
     /// requests search mode hands to the provider, under access rules).
     pub fn guard(dialect: Dialect, grant: Grant) -> Session {
         Session {
+            grant: Some(grant),
+            ..Session::bare(dialect)
+        }
+    }
+
+    /// Filter mode with `unknown_tools.answer`: no search; a model call of a tool the request
+    /// does not carry (a made-up name) is answered to the model with an error result naming
+    /// the closest tools it was sent, in a follow-up that continues `sent` (the body that
+    /// went upstream), at most `unknown_tools.max_rounds` times, and never reaches the client.
+    /// A call of a tool the filter ranked out is no made-up name: the client has the tool,
+    /// and gets the call. Under access rules calls are checked as [`Session::guard`] checks
+    /// them, and a refused call alone in its turn is answered to the model the same way.
+    pub fn answering(
+        config: &Config,
+        analysis: &Analysis,
+        dialect: Dialect,
+        sent: String,
+    ) -> Session {
+        Session {
+            body: sent,
+            catalog: Some(Rc::clone(&analysis.catalog)),
+            grant: analysis.access.as_ref().map(|g| g.grant.clone()),
+            allowed: analysis.access.as_ref().map(|g| Rc::clone(&g.allowed)),
+            visible: analysis.selection.keep.clone(),
+            max_rounds: config.unknown_tools.max_rounds,
+            ..Session::bare(dialect)
+        }
+    }
+
+    /// A session that searches nothing, knows no tools and sends no follow-up.
+    fn bare(dialect: Dialect) -> Session {
+        Session {
             dialect,
             body: String::new(),
             catalog: None,
-            grant: Some(grant),
+            searching: false,
+            grant: None,
             allowed: None,
             refused: 0,
             unknown: Vec::new(),
@@ -212,7 +250,14 @@ impl Session {
 
     /// Whether the session answers the meta-tool (search mode), or only checks calls.
     pub fn searches(&self) -> bool {
-        self.catalog.is_some()
+        self.searching
+    }
+
+    /// Whether the response side has something to report (`x-toolsift-search`, the access
+    /// log): always for a search; without one, once a made-up call was kept from the client or
+    /// a follow-up sent.
+    pub fn reports(&self) -> bool {
+        self.searching || self.rounds > 0 || !self.unknown.is_empty()
     }
 
     /// Whether the session checks the model's calls against access rules: then what it cannot
@@ -233,12 +278,13 @@ impl Session {
         self.grant.is_some() || self.is_meta(name) || self.is_unknown(name)
     }
 
-    /// Model calls of tools that do not exist, so far (search mode).
+    /// Model calls of tools that do not exist, so far (a guard knows no tools: none).
     pub fn unknown(&self) -> &[String] {
         &self.unknown
     }
 
-    /// Whether a search session's request has no tool called `name`, function or built-in.
+    /// Whether the request has no tool called `name`, function or built-in (a guard, which
+    /// knows no tools, never says so).
     fn is_unknown(&self, name: &str) -> bool {
         let Some(catalog) = &self.catalog else {
             return false;
@@ -260,12 +306,14 @@ impl Session {
     }
 
     /// The caller's tools whose names are closest to `name` (its words as a search), best
-    /// first.
+    /// first: of the whole catalog when searching (the model can find them), else of the tools
+    /// the model was sent.
     fn closest(&self, name: &str) -> Vec<String> {
         let words = crate::text::terms(name).join(" ");
+        let sent = |entry: usize| self.searching || self.visible.get(entry).copied() == Some(true);
         self.ranking(&words)
             .iter()
-            .filter(|s| s.score > 0.0 && self.may_see(s.entry))
+            .filter(|s| s.score > 0.0 && self.may_see(s.entry) && sent(s.entry))
             .filter_map(|s| self.entry_name(s.entry))
             .take(CLOSEST)
             .map(str::to_owned)
@@ -355,12 +403,13 @@ impl Session {
             })
             .collect();
         let found: Vec<_> = self.found.iter().map(|n| header_safe(n)).collect();
-        let mut value = format!(
-            "rounds={} found={} usage={}",
-            self.rounds,
-            found.join(","),
-            usage.join(",")
-        );
+        // Without a search nothing is found: `rounds=1 usage=…`.
+        let found = if self.searching {
+            format!(" found={}", found.join(","))
+        } else {
+            String::new()
+        };
+        let mut value = format!("rounds={}{found} usage={}", self.rounds, usage.join(","));
         if self.stormed {
             value.push_str(" stopped=max_searches");
         }
@@ -548,7 +597,10 @@ impl Session {
         let hidden = self.denied_mode() == Denied::Hidden;
         let no_such_tool = || {
             let mut text = format!("There is no tool named `{}`.", call.name);
-            if self.rounds + 1 < self.max_rounds {
+            if !self.searching {
+                // Filter mode: the model has all the tools it will get.
+                text.push_str(" Call one of the tools in your tool list instead.");
+            } else if self.rounds + 1 < self.max_rounds {
                 text.push_str(&format!(
                     " Call {} to search the tools available to you.",
                     self.names.find
@@ -1586,6 +1638,166 @@ mod tests {
         assert_eq!(s.on_reply(&ok), Next::Deliver(Edits::default()));
     }
 
+    /// Filter mode with `unknown_tools.answer`: [`session`]'s request filtered to `top_k`,
+    /// the session answering made-up calls, the body that went upstream, and the kept names.
+    fn answering(extra: &str) -> (Session, String, Vec<String>) {
+        let config = format!(r#"{{"min_tools":3,"unknown_tools":{{"answer":true{extra}}}}}"#);
+        let config = Config::from_json(config.as_bytes()).unwrap();
+        let (_, body) = session(SEARCH, 30);
+        let mut engine = Engine::new(config.clone());
+        let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+        let (head, replaced) = analysis.rewrite_head(body.as_bytes()).unwrap();
+        let sent = String::from_utf8(head).unwrap() + &body[replaced..];
+        let kept = analysis
+            .kept_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let s = Session::answering(&config, &analysis, Dialect::OpenaiChat, sent.clone());
+        (s, sent, kept)
+    }
+
+    #[test]
+    fn filter_mode_answers_a_made_up_call_with_the_closest_tools_it_was_sent() {
+        let (mut s, sent, kept) = answering("");
+        assert!(
+            kept.contains(&"get_weather".to_owned()) && kept.len() == 5,
+            "{kept:?}"
+        );
+        assert!(!s.searches() && !s.reports());
+        assert!(s.holds_call("get_weather_now") && !s.holds_call("get_weather"));
+        let made_up = reply(
+            vec![call("c1", "get_weather_now", r#"{"city":"Paris"}"#)],
+            (5, 5),
+        );
+        let Next::FollowUp(body) = s.on_reply(&made_up) else {
+            panic!("a follow-up");
+        };
+        // The body that went upstream, plus the model's turn and the error result: the tools
+        // stay the filtered ones, and nothing sends the model searching.
+        let (v, first): (Value, Value) = (
+            serde_json::from_str(&body).unwrap(),
+            serde_json::from_str(&sent).unwrap(),
+        );
+        assert_eq!(v["tools"], first["tools"]);
+        assert_eq!(v["messages"].as_array().unwrap().len(), 3);
+        let result = last_result(&body);
+        assert_eq!(result["code"], "unknown_tool");
+        assert_eq!(
+            result["error"],
+            "There is no tool named `get_weather_now`. Call one of the tools in your tool list instead."
+        );
+        assert_eq!(result["closest"], json!(["get_weather"]));
+        assert!(!body.contains("find_tools"));
+        assert!(s.reports());
+        // Then the model calls a tool it has: delivered, usage of both rounds.
+        let done = reply(
+            vec![call("c2", "get_weather", r#"{"city":"Paris"}"#)],
+            (7, 3),
+        );
+        let Next::Deliver(edits) = s.on_reply(&done) else {
+            panic!("delivered");
+        };
+        assert!(edits.drop.is_empty() && edits.text.is_none());
+        assert_eq!(
+            edits.usage,
+            Some(Usage {
+                input: 12,
+                output: 8
+            })
+        );
+        assert_eq!(
+            s.header_value(),
+            "rounds=1 usage=5/5,7/3 unknown=get_weather_now"
+        );
+    }
+
+    #[test]
+    fn filter_mode_delivers_a_tool_it_ranked_out_and_names_only_tools_it_sent() {
+        let (mut s, _, kept) = answering("");
+        // tool_29 is the client's, ranked out: the client has it, so the call is delivered.
+        assert!(!kept.contains(&"tool_29".to_owned()));
+        let ranked_out = reply(vec![call("c1", "tool_29", "{}")], (1, 1));
+        assert_eq!(s.on_reply(&ranked_out), Next::Deliver(Edits::default()));
+        assert!(s.unknown().is_empty() && !s.reports());
+        // A made-up name closest to a ranked-out tool: only tools the model was sent are named.
+        let (mut s, _, kept) = answering("");
+        let Next::FollowUp(body) = s.on_reply(&reply(vec![call("c1", "tool_29_v2", "{}")], (1, 1)))
+        else {
+            panic!("a follow-up");
+        };
+        let closest = last_result(&body)["closest"].clone();
+        let closest: Vec<String> = serde_json::from_value(closest).unwrap();
+        assert!(!closest.is_empty(), "kept tool_* names share a word");
+        assert!(
+            closest.iter().all(|n| kept.contains(n) && n != "tool_29"),
+            "{closest:?} of {kept:?}"
+        );
+    }
+
+    #[test]
+    fn filter_mode_under_access_rules_answers_a_refused_call_as_a_made_up_one() {
+        let config = Config::from_json(
+            br#"{"min_tools":3,"unknown_tools":{"answer":true},
+                "access":{"identity":[{"header":"x-group"}],"default":"allow",
+                "rules":[{"when":["staff"],"deny":["tool_1*"]}]}}"#,
+        )
+        .unwrap();
+        let (_, body) = session(SEARCH, 30);
+        let mut engine = Engine::new(config.clone());
+        let grant = engine.grant(&crate::access::Caller::new(["staff".to_owned()]));
+        let analysis = engine
+            .analyse_as(Dialect::OpenaiChat, &body, grant.as_ref())
+            .unwrap();
+        let mut s = Session::answering(&config, &analysis, Dialect::OpenaiChat, body);
+        assert!(
+            s.checks_calls() && s.holds_call("get_weather"),
+            "every call is held"
+        );
+        let Next::FollowUp(sent) = s.on_reply(&reply(vec![call("c1", "tool_12", "{}")], (1, 1)))
+        else {
+            panic!("a follow-up");
+        };
+        assert_eq!(
+            last_result(&sent)["error"],
+            "There is no tool named `tool_12`. Call one of the tools in your tool list instead."
+        );
+        assert_eq!((s.refused(), s.unknown().len()), (1, 0));
+    }
+
+    /// What the client gets for a turn of `calls`, which `s` must deliver: the calls it drops,
+    /// and the words in their place.
+    fn delivered(s: &mut Session, calls: Vec<Call>) -> (Vec<String>, Option<String>) {
+        let Next::Deliver(edits) = s.on_reply(&reply(calls, (1, 1))) else {
+            panic!("delivered");
+        };
+        (edits.drop, edits.text)
+    }
+
+    #[test]
+    fn filter_mode_drops_a_made_up_call_beside_a_real_one_or_past_its_rounds() {
+        let (mut s, _, _) = answering("");
+        let mixed = vec![
+            call("c1", "get_weather", "{}"),
+            call("c2", "no_such_tool", "{}"),
+        ];
+        let dropped = (
+            vec!["c2".to_owned()],
+            Some("Tool `no_such_tool` does not exist.".to_owned()),
+        );
+        assert_eq!(delivered(&mut s, mixed), dropped);
+        // One round: the second made-up call is dropped, and the turn says so.
+        let (mut s, _, _) = answering(r#","max_rounds":1"#);
+        let made_up = |id: &str| vec![call(id, "no_such_tool", "{}")];
+        assert!(matches!(
+            s.on_reply(&reply(made_up("c1"), (1, 1))),
+            Next::FollowUp(_)
+        ));
+        assert_eq!(delivered(&mut s, made_up("c2")), dropped);
+        assert_eq!(s.unknown(), ["no_such_tool", "no_such_tool"]);
+        assert_eq!(s.rounds(), 1);
+    }
+
     #[test]
     fn a_guard_refuses_without_searching() {
         let config = Config::from_json(
@@ -1599,27 +1811,20 @@ mod tests {
             .unwrap();
         let mut s = Session::guard(Dialect::Anthropic, grant);
         assert!(!s.searches() && s.holds_call("anything"));
-        let turn = reply(
-            vec![
-                call("a", "get_weather", "{}"),
-                call("b", "delete_all", "{}"),
-            ],
-            (1, 1),
-        );
-        let Next::Deliver(edits) = s.on_reply(&turn) else {
-            panic!("delivered");
-        };
-        assert_eq!(edits.drop, ["b"]);
+        let turn = vec![
+            call("a", "get_weather", "{}"),
+            call("b", "delete_all", "{}"),
+        ];
         assert_eq!(
-            edits.text.as_deref(),
-            Some("Tool `delete_all` is not available.")
+            delivered(&mut s, turn),
+            (
+                vec!["b".to_owned()],
+                Some("Tool `delete_all` is not available.".to_owned())
+            )
         );
         // Nothing is a meta-tool to a guard, whatever its name.
-        let find = reply(vec![call("f", "find_tools", "{}")], (1, 1));
-        let Next::Deliver(edits) = s.on_reply(&find) else {
-            panic!("delivered");
-        };
-        assert_eq!(edits.drop, ["f"]);
+        let find = vec![call("f", "find_tools", "{}")];
+        assert_eq!(delivered(&mut s, find).0, ["f"]);
         assert_eq!(s.refused(), 2);
     }
 

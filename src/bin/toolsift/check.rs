@@ -4,12 +4,14 @@
 //! finding with its line:
 //!
 //! - a plugin configuration the filter would refuse (Envoy would not start);
-//! - `search.hold_headers` without `allow_on_headers_stop_iteration: true`;
+//! - `search.hold_headers` without `allow_on_headers_stop_iteration: true` (in search mode, or
+//!   with `unknown_tools.answer`);
 //! - a listener (or virtual host or route) buffer limit below `max_body_bytes`;
 //! - a cluster the configuration calls (hybrid ranking's `embeddings.cluster`, `gating.mcp.cluster`,
 //!   `suggestions.mcp.cluster`) that is not defined;
-//! - a stream idle timeout shorter than the search follow-ups may need
-//!   (`search.timeout_ms` × `search.max_search_rounds`): no byte moves on the client's stream
+//! - a stream idle timeout shorter than the search follow-ups (or filter mode's follow-ups for
+//!   made-up calls, `unknown_tools.answer`) may need (`search.timeout_ms` ×
+//!   `search.max_search_rounds`, or × `unknown_tools.max_rounds`): no byte moves on the client's stream
 //!   while they run, and Envoy ends an idle stream (its route `timeout` bounds only the first
 //!   answer: measured, a follow-up outlives it);
 //! - a decompressor placed after toolsift in the same filter chain.
@@ -226,7 +228,9 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
     };
     match Config::from_json(json.as_bytes()) {
         Ok(config) => {
-            if config.mode == Mode::Search
+            // Headers are held for search mode's follow-ups, and for filter mode's answers to
+            // made-up calls (`unknown_tools.answer`).
+            if config.follow_up_rounds().is_some()
                 && config.search.hold_headers
                 && !wasm
                     .get("allow_on_headers_stop_iteration")
@@ -505,11 +509,19 @@ fn check_hcm<'a>(
             }
         }
 
-        // Search mode: while the gateway waits for its follow-ups, no byte moves on the client's
+        // Search mode (and `unknown_tools.answer`): while the gateway waits for its follow-ups, no byte moves on the client's
         // stream, and Envoy ends a stream idle for longer than the stream idle timeout (504
         // "stream timeout"; measured). The route's own `timeout` bounds only the first answer.
-        if config.mode == Mode::Search {
-            let rounds = u64::try_from(config.search.max_search_rounds).unwrap_or(u64::MAX);
+        if let Some(rounds) = config.follow_up_rounds() {
+            let rounds = u64::try_from(rounds).unwrap_or(u64::MAX);
+            let (what, follow_ups, field) = match config.mode {
+                Mode::Search => ("search mode", "search follow-ups", "max_search_rounds"),
+                Mode::Filter => (
+                    "unknown_tools.answer",
+                    "follow-ups for made-up calls",
+                    "unknown_tools.max_rounds",
+                ),
+            };
             let per_round = u64::try_from(config.search.timeout_ms).unwrap_or(u64::MAX);
             let needed = per_round.saturating_mul(rounds);
             let hcm_idle = hcm.get("stream_idle_timeout");
@@ -540,9 +552,9 @@ fn check_hcm<'a>(
                     line,
                     severity: Severity::Warning,
                     message: format!(
-                        "search mode: the stream idle timeout {}s{default} is shorter than the \
-                         search follow-ups may need (search.timeout_ms {per_round} × \
-                         max_search_rounds {rounds} = {}s): no byte reaches the client while \
+                        "{what}: the stream idle timeout {}s{default} is shorter than the \
+                         {follow_ups} may need (search.timeout_ms {per_round} × \
+                         {field} {rounds} = {}s): no byte reaches the client while \
                          they run, and Envoy ends the stream with 504 `stream timeout`",
                         ms as f64 / 1000.0,
                         needed as f64 / 1000.0
