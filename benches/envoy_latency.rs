@@ -92,7 +92,14 @@ fn main() {
             Some(i) => args[i + 1].split(',').map(|s| s.parse().unwrap()).collect(),
             None => rotating::COUNTS.to_vec(),
         };
-        rotating::run(&pool, &counts);
+        let config = match args.iter().position(|a| a == "--cache-mb") {
+            Some(i) => {
+                let mb: usize = args[i + 1].parse().unwrap();
+                format!(r#"{{"catalog_cache_bytes":{}}}"#, mb << 20)
+            }
+            None => "{}".to_owned(),
+        };
+        rotating::run(&pool, &counts, &config);
         return;
     }
     if args.iter().any(|a| a == "--memory") {
@@ -1669,7 +1676,8 @@ mod loop_guard {
 /// [`rotating::TOOLS`] tools each, every one a different choice from one pool of
 /// [`rotating::POOL`] dataset tools (as per-user or per-tenant tool sets are: the same tools in
 /// many combinations), each request with its own question. The shipped configuration
-/// (`catalog_cache_size` 1,024, `catalog_cache_bytes` 64 MiB per worker). Per count, a fresh
+/// (`catalog_cache_size` 1,024, `catalog_cache_bytes` 64 MiB per worker), or with
+/// `--cache-mb N` another bytes bound. Per count, a fresh
 /// Envoy with the filter's listener and a plain copy; every catalog sent once to each worker
 /// first; then the latency rounds and throughput pairs of the main table, the catalog-cache
 /// hit ratio of the measured requests, and Envoy's memory before and after.
@@ -1709,22 +1717,22 @@ mod rotating {
         chat_body(&tools.join(",\n"), &question)
     }
 
-    pub fn run(pool: &[String], counts: &[usize]) {
+    pub fn run(pool: &[String], counts: &[usize], config: &str) {
         let pool: Arc<Vec<String>> = Arc::new(pool[..POOL].to_vec());
-        println!("load before: {}", load());
+        println!("configuration: {config}; load before: {}", load());
         println!(
             "| catalogs | cache hits | median filter / plain (ms) | added median (ms) | p99 filter / plain (ms) | added p99 (ms) | req/s ratio, 2 / 8 connections | filter time P50 / P99 (µs) | P50 read / analyse (hit) / assemble (miss) / write (µs) | Envoy RSS before → after (MiB) |"
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for &count in counts {
-            println!("{}", measure(&pool, count));
+            println!("{}", measure(&pool, count, config));
         }
         println!("load after: {}", load());
     }
 
-    fn measure(pool: &Arc<Vec<String>>, count: usize) -> String {
+    fn measure(pool: &Arc<Vec<String>>, count: usize, config: &str) -> String {
         let plain_port = Gateway::free_port();
-        let gw = Gateway::start_with("{}", &["--concurrency", "2"], |y| {
+        let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| {
             two_listeners(y, plain_port)
         });
         let rss_before = rss_mb(gw.pid());

@@ -10,8 +10,8 @@
 use crate::dialects::{Dialect, Entry, Item, Problem, Reader, ToolText};
 use bm25::TokenEmbedder;
 use std::cell::{Cell, OnceCell};
+use std::collections::HashSet;
 use std::mem::size_of;
-use std::rc::Rc;
 
 /// How many times each field's text counts. Repeating a field raises its term frequency the way
 /// BM25F field weights do: a word in the name says more than the same word in the description,
@@ -100,9 +100,6 @@ pub struct ToolParts {
     pub entry: Entry,
     /// Sorted by term id.
     terms: Box<[TermCount]>,
-    /// Which of [`Signature`]'s bits the terms set: most query terms a tool lacks are told
-    /// by one bit, without a search of its terms.
-    signature: Signature,
     /// Terms in the name, the description and the parameters.
     lengths: [u32; 3],
     lexical: LexicalTool,
@@ -175,7 +172,6 @@ impl ToolParts {
             reader,
             text: text.into(),
             entry,
-            signature: Signature::of(terms.iter().map(|t| t.id)),
             terms: terms.into(),
             lengths,
             lexical,
@@ -229,55 +225,21 @@ impl ToolParts {
 /// shows (without it, 64 MiB of estimated parts took a fifth more).
 pub(crate) const ALLOCATION: usize = 16;
 
-/// A 256-bit set of a tool's term ids, by their low bits: a term whose bit is clear is not in
-/// the tool. A tool has 30 to 60 distinct terms, so about four query terms in five it lacks
-/// are told by one bit, and ranking searches a tool's terms for the rest only.
-#[derive(Clone, Copy, Debug, Default)]
-struct Signature([u64; 4]);
-
-impl Signature {
-    fn of(terms: impl Iterator<Item = u32>) -> Signature {
-        let mut bits = [0u64; 4];
-        for term in terms {
-            let (word, mask) = Signature::bit(term);
-            if let Some(w) = bits.get_mut(word) {
-                *w |= mask;
-            }
-        }
-        Signature(bits)
-    }
-
-    /// The word and mask of a term's bit.
-    fn bit(term: u32) -> (usize, u64) {
-        ((term as usize >> 6) & 3, 1 << (term & 63))
-    }
-
-    /// Whether the bit ([`Signature::bit`]) of a term is set: whether the tool may hold it.
-    fn has(&self, (word, mask): (usize, u64)) -> bool {
-        self.0.get(word).is_some_and(|w| w & mask != 0)
-    }
-}
-
-/// BM25 over the function tools of one catalog, read from their shared parts.
+/// A BM25 index over the function tools of one catalog.
 ///
 /// Scoring uses the `bm25` crate's formula, Σ over distinct query terms of IDF × weight with
-/// IDF = ln(1 + (N − n + 0.5) / (n + 0.5)) and the crate's term weights
-/// (`scores_match_the_crates_scorer` checks the two agree). Nothing is kept per catalog but
-/// each tool's length normalisation: a query's terms are looked up in each tool's sorted
-/// terms, which at 200 tools costs a few microseconds and spares each cached catalog the
-/// postings lists it used to hold (most of its memory: about 90 KB at 200 tools), so a worker
-/// can keep hundreds of catalogs; and a new catalog of known tools needs no index built.
+/// IDF = ln(1 + (N − n + 0.5) / (n + 0.5)) and the crate's term weights, but over postings lists
+/// with the IDF computed once: the crate's `Scorer` recomputes IDF per document and searches
+/// each document's terms linearly, which costs milliseconds per query on catalogs of thousands.
+/// `scores_match_the_crates_scorer` checks the two agree.
 pub struct Index {
-    /// Each document's parts, in catalog order.
-    tools: Box<[Rc<ToolParts>]>,
-    /// Each document's term signature, side by side: ranking reads them all, and the parts
-    /// only of the documents that may hold a query term.
-    signatures: Box<[Signature]>,
-    /// Each document's length normalisation ([`length_norm`]).
-    norms: Box<[f32]>,
+    /// Distinct terms, sorted; the postings of `terms[i]` are `postings[starts[i]..starts[i + 1]]`.
+    terms: Vec<u32>,
+    starts: Vec<u32>,
+    /// (document, BM25 term weight), by term, documents in catalog order.
+    postings: Vec<(u32, f32)>,
     /// Entry index (in the catalog) of each document, in catalog order.
     documents: Vec<usize>,
-    weights: FieldWeights,
 }
 
 /// One function tool's place in a ranking.
@@ -291,18 +253,19 @@ pub struct Scored {
 impl Index {
     /// An index of `entries` (their parts read afresh).
     pub fn build(entries: &[Entry], weights: FieldWeights) -> Index {
-        let docs: Vec<(usize, Rc<ToolParts>)> = entries
+        let parts: Vec<(usize, ToolParts)> = entries
             .iter()
             .enumerate()
             .filter(|(_, e)| matches!(e, Entry::Function(_)))
-            .map(|(i, e)| (i, Rc::new(ToolParts::of_entry(e.clone()))))
+            .map(|(i, e)| (i, ToolParts::of_entry(e.clone())))
             .collect();
+        let docs: Vec<(usize, &ToolParts)> = parts.iter().map(|(i, p)| (*i, p)).collect();
         Index::assemble(&docs, weights)
     }
 
-    /// The index of the documents `docs` (catalog entry, parts): their lengths summed from the
-    /// parts, nothing tokenised.
-    pub(crate) fn assemble(docs: &[(usize, Rc<ToolParts>)], weights: FieldWeights) -> Index {
+    /// The index of the documents `docs` (catalog entry, parts): lengths and document
+    /// frequencies summed from the parts, nothing tokenised.
+    pub(crate) fn assemble(docs: &[(usize, &ToolParts)], weights: FieldWeights) -> Index {
         let lengths: Vec<usize> = docs.iter().map(|(_, p)| weights.apply(p.lengths)).collect();
         let total: usize = lengths.iter().sum();
         let avgdl = if docs.is_empty() {
@@ -311,54 +274,62 @@ impl Index {
             total as f32 / docs.len() as f32
         };
         let avgdl = avgdl.max(1.0);
+        let mut triples: Vec<(u32, u32, f32)> =
+            Vec::with_capacity(docs.iter().map(|(_, p)| p.terms.len()).sum());
+        for ((doc, (_, parts)), &length) in (0u32..).zip(docs).zip(&lengths) {
+            let norm = length_norm(length, avgdl);
+            for term in &parts.terms {
+                let frequency = weights.apply(term.fields);
+                // A term only in a field of weight 0 is not in the document at all.
+                if frequency > 0 {
+                    triples.push((term.id, doc, term_weight(frequency, norm)));
+                }
+            }
+        }
+        // By term, documents in catalog order (they were pushed in that order).
+        sort_by_term(&mut triples);
+        let mut terms = Vec::new();
+        let mut starts = Vec::new();
+        let mut postings = Vec::with_capacity(triples.len());
+        for (term, doc, weight) in triples {
+            if terms.last() != Some(&term) {
+                terms.push(term);
+                starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
+            }
+            postings.push((doc, weight));
+        }
+        starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
         Index {
-            tools: docs.iter().map(|(_, p)| Rc::clone(p)).collect(),
-            signatures: docs.iter().map(|(_, p)| p.signature).collect(),
-            norms: lengths.iter().map(|&l| length_norm(l, avgdl)).collect(),
+            terms,
+            starts,
+            postings,
             documents: docs.iter().map(|(entry, _)| *entry).collect(),
-            weights,
         }
     }
 
-    /// How often `term` counts in `tool` under the field weights; 0 when it is not there (or
-    /// only in fields of weight 0, which are not in the document at all).
-    fn frequency(&self, tool: &ToolParts, term: u32) -> usize {
-        tool.terms
-            .binary_search_by_key(&term, |t| t.id)
-            .ok()
-            .and_then(|i| tool.terms.get(i))
-            .map_or(0, |t| self.weights.apply(t.fields))
-    }
-
-    /// The IDF of a document frequency.
-    fn idf_of(&self, df: usize) -> f32 {
-        let (n, df) = (self.tools.len() as f32, df as f32);
-        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+    /// A term's IDF and postings, if any document has it. The IDF is computed here, from the
+    /// postings' count, rather than kept per term: the same `f32`, for a query's few terms,
+    /// and a catalog of hundreds of tools keeps thousands of terms.
+    fn postings_of(&self, term: u32) -> Option<(f32, &[(u32, f32)])> {
+        let i = self.terms.binary_search(&term).ok()?;
+        let (start, end) = (*self.starts.get(i)?, *self.starts.get(i + 1)?);
+        let (n, df) = (self.documents.len() as f32, (end - start) as f32);
+        Some((
+            (1.0 + (n - df + 0.5) / (df + 0.5)).ln(),
+            self.postings.get(start as usize..end as usize)?,
+        ))
     }
 
     /// The IDF of a term, if any document has it.
     pub fn idf(&self, term: u32) -> Option<f32> {
-        let df = self.documents_with(term).count();
-        (df > 0).then(|| self.idf_of(df))
+        self.postings_of(term).map(|(idf, _)| idf)
     }
 
     /// The documents (positions in [`Index::documents`]) that contain a term.
     pub fn documents_with(&self, term: u32) -> impl Iterator<Item = usize> + '_ {
-        let bit = Signature::bit(term);
-        (0..self.tools.len()).filter(move |&doc| {
-            self.signatures.get(doc).is_some_and(|s| s.has(bit))
-                && self
-                    .tools
-                    .get(doc)
-                    .is_some_and(|tool| self.frequency(tool, term) > 0)
-        })
-    }
-
-    /// The BM25 weight of `term` in document `doc`, if it has the term.
-    #[cfg(test)]
-    fn weight(&self, doc: usize, term: u32) -> Option<f32> {
-        let frequency = self.frequency(self.tools.get(doc)?, term);
-        (frequency > 0).then(|| term_weight(frequency, *self.norms.get(doc).unwrap_or(&1.0)))
+        self.postings_of(term)
+            .into_iter()
+            .flat_map(|(_, docs)| docs.iter().map(|&(doc, _)| doc as usize))
     }
 
     /// The catalog entry of each document, in catalog order.
@@ -368,46 +339,26 @@ impl Index {
 
     /// Every function tool, best first; equal scores keep catalog order.
     pub fn rank(&self, query: &str) -> Vec<Scored> {
+        let mut scores = vec![0f32; self.documents.len()];
         // Each distinct query term counts once. The crate's scorer counts repeats, but a word a
         // user repeats ("weather … weather") is no more a sign of the tool than said once, and
         // counting it twice lets one word outvote the rest of the request: deduplicating lifted
         // seal_tools Recall@5 by five points (`docs/tuning-notes.md`).
-        let mut terms: Vec<u32> = Vec::new();
+        let mut seen = HashSet::new();
         crate::text::for_each_term(query, |term| {
             let id = term_id(term);
-            if !terms.contains(&id) {
-                terms.push(id);
+            if !seen.insert(id) {
+                return;
+            }
+            let Some((idf, docs_with_term)) = self.postings_of(id) else {
+                return;
+            };
+            for &(doc, weight) in docs_with_term {
+                if let Some(s) = scores.get_mut(doc as usize) {
+                    *s += idf * weight;
+                }
             }
         });
-        // Every (document, query term, frequency) found, documents in catalog order and each
-        // document's terms in query order: the order the scores are summed in, as the crate
-        // and the postings this replaced summed them (the same `f32` to the bit).
-        let mut found: Vec<(u32, u32, u32)> = Vec::new();
-        let mut df = vec![0usize; terms.len()];
-        let bits: Vec<(usize, u64)> = terms.iter().map(|&t| Signature::bit(t)).collect();
-        for ((doc, tool), signature) in (0u32..).zip(self.tools.iter()).zip(&self.signatures) {
-            for (((q, &term), &bit), count) in (0u32..).zip(&terms).zip(&bits).zip(df.iter_mut()) {
-                if !signature.has(bit) {
-                    continue;
-                }
-                let frequency = self.frequency(tool, term);
-                if frequency > 0 {
-                    *count += 1;
-                    found.push((doc, q, u32::try_from(frequency).unwrap_or(u32::MAX)));
-                }
-            }
-        }
-        let idf: Vec<f32> = df.iter().map(|&n| self.idf_of(n)).collect();
-        let mut scores = vec![0f32; self.documents.len()];
-        for (doc, q, frequency) in found {
-            let (doc, q) = (doc as usize, q as usize);
-            let (Some(score), Some(&norm), Some(&idf)) =
-                (scores.get_mut(doc), self.norms.get(doc), idf.get(q))
-            else {
-                continue;
-            };
-            *score += idf * term_weight(frequency as usize, norm);
-        }
         // Scores are sums of positive weights: a tool no query term matched scores 0 and
         // ranks after every matched one, in catalog order. Only the matched ones (a few dozen
         // of hundreds, usually) are sorted; sorting them all was a third of ranking's time.
@@ -424,9 +375,49 @@ impl Index {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.tools.len() * (size_of::<Rc<ToolParts>>() + size_of::<Signature>())
-            + self.norms.len() * size_of::<f32>()
+        self.terms.capacity() * size_of::<u32>()
+            + self.starts.capacity() * size_of::<u32>()
+            + self.postings.capacity() * size_of::<(u32, f32)>()
             + self.documents.capacity() * size_of::<usize>()
+    }
+}
+
+/// Sorts postings by term, stably (documents stay in the order they were pushed): a radix
+/// sort on the term's 11-bit digits, three passes over the postings with 2,048 counters
+/// each, where a comparison sort of a 1,000-tool catalog's 40,000 postings was a third of
+/// assembling it (and 16-bit digits spent more on their 65,536 counters than on a 200-tool
+/// catalog's 6,000 postings).
+fn sort_by_term(triples: &mut Vec<(u32, u32, f32)>) {
+    const BITS: u32 = 11;
+    if triples.len() < 256 {
+        triples.sort_by_key(|&(term, _, _)| term);
+        return;
+    }
+    let mut scratch = vec![(0u32, 0u32, 0f32); triples.len()];
+    let mut starts = vec![0usize; 1 << BITS];
+    for shift in [0, BITS, 2 * BITS] {
+        let digit = |t: &(u32, u32, f32)| ((t.0 >> shift) & ((1 << BITS) - 1)) as usize;
+        starts.fill(0);
+        for t in triples.iter() {
+            if let Some(count) = starts.get_mut(digit(t)) {
+                *count += 1;
+            }
+        }
+        let mut at = 0;
+        for slot in starts.iter_mut() {
+            let count = *slot;
+            *slot = at;
+            at += count;
+        }
+        for t in triples.iter() {
+            if let Some(next) = starts.get_mut(digit(t)) {
+                if let Some(place) = scratch.get_mut(*next) {
+                    *place = *t;
+                }
+                *next += 1;
+            }
+        }
+        std::mem::swap(triples, &mut scratch);
     }
 }
 
@@ -465,7 +456,6 @@ impl LexicalTool {
 mod tests {
     use super::*;
     use bm25::{EmbedderBuilder, Tokenizer};
-    use std::collections::HashSet;
 
     fn function(name: &str, description: &str, params: &[&str]) -> Entry {
         Entry::Function(
@@ -584,7 +574,8 @@ mod tests {
             let embedding = embedder.embed(text);
             // Every posting weight is the crate's own, to the bit.
             for t in &embedding.0 {
-                let ours = index.weight(doc as usize, t.index).unwrap();
+                let (_, postings) = index.postings_of(t.index).unwrap();
+                let &(_, ours) = postings.iter().find(|(d, _)| *d == doc).unwrap();
                 assert_eq!(ours.to_bits(), t.value.to_bits(), "doc {doc}");
             }
             scorer.upsert(&doc, embedding);
@@ -606,6 +597,19 @@ mod tests {
                     "{query}: {s:?} vs {theirs}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn postings_sort_by_term_keeping_document_order() {
+        for n in [10usize, 5000] {
+            let mut triples: Vec<(u32, u32, f32)> = (0..n as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) % 977 * 65_599, i, i as f32))
+                .collect();
+            let mut expected = triples.clone();
+            expected.sort_by_key(|&(term, doc, _)| (term, doc));
+            sort_by_term(&mut triples);
+            assert_eq!(triples, expected, "{n}");
         }
     }
 

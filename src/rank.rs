@@ -63,8 +63,9 @@ pub struct Catalog {
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
-    /// Bytes of tool vectors set through this catalog, added to the cache's count.
-    vector_bytes: Rc<Cell<usize>>,
+    /// Bytes of tool vectors set and questions remembered through this catalog, added to
+    /// the cache's count.
+    tallies: Tallies,
     /// What this catalog holds of its own (its parts excepted), estimated.
     heap_bytes: usize,
 }
@@ -82,7 +83,7 @@ impl Catalog {
             container,
             None,
             weights,
-            &Rc::default(),
+            &Tallies::default(),
             &mut |item: &Item| ToolParts::read(dialect, item).map(Rc::new),
         )
     }
@@ -94,7 +95,7 @@ impl Catalog {
         container: &str,
         scanned: Option<Vec<Range<usize>>>,
         weights: FieldWeights,
-        vector_bytes: &Rc<Cell<usize>>,
+        tallies: &Tallies,
         parts_of: &mut dyn FnMut(&Item) -> Result<Rc<ToolParts>, Problem>,
     ) -> Result<Catalog, Problem> {
         let (items, layout) = dialect.split_scanned(container, scanned)?;
@@ -108,7 +109,7 @@ impl Catalog {
             sizes,
             layout,
             weights,
-            vector_bytes,
+            tallies,
         ))
     }
 
@@ -120,18 +121,18 @@ impl Catalog {
         sizes: Vec<usize>,
         layout: Layout,
         weights: FieldWeights,
-        vector_bytes: &Rc<Cell<usize>>,
+        tallies: &Tallies,
     ) -> Catalog {
         let draft = CatalogDraft {
             entries: parts.iter().map(|p| p.entry.clone()).collect(),
             sizes,
             layout,
         };
-        let functions: Vec<(usize, Rc<ToolParts>)> = parts
+        let functions: Vec<(usize, &ToolParts)> = parts
             .iter()
             .enumerate()
             .filter(|(_, p)| matches!(p.entry, Entry::Function(_)))
-            .map(|(i, p)| (i, Rc::clone(p)))
+            .map(|(i, p)| (i, &**p))
             .collect();
         let index = Index::assemble(&functions, weights);
         let lexicon = Lexicon::new(
@@ -160,7 +161,7 @@ impl Catalog {
             builtin_names: OnceCell::new(),
             native_search: OnceCell::new(),
             fetching: Cell::new(false),
-            vector_bytes: Rc::clone(vector_bytes),
+            tallies: tallies.clone(),
             heap_bytes: 0,
         };
         catalog.heap_bytes = catalog.estimate_heap_bytes();
@@ -190,6 +191,8 @@ impl Catalog {
         }
         let ranking: Rc<[Scored]> = self.index.rank(query).into();
         if let Ok(mut last) = self.last.try_borrow_mut() {
+            let old = last.as_ref().map_or(0, |(q, r)| ranking_bytes(q, r));
+            self.tallies.remembered(old, ranking_bytes(query, &ranking));
             *last = Some((query.to_owned(), Rc::clone(&ranking)));
         }
         ranking
@@ -292,6 +295,8 @@ impl Catalog {
 
     pub fn remember_fusion(&self, query: &str, fused: Rc<Fused>) {
         if let Ok(mut last) = self.last_fused.try_borrow_mut() {
+            let old = last.as_ref().map_or(0, |(q, f)| fusion_bytes(q, f));
+            self.tallies.remembered(old, fusion_bytes(query, &fused));
             *last = Some((query.to_owned(), fused));
         }
     }
@@ -314,7 +319,8 @@ impl Catalog {
         };
         if parts.vector.set(vector.into()).is_ok() {
             let bytes = parts.vector_bytes();
-            self.vector_bytes.set(self.vector_bytes.get() + bytes);
+            let vectors = &self.tallies.vectors;
+            vectors.set(vectors.get() + bytes);
         }
     }
 
@@ -334,8 +340,8 @@ impl Catalog {
         }
     }
 
-    /// What this catalog holds of its own, its parts excepted: the index, the layout, the
-    /// frame, and room for its remembered rankings.
+    /// What this catalog holds of its own, its parts excepted: the index, the layout and the
+    /// frame (its remembered rankings are counted as they are made, [`Tallies`]).
     fn estimate_heap_bytes(&self) -> usize {
         let n = self.draft.entries.len();
         let layout = match &self.draft.layout {
@@ -353,10 +359,8 @@ impl Catalog {
         let per_entry = size_of::<Entry>()
             + 2 * size_of::<usize>()
             + size_of::<Rc<ToolParts>>()
-            // The remembered keyword and hybrid rankings, and the last grant's mask.
-            + 3 * size_of::<Scored>()
-            + size_of::<bool>()
-            + size_of::<crate::fusion::Votes>();
+            // The last grant's mask (remembered rankings are counted as they are made).
+            + size_of::<bool>();
         // About twenty allocations of its own (the index's lists, the layout, the frame, the
         // remembered rankings).
         20 * ALLOCATION
@@ -366,21 +370,69 @@ impl Catalog {
             + layout
             + self.frame.heap_bytes()
             + n * per_entry
-            + 2 * crate::dialects::MAX_QUERY_BYTES
     }
+}
+
+impl Drop for Catalog {
+    /// Its remembered questions leave the cache's count with it.
+    fn drop(&mut self) {
+        let last = self.last.get_mut().as_ref();
+        let fused = self.last_fused.get_mut().as_ref();
+        let bytes = last.map_or(0, |(q, r)| ranking_bytes(q, r))
+            + fused.map_or(0, |(q, f)| fusion_bytes(q, f));
+        self.tallies.remembered(bytes, 0);
+    }
+}
+
+/// Bytes a catalog comes to hold after it is cached, counted by the catalog where it sets
+/// them and read by the cache: shared by the cache and its catalogs.
+#[derive(Clone, Default)]
+struct Tallies {
+    /// The tools' vectors (hybrid ranking).
+    vectors: Rc<Cell<usize>>,
+    /// The questions catalogs remember with their last rankings, and the rankings. Counted as
+    /// they are, not reserved for every catalog at their largest (8 KiB a question, and the
+    /// hybrid ranking's votes), which was a third of a 200-tool catalog's estimate.
+    remembered: Rc<Cell<usize>>,
+}
+
+impl Tallies {
+    /// A remembered question and ranking of `old` bytes replaced by one of `new`.
+    fn remembered(&self, old: usize, new: usize) {
+        let remembered = &self.remembered;
+        remembered.set(remembered.get().saturating_sub(old) + new);
+    }
+}
+
+/// What a remembered keyword ranking holds.
+fn ranking_bytes(query: &str, ranking: &[Scored]) -> usize {
+    2 * ALLOCATION + query.len() + size_of_val(ranking)
+}
+
+/// What a remembered hybrid ranking holds.
+fn fusion_bytes(query: &str, fused: &Fused) -> usize {
+    3 * ALLOCATION
+        + query.len()
+        + fused.order.capacity() * size_of::<Scored>()
+        + fused.votes.capacity() * size_of::<crate::fusion::Votes>()
 }
 
 /// Whether two byte ranges hold the same bytes. The `.wasm` compares 64 bytes a step as four
 /// 128-bit vectors whose differences are OR-ed and tested once: the C library's `memcmp` that
 /// a wasm32 build links compares one byte at a time (a 600 KB tools array took 0.6 ms in
 /// Envoy's V8), and sixteen bytes a step as a `u128` took 6.4 µs for a 111 KB tools array in
-/// node's V8 (optimising tier) against 3.0 µs for this. Natively, `memcmp`.
+/// node's V8 (optimising tier) against 3.0 µs for this. What is left after the 64-byte steps
+/// is compared 16 bytes a step and then as the last 16 bytes (overlapping what was compared
+/// already), so only pieces shorter than 16 bytes go byte by byte: a catalog is compared
+/// tool by tool ([`Frame`]), and a tool's last bytes byte by byte took a tenth of the time of
+/// a whole 200-tool comparison in node's V8. Natively, `memcmp`.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn same_bytes(mut a: &[u8], mut b: &[u8]) -> bool {
     use core::arch::wasm32::{v128, v128_any_true, v128_or, v128_xor};
     if a.len() != b.len() {
         return false;
     }
+    let (whole_a, whole_b) = (a, b);
     while let (Some((x, rest_a)), Some((y, rest_b))) =
         (a.split_first_chunk::<64>(), b.split_first_chunk::<64>())
     {
@@ -394,7 +446,27 @@ fn same_bytes(mut a: &[u8], mut b: &[u8]) -> bool {
         }
         (a, b) = (rest_a, rest_b);
     }
-    a == b
+    let differ = |x: &[u8; 16], y: &[u8; 16]| {
+        v128_any_true(v128_xor(
+            bytemuck::cast::<[u8; 16], v128>(*x),
+            bytemuck::cast::<[u8; 16], v128>(*y),
+        ))
+    };
+    while let (Some((x, rest_a)), Some((y, rest_b))) =
+        (a.split_first_chunk::<16>(), b.split_first_chunk::<16>())
+    {
+        if differ(x, y) {
+            return false;
+        }
+        (a, b) = (rest_a, rest_b);
+    }
+    if a.is_empty() {
+        return true;
+    }
+    match (whole_a.last_chunk::<16>(), whole_b.last_chunk::<16>()) {
+        (Some(x), Some(y)) => !differ(x, y),
+        _ => a == b,
+    }
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
@@ -573,6 +645,15 @@ impl CacheUsage {
     }
 }
 
+/// A cached catalog with what its lookup checks first, side by side in its bucket: the
+/// lookup reads them for every catalog whose head hashes alike, and the catalog itself only
+/// for the one whose length and tail the body has.
+struct Cached {
+    len: usize,
+    tail: u64,
+    catalog: Rc<Catalog>,
+}
+
 /// Each worker's catalogs and tool parts, least recently used evicted, bounded in count of
 /// catalogs and in bytes (catalogs, held catalogs, parts and vectors together). Per worker:
 /// proxy-wasm VMs are single-threaded, so no locking.
@@ -581,8 +662,8 @@ pub struct CatalogCache {
     max_bytes: usize,
     /// Catalogs of containers of at least [`HEAD`] bytes, by the hash of their head
     /// ([`Key`]); `short`, the others.
-    catalogs: HashMap<u64, Vec<Rc<Catalog>>, BuildHasherDefault<Prehashed>>,
-    short: Vec<Rc<Catalog>>,
+    catalogs: HashMap<u64, Vec<Cached>, BuildHasherDefault<Prehashed>>,
+    short: Vec<Cached>,
     /// Catalogs cached, and their bytes.
     count: usize,
     catalogs_bytes: usize,
@@ -593,8 +674,9 @@ pub struct CatalogCache {
     /// Parts by the xxh3 hash of their dialect and bytes; a hit is confirmed byte for byte.
     parts: HashMap<u64, Rc<ToolParts>, BuildHasherDefault<Prehashed>>,
     parts_bytes: usize,
-    /// Bytes of the vectors the parts hold, kept up to date by the catalogs that set them.
-    vector_bytes: Rc<Cell<usize>>,
+    /// Bytes of the vectors the parts hold and of the questions the catalogs remember, kept
+    /// up to date by the catalogs that set them.
+    tallies: Tallies,
     clock: u64,
 }
 
@@ -611,7 +693,7 @@ impl CatalogCache {
             held: Vec::new(),
             parts: HashMap::default(),
             parts_bytes: 0,
-            vector_bytes: Rc::default(),
+            tallies: Tallies::default(),
             clock: 0,
         }
     }
@@ -627,17 +709,17 @@ impl CatalogCache {
     /// them. Only catalogs whose head hashes alike are looked at, and of those only the ones
     /// whose length and last bytes the body has at that length are compared in full.
     fn find(&mut self, reader: Reader, bytes: &[u8], exact: bool) -> Option<Rc<Catalog>> {
-        let fits = |catalog: &&Rc<Catalog>| {
-            let len = catalog.key.len;
+        let fits = |cached: &&Cached| {
+            let len = cached.len;
             (!exact || len == bytes.len())
                 && bytes.get(..len).is_some_and(|candidate| {
-                    tail(candidate) == catalog.key.tail && catalog.is(reader, candidate)
+                    tail(candidate) == cached.tail && cached.catalog.is(reader, candidate)
                 })
         };
         let long = head_hash(reader, bytes)
             .and_then(|head| self.catalogs.get(&head))
             .and_then(|bucket| bucket.iter().find(fits));
-        let found = Rc::clone(long.or_else(|| self.short.iter().find(fits))?);
+        let found = Rc::clone(&long.or_else(|| self.short.iter().find(fits))?.catalog);
         self.clock += 1;
         found.last_used.set(self.clock);
         Some(found)
@@ -692,7 +774,7 @@ impl CatalogCache {
         weights: FieldWeights,
     ) -> Result<Rc<Catalog>, Problem> {
         self.clock += 1;
-        let vector_bytes = Rc::clone(&self.vector_bytes);
+        let tallies = self.tallies.clone();
         // Parts read for this catalog that could not be cached (a hash shared with other
         // bytes): the catalog carries their size.
         let mut uncached = 0;
@@ -708,7 +790,7 @@ impl CatalogCache {
             container,
             scanned,
             weights,
-            &vector_bytes,
+            &tallies,
             &mut parts_of,
         );
         match built {
@@ -761,7 +843,7 @@ impl CatalogCache {
             sizes,
             layout,
             weights,
-            &Rc::clone(&self.vector_bytes),
+            &self.tallies.clone(),
         );
         (self.keep(catalog, uncached), false)
     }
@@ -801,13 +883,14 @@ impl CatalogCache {
         let catalog = Rc::new(catalog);
         self.catalogs_bytes += catalog.heap_bytes;
         self.count += 1;
+        let cached = Cached {
+            len: catalog.key.len,
+            tail: catalog.key.tail,
+            catalog: Rc::clone(&catalog),
+        };
         match catalog.key.head {
-            Some(head) => self
-                .catalogs
-                .entry(head)
-                .or_default()
-                .push(Rc::clone(&catalog)),
-            None => self.short.push(Rc::clone(&catalog)),
+            Some(head) => self.catalogs.entry(head).or_default().push(cached),
+            None => self.short.push(cached),
         }
         self.trim();
         catalog
@@ -819,10 +902,10 @@ impl CatalogCache {
         // The map's own table: a key, a pointer and a control byte per slot.
         let table = self.parts.capacity() * (size_of::<u64>() + size_of::<Rc<ToolParts>>() + 1);
         CacheUsage {
-            catalogs: self.catalogs_bytes,
+            catalogs: self.catalogs_bytes + self.tallies.remembered.get(),
             held: self.held.iter().map(|(_, bytes)| bytes).sum(),
             parts: self.parts_bytes + table,
-            vectors: self.vector_bytes.get(),
+            vectors: self.tallies.vectors.get(),
         }
     }
 
@@ -855,17 +938,18 @@ impl CatalogCache {
             .values()
             .flatten()
             .chain(&self.short)
-            .map(|c| (c.last_used.get(), Rc::as_ptr(c) as usize))
+            .map(|c| (c.catalog.last_used.get(), Rc::as_ptr(&c.catalog) as usize))
             .collect();
         ages.sort_unstable();
         let oldest: std::collections::HashSet<usize> =
             ages.iter().take(n).map(|&(_, at)| at).collect();
-        let is_old = |c: &Rc<Catalog>| oldest.contains(&(Rc::as_ptr(c) as usize));
+        let is_old = |c: &Cached| oldest.contains(&(Rc::as_ptr(&c.catalog) as usize));
         let mut evicted = Vec::with_capacity(n);
-        let mut split = |bucket: &mut Vec<Rc<Catalog>>| {
-            let (old, kept) = std::mem::take(bucket).into_iter().partition(is_old);
+        let mut split = |bucket: &mut Vec<Cached>| {
+            let (old, kept): (Vec<Cached>, Vec<Cached>) =
+                std::mem::take(bucket).into_iter().partition(is_old);
             *bucket = kept;
-            evicted.extend::<Vec<_>>(old);
+            evicted.extend(old.into_iter().map(|c| c.catalog));
         };
         self.catalogs.values_mut().for_each(&mut split);
         split(&mut self.short);
@@ -908,8 +992,8 @@ impl CatalogCache {
                 let bytes = parts.heap_bytes();
                 let vector = parts.vector_bytes();
                 self.parts_bytes -= bytes;
-                self.vector_bytes
-                    .set(self.vector_bytes.get().saturating_sub(vector));
+                let vectors = &self.tallies.vectors;
+                vectors.set(vectors.get().saturating_sub(vector));
                 usage = usage.saturating_sub(bytes + vector);
             }
         }
