@@ -8,9 +8,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::path::PathBuf;
 use toolsift::config::Config;
-use toolsift::dialects::Dialect;
+use toolsift::dialects::{Dialect, Item};
 use toolsift::pipeline::Engine;
-use toolsift::rank::{Catalog, CatalogCache, FieldWeights};
+use toolsift::rank::{Catalog, CatalogCache, FieldWeights, ToolParts};
 
 #[path = "shared/access_rules.rs"]
 mod access_rules;
@@ -24,6 +24,9 @@ fn pool() -> Vec<String> {
     }
     pool
 }
+
+/// One per-tool phase of reading a never-seen tool: whether it read.
+type Phase = fn(&Item) -> bool;
 
 /// Distinct windows over the pool for the known-tools case: more than the cache's 16.
 const WINDOWS: usize = 65;
@@ -54,6 +57,26 @@ fn benches(c: &mut Criterion) {
                 })
             },
         );
+        // Its two per-tool phases (issue 22 item 2): reading each tool's JSON into its entry,
+        // and that plus tokenising and hashing its text into its parts.
+        let (items, _) = Dialect::OpenaiChat.split(&tools).expect("container");
+        let phases: [(&str, Phase); 2] = [
+            ("read_item (never-seen tools)", |item| {
+                Dialect::OpenaiChat.read_item(item).is_ok()
+            }),
+            ("ToolParts::read (never-seen tools)", |item| {
+                ToolParts::read(Dialect::OpenaiChat, item).is_ok()
+            }),
+        ];
+        for (name, phase) in phases {
+            group.bench_with_input(BenchmarkId::new(name, n), &items, |b, items| {
+                b.iter(|| {
+                    for item in items {
+                        black_box(phase(black_box(item)));
+                    }
+                })
+            });
+        }
         // A tools array never seen as a whole, every tool of it seen in other arrays: a
         // window sliding over the pool, all windows read once before.
         let windows: Vec<String> = (0..WINDOWS)

@@ -128,51 +128,15 @@ impl ToolParts {
     }
 
     fn of(reader: Option<Reader>, text: &str, entry: Entry) -> ToolParts {
-        let mut ids: Vec<(u32, usize)> = Vec::new();
-        let mut lengths = [0u32; 3];
-        let lexical = match &entry {
-            Entry::Function(t) => {
-                let field = |text: &str| {
-                    let mut out = Vec::new();
-                    crate::text::for_each_term(text, |term| out.push(term_id(term)));
-                    out
-                };
-                let name = field(&t.name);
-                let description = field(&t.description);
-                ids.extend(name.iter().map(|&id| (id, 0)));
-                ids.extend(description.iter().map(|&id| (id, 1)));
-                let before = ids.len();
-                for p in &t.params {
-                    crate::text::for_each_term(p, |term| ids.push((term_id(term), 2)));
-                }
-                let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-                lengths = [
-                    count(name.len()),
-                    count(description.len()),
-                    count(ids.len() - before),
-                ];
-                LexicalTool::new(name, description, t.keys.iter().flat_map(|k| field(k)))
-            }
-            Entry::Builtin => LexicalTool::default(),
+        let (terms, lengths, lexical) = match &entry {
+            Entry::Function(t) => read_terms(t),
+            Entry::Builtin => Default::default(),
         };
-        ids.sort_unstable();
-        let mut terms: Vec<TermCount> = Vec::new();
-        for (id, field) in ids {
-            if terms.last().is_none_or(|t| t.id != id) {
-                terms.push(TermCount {
-                    id,
-                    ..TermCount::default()
-                });
-            }
-            if let Some(n) = terms.last_mut().and_then(|t| t.fields.get_mut(field)) {
-                *n = n.saturating_add(1);
-            }
-        }
         ToolParts {
             reader,
             text: text.into(),
             entry,
-            terms: terms.into(),
+            terms,
             lengths,
             lexical,
             vector: OnceCell::new(),
@@ -218,6 +182,115 @@ impl ToolParts {
         self.vector()
             .map_or(0, |v| ALLOCATION + std::mem::size_of_val(v))
     }
+}
+
+/// Bits of a tagged term ([`read_terms`]) that hold its field.
+const FIELD_BITS: u32 = 2;
+
+/// A function tool's distinct terms with their count per field, its terms in the name, the
+/// description and the parameters, and its lexical facts.
+///
+/// Every term is hashed where the tokeniser lends it and goes into one list as a number, its
+/// id in the high bits and its field in the low two, in text order: the name's and the
+/// description's runs are the lexical sequences, and the list sorted is the terms by id and
+/// field, counted in one pass. Besides that list, only what the parts keep is allocated, each
+/// at its final size.
+fn read_terms(t: &ToolText) -> (Box<[TermCount]>, [u32; 3], LexicalTool) {
+    let field_of = |tagged: u64| (tagged & ((1 << FIELD_BITS) - 1)) as usize;
+    let id_of = |tagged: u64| (tagged >> FIELD_BITS) as u32;
+    // Room for a term per four bytes of text: enough but for text of one-letter terms.
+    let bytes = t.name.len()
+        + t.description.len()
+        + t.params.iter().map(String::len).sum::<usize>()
+        + t.keys.iter().map(String::len).sum::<usize>();
+    let mut ids: Vec<u64> = Vec::with_capacity(bytes / 4 + 8);
+    let mut add = |text: &str, field: u64| {
+        crate::text::for_each_term(text, |term| {
+            ids.push((u64::from(term_id(term)) << FIELD_BITS) | field);
+        });
+        ids.len()
+    };
+    let name_end = add(&t.name, 0);
+    let description_end = add(&t.description, 1);
+    let mut params_end = description_end;
+    for p in &t.params {
+        params_end = add(p, 2);
+    }
+    let mut keys_end = params_end;
+    for k in &t.keys {
+        keys_end = add(k, 0);
+    }
+    let run = |range: std::ops::Range<usize>| -> Box<[u32]> {
+        ids.get(range)
+            .unwrap_or_default()
+            .iter()
+            .map(|&tagged| id_of(tagged))
+            .collect()
+    };
+    let name = run(0..name_end);
+    let description = run(name_end..description_end);
+    // Terms of the parameter names, sorted and distinct.
+    let keys: Box<[u32]> = match ids.get_mut(params_end..keys_end) {
+        Some(keys) => {
+            keys.sort_unstable();
+            distinct(keys, |&tagged| id_of(tagged), |_, _| {})
+        }
+        None => Box::default(),
+    };
+    ids.truncate(params_end);
+    ids.sort_unstable();
+    let terms = distinct(
+        &ids,
+        |&tagged| TermCount {
+            id: id_of(tagged),
+            fields: [0; 3],
+        },
+        |term, tagged| {
+            if let Some(n) = term.fields.get_mut(field_of(tagged)) {
+                *n = n.saturating_add(1);
+            }
+        },
+    );
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let lengths = [
+        count(name_end),
+        count(description_end - name_end),
+        count(params_end - description_end),
+    ];
+    let lexical = LexicalTool {
+        name,
+        description,
+        keys,
+    };
+    (terms, lengths, lexical)
+}
+
+/// One item per distinct id of the sorted `tagged` terms, made by `start` from its first and
+/// passed each of them (the first too) with `add`, allocated at its final size.
+fn distinct<T>(
+    tagged: &[u64],
+    start: impl Fn(&u64) -> T,
+    mut add: impl FnMut(&mut T, u64),
+) -> Box<[T]> {
+    let id = |tagged: u64| tagged >> FIELD_BITS;
+    let count = tagged
+        .iter()
+        .zip(tagged.iter().skip(1))
+        .filter(|(a, b)| id(**a) != id(**b))
+        .count()
+        + usize::from(!tagged.is_empty());
+    let mut out: Vec<T> = Vec::with_capacity(count);
+    let mut last = None;
+    for &t in tagged {
+        if last != Some(id(t)) {
+            out.push(start(&t));
+            last = Some(id(t));
+        }
+        if let Some(item) = out.last_mut() {
+            add(item, t);
+        }
+    }
+    out.into_boxed_slice()
 }
 
 /// What the allocator adds to each allocation, about: dlmalloc's header and its rounding to 8
@@ -432,21 +505,6 @@ pub(crate) struct LexicalTool {
 }
 
 impl LexicalTool {
-    pub(crate) fn new(
-        name: Vec<u32>,
-        description: Vec<u32>,
-        keys: impl Iterator<Item = u32>,
-    ) -> LexicalTool {
-        let mut keys: Vec<u32> = keys.collect();
-        keys.sort_unstable();
-        keys.dedup();
-        LexicalTool {
-            name: name.into(),
-            description: description.into(),
-            keys: keys.into(),
-        }
-    }
-
     pub(crate) fn heap_bytes(&self) -> usize {
         (self.name.len() + self.description.len() + self.keys.len()) * std::mem::size_of::<u32>()
     }
