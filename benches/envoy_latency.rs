@@ -383,13 +383,7 @@ fn measure(pool: &[String], n: usize, kind: Catalogs) -> String {
     } else {
         "assemble_us"
     };
-    let phase = |name: &str| histogram(&gw, &format!("toolsift\\.phase\\.{name}")).0;
-    let phases = format!(
-        "{} / {} / {}",
-        phase("read_us"),
-        phase(analyse),
-        phase("write_us")
-    );
+    let phases = phases(&gw, &["read_us", analyse, "write_us"]);
     let rss_after = rss_mb(gw.pid());
     let (m_with, m_without) = (percentile(&mut with, 0.5), percentile(&mut without, 0.5));
     let (p_with, p_without) = (percentile(&mut with, 0.99), percentile(&mut without, 0.99));
@@ -549,6 +543,15 @@ fn histogram(gw: &Gateway, filter: &str) -> (String, String) {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The P50 of each of the filter's phase histograms `names` (`read_us`, …), joined by " / ".
+fn phases(gw: &Gateway, names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|name| histogram(gw, &format!("toolsift\\.phase\\.{name}")).0)
+        .collect::<Vec<_>>()
+        .join(" / ")
 }
 
 fn rss_mb(pid: u32) -> f64 {
@@ -1776,14 +1779,7 @@ mod rotating {
         };
         let ratio = format!("{:.2} / {:.2}", ratio(2), ratio(8));
         let (p50, p99) = histogram(&gw, "toolsift\\.filter_time_us");
-        let phase = |name: &str| histogram(&gw, &format!("toolsift\\.phase\\.{name}")).0;
-        let phases = format!(
-            "{} / {} / {} / {}",
-            phase("read_us"),
-            phase("analyse_us"),
-            phase("assemble_us"),
-            phase("write_us")
-        );
+        let phases = phases(&gw, &["read_us", "analyse_us", "assemble_us", "write_us"]);
         let rss_after = rss_mb(gw.pid());
         let (m_with, m_without) = (percentile(&mut with, 0.5), percentile(&mut without, 0.5));
         let (p_with, p_without) = (percentile(&mut with, 0.99), percentile(&mut without, 0.99));

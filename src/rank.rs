@@ -177,11 +177,6 @@ impl Catalog {
                 .matches(candidate, self.parts.iter().map(|p| p.text.as_bytes()))
     }
 
-    /// The container's length in bytes.
-    pub fn container_len(&self) -> usize {
-        self.key.len
-    }
-
     /// The ranking of every function tool for `query`, remembered for the next call.
     pub fn rank(&self, query: &str) -> Rc<[Scored]> {
         if let Ok(last) = self.last.try_borrow() {
