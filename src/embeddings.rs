@@ -22,7 +22,7 @@ pub fn tool_text(t: &ToolText) -> String {
     let mut text = format!("{}: {}", t.name, t.description);
     if !t.params.is_empty() {
         text.push(' ');
-        text.push_str(&t.params.join(", "));
+        text.push_str(&t.params);
     }
     crate::text::bounded(&text, MAX_TOOL_TEXT).to_owned()
 }

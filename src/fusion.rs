@@ -183,16 +183,16 @@ impl QueryTerms {
 fn exact_score(tool: &LexicalTool, q: &QueryTerms) -> f32 {
     let mut score = 0.0;
     for &(id, idf) in &q.terms {
-        if tool.name.contains(&id) {
+        if tool.name().contains(&id) {
             score += 2.0 * idf;
         }
-        if tool.description.contains(&id) {
+        if tool.description().contains(&id) {
             score += idf;
         }
     }
     for &(a, b, idf) in &q.phrases {
         let has = |seq: &[u32]| seq.windows(2).any(|w| w == [a, b]);
-        if has(&tool.name) || has(&tool.description) {
+        if has(tool.name()) || has(tool.description()) {
             score += idf;
         }
     }
@@ -203,7 +203,7 @@ fn exact_score(tool: &LexicalTool, q: &QueryTerms) -> f32 {
 fn param_key_score(tool: &LexicalTool, q: &QueryTerms) -> f32 {
     q.terms
         .iter()
-        .filter(|(id, _)| tool.keys.binary_search(id).is_ok())
+        .filter(|(id, _)| tool.keys().binary_search(id).is_ok())
         .map(|(_, idf)| idf)
         .sum()
 }
@@ -441,8 +441,8 @@ mod tests {
             ToolText {
                 name: name.into(),
                 description: description.into(),
-                params: keys.iter().map(|k| k.to_string()).collect(),
-                keys: keys.iter().map(|k| k.to_string()).collect(),
+                params: keys.join(", "),
+                keys: keys.join(", "),
             }
             .into(),
         )

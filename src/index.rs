@@ -156,20 +156,24 @@ impl ToolParts {
     /// Bytes this worker holds for these parts, vector excepted (estimated from what is
     /// allocated; the allocator's own overhead is not counted).
     pub(crate) fn heap_bytes(&self) -> usize {
-        // Each string, list and shared box is an allocation of its own.
-        let s = |x: &String| ALLOCATION + x.capacity() + size_of::<String>();
+        // Each string and shared box is an allocation of its own (an empty string is none).
+        let s = |x: &String| match x.capacity() {
+            0 => 0,
+            bytes => ALLOCATION + bytes,
+        };
         let strings = match &self.entry {
             Entry::Function(t) => {
-                3 * ALLOCATION
+                ALLOCATION
                     + size_of::<ToolText>()
                     + s(&t.name)
                     + s(&t.description)
-                    + t.params.iter().map(s).sum::<usize>()
-                    + t.keys.iter().map(s).sum::<usize>()
+                    + s(&t.params)
+                    + s(&t.keys)
             }
             Entry::Builtin => 0,
         };
-        6 * ALLOCATION
+        // The shared box, the text, the terms and the lexical facts.
+        4 * ALLOCATION
             + size_of::<ToolParts>()
             + self.text.len()
             + strings
@@ -184,113 +188,127 @@ impl ToolParts {
     }
 }
 
-/// Bits of a tagged term ([`read_terms`]) that hold its field.
-const FIELD_BITS: u32 = 2;
+/// What reading a tool's terms reuses from one tool to the next, so that a never-seen tool
+/// costs no allocation but the ones its parts keep.
+#[derive(Default)]
+struct TermScratch {
+    /// The tool's term ids in text order: name, description, parameters, parameter names.
+    ids: Vec<u32>,
+    /// An open-addressing table of the tool's distinct terms: slot → 1 + their place in
+    /// `counts` (0: empty).
+    slots: Vec<u32>,
+    /// The distinct terms, in order of first occurrence, with their count per field.
+    counts: Vec<TermCount>,
+}
+
+thread_local! {
+    // One per thread: a proxy-wasm VM runs one thread, the CLI and the tests read on theirs.
+    static SCRATCH: std::cell::RefCell<TermScratch> = std::cell::RefCell::default();
+}
 
 /// A function tool's distinct terms with their count per field, its terms in the name, the
 /// description and the parameters, and its lexical facts.
 ///
-/// Every term is hashed where the tokeniser lends it and goes into one list as a number, its
-/// id in the high bits and its field in the low two, in text order: the name's and the
-/// description's runs are the lexical sequences, and the list sorted is the terms by id and
-/// field, counted in one pass. Besides that list, only what the parts keep is allocated, each
-/// at its final size.
+/// Every term is hashed where the tokeniser lends it and goes into one list of ids in text
+/// order (the name's and the description's runs are the lexical sequences); distinct terms are
+/// counted in a small hash table. Both are scratch kept from tool to tool: only what the parts
+/// keep is allocated, each at its final size. Until 2026-11-25 the list was sorted to count
+/// it, a list per tool: with the allocations, a third of reading a never-seen tool.
 fn read_terms(t: &ToolText) -> (Box<[TermCount]>, [u32; 3], LexicalTool) {
-    let field_of = |tagged: u64| (tagged & ((1 << FIELD_BITS) - 1)) as usize;
-    let id_of = |tagged: u64| (tagged >> FIELD_BITS) as u32;
-    // Room for a term per four bytes of text: enough but for text of one-letter terms.
-    let bytes = t.name.len()
-        + t.description.len()
-        + t.params.iter().map(String::len).sum::<usize>()
-        + t.keys.iter().map(String::len).sum::<usize>();
-    let mut ids: Vec<u64> = Vec::with_capacity(bytes / 4 + 8);
-    let mut add = |text: &str, field: u64| {
-        crate::text::for_each_term(text, |term| {
-            ids.push((u64::from(term_id(term)) << FIELD_BITS) | field);
-        });
-        ids.len()
-    };
-    let name_end = add(&t.name, 0);
-    let description_end = add(&t.description, 1);
-    let mut params_end = description_end;
-    for p in &t.params {
-        params_end = add(p, 2);
-    }
-    let mut keys_end = params_end;
-    for k in &t.keys {
-        keys_end = add(k, 0);
-    }
-    let run = |range: std::ops::Range<usize>| -> Box<[u32]> {
-        ids.get(range)
-            .unwrap_or_default()
-            .iter()
-            .map(|&tagged| id_of(tagged))
-            .collect()
-    };
-    let name = run(0..name_end);
-    let description = run(name_end..description_end);
-    // Terms of the parameter names, sorted and distinct.
-    let keys: Box<[u32]> = match ids.get_mut(params_end..keys_end) {
-        Some(keys) => {
-            keys.sort_unstable();
-            distinct(keys, |&tagged| id_of(tagged), |_, _| {})
-        }
-        None => Box::default(),
-    };
-    ids.truncate(params_end);
-    ids.sort_unstable();
-    let terms = distinct(
-        &ids,
-        |&tagged| TermCount {
-            id: id_of(tagged),
-            fields: [0; 3],
-        },
-        |term, tagged| {
-            if let Some(n) = term.fields.get_mut(field_of(tagged)) {
-                *n = n.saturating_add(1);
-            }
-        },
-    );
-    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    let lengths = [
-        count(name_end),
-        count(description_end - name_end),
-        count(params_end - description_end),
-    ];
-    let lexical = LexicalTool {
-        name,
-        description,
-        keys,
-    };
-    (terms, lengths, lexical)
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut scratch) => scratch.read(t),
+        // Only a re-entrant call could find it borrowed, and none is made; fresh scratch
+        // gives the same answer.
+        Err(_) => TermScratch::default().read(t),
+    })
 }
 
-/// One item per distinct id of the sorted `tagged` terms, made by `start` from its first and
-/// passed each of them (the first too) with `add`, allocated at its final size.
-fn distinct<T>(
-    tagged: &[u64],
-    start: impl Fn(&u64) -> T,
-    mut add: impl FnMut(&mut T, u64),
-) -> Box<[T]> {
-    let id = |tagged: u64| tagged >> FIELD_BITS;
-    let count = tagged
-        .iter()
-        .zip(tagged.iter().skip(1))
-        .filter(|(a, b)| id(**a) != id(**b))
-        .count()
-        + usize::from(!tagged.is_empty());
-    let mut out: Vec<T> = Vec::with_capacity(count);
-    let mut last = None;
-    for &t in tagged {
-        if last != Some(id(t)) {
-            out.push(start(&t));
-            last = Some(id(t));
+impl TermScratch {
+    fn read(&mut self, t: &ToolText) -> (Box<[TermCount]>, [u32; 3], LexicalTool) {
+        let ids = &mut self.ids;
+        ids.clear();
+        let mut add = |text: &str| {
+            crate::text::for_each_term(text, |term| ids.push(term_id(term)));
+            ids.len()
+        };
+        let name_end = add(&t.name);
+        let description_end = add(&t.description);
+        let params_end = add(&t.params);
+        let keys_end = add(&t.keys);
+        let fields = [
+            0..name_end,
+            name_end..description_end,
+            description_end..params_end,
+        ];
+        let terms = self.count(&fields);
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let lengths = fields.map(|range| count(range.len()));
+        // The lexical facts in one list: the name's run, the description's, and the terms of
+        // the parameter names, sorted and distinct.
+        let keys = self.ids.get_mut(params_end..keys_end).unwrap_or_default();
+        keys.sort_unstable();
+        let distinct_keys = keys
+            .iter()
+            .zip(keys.iter().skip(1))
+            .filter(|(a, b)| a != b)
+            .count()
+            + usize::from(!keys.is_empty());
+        let mut lexical = Vec::with_capacity(description_end + distinct_keys);
+        lexical.extend_from_slice(self.ids.get(..description_end).unwrap_or_default());
+        for &key in self.ids.get(params_end..keys_end).unwrap_or_default() {
+            if lexical.len() == description_end || lexical.last() != Some(&key) {
+                lexical.push(key);
+            }
         }
-        if let Some(item) = out.last_mut() {
-            add(item, t);
-        }
+        let lexical = LexicalTool {
+            ids: lexical.into_boxed_slice(),
+            name_end: count(name_end),
+            description_end: count(description_end),
+        };
+        (terms, lengths, lexical)
     }
-    out.into_boxed_slice()
+
+    /// The distinct terms of `ids` over the name's, the description's and the parameters'
+    /// ranges, with their count in each.
+    fn count(&mut self, fields: &[std::ops::Range<usize>; 3]) -> Box<[TermCount]> {
+        let terms = fields[2].end;
+        // At most half full: a probe rarely passes its first slot.
+        let bits = (2 * terms).max(16).next_power_of_two().trailing_zeros();
+        let size = 1usize << bits;
+        if self.slots.len() < size {
+            self.slots.resize(size, 0);
+        }
+        let slots = self.slots.get_mut(..size).unwrap_or_default();
+        slots.fill(0);
+        let counts = &mut self.counts;
+        counts.clear();
+        for (field, range) in fields.iter().enumerate() {
+            for &id in self.ids.get(range.clone()).unwrap_or_default() {
+                // Ids are hashes already: the top bits of a multiplication spread them.
+                let mut slot = (id.wrapping_mul(0x9E37_79B1) >> (32 - bits)) as usize;
+                while let Some(entry) = slots.get_mut(slot) {
+                    if *entry == 0 {
+                        let mut term = TermCount { id, fields: [0; 3] };
+                        if let Some(n) = term.fields.get_mut(field) {
+                            *n = 1;
+                        }
+                        counts.push(term);
+                        *entry = u32::try_from(counts.len()).unwrap_or(u32::MAX);
+                        break;
+                    }
+                    let place = *entry as usize - 1;
+                    if let Some(term) = counts.get_mut(place).filter(|term| term.id == id) {
+                        if let Some(n) = term.fields.get_mut(field) {
+                            *n = n.saturating_add(1);
+                        }
+                        break;
+                    }
+                    slot = (slot + 1) & (size - 1);
+                }
+            }
+        }
+        counts.as_slice().into()
+    }
 }
 
 /// What the allocator adds to each allocation, about: dlmalloc's header and its rounding to 8
@@ -494,19 +512,37 @@ fn sort_by_term(triples: &mut Vec<(u32, u32, f32)>) {
     }
 }
 
-/// One tool's lexical facts, as term ids, read with its parts.
+/// One tool's lexical facts, as term ids, read with its parts: in one list, the name's terms
+/// in order, the description's in order, and the terms of the parameter names, sorted and
+/// distinct.
 #[derive(Debug, Default)]
 pub(crate) struct LexicalTool {
-    /// Name and description terms in order, for word and phrase matches.
-    pub(crate) name: Box<[u32]>,
-    pub(crate) description: Box<[u32]>,
-    /// Terms of the parameter names, sorted and distinct.
-    pub(crate) keys: Box<[u32]>,
+    ids: Box<[u32]>,
+    name_end: u32,
+    description_end: u32,
 }
 
 impl LexicalTool {
+    /// Name terms in order, for word and phrase matches.
+    pub(crate) fn name(&self) -> &[u32] {
+        self.ids.get(..self.name_end as usize).unwrap_or_default()
+    }
+
+    /// Description terms in order.
+    pub(crate) fn description(&self) -> &[u32] {
+        let range = self.name_end as usize..self.description_end as usize;
+        self.ids.get(range).unwrap_or_default()
+    }
+
+    /// Terms of the parameter names, sorted and distinct.
+    pub(crate) fn keys(&self) -> &[u32] {
+        self.ids
+            .get(self.description_end as usize..)
+            .unwrap_or_default()
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
-        (self.name.len() + self.description.len() + self.keys.len()) * std::mem::size_of::<u32>()
+        self.ids.len() * std::mem::size_of::<u32>()
     }
 }
 
@@ -520,8 +556,8 @@ mod tests {
             ToolText {
                 name: name.into(),
                 description: description.into(),
-                params: params.iter().map(|p| p.to_string()).collect(),
-                keys: Vec::new(),
+                params: params.join(", "),
+                keys: String::new(),
             }
             .into(),
         )
@@ -554,9 +590,7 @@ mod tests {
         };
         add(&text.name, weights.name);
         add(&text.description, weights.description);
-        for p in &text.params {
-            add(p, weights.params);
-        }
+        add(&text.params, weights.params);
         out
     }
 

@@ -281,7 +281,8 @@ fn tag_entry(text: &str) -> Entry {
     let schema = parameters.and_then(|p| serde_json::from_str::<Schema>(p).ok());
     let mut tool = tool_text(name, Some(&description), schema.as_ref());
     if let (Some(p), None) = (parameters, &schema) {
-        tool.params.push(p.to_owned());
+        // No schema, so no parameters were read: the text is all of them.
+        tool.params = p.to_owned();
     }
     Entry::Function(Rc::new(tool))
 }
@@ -405,8 +406,8 @@ mod tests {
             panic!()
         };
         assert_eq!(tool.description, "Weather now");
-        assert_eq!(tool.keys, ["city"]);
-        assert!(tool.params.iter().any(|p| p.contains("The city")));
+        assert_eq!(tool.keys, "city");
+        assert!(tool.params.contains("The city"));
     }
 
     #[test]
@@ -470,7 +471,7 @@ mod tests {
             Entry::Builtin => panic!(),
         };
         assert_eq!(entry(0).description, "Weather for a \"city\" — now");
-        assert_eq!(entry(2).keys, ["from"]);
+        assert_eq!(entry(2).keys, "from");
         assert_eq!(&TAGGED[found.span.clone()][..10], r#""Tools:\n<"#);
         // A question at query_path wins over <userq>.
         let q =
@@ -479,7 +480,7 @@ mod tests {
         // Parameters that are not JSON rank as text.
         let t = tag_entry("<toolname>a</toolname><toolparameters>city, date</toolparameters>");
         let Entry::Function(t) = t else { panic!() };
-        assert_eq!(t.params, ["city, date"]);
+        assert_eq!(t.params, "city, date");
     }
 
     fn rewrite(s: &Shape, body: &str, keep: &[bool]) -> Option<String> {

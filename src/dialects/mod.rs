@@ -266,11 +266,14 @@ pub enum Entry {
 pub struct ToolText {
     pub name: String,
     pub description: String,
-    /// Parameter names and descriptions, nested ones included (properties in key order).
-    pub params: Vec<String>,
-    /// Parameter names alone, nested ones included: the parameter-key channel of hybrid
-    /// ranking matches query words against them.
-    pub keys: Vec<String>,
+    /// Parameter names and descriptions, nested ones included (properties in key order),
+    /// joined by ", ". One string rather than one per name and description: reading a
+    /// never-seen tool allocated three strings per parameter, and every consumer (the
+    /// tokeniser, the embedded text) reads them as one text anyway.
+    pub params: String,
+    /// Parameter names alone, nested ones included, joined by ", ": the parameter-key channel
+    /// of hybrid ranking matches query words against them.
+    pub keys: String,
 }
 
 /// Where the entries of a container sit, for splicing.

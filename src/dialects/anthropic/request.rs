@@ -183,7 +183,8 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
     struct Tool<'a> {
         #[serde(borrow, default, rename = "type")]
         kind: Option<Str<'a>>,
-        name: Option<String>,
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
         #[serde(borrow)]
         description: Option<Text<'a>>,
         #[serde(borrow)]

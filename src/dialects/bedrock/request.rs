@@ -170,7 +170,8 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
     }
     #[derive(Deserialize)]
     struct Spec<'a> {
-        name: Option<String>,
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
         #[serde(borrow)]
         description: Option<Text<'a>>,
         #[serde(borrow, rename = "inputSchema")]
@@ -252,7 +253,7 @@ mod tests {
         let tools = crate::json::find_path(body, Dialect::Bedrock.tools_path()).unwrap();
         assert!(body[tools.clone()].starts_with("[{\"toolSpec\""));
         let c = Dialect::Bedrock.catalog(&body[tools]).unwrap();
-        assert!(matches!(&c.entries[0], Entry::Function(t) if t.params == ["region"]));
+        assert!(matches!(&c.entries[0], Entry::Function(t) if t.params == "region"));
         assert_eq!(c.entries[1], Entry::Builtin);
     }
 }

@@ -227,7 +227,8 @@ pub(crate) fn split(container: &str) -> Result<(Vec<Item<'_>>, Layout), Problem>
 pub(crate) fn entry(text: &str) -> Option<Entry> {
     #[derive(Deserialize)]
     struct Declaration<'a> {
-        name: Option<String>,
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
         #[serde(borrow)]
         description: Option<Text<'a>>,
         #[serde(borrow)]
@@ -306,7 +307,7 @@ mod tests {
         let c = Dialect::Gemini.catalog(r#"[{"googleSearch":{}},{"function_declarations":[{"name":"a","parametersJsonSchema":{"properties":{"q":{}}}},{"name":"b"}]}]"#).unwrap();
         assert_eq!(c.entries.len(), 3);
         assert_eq!(c.entries[0], Entry::Builtin);
-        assert!(matches!(&c.entries[1], Entry::Function(t) if t.name == "a" && t.params == ["q"]));
+        assert!(matches!(&c.entries[1], Entry::Function(t) if t.name == "a" && t.params == "q"));
         let Layout::Grouped { groups, .. } = &c.layout else {
             panic!("grouped")
         };

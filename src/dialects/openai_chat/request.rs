@@ -200,7 +200,8 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
     }
     #[derive(Deserialize)]
     struct Function<'a> {
-        name: Option<String>,
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
         #[serde(borrow)]
         description: Option<Text<'a>>,
         #[serde(borrow)]

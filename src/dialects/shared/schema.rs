@@ -16,10 +16,21 @@ const MAX_DEPTH: usize = 8;
 
 /// Builds the ranking text of a tool from its name, description and parameter schema.
 pub fn tool_text(name: &str, description: Option<&Text>, schema: Option<&Schema>) -> ToolText {
-    let mut params = Vec::new();
-    let mut keys = Vec::new();
-    if let Some(schema) = schema {
-        collect_params(schema, 0, &mut params, &mut keys);
+    // Measured first, then written: each string is allocated once, at its final size.
+    let mut params = Joined::default();
+    let mut keys = Joined::default();
+    for _pass in ["measure", "write"] {
+        if let Some(schema) = schema {
+            for_each_param(schema, 0, &mut |name, description| {
+                params.add(name);
+                keys.add(name);
+                if let Some(d) = description {
+                    params.add(d);
+                }
+            });
+        }
+        params.measured();
+        keys.measured();
     }
     ToolText {
         name: name.to_owned(),
@@ -27,31 +38,69 @@ pub fn tool_text(name: &str, description: Option<&Text>, schema: Option<&Schema>
             .and_then(|d| d.0.as_deref())
             .unwrap_or_default()
             .to_owned(),
-        params,
-        keys,
+        params: params.text,
+        keys: keys.text,
     }
 }
 
-/// Appends each property's name and description, depth first (properties in key order, as a
-/// JSON object map sorts them), through objects, arrays and the schema combinators.
-fn collect_params(schema: &Schema, depth: usize, out: &mut Vec<String>, keys: &mut Vec<String>) {
+/// Texts joined by ", ", as `[..].join(", ")` would: added twice, to be measured and then
+/// written.
+#[derive(Default)]
+struct Joined {
+    text: String,
+    /// Whether the texts are written now (else measured).
+    writing: bool,
+    /// Parts added so far in this pass.
+    parts: usize,
+    /// Bytes measured.
+    len: usize,
+}
+
+impl Joined {
+    const SEPARATOR: &'static str = ", ";
+
+    fn add(&mut self, part: &str) {
+        let separator = if self.parts > 0 { Self::SEPARATOR } else { "" };
+        self.parts += 1;
+        if self.writing {
+            self.text.push_str(separator);
+            self.text.push_str(part);
+        } else {
+            self.len += separator.len() + part.len();
+        }
+    }
+
+    /// The measuring pass is over (or the writing one): from now on, write.
+    fn measured(&mut self) {
+        if !self.writing {
+            self.text = String::with_capacity(self.len);
+            self.writing = true;
+            self.parts = 0;
+        }
+    }
+}
+
+/// Calls `visit` with each property's name and description, depth first (properties in key
+/// order, as a JSON object map sorts them), through objects, arrays and the schema
+/// combinators.
+fn for_each_param<'s>(
+    schema: &'s Schema,
+    depth: usize,
+    visit: &mut impl FnMut(&'s str, Option<&'s str>),
+) {
     if depth > MAX_DEPTH {
         return;
     }
     for (name, prop) in &schema.properties {
-        out.push(name.to_string());
-        keys.push(name.to_string());
-        if let Some(d) = &prop.description.0 {
-            out.push(d.to_string());
-        }
-        collect_params(prop, depth + 1, out, keys);
+        visit(name, prop.description.0.as_deref());
+        for_each_param(prop, depth + 1, visit);
     }
     if let Some(items) = &schema.items {
-        collect_params(items, depth + 1, out, keys);
+        for_each_param(items, depth + 1, visit);
     }
     for alternatives in [&schema.any_of, &schema.one_of, &schema.all_of] {
         for alt in alternatives {
-            collect_params(alt, depth + 1, out, keys);
+            for_each_param(alt, depth + 1, visit);
         }
     }
 }
@@ -351,17 +400,10 @@ mod tests {
         assert_eq!(t.description, "Sends");
         assert_eq!(
             t.params,
-            [
-                "blocks",
-                "text",
-                "Block text",
-                "channel",
-                "Channel id",
-                "when",
-                "at"
-            ]
+            "blocks, text, Block text, channel, Channel id, when, at"
         );
-        assert_eq!(t.keys, ["blocks", "text", "channel", "when", "at"]);
+        assert_eq!(t.keys, "blocks, text, channel, when, at");
+        assert_eq!(t.params.capacity(), t.params.len(), "allocated at its size");
     }
 
     #[test]
@@ -378,7 +420,7 @@ mod tests {
             "c": {"anyOf": {"x": 1}, "oneOf": "y", "allOf": [null, {"properties": 3}]}},
             "items": "z"});
         let t = read(&odd, &json!({"text": "no"}));
-        assert_eq!(t.params, ["a", "b", "c"]);
+        assert_eq!(t.params, "a, b, c");
         assert_eq!(t.description, "");
     }
 
@@ -388,14 +430,14 @@ mod tests {
             "b": {"description": "second"}}, "description": "x", "description": 1}"#;
         let schema: Schema = serde_json::from_str(text).unwrap();
         let t = tool_text("f", None, Some(&schema));
-        assert_eq!(t.params, ["abc", "b", "second"]);
+        assert_eq!(t.params, "abc, b, second");
     }
 
     #[test]
     fn numbers_no_float_holds_are_skipped() {
         let text = r#"{"properties": {"n": {"maximum": 1e400, "description": "big"}}}"#;
         let schema: Schema = serde_json::from_str(text).unwrap();
-        assert_eq!(tool_text("f", None, Some(&schema)).params, ["n", "big"]);
+        assert_eq!(tool_text("f", None, Some(&schema)).params, "n, big");
         // Still JSON, though: a broken document is an error.
         assert!(serde_json::from_str::<Schema>(r#"{"properties": {"n": tru}}"#).is_err());
     }
