@@ -95,10 +95,13 @@ fn for_each_param<'s>(
         visit(name, prop.description.0.as_deref());
         for_each_param(prop, depth + 1, visit);
     }
-    if let Some(items) = &schema.items {
+    let Some(nested) = &schema.nested else {
+        return;
+    };
+    if let Some(items) = &nested.items {
         for_each_param(items, depth + 1, visit);
     }
-    for alternatives in [&schema.any_of, &schema.one_of, &schema.all_of] {
+    for alternatives in [&nested.any_of, &nested.one_of, &nested.all_of] {
         for alt in alternatives {
             for_each_param(alt, depth + 1, visit);
         }
@@ -118,10 +121,24 @@ pub struct Schema<'a> {
     /// `properties`, sorted by name, one entry per name.
     properties: Vec<(Cow<'a, str>, Schema<'a>)>,
     description: Text<'a>,
-    items: Option<Box<Schema<'a>>>,
+    /// `items` and the combinators, which few schemas have: apart, so that each property's
+    /// schema is small to build, move (sorting the properties) and free.
+    nested: Option<Box<Nested<'a>>>,
+}
+
+/// The schemas a schema holds besides its properties.
+#[derive(Debug, Default, PartialEq)]
+struct Nested<'a> {
+    items: Option<Schema<'a>>,
     any_of: Vec<Schema<'a>>,
     one_of: Vec<Schema<'a>>,
     all_of: Vec<Schema<'a>>,
+}
+
+impl<'a> Schema<'a> {
+    fn nested(&mut self) -> &mut Nested<'a> {
+        self.nested.get_or_insert_default()
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
@@ -256,10 +273,10 @@ impl<'de> Visitor<'de> for SchemaVisitor {
             match key.as_ref() {
                 "properties" => schema.properties = map.next_value::<Properties>()?.0,
                 "description" => schema.description = map.next_value()?,
-                "items" => schema.items = Some(Box::new(map.next_value()?)),
-                "anyOf" => schema.any_of = map.next_value::<Alternatives>()?.0,
-                "oneOf" => schema.one_of = map.next_value::<Alternatives>()?.0,
-                "allOf" => schema.all_of = map.next_value::<Alternatives>()?.0,
+                "items" => schema.nested().items = Some(map.next_value()?),
+                "anyOf" => schema.nested().any_of = map.next_value::<Alternatives>()?.0,
+                "oneOf" => schema.nested().one_of = map.next_value::<Alternatives>()?.0,
+                "allOf" => schema.nested().all_of = map.next_value::<Alternatives>()?.0,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
