@@ -971,26 +971,43 @@ impl CatalogCache {
     /// Drops parts only the cache holds, least recently used first, until the usage is at most
     /// `target`.
     fn evict_free_parts(&mut self, target: usize) {
+        let mut usage = self.usage().total();
+        if usage <= target {
+            return;
+        }
         let mut free: Vec<(u64, u64)> = self
             .parts
             .iter()
             .filter(|(_, p)| Rc::strong_count(p) == 1)
             .map(|(key, p)| (p.last_used.get(), *key))
             .collect();
-        free.sort_unstable();
-        let mut usage = self.usage().total();
-        for (_, key) in free {
-            if usage <= target {
-                break;
+        // Oldest first, but only as many as the bytes to free call for (estimated from the
+        // parts' average size) are picked out and sorted, a batch at a time: sorting all of a
+        // worker's tens of thousands of parts made every few requests of never-seen tools
+        // take milliseconds longer.
+        let average = (self.parts_bytes / self.parts.len().max(1)).max(1);
+        let mut rest = free.as_mut_slice();
+        while usage > target && !rest.is_empty() {
+            let wanted = ((usage - target) / average + 1).min(rest.len());
+            if wanted < rest.len() {
+                rest.select_nth_unstable(wanted);
             }
-            if let Some(parts) = self.parts.remove(&key) {
-                let bytes = parts.heap_bytes();
-                let vector = parts.vector_bytes();
-                self.parts_bytes -= bytes;
-                let vectors = &self.tallies.vectors;
-                vectors.set(vectors.get().saturating_sub(vector));
-                usage = usage.saturating_sub(bytes + vector);
+            let (batch, later) = rest.split_at_mut(wanted);
+            batch.sort_unstable();
+            for &(_, key) in batch.iter() {
+                if usage <= target {
+                    break;
+                }
+                if let Some(parts) = self.parts.remove(&key) {
+                    let bytes = parts.heap_bytes();
+                    let vector = parts.vector_bytes();
+                    self.parts_bytes -= bytes;
+                    let vectors = &self.tallies.vectors;
+                    vectors.set(vectors.get().saturating_sub(vector));
+                    usage = usage.saturating_sub(bytes + vector);
+                }
             }
+            rest = later;
         }
     }
 
@@ -1304,6 +1321,46 @@ mod tests {
             cache.build(Dialect::OpenaiChat, &catalog(i), w).unwrap();
         }
         assert_eq!(cache.usage().vectors, 0);
+    }
+
+    #[test]
+    fn free_parts_leave_least_recently_used_first_and_no_more_than_needed() {
+        let w = FieldWeights::default();
+        for freed in [0usize, 1, 7, 150, 499, 500] {
+            let mut cache = CatalogCache::new(1000, 1 << 30);
+            for i in 0..100 {
+                let tools: Vec<(String, String)> = (0..5)
+                    .map(|j| (format!("tool_{i}_{j}"), format!("does {j} of {i}")))
+                    .collect();
+                let refs: Vec<(&str, &str)> = tools
+                    .iter()
+                    .map(|(n, d)| (n.as_str(), d.as_str()))
+                    .collect();
+                cache
+                    .build(Dialect::OpenaiChat, &chat_tools(&refs), w)
+                    .unwrap();
+            }
+            cache.evict_catalogs(100);
+            // Distinct ages, in no order the keys have.
+            for (age, p) in (0u64..).zip(cache.parts.values()) {
+                p.last_used.set(age.wrapping_mul(7919) % 1009);
+            }
+            let mut oldest: Vec<(u64, u64, usize)> = cache
+                .parts
+                .iter()
+                .map(|(key, p)| (p.last_used.get(), *key, p.heap_bytes()))
+                .collect();
+            oldest.sort_unstable();
+            let usage = cache.usage().total();
+            let target = usage - oldest[..freed].iter().map(|o| o.2).sum::<usize>();
+            cache.evict_free_parts(target);
+            let kept: Vec<u64> = oldest[freed..].iter().map(|o| o.1).collect();
+            let mut left: Vec<u64> = cache.parts.keys().copied().collect();
+            left.sort_unstable();
+            let mut expected = kept.clone();
+            expected.sort_unstable();
+            assert_eq!(left, expected, "{freed} freed");
+        }
     }
 
     #[test]
