@@ -164,7 +164,8 @@ fn split_ascii(text: &str, buffer: &mut String, emit: &mut impl FnMut(&str)) {
                 // the whole text lowercased once into a second kept buffer and the word lent
                 // from it (1.80).
                 buffer.clear();
-                buffer.extend(word.bytes().map(|b| char::from(b | 0x20)));
+                // `& 0x7F` changes no letter but tells the compiler each char is one byte.
+                buffer.extend(word.bytes().map(|b| char::from((b | 0x20) & 0x7F)));
                 if matches!(buffer.as_bytes(), [_, _, _, .., b's']) {
                     fold_ascii(buffer);
                 }
