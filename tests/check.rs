@@ -29,7 +29,12 @@ fn check(args: &[&str]) -> (i32, String) {
 
 /// envoy.yaml with `edit` applied, written to a scratch file.
 fn variant(name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
-    let original = std::fs::read_to_string(repo().join("envoy.yaml")).unwrap();
+    variant_of("envoy.yaml", name, edit)
+}
+
+/// A shipped config with `edit` applied, written to a scratch file.
+fn variant_of(file: &str, name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let original = std::fs::read_to_string(repo().join(file)).unwrap();
     let edited = edit(original.clone());
     assert_ne!(edited, original, "{name}: the edit changed nothing");
     let dir = repo().join(format!("target/test-scratch/check-{}", std::process::id()));
@@ -62,6 +67,7 @@ fn shipped_configs_are_clean() {
         "envoy.yaml",
         "envoy-hybrid.yaml",
         "envoy-search.yaml",
+        "envoy-mcp.yaml",
         "docs/examples/envoy-openai.yaml",
         "docs/examples/envoy-anthropic.yaml",
         "docs/examples/envoy-access.yaml",
@@ -288,6 +294,47 @@ fn a_decompressor_after_toolsift_is_an_error() {
         )
     });
     assert_eq!(check(&[path.to_str().unwrap()]).0, 0);
+}
+
+#[test]
+fn mcp_without_the_buffer_filter_on_its_routes_is_a_warning() {
+    let buffer = "          - name: envoy.filters.http.buffer\n            disabled: true\n            typed_config:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer\n              max_request_bytes: 33554432\n";
+    let toolsift = "          - name: toolsift\n";
+    let warns = |path: &Path, line: usize, message: &str| {
+        let (code, out) = check(&[path.to_str().unwrap()]);
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains(&format!(":{line}: warning: {message}")),
+            "{out}"
+        );
+        // A warning, not an error.
+        let (code, out) = check(&["--allow-warnings", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+    };
+    // No buffer filter at all: the warning names toolsift's filter.
+    let none = variant_of("envoy-mcp.yaml", "mcp-no-buffer", |y| y.replace(buffer, ""));
+    let missing = "`mcp` is set but no buffer filter (envoy.filters.http.buffer) follows toolsift";
+    // The line of toolsift's `typed_config`, the one after its name.
+    warns(&none, line_of(&none, "- name: toolsift") + 1, missing);
+    // Before toolsift, it holds nothing toolsift answers from: the same.
+    let before = variant_of("envoy-mcp.yaml", "mcp-buffer-before", |y| {
+        y.replace(buffer, "")
+            .replace(toolsift, &format!("{buffer}{toolsift}"))
+    });
+    let (code, out) = check(&[before.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(missing), "{out}");
+    // Off, and no route turns it on.
+    let per_route =
+        "                typed_per_filter_config:\n                  envoy.filters.http.buffer:\n";
+    let off = variant_of("envoy-mcp.yaml", "mcp-buffer-off", |y| {
+        y.replace(per_route, "                typed_per_filter_config:\n                  envoy.filters.http.other:\n")
+    });
+    warns(
+        &off,
+        line_of(&off, "- name: envoy.filters.http.buffer"),
+        "the buffer filter `envoy.filters.http.buffer` after toolsift is disabled and no route turns it on",
+    );
 }
 
 #[test]

@@ -14,7 +14,9 @@
 //!   `search.max_search_rounds`, or × `unknown_tools.max_rounds`): no byte moves on the client's stream
 //!   while they run, and Envoy ends an idle stream (its route `timeout` bounds only the first
 //!   answer: measured, a follow-up outlives it);
-//! - a decompressor placed after toolsift in the same filter chain.
+//! - a decompressor placed after toolsift in the same filter chain;
+//! - `mcp` without Envoy's buffer filter after toolsift, on for the MCP routes: every request
+//!   the gateway answers would reach the MCP server as its headers and a reset.
 //!
 //! Listener-level rules need the listener: they are applied to `static_resources` only
 //! (routes from RDS and clusters from CDS are not known here).
@@ -413,6 +415,70 @@ fn check_clusters(
     }
 }
 
+/// With `mcp`, Envoy's buffer filter must follow toolsift (before the router) and be on for
+/// the MCP routes: toolsift cannot hold the request headers where operators deploy it, so
+/// without the filter the router sends them upstream at once, and each request the gateway
+/// answers (`tools/list`, `find_tools`, a refused call) reaches the server as its headers and
+/// a reset (README, "What the MCP server sees"). `later` are the filters after toolsift.
+fn check_mcp_buffer(hcm: &Node, later: &[Node], toolsift: &Node, findings: &mut Vec<Finding>) {
+    let is_buffer = |filter: &&Node| {
+        let kind = filter
+            .at(&["typed_config", "@type"])
+            .and_then(Node::str)
+            .unwrap_or_default();
+        kind.ends_with("envoy.extensions.filters.http.buffer.v3.Buffer")
+    };
+    let consequence = "every request the gateway answers (tools/list, find_tools, a refused \
+                       call) reaches the MCP server as its headers and a reset";
+    let Some(buffer) = later.iter().find(is_buffer) else {
+        findings.push(Finding {
+            line: toolsift.line,
+            severity: Severity::Warning,
+            message: format!(
+                "`mcp` is set but no buffer filter (envoy.filters.http.buffer) follows toolsift: \
+                 {consequence}; put one after toolsift, on for the MCP routes (envoy-mcp.yaml)"
+            ),
+        });
+        return;
+    };
+    if !buffer.get("disabled").is_some_and(Node::is_true) {
+        return;
+    }
+    // Off by default: some route (or virtual host) of this manager must turn it on. Routes
+    // from RDS are not known here.
+    let Some(route_config) = hcm.get("route_config") else {
+        return;
+    };
+    let name = buffer.get("name").and_then(Node::str).unwrap_or_default();
+    let turns_on = |node: &Node| {
+        node.at(&["typed_per_filter_config", name])
+            .is_some_and(|per_route| !per_route.get("disabled").is_some_and(Node::is_true))
+    };
+    let hosts = route_config
+        .get("virtual_hosts")
+        .map(Node::items)
+        .unwrap_or_default();
+    let on_somewhere = hosts.iter().any(|host| {
+        turns_on(host)
+            || host
+                .get("routes")
+                .map(Node::items)
+                .unwrap_or_default()
+                .iter()
+                .any(turns_on)
+    });
+    if !on_somewhere {
+        findings.push(Finding {
+            line: buffer.line,
+            severity: Severity::Warning,
+            message: format!(
+                "the buffer filter `{name}` after toolsift is disabled and no route turns it on \
+                 (typed_per_filter_config): {consequence}"
+            ),
+        });
+    }
+}
+
 /// The rules for the toolsift filters of one HTTP connection manager.
 fn check_hcm<'a>(
     hcm: &'a Node,
@@ -451,6 +517,15 @@ fn check_hcm<'a>(
                     ),
                 });
             }
+        }
+
+        if config.mcp.is_some() {
+            check_mcp_buffer(
+                hcm,
+                http_filters.get(index + 1..).unwrap_or_default(),
+                typed_config,
+                findings,
+            );
         }
 
         // Buffer limits: the listener's, unless a virtual host or route sets its own.
