@@ -216,12 +216,24 @@ thread_local! {
 /// it, a list per tool: with the allocations, a third of reading a never-seen tool.
 fn read_terms(t: &ToolText) -> (Box<[TermCount]>, [u32; 3], LexicalTool) {
     SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut scratch) => scratch.read(t),
+        Ok(mut scratch) => {
+            let read = scratch.read(t);
+            // A tool of outsized text leaves its scratch to the allocator, not to the worker
+            // for good: the cache can use the room.
+            if scratch.ids.capacity() > KEPT_SCRATCH_TERMS {
+                *scratch = TermScratch::default();
+            }
+            read
+        }
         // Only a re-entrant call could find it borrowed, and none is made; fresh scratch
         // gives the same answer.
         Err(_) => TermScratch::default().read(t),
     })
 }
+
+/// The most terms a tool's scratch is kept for (about 200 KB of ids, table and counts); real
+/// tools have tens to a few hundred.
+const KEPT_SCRATCH_TERMS: usize = 8192;
 
 impl TermScratch {
     fn read(&mut self, t: &ToolText) -> (Box<[TermCount]>, [u32; 3], LexicalTool) {
@@ -714,6 +726,26 @@ mod tests {
             sort_by_term(&mut triples);
             assert_eq!(triples, expected, "{n}");
         }
+    }
+
+    #[test]
+    fn a_tool_of_outsized_text_is_counted_and_its_scratch_not_kept() {
+        let description: String = (0..20_000).map(|i| format!("word{} ", i % 5000)).collect();
+        let parts = ToolParts::of_entry(function("big_tool", &description, &["limit"]));
+        // "word" and each number are terms of their own: 5,000 numbers, "word", "big",
+        // "tool", "limit".
+        assert_eq!(parts.terms.len(), 5004);
+        let word = parts
+            .terms
+            .iter()
+            .find(|t| t.id == term_id("word"))
+            .unwrap();
+        assert_eq!(word.fields, [0, 20_000, 0]);
+        assert_eq!(parts.lengths, [2, 40_000, 1]);
+        SCRATCH.with(|s| assert!(s.borrow().ids.capacity() <= KEPT_SCRATCH_TERMS));
+        // A tool read next counts the same as ever.
+        let small = ToolParts::of_entry(function("get_weather", "current weather", &["city"]));
+        assert_eq!(small.lengths, [2, 2, 1]);
     }
 
     #[test]
