@@ -74,6 +74,12 @@ const LOOP_GUARD_3: Side = Side {
     label: "toolsift, filter mode",
     config: Some(r#"{"loop_guard":{"repeats":3}}"#),
 };
+// Filter mode answering made-up calls to the model, as search mode does; `hold_headers`:
+// `x-toolsift-search` names them.
+const UNKNOWN_ANSWERED: Side = Side {
+    label: "toolsift, filter mode",
+    config: Some(r#"{"unknown_tools":{"answer":true},"search":{"hold_headers":true}}"#),
+};
 // `hold_headers` (as envoy-search.yaml has it): `x-toolsift-search` says what the loop did.
 const SEARCH: Side = Side {
     label: "toolsift, search mode",
@@ -84,7 +90,14 @@ const SEARCH_10_ROUNDS: Side = Side {
     config: Some(r#"{"mode":"search","search":{"hold_headers":true,"max_search_rounds":10}}"#),
 };
 
-const SIDES: [Side; 5] = [WITHOUT, LOOP_GUARD, LOOP_GUARD_3, SEARCH, SEARCH_10_ROUNDS];
+const SIDES: [Side; 6] = [
+    WITHOUT,
+    LOOP_GUARD,
+    LOOP_GUARD_3,
+    UNKNOWN_ANSWERED,
+    SEARCH,
+    SEARCH_10_ROUNDS,
+];
 
 struct Scenario {
     name: &'static str,
@@ -139,7 +152,7 @@ fn scenarios() -> Vec<Scenario> {
             ]),
             first_call: None,
             client_search: false,
-            sides: vec![WITHOUT, SEARCH],
+            sides: vec![WITHOUT, UNKNOWN_ANSWERED, SEARCH],
         },
     ]
 }
