@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-loops bench-quality-hybrid bench-search clean
+.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -184,6 +184,21 @@ bench-search:
 # Native micro-benchmarks (criterion) of catalog reading and assembly, ranking and the cache-hit path.
 bench-micro:
 	$(CARGO) run --release --example micro -- --bench
+
+# Never-seen tools in V8 outside Envoy (issue 22 item 2): node runs a wasm32-wasip1 build of
+# the core (benches/v8/) in V8's baseline tier alone (Liftoff), in its default (Liftoff, then
+# the hot functions optimised) and in its optimising tier alone (TurboFan), twice each,
+# alternating what the filter does (`analyse`) with the least a ranking needs (`floor`: read and
+# tokenise every tool, keep nothing). Node 20 has crashed tearing down after a run had printed
+# its row (the shell then reports the crash); a run counts when it printed its row.
+V8_BENCH := benches/v8/target/wasm32-wasip1/release/toolsift-v8-bench.wasm
+bench-v8: .wasm-target.stamp
+	cd benches/v8 && $(CARGO) build --release --target wasm32-wasip1
+	@echo "| V8 tier | work | tools | min (ms) | median (ms) | p90 (ms) |"
+	@for round in 1 2; do for tier in liftoff-only wasm-dynamic-tiering no-liftoff; do for work in analyse floor; do \
+		row=$$( (node --$$tier --no-warnings benches/v8/run.mjs $(V8_BENCH) ../shared/datasets 1000 120 $$work) 2>/dev/null); \
+		case "$$row" in "| "*) echo "| $$tier $$row";; *) echo "no row: $$row"; exit 1;; esac; \
+	done; done; done
 
 # Added latency through Envoy, filter against no filter in one Envoy, 50 to 4,000 tools, for
 # the same catalog every request, a new catalog of known tools and one of never-seen tools;
