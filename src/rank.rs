@@ -6,7 +6,7 @@
 use crate::access::{Annotations, Grant, RuleMatches};
 use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, Reader};
 use crate::fusion::{Fused, Lexicon};
-use crate::index::ALLOCATION;
+use crate::index::{ALLOCATION, RC_COUNTERS};
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -359,6 +359,7 @@ impl Catalog {
         // About twenty allocations of its own (the index's lists, the layout, the frame, the
         // remembered rankings).
         20 * ALLOCATION
+            + RC_COUNTERS
             + size_of::<Catalog>()
             + self.index.heap_bytes()
             + self.lexicon.heap_bytes()
