@@ -902,6 +902,7 @@ pub fn mcp_message(data: &[u8]) {
                 let routing = RoutingHeaders {
                     method: Some(request.method.clone()),
                     name: named.as_deref().map(header_value),
+                    params: Vec::new(),
                 };
                 assert_eq!(
                     routing_mismatch(&routing, &request),
@@ -914,13 +915,14 @@ pub fn mcp_message(data: &[u8]) {
             let odd = RoutingHeaders {
                 method: Some(text.clone()),
                 name: Some(text),
+                params: Vec::new(),
             };
             let _ = routing_mismatch(&odd, &request);
         }
         Incoming::Other => {
             if screen(data) == Screened::Harmless {
-                let value = lenient.expect("harmless, yet not JSON");
-                let messages = match &value {
+                let value = lenient.as_ref().expect("harmless, yet not JSON");
+                let messages = match value {
                     serde_json::Value::Array(members) => members.iter().collect(),
                     one => vec![one],
                 };
@@ -931,7 +933,30 @@ pub fn mcp_message(data: &[u8]) {
             }
         }
     }
+    param_headers(data, lenient.as_ref());
     suggestion_server_answer(data);
+}
+
+/// The input as a tool a server listed, called with the input's own members as arguments: the
+/// `Mcp-Param-*` headers the gateway would send are well-formed header lines, whatever the
+/// schema and the values (a name or value with a line break would split the request).
+fn param_headers(data: &[u8], value: Option<&serde_json::Value>) {
+    let tool = String::from_utf8_lossy(data);
+    let arguments = value.cloned().unwrap_or(serde_json::Value::Null);
+    for (name, value) in toolsift::mcp::param_headers::param_headers(&tool, &arguments) {
+        let token = name.strip_prefix("mcp-param-").unwrap_or_default();
+        assert!(
+            !token.is_empty()
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)),
+            "not a header name: {name:?}"
+        );
+        assert!(
+            value.bytes().all(|b| (0x20..0x7f).contains(&b)),
+            "not a header value: {value:?}"
+        );
+    }
 }
 
 /// `text` read as Python's `json` (the server's reader) reads it, as far as the oracle needs:

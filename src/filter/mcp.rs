@@ -85,6 +85,12 @@ const NOT_FORWARDED: [&str; 10] = [
     "mcp-name",
 ];
 
+/// An `Mcp-Param-*` header: it mirrors one argument of the client's own `tools/call`, so the
+/// gateway's requests carry the ones of their own call instead.
+fn is_param_header(name: &str) -> bool {
+    name.starts_with(crate::mcp::param_headers::PREFIX)
+}
+
 /// A request on an MCP route, from its headers to its last response byte.
 pub struct McpRequest {
     exchange: Exchange,
@@ -139,6 +145,11 @@ impl McpRequest {
             routing: RoutingHeaders {
                 method: get("mcp-method"),
                 name: get("mcp-name"),
+                params: all
+                    .iter()
+                    .filter(|(n, _)| is_param_header(n))
+                    .cloned()
+                    .collect(),
             },
             session,
         };
@@ -147,7 +158,7 @@ impl McpRequest {
             method_headers: get("mcp-method").is_some(),
             headers: all
                 .into_iter()
-                .filter(|(n, _)| !NOT_FORWARDED.contains(&n.as_str()))
+                .filter(|(n, _)| !NOT_FORWARDED.contains(&n.as_str()) && !is_param_header(n))
                 .collect(),
             // Under access rules every body is read: a server might take a tools/call by
             // another method.
@@ -456,7 +467,14 @@ impl Host for EnvoyHost<'_> {
         &super::vectors::SharedData
     }
 
-    fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
+    fn send(
+        &self,
+        body: &str,
+        method: &str,
+        name: Option<&str>,
+        params: &[(String, String)],
+        timeout_ms: u64,
+    ) -> Option<u32> {
         let Some(cluster) = upstream_cluster() else {
             log::warn!("mcp: the request's upstream cluster is unknown");
             return None;
@@ -478,6 +496,7 @@ impl Host for EnvoyHost<'_> {
             if let Some(name) = &name {
                 headers.push(("mcp-name", name));
             }
+            headers.extend(params.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         }
         match host::dispatch(
             &cluster,

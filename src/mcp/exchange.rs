@@ -31,6 +31,7 @@ use super::govern::{self, Refusal, Unfit};
 use super::message::{
     self, Incoming, Outcome, Request, RoutingHeaders, Screened, TOOLS_LIST_CHANGED,
 };
+use super::param_headers::param_headers;
 use crate::access::{Caller, Grant, Surface, Why};
 use crate::config::Config;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
@@ -82,8 +83,16 @@ pub trait Host {
     type Store: SharedBytes;
     /// Sends a JSON-RPC request to the MCP server the client's request goes to, with the
     /// client's headers (session, credentials) and, for clients that send them, `Mcp-Method:
-    /// method` and `Mcp-Name: name`. Returns the call's token.
-    fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32>;
+    /// method`, `Mcp-Name: name` and the `Mcp-Param-*` headers `params` (in place of any the
+    /// client sent). Returns the call's token.
+    fn send(
+        &self,
+        body: &str,
+        method: &str,
+        name: Option<&str>,
+        params: &[(String, String)],
+        timeout_ms: u64,
+    ) -> Option<u32>;
     /// Answers the client's request.
     fn respond(&self, status: u16, content_type: &str, body: &[u8]);
     /// Milliseconds since the epoch.
@@ -468,7 +477,13 @@ impl Exchange {
             params.insert("cursor".into(), Value::String(cursor.to_owned()));
         }
         let body = request_body(&page_id, "tools/list", params, self.meta.as_deref());
-        match host.send(&body, "tools/list", None, settings.mcp.timeout_ms as u64) {
+        match host.send(
+            &body,
+            "tools/list",
+            None,
+            &[],
+            settings.mcp.timeout_ms as u64,
+        ) {
             Some(token) => {
                 self.state = State::Fetching {
                     token,
@@ -675,6 +690,19 @@ impl Exchange {
                 }
                 host.count(Event::Direct);
                 self.end_searches(host);
+                // A 2026-07-28 client mirrors into `Mcp-Param-*` headers the arguments the
+                // tool's schema declares, but it knows only the schemas it was shown: a tool it
+                // found, and never saw listed, comes without them, and the server would refuse
+                // the call (HTTP 400). The gateway, which has the schema, sends it itself then.
+                if self.head.routing.method.is_some() && self.head.routing.params.is_empty() {
+                    let declared = catalog.tool(&name).is_some_and(|tool| {
+                        let arguments = serde_json::from_str(&arguments).unwrap_or(Value::Null);
+                        !param_headers(&tool.raw, &arguments).is_empty()
+                    });
+                    if declared {
+                        return self.call(host, settings, catalog, &name, &arguments, "call");
+                    }
+                }
                 self.outcome = Some(format!("mcp=call tool={}", header_safe(&name)));
                 Step::Pass
             }
@@ -703,12 +731,14 @@ impl Exchange {
                         let arguments: Value =
                             serde_json::from_str(&gating::arguments(&tool.raw, &query))
                                 .unwrap_or(Value::Null);
+                        let headers = param_headers(&tool.raw, &arguments);
                         params.insert("arguments".into(), arguments);
                         let body =
                             request_body(GATING_ID, "tools/call", params, self.meta.as_deref());
                         host.count(Event::GatingCalled);
                         let timeout = settings.mcp.gating_timeout_ms as u64;
-                        match host.send(&body, "tools/call", Some(catalog::GATING_TOOL), timeout) {
+                        let gating_tool = Some(catalog::GATING_TOOL);
+                        match host.send(&body, "tools/call", gating_tool, &headers, timeout) {
                             Some(token) => {
                                 self.state = State::Gating {
                                     token,
@@ -748,7 +778,7 @@ impl Exchange {
                     return self.deny_call(host, &names, &name, &why);
                 }
                 self.end_searches(host);
-                self.call(host, settings, &name, &arguments)
+                self.call(host, settings, catalog, &name, &arguments, "call_tool")
             }
         }
     }
@@ -1195,14 +1225,18 @@ impl Exchange {
         }
     }
 
-    /// Sends the real `tools/call` for `call_tool`, with the client's id (`arguments`: JSON
-    /// object text).
+    /// Sends the real `tools/call` of the catalog's tool `name` for `call_tool` (`how`:
+    /// "call_tool"), or for a direct call that lacks its `Mcp-Param-*` headers ("call"), with
+    /// the client's id (`arguments`: JSON object text) and the headers the tool's schema
+    /// declares.
     fn call<H: Host>(
         &mut self,
         host: &H,
         settings: &Settings,
+        catalog: &ServerCatalog,
         name: &str,
         arguments: &str,
+        how: &str,
     ) -> Step {
         let Some(id) = self.request.as_ref().map(|r| r.id.clone()) else {
             return Step::Pass;
@@ -1210,13 +1244,19 @@ impl Exchange {
         let mut params = Map::new();
         params.insert("name".into(), Value::String(name.to_owned()));
         let arguments = serde_json::from_str::<Value>(arguments).unwrap_or_else(|_| json!({}));
+        let headers = catalog
+            .tool(name)
+            .map(|tool| param_headers(&tool.raw, &arguments))
+            .unwrap_or_default();
         params.insert("arguments".into(), arguments);
         let body = request_body(&id, "tools/call", params, self.meta.as_deref());
-        self.outcome = Some(format!("mcp=call_tool tool={}", header_safe(name)));
+        let relayed = if how == "call" { " sent=gateway" } else { "" };
+        self.outcome = Some(format!("mcp={how} tool={}{relayed}", header_safe(name)));
         match host.send(
             &body,
             "tools/call",
             Some(name),
+            &headers,
             settings.mcp.timeout_ms as u64,
         ) {
             Some(token) => {
@@ -1238,7 +1278,13 @@ impl Exchange {
         let Ok(body) = std::str::from_utf8(body) else {
             return Step::Pass;
         };
-        match host.send(body, "resources/list", None, settings.mcp.timeout_ms as u64) {
+        match host.send(
+            body,
+            "resources/list",
+            None,
+            &[],
+            settings.mcp.timeout_ms as u64,
+        ) {
             Some(token) => {
                 self.state = State::Resources { token };
                 Step::Wait

@@ -19,6 +19,8 @@ struct Mock {
     vectors: Option<Vectors>,
     embedded: RefCell<Vec<Vec<String>>>,
     sent: RefCell<Vec<Sent>>,
+    /// The `Mcp-Param-*` headers of each request sent.
+    params: RefCell<Vec<Vec<(String, String)>>>,
     answered: RefCell<Vec<(u16, String, String)>>,
     events: RefCell<Vec<Event>>,
     generation: RefCell<u64>,
@@ -60,10 +62,18 @@ impl Host for Mock {
         Some(1000 + embedded.len() as u32)
     }
 
-    fn send(&self, body: &str, method: &str, name: Option<&str>, timeout_ms: u64) -> Option<u32> {
+    fn send(
+        &self,
+        body: &str,
+        method: &str,
+        name: Option<&str>,
+        params: &[(String, String)],
+        timeout_ms: u64,
+    ) -> Option<u32> {
         if self.refuse {
             return None;
         }
+        self.params.borrow_mut().push(params.to_vec());
         let mut sent = self.sent.borrow_mut();
         sent.push((body.into(), method.into(), name.map(Into::into), timeout_ms));
         Some(sent.len() as u32)
@@ -1653,6 +1663,7 @@ fn routing_headers_that_disagree_with_the_body_are_refused() {
         routing: RoutingHeaders {
             method: Some(method.into()),
             name: name.map(Into::into),
+            params: Vec::new(),
         },
         ..Head::default()
     };
@@ -1900,4 +1911,92 @@ fn a_search_storm_ends_with_an_error_until_a_real_tool_is_called() {
     assert_eq!(host.sent.borrow().len(), sent + 1, "the call went out");
     s.run_head(&host, head(), &find(11, "list files"), &tools);
     assert_eq!(names(&structured(&host)["tools"]), ["list_files"]);
+}
+
+/// 2026-07-28: the calls the gateway sends itself carry the `Mcp-Param-*` headers its schema
+/// declares (the server refuses a call without them); a direct call that comes without them
+/// (its client never saw the tool listed) is sent by the gateway, with them; one that has them,
+/// and a 2025-11-25 call, pass as the client sent them.
+#[test]
+fn calls_carry_the_param_headers_the_tools_schema_declares() {
+    let regional = r#"{"name":"query_region","description":"Query a regional database","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"sql":{"type":"string"}}}}"#;
+    let pages = [vec![regional.to_owned(), tool("get_weather", "Weather")]];
+    let head = |name: &str, params: &[(&str, &str)]| Head {
+        server: "mcp|localhost".into(),
+        revision: MODERN_REVISION.into(),
+        routing: RoutingHeaders {
+            method: Some("tools/call".into()),
+            name: Some(name.into()),
+            params: params
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+        },
+        ..Head::default()
+    };
+    let expected = vec![("mcp-param-region".to_owned(), "eu-west".to_owned())];
+    let mut s = Setup::new(r#"{"mcp":{}}"#);
+
+    // call_tool: the real call, with the header.
+    let host = Mock::default();
+    let meta = call(
+        4,
+        "call_tool",
+        r#"{"name":"query_region","arguments":{"region":"eu-west","sql":"select 1"}}"#,
+    );
+    let (exchange, step) = s.run_head(&host, head("call_tool", &[]), &meta, &pages);
+    assert_eq!(step, Step::Wait);
+    assert_eq!(host.last_sent()["params"]["name"], "query_region");
+    assert_eq!(host.params.borrow().last(), Some(&expected));
+    assert_eq!(
+        exchange.header_value(),
+        Some("mcp=call_tool tool=query_region")
+    );
+
+    // A direct call without the header: sent by the gateway, with it, under the client's id.
+    let host = Mock::default();
+    let direct = call(
+        5,
+        "query_region",
+        r#"{"region":"eu-west","sql":"select 1"}"#,
+    );
+    let (exchange, step) = s.run_head(&host, head("query_region", &[]), &direct, &pages);
+    assert_eq!(step, Step::Wait);
+    assert_eq!(host.last_sent()["id"], 5);
+    assert_eq!(host.params.borrow().last(), Some(&expected));
+    assert_eq!(
+        exchange.header_value(),
+        Some("mcp=call tool=query_region sent=gateway")
+    );
+
+    // A direct call with it, one whose declared argument is absent, a tool that declares
+    // nothing, and a 2025-11-25 call: passed on.
+    let passes = [
+        (
+            head("query_region", &[("mcp-param-region", "eu-west")]),
+            direct.clone(),
+        ),
+        (
+            head("query_region", &[]),
+            call(6, "query_region", r#"{"sql":"select 1"}"#),
+        ),
+        (
+            head("get_weather", &[]),
+            call(7, "get_weather", r#"{"q":"Oslo"}"#),
+        ),
+        (
+            Head {
+                server: "mcp|localhost".into(),
+                revision: "2025-11-25".into(),
+                ..Head::default()
+            },
+            direct.clone(),
+        ),
+    ];
+    for (head, body) in passes {
+        let host = Mock::default();
+        let (_, step) = s.run_head(&host, head, &body, &pages);
+        assert_eq!(step, Step::Pass, "{body}");
+        assert!(only_lists_sent(&host), "{body}");
+    }
 }

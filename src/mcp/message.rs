@@ -351,6 +351,8 @@ fn base64_sentinel(value: &str) -> String {
 pub struct RoutingHeaders {
     pub method: Option<String>,
     pub name: Option<String>,
+    /// The `Mcp-Param-*` headers (lowercase names) a `tools/call` mirrors its arguments in.
+    pub params: Vec<(String, String)>,
 }
 
 /// Where a request's routing headers disagree with its body, as the error message the server
@@ -586,6 +588,7 @@ mod tests {
         let routing = |method: Option<&str>, name: Option<&str>| RoutingHeaders {
             method: method.map(str::to_owned),
             name: name.map(str::to_owned),
+            params: Vec::new(),
         };
         let call =
             request(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"héllo"}}"#);

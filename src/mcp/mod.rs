@@ -5,6 +5,7 @@
 //! tools the server did not list never reach it.
 //!
 //! [`message`] reads JSON-RPC messages (client requests, server answers in JSON or SSE),
+//! [`param_headers`] gives the `Mcp-Param-*` headers of the calls the gateway sends,
 //! [`catalog`] the server's `tools/list` pages and the cache, [`gating`] the `_tool_gating`
 //! convention, [`govern`] what access rules make the gateway answer, and [`exchange`] is one
 //! client request's state machine behind a host trait;
@@ -17,6 +18,7 @@ pub mod gating;
 pub mod govern;
 pub mod llm;
 pub mod message;
+pub mod param_headers;
 pub mod suggestions;
 
 #[cfg(test)]
@@ -27,12 +29,13 @@ mod hostile {
 
     use super::*;
 
-    const SAMPLES: [&str; 5] = [
+    const SAMPLES: [&str; 6] = [
         r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"call_tool","arguments":{"name":"a","arguments":{"x":[1,2,{"y":"\u00e9"}]}},"_meta":{"progressToken":1}}}"#,
         r#"{"tools":[{"name":"a","description":"d","inputSchema":{"type":"object","properties":{"q":{"type":"string"}}}}],"nextCursor":"2","ttlMs":5,"cacheScope":"public"}"#,
         "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n",
         r#"{"content":[{"type":"text","text":"{\"exclude\":[\"a\"],\"claim\":{\"name\":\"b\",\"arguments\":{}}}"}],"structuredContent":{"exclude":["a"],"claim":"b"}}"#,
         r#"{"name":"_tool_gating","inputSchema":{"type":"object","properties":{"m":{"type":"string"}},"required":["m"]}}"#,
+        r#"{"name":"q","inputSchema":{"type":"object","properties":{"m":{"type":"string","x-mcp-header":"M"},"o":{"type":"object","properties":{"n":{"type":"integer","x-mcp-header":"N"}}}}},"m":"é","o":{"n":4}}"#,
     ];
 
     fn every_parser(bytes: &[u8]) {
@@ -42,6 +45,7 @@ mod hostile {
             let routing = message::RoutingHeaders {
                 method: Some(r.method.clone()),
                 name: Some(text.to_string()),
+                params: Vec::new(),
             };
             let _ = message::routing_mismatch(&routing, &r);
         }
@@ -62,6 +66,8 @@ mod hostile {
         let _ = suggestions::read_list(Some(200), "text/event-stream", bytes);
         let _ = gating::verdict(&text);
         let _ = gating::arguments(&text, &text);
+        let arguments = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        let _ = param_headers::param_headers(&text, &arguments);
         for dialect in crate::dialects::Dialect::ALL {
             let _ = dialect.codec().with_tool_choice(&text, "x");
         }

@@ -17,13 +17,17 @@ Options a test turns on:
 - `--annotate NAME:HINT` (repeatable): tool NAME declares the MCP annotation HINT
   (`destructiveHint`, `readOnlyHint`, `openWorldHint`, `idempotentHint`) true.
 - `--list-delay-ms`: each `tools/list` answers this late (a slow catalog).
+- `--header-param NAME:PROPERTY:TOKEN` (repeatable): tool NAME's top-level PROPERTY declares
+  `"x-mcp-header": TOKEN` (2026-07-28: a client mirrors that argument into `Mcp-Param-TOKEN`,
+  and this server refuses a `tools/call` whose header disagrees with the body).
 
 `GET /test/calls` lists every `tools/call` received but `_tool_gating`'s, known tool or not
 (`[{"tool", "arguments"}]`), `GET /test/lists` counts the `tools/list` requests; `GET /test/seen`
 is the server's view of its connections (below); `POST /test/reset` clears all three.
 
 The view (`/test/seen`) is recorded below the SDK, in the HTTP server and the ASGI app it runs:
-every request that arrived (its headers, and the JSON-RPC method, id and tool of its body), and
+every request that arrived (its headers, its `Mcp-Param-*` headers, and the JSON-RPC method, id
+and tool of its body), and
 whether its body ended (`complete`) or the peer went away first (`reset`, what the SDK logs as
 `ClientDisconnect`); and how many TCP connections were opened (`connections`), of which how many
 carried no request at all (`empty`: closed again, or still open and idle). Requests to `/test/`
@@ -57,9 +61,17 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 DATASETS = Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 
 
-def load_tools(dataset: str, start: int, count: int, annotate: dict[str, list[str]] | None = None) -> list[types.Tool]:
-    """The dataset's tools `start`..`start + count`; `annotate`: tool name → hints it declares."""
+def load_tools(
+    dataset: str,
+    start: int,
+    count: int,
+    annotate: dict[str, list[str]] | None = None,
+    header_params: dict[str, dict[str, str]] | None = None,
+) -> list[types.Tool]:
+    """The dataset's tools `start`..`start + count`; `annotate`: tool name → hints it declares;
+    `header_params`: tool name → {property: x-mcp-header token}."""
     annotate = annotate or {}
+    header_params = header_params or {}
     tools = []
     with open(DATASETS / dataset / "tools.jsonl", encoding="utf-8") as f:
         for i, line in enumerate(f):
@@ -71,6 +83,8 @@ def load_tools(dataset: str, start: int, count: int, annotate: dict[str, list[st
             schema = function.get("parameters") or {"type": "object", "properties": {}}
             if schema.get("type") != "object":
                 schema = {"type": "object", "properties": {}}
+            for prop, token in header_params.get(function["name"], {}).items():
+                schema["properties"][prop]["x-mcp-header"] = token
             hints = annotate.get(function["name"])
             tools.append(
                 types.Tool(
@@ -169,6 +183,7 @@ def recording(app):
             "method": scope["method"],
             "mcp_method": headers.get("mcp-method"),
             "mcp_name": headers.get("mcp-name"),
+            "mcp_params": {k: v for k, v in headers.items() if k.startswith("mcp-param-")},
             "rpc": None,
             "id": None,
             "tool": None,
@@ -211,7 +226,11 @@ def build(args: argparse.Namespace) -> Server:
     for pair in args.annotate:
         name, _, hint = pair.partition(":")
         annotate.setdefault(name, []).append(hint)
-    tools = load_tools(args.dataset, args.start, args.count, annotate)
+    header_params: dict[str, dict[str, str]] = {}
+    for spec in args.header_param:
+        name, prop, token = spec.split(":", 2)
+        header_params.setdefault(name, {})[prop] = token
+    tools = load_tools(args.dataset, args.start, args.count, annotate, header_params)
     extra = load_tools(args.dataset, args.start + args.count, args.toolset) if args.toolset else []
     rules = json.loads(Path(args.gating).read_text()) if args.gating else None
     state: dict[str, Any] = {"calls": [], "lists": 0, "gating": 0}
@@ -305,6 +324,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=100)
     parser.add_argument("--annotate", action="append", default=[])
     parser.add_argument("--list-delay-ms", type=int, default=0)
+    parser.add_argument("--header-param", action="append", default=[])
     args = parser.parse_args()
     server = build(args)
     app = server.streamable_http_app(
