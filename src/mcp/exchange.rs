@@ -31,7 +31,7 @@ use super::govern::{self, Refusal, Unfit};
 use super::message::{
     self, Incoming, Outcome, Request, RoutingHeaders, Screened, TOOLS_LIST_CHANGED,
 };
-use super::param_headers::param_headers;
+use super::param_headers::{may_declare, param_headers};
 use crate::access::{Caller, Grant, Surface, Why};
 use crate::config::Config;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
@@ -696,8 +696,10 @@ impl Exchange {
                 // the call (HTTP 400). The gateway, which has the schema, sends it itself then.
                 if self.head.routing.method.is_some() && self.head.routing.params.is_empty() {
                     let declared = catalog.tool(&name).is_some_and(|tool| {
-                        let arguments = serde_json::from_str(&arguments).unwrap_or(Value::Null);
-                        !param_headers(&tool.raw, &arguments).is_empty()
+                        may_declare(&tool.raw) && {
+                            let arguments = serde_json::from_str(&arguments).unwrap_or(Value::Null);
+                            !param_headers(&tool.raw, &arguments).is_empty()
+                        }
                     });
                     if declared {
                         return self.call(host, settings, catalog, &name, &arguments, "call");

@@ -151,6 +151,9 @@ fn spell(chain: &[(Option<usize>, &str)], at: usize) -> Vec<String> {
 /// `tools/call` of `tool` (its JSON object as the server listed it) with `arguments`. None for a
 /// tool that declares none, or whose declarations are invalid.
 pub fn param_headers(tool: &str, arguments: &Value) -> Vec<(String, String)> {
+    if !may_declare(tool) {
+        return Vec::new();
+    }
     let Ok(Value::Object(tool)) = serde_json::from_str::<Value>(tool) else {
         return Vec::new();
     };
@@ -181,6 +184,13 @@ pub fn param_headers(tool: &str, arguments: &Value) -> Vec<(String, String)> {
             ))
         })
         .collect()
+}
+
+/// Whether the tool written `tool` may declare headers at all. Most tools declare none, and every
+/// direct call of a 2026-07-28 client asks: a tool whose text never spells the keyword is not
+/// parsed. (The keyword's letters can be written otherwise only as `\u` escapes.)
+pub fn may_declare(tool: &str) -> bool {
+    tool.contains("x-mcp-header") || tool.contains("\\u")
 }
 
 /// An HTTP token (RFC 9110, 5.6.2): one or more of the characters a field name may hold.
@@ -320,6 +330,15 @@ mod tests {
         assert_eq!(
             headers(schema, json!({"region": "eu"})),
             [pair("mcp-param-region", "eu")]
+        );
+    }
+
+    #[test]
+    fn an_escaped_keyword_is_read_as_the_keyword() {
+        let raw = r#"{"name":"t","inputSchema":{"type":"object","properties":{"r":{"type":"string","x-mcp-h\u0065ader":"R"}}}}"#;
+        assert_eq!(
+            param_headers(raw, &json!({"r": "v"})),
+            [pair("mcp-param-r", "v")]
         );
     }
 
