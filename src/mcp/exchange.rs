@@ -121,7 +121,8 @@ pub enum Event {
     },
     FindTools,
     CallTool,
-    /// A direct call of a listed tool, passed through.
+    /// A direct call of a listed tool, passed through (or sent by the gateway with the
+    /// `Mcp-Param-*` headers its client could not know).
     Direct,
     /// A call of a tool the server did not list (or the gating tool), refused.
     Unknown,
