@@ -3,9 +3,11 @@
 For a server with 200 tools (livemcpbench) and one with 2,000 (toolbench), both built with the
 official SDK (tests/mcp/server.py, one `tools/list` page, 2026-07-28 revision, JSON answers):
 - tokens (o200k) of the tools a client loads at `tools/list`, without and with toolsift;
-- the time of `tools/list`, of `find_tools` and of a direct `tools/call`, through one Envoy with
-  two listeners to the same server: one with toolsift (catalog cached), one without. Requests
-  alternate between the two, on kept-alive connections; medians and ratios.
+- the time of `tools/list`, of `find_tools`, of `call_tool` and of a direct `tools/call`, through
+  one Envoy with two listeners to the same server: one with toolsift (catalog cached), one
+  without. Requests alternate between the two, on kept-alive connections; medians and ratios.
+  The tool called declares one argument an `Mcp-Param-*` header (`x-mcp-header`), which every
+  call carries: the client's own on direct calls, the gateway's on `call_tool`'s.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class Connection:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.next_id = 0
 
-    def rpc(self, method: str, params: dict, name: str | None = None) -> tuple[float, dict]:
+    def rpc(self, method: str, params: dict, name: str | None = None,
+            extra: dict[str, str] | None = None) -> tuple[float, dict]:
         self.next_id += 1
         body = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
                            "params": {**params, "_meta": ENVELOPE}})
@@ -61,6 +64,7 @@ class Connection:
                    "mcp-protocol-version": "2026-07-28", "mcp-method": method, "host": "localhost"}
         if name:
             headers["mcp-name"] = name
+        headers.update(extra or {})
         start = time.perf_counter()
         self.conn.request("POST", "/mcp", body=body, headers=headers)
         response = self.conn.getresponse()
@@ -91,9 +95,24 @@ def tokens(files: list[Path]) -> list[int]:
     return [int(line.split()[0]) for line in run.stdout.splitlines()]
 
 
+def header_param(dataset: str, count: int) -> tuple[str, str]:
+    """The tool the benchmark calls (the middle one of the first `count`) and a string property
+    of it, the first one, that it declares a header: (tool, property)."""
+    with open(REPO.parent / f"shared/datasets/{dataset}/tools.jsonl", encoding="utf-8") as f:
+        functions = [json.loads(line)["function"] for line in list(f)[:count]]
+    for function in functions[count // 2:] + functions[:count // 2]:
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        for prop, schema in properties.items():
+            if isinstance(schema, dict) and schema.get("type") == "string":
+                return function["name"], prop
+    raise AssertionError(f"no tool of {dataset} has a string parameter")
+
+
 def bench(dataset: str, count: int) -> None:
+    sample, prop = header_param(dataset, count)
     server = McpServer("--dataset", dataset, "--count", str(count), "--page-size", "100000",
-                       "--json-response", "--ttl-ms", "3600000")
+                       "--json-response", "--ttl-ms", "3600000",
+                       "--header-param", f"{sample}:{prop}:Bench")
     plain = free_port()
     envoy = None
     try:
@@ -108,15 +127,22 @@ def bench(dataset: str, count: int) -> None:
         files[1].write_text(json.dumps(listed["result"]["tools"]))
         plain_tokens, toolsift_tokens = tokens(files)
         queries = [json.loads(l)["query"] for l in open(REPO.parent / f"shared/datasets/{dataset}/queries.jsonl")]
-        tools = full["result"]["tools"]
-        sample = tools[len(tools) // 2]["name"]
+        arguments = {prop: "eu-west-1"}
+        mirrored = {"mcp-param-bench": "eu-west-1"}
+        call = {"name": sample, "arguments": arguments}
+
+        def direct(c: Connection) -> float:
+            return c.rpc("tools/call", call, sample, mirrored)[0]
+
         results = measure([
             ("tools/list", lambda i: a.rpc("tools/list", {})[0], lambda i: b.rpc("tools/list", {})[0]),
             ("find_tools (toolsift) / a tools/call (no filter)",
              lambda i: a.rpc("tools/call", {"name": "find_tools", "arguments": {"query": queries[i % len(queries)]}}, "find_tools")[0],
-             lambda i: b.rpc("tools/call", {"name": sample, "arguments": {}}, sample)[0]),
-            ("a direct tools/call", lambda i: a.rpc("tools/call", {"name": sample, "arguments": {}}, sample)[0],
-             lambda i: b.rpc("tools/call", {"name": sample, "arguments": {}}, sample)[0]),
+             lambda i: direct(b)),
+            ("call_tool (toolsift, the gateway sends the call and its header) / the tools/call (no filter)",
+             lambda i: a.rpc("tools/call", {"name": "call_tool", "arguments": call}, "call_tool")[0],
+             lambda i: direct(b)),
+            ("a direct tools/call", lambda i: direct(a), lambda i: direct(b)),
         ])
         print(f"\n## {count} tools ({dataset}), uptime: {os.popen('uptime').read().strip()}")
         print(f"tools/list tokens (o200k): without toolsift {plain_tokens:,}, with {toolsift_tokens:,} "
