@@ -902,7 +902,7 @@ pub fn mcp_message(data: &[u8]) {
                 let routing = RoutingHeaders {
                     method: Some(request.method.clone()),
                     name: named.as_deref().map(header_value),
-                    params: Vec::new(),
+                    params: false,
                 };
                 assert_eq!(
                     routing_mismatch(&routing, &request),
@@ -915,7 +915,7 @@ pub fn mcp_message(data: &[u8]) {
             let odd = RoutingHeaders {
                 method: Some(text.clone()),
                 name: Some(text),
-                params: Vec::new(),
+                params: false,
             };
             let _ = routing_mismatch(&odd, &request);
         }

@@ -145,11 +145,7 @@ impl McpRequest {
             routing: RoutingHeaders {
                 method: get("mcp-method"),
                 name: get("mcp-name"),
-                params: all
-                    .iter()
-                    .filter(|(n, _)| is_param_header(n))
-                    .cloned()
-                    .collect(),
+                params: all.iter().any(|(n, _)| is_param_header(n)),
             },
             session,
         };

@@ -695,15 +695,10 @@ impl Exchange {
                 // tool's schema declares, but it knows only the schemas it was shown: a tool it
                 // found, and never saw listed, comes without them, and the server would refuse
                 // the call (HTTP 400). The gateway, which has the schema, sends it itself then.
-                if self.head.routing.method.is_some() && self.head.routing.params.is_empty() {
-                    let declared = catalog.tool(&name).is_some_and(|tool| {
-                        may_declare(&tool.raw) && {
-                            let arguments = serde_json::from_str(&arguments).unwrap_or(Value::Null);
-                            !param_headers(&tool.raw, &arguments).is_empty()
-                        }
-                    });
-                    if declared {
-                        return self.call(host, settings, catalog, &name, &arguments, "call");
+                if self.head.routing.method.is_some() && !self.head.routing.params {
+                    let headers = declared_headers(catalog, &name, &arguments);
+                    if !headers.is_empty() {
+                        return self.call(host, settings, &name, &arguments, headers, true);
                     }
                 }
                 self.outcome = Some(format!("mcp=call tool={}", header_safe(&name)));
@@ -781,7 +776,8 @@ impl Exchange {
                     return self.deny_call(host, &names, &name, &why);
                 }
                 self.end_searches(host);
-                self.call(host, settings, catalog, &name, &arguments, "call_tool")
+                let headers = declared_headers(catalog, &name, &arguments);
+                self.call(host, settings, &name, &arguments, headers, false)
             }
         }
     }
@@ -1228,18 +1224,17 @@ impl Exchange {
         }
     }
 
-    /// Sends the real `tools/call` of the catalog's tool `name` for `call_tool` (`how`:
-    /// "call_tool"), or for a direct call that lacks its `Mcp-Param-*` headers ("call"), with
-    /// the client's id (`arguments`: JSON object text) and the headers the tool's schema
-    /// declares.
+    /// Sends the real `tools/call` of `name` for `call_tool`, or (`relayed`) for a direct call
+    /// that lacks its `Mcp-Param-*` headers, with the client's id (`arguments`: JSON object
+    /// text) and `headers`, the ones the tool's schema declares.
     fn call<H: Host>(
         &mut self,
         host: &H,
         settings: &Settings,
-        catalog: &ServerCatalog,
         name: &str,
         arguments: &str,
-        how: &str,
+        headers: Vec<(String, String)>,
+        relayed: bool,
     ) -> Step {
         let Some(id) = self.request.as_ref().map(|r| r.id.clone()) else {
             return Step::Pass;
@@ -1247,14 +1242,14 @@ impl Exchange {
         let mut params = Map::new();
         params.insert("name".into(), Value::String(name.to_owned()));
         let arguments = serde_json::from_str::<Value>(arguments).unwrap_or_else(|_| json!({}));
-        let headers = catalog
-            .tool(name)
-            .map(|tool| param_headers(&tool.raw, &arguments))
-            .unwrap_or_default();
         params.insert("arguments".into(), arguments);
         let body = request_body(&id, "tools/call", params, self.meta.as_deref());
-        let relayed = if how == "call" { " sent=gateway" } else { "" };
-        self.outcome = Some(format!("mcp={how} tool={}{relayed}", header_safe(name)));
+        let name_safe = header_safe(name);
+        self.outcome = Some(if relayed {
+            format!("mcp=call tool={name_safe} sent=gateway")
+        } else {
+            format!("mcp=call_tool tool={name_safe}")
+        });
         match host.send(
             &body,
             "tools/call",
@@ -1654,6 +1649,19 @@ fn find_tool_definition(find: &str, call: &str, total: usize, config: &Config) -
         },
         "annotations": {"readOnlyHint": true}
     })
+}
+
+/// The `Mcp-Param-*` headers a `tools/call` of the catalog's tool `name` with `arguments` (JSON
+/// object text) carries: none for a tool the catalog lacks or whose schema declares none, the
+/// arguments read only for a tool that may declare some.
+fn declared_headers(catalog: &ServerCatalog, name: &str, arguments: &str) -> Vec<(String, String)> {
+    match catalog.tool(name) {
+        Some(tool) if may_declare(&tool.raw) => {
+            let arguments = serde_json::from_str(arguments).unwrap_or(Value::Null);
+            param_headers(&tool.raw, &arguments)
+        }
+        _ => Vec::new(),
+    }
 }
 
 fn call_tool_definition(call: &str, find: &str) -> Value {

@@ -1663,7 +1663,7 @@ fn routing_headers_that_disagree_with_the_body_are_refused() {
         routing: RoutingHeaders {
             method: Some(method.into()),
             name: name.map(Into::into),
-            params: Vec::new(),
+            params: false,
         },
         ..Head::default()
     };
@@ -1921,16 +1921,13 @@ fn a_search_storm_ends_with_an_error_until_a_real_tool_is_called() {
 fn calls_carry_the_param_headers_the_tools_schema_declares() {
     let regional = r#"{"name":"query_region","description":"Query a regional database","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"},"sql":{"type":"string"}}}}"#;
     let pages = [vec![regional.to_owned(), tool("get_weather", "Weather")]];
-    let head = |name: &str, params: &[(&str, &str)]| Head {
+    let head = |name: &str, params: bool| Head {
         server: "mcp|localhost".into(),
         revision: MODERN_REVISION.into(),
         routing: RoutingHeaders {
             method: Some("tools/call".into()),
             name: Some(name.into()),
-            params: params
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
+            params,
         },
         ..Head::default()
     };
@@ -1944,7 +1941,7 @@ fn calls_carry_the_param_headers_the_tools_schema_declares() {
         "call_tool",
         r#"{"name":"query_region","arguments":{"region":"eu-west","sql":"select 1"}}"#,
     );
-    let (exchange, step) = s.run_head(&host, head("call_tool", &[]), &meta, &pages);
+    let (exchange, step) = s.run_head(&host, head("call_tool", false), &meta, &pages);
     assert_eq!(step, Step::Wait);
     assert_eq!(host.last_sent()["params"]["name"], "query_region");
     assert_eq!(host.params.borrow().last(), Some(&expected));
@@ -1960,7 +1957,7 @@ fn calls_carry_the_param_headers_the_tools_schema_declares() {
         "query_region",
         r#"{"region":"eu-west","sql":"select 1"}"#,
     );
-    let (exchange, step) = s.run_head(&host, head("query_region", &[]), &direct, &pages);
+    let (exchange, step) = s.run_head(&host, head("query_region", false), &direct, &pages);
     assert_eq!(step, Step::Wait);
     assert_eq!(host.last_sent()["id"], 5);
     assert_eq!(host.params.borrow().last(), Some(&expected));
@@ -1972,16 +1969,13 @@ fn calls_carry_the_param_headers_the_tools_schema_declares() {
     // A direct call with it, one whose declared argument is absent, a tool that declares
     // nothing, and a 2025-11-25 call: passed on.
     let passes = [
+        (head("query_region", true), direct.clone()),
         (
-            head("query_region", &[("mcp-param-region", "eu-west")]),
-            direct.clone(),
-        ),
-        (
-            head("query_region", &[]),
+            head("query_region", false),
             call(6, "query_region", r#"{"sql":"select 1"}"#),
         ),
         (
-            head("get_weather", &[]),
+            head("get_weather", false),
             call(7, "get_weather", r#"{"q":"Oslo"}"#),
         ),
         (

@@ -45,7 +45,7 @@ mod hostile {
             let routing = message::RoutingHeaders {
                 method: Some(r.method.clone()),
                 name: Some(text.to_string()),
-                params: Vec::new(),
+                params: false,
             };
             let _ = message::routing_mismatch(&routing, &r);
         }
