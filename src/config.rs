@@ -488,6 +488,9 @@ pub struct Config {
     pub suggestions: Option<crate::suggestions::SuggestionsConfig>,
     /// What filter mode does with a model call of a tool the request does not carry.
     pub unknown_tools: UnknownTools,
+    /// Shadow ranking: a share of requests goes upstream uncut, and what the cut would have
+    /// cost is measured on the model's answers (see [`crate::shadow`]).
+    pub shadow: Option<Shadow>,
 }
 
 impl Default for Config {
@@ -519,8 +522,17 @@ impl Default for Config {
             loop_guard: None,
             suggestions: None,
             unknown_tools: UnknownTools::default(),
+            shadow: None,
         }
     }
+}
+
+/// The `shadow` section (see [`crate::shadow`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shadow {
+    /// The share of ranked LLM requests shadowed: 0 never, 1 every one.
+    pub sample: f64,
 }
 
 /// A count: a JSON integer, or a number with no fractional part. Istio hands `pluginConfig` over
@@ -663,12 +675,24 @@ impl Config {
         if !(1..=10).contains(&self.unknown_tools.max_rounds) {
             return Err(invalid("unknown_tools.max_rounds", "must be 1..=10"));
         }
+        if let Some(shadow) = &self.shadow {
+            if !(shadow.sample.is_finite() && (0.0..=1.0).contains(&shadow.sample)) {
+                return Err(invalid("shadow.sample", "must be a number from 0 to 1"));
+            }
+        }
         self.search.check()
     }
 
     /// Whether filter mode answers made-up tool calls to the model (`unknown_tools.answer`).
     pub fn answers_unknown_tools(&self) -> bool {
         self.mode == Mode::Filter && self.unknown_tools.answer
+    }
+
+    /// The share of requests shadow ranking samples, when it applies: filter mode with a
+    /// `shadow` section (search mode cuts nothing by rank).
+    pub fn shadow_sample(&self) -> Option<f64> {
+        let shadow = self.shadow.as_ref()?;
+        (self.mode == Mode::Filter).then_some(shadow.sample)
     }
 
     /// The most follow-ups one request may send: search mode's rounds, or filter mode's
@@ -1141,6 +1165,25 @@ mod tests {
         );
         assert!(err(r#"{"unknown_tools":{"answer":"yes"}}"#).contains("`unknown_tools.answer`"));
         assert!(err(r#"{"unknown_tools":{"rounds":2}}"#).contains("unknown field `rounds`"));
+    }
+
+    #[test]
+    fn shadow_settings() {
+        assert_eq!(Config::default().shadow_sample(), None);
+        let c = Config::from_json(br#"{"shadow":{"sample":0.05}}"#).unwrap();
+        assert_eq!(c.shadow_sample(), Some(0.05));
+        let c = Config::from_json(br#"{"shadow":{"sample":1}}"#).unwrap();
+        assert_eq!(c.shadow_sample(), Some(1.0));
+        // Search mode cuts nothing by rank: nothing to shadow.
+        let c = Config::from_json(br#"{"mode":"search","shadow":{"sample":1}}"#).unwrap();
+        assert_eq!(c.shadow_sample(), None);
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
+        for bad in ["1.5", "-0.1", "\"all\""] {
+            let e = err(&format!(r#"{{"shadow":{{"sample":{bad}}}}}"#));
+            assert!(e.contains("`shadow.sample`"), "{bad}: {e}");
+        }
+        assert!(err(r#"{"shadow":{}}"#).contains("`shadow`"));
+        assert!(err(r#"{"shadow":{"rate":0.5}}"#).contains("unknown field `rate`"));
     }
 
     #[test]

@@ -21,7 +21,8 @@
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
-//! - [`pipeline`], then [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top.
+//! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
+//!   [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top.
 
 pub mod access;
 pub mod config;
@@ -44,6 +45,7 @@ pub mod rank;
 pub mod rewrite;
 pub mod search;
 pub mod select;
+pub mod shadow;
 pub mod sse;
 pub mod suggestions;
 pub mod text;

@@ -8,7 +8,7 @@ use crate::fusion::{self, Fused, FusionParams};
 use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::rebuild_container_bytes;
-use crate::select::{Selection, all_allowed, select};
+use crate::select::{Selection, Verdict, all_allowed, select};
 use std::ops::Range;
 use std::rc::Rc;
 
@@ -292,6 +292,25 @@ impl Analysis {
             self.access.as_ref(),
             &self.evicted,
         )
+    }
+
+    /// Shadow ranking: from here on the request carries every tool its caller may see, with
+    /// nothing evicted or noted by the loop guard; returns the selection that would have been
+    /// applied (which [`crate::shadow::Scorecard`] measures the answer against).
+    pub fn shadow(&mut self) -> Selection {
+        let would = self.selection.clone();
+        for d in &mut self.selection.decisions {
+            if !d.verdict.kept() && d.verdict != Verdict::Denied {
+                d.verdict = Verdict::Shadow;
+            }
+        }
+        let allowed = self.access.as_ref().map(|g| &*g.allowed);
+        for (entry, keep) in self.selection.keep.iter_mut().enumerate() {
+            *keep = allowed.is_none_or(|a| a.get(entry).copied().unwrap_or(true));
+        }
+        self.evicted.clear();
+        self.notes.clear();
+        would
     }
 
     /// Whether the request's caller may see tool `name` (always, without access rules).

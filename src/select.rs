@@ -37,6 +37,9 @@ pub enum Verdict {
     BelowMinScore,
     /// Dropped: would exceed `max_tool_tokens`.
     OverBudget,
+    /// Kept: shadow ranking forwards every tool its caller may see; the selection it measures
+    /// is kept beside (see [`crate::shadow`]).
+    Shadow,
 }
 
 impl Verdict {
@@ -48,6 +51,7 @@ impl Verdict {
                 | Verdict::Called
                 | Verdict::AlwaysInclude
                 | Verdict::FewTools
+                | Verdict::Shadow
         )
     }
 
@@ -63,6 +67,7 @@ impl Verdict {
             Verdict::BelowTopK => "below top_k",
             Verdict::BelowMinScore => "below min_score",
             Verdict::OverBudget => "over budget",
+            Verdict::Shadow => "forwarded uncut (shadow)",
         }
     }
 }

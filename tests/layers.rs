@@ -36,6 +36,7 @@ const LAYERED: &[&str] = &[
     "rank",
     "rewrite",
     "select",
+    "shadow",
     "sse",
     "text",
 ];

@@ -66,6 +66,13 @@ pub struct Filter {
     gating: Option<GatingWait>,
     verdict: Option<crate::mcp::gating::Verdict>,
     gated: Option<crate::mcp::llm::Gated>,
+    /// `shadow`: whether this request was drawn to be shadowed (decided with its headers).
+    shadow_drawn: Option<bool>,
+    /// `shadow`: the answer's calls measured against the request's ranking.
+    shadow: Option<crate::shadow::Watch>,
+    /// Bytes at the start of Envoy's response buffer already given to `shadow` (the buffer
+    /// keeps them while the response is paused).
+    shadow_fed: usize,
 }
 
 /// The client's request headers, kept for the follow-ups, and whether the path asks for a
@@ -103,6 +110,8 @@ enum Outcome {
         /// Filter mode: tools the model called in its latest turn that the request does not
         /// carry (`unknown=x`).
         unknown: Vec<String>,
+        /// Shadowed: how many tools the selection would have kept (`shadow=would_keep:5`).
+        shadow: Option<usize>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -176,6 +185,9 @@ impl Filter {
             gating: None,
             verdict: None,
             gated: None,
+            shadow_drawn: None,
+            shadow: None,
+            shadow_fed: 0,
         }
     }
 
@@ -329,7 +341,7 @@ impl Filter {
         let debug = config.debug;
         self.gate(config, &mut analysis);
         drop(engine);
-        self.apply(shared, debug, &analysis, &body, ranked)?;
+        self.apply(shared, debug, &mut analysis, &body, ranked)?;
         self.claim_tool_choice(reader);
         self.answer_unknown(shared, &analysis);
         Ok(Step::Done)
@@ -356,7 +368,7 @@ impl Filter {
         &mut self,
         shared: &Shared,
         debug: bool,
-        analysis: &Analysis,
+        analysis: &mut Analysis,
         body: &[u8],
         ranked: Ranked,
     ) -> Result<(), Skipped> {
@@ -379,12 +391,18 @@ impl Filter {
                     noted: noted_tools(analysis),
                     // Search mode answers made-up names itself (`x-toolsift-search`).
                     unknown: Vec::new(),
+                    shadow: None,
                 });
                 count_loop(metrics, analysis);
                 metrics.denied(Surface::Tools, analysis.denied());
                 return Ok(());
             }
         }
+        // Shadow ranking: what the selection keeps is measured, not applied (debug names the
+        // tools it would have kept).
+        let would_keep_names =
+            (debug && self.shadow_drawn == Some(true)).then(|| analysis.explain_kept());
+        let shadow = self.start_shadow(shared, analysis);
         let (kept, total) = (analysis.kept(), analysis.total());
         let started = now();
         if write_rewritten(analysis, body)? {
@@ -394,6 +412,11 @@ impl Filter {
             metrics.add(metrics.unchanged, 1);
         }
         let (tokens_before, tokens_after) = analysis.tokens_before_after();
+        // For the access log (`toolsift report`): the tools' tokens as sent and as forwarded.
+        let tokens = format!("{tokens_before}/{tokens_after}");
+        if let Err(status) = host::set_property("toolsift_tokens", tokens.as_bytes()) {
+            log::debug!("cannot record the tokens for the access log: {status:?}");
+        }
         metrics.add(metrics.tools_in, total);
         metrics.add(metrics.tools_out, kept);
         metrics.add(
@@ -419,10 +442,10 @@ impl Filter {
             analysis.query,
             analysis.cache_hit
         );
-        let kept_names = if debug {
-            analysis.explain_kept()
-        } else {
-            String::new()
+        let kept_names = match would_keep_names {
+            Some(names) => names,
+            None if debug => analysis.explain_kept(),
+            None => String::new(),
         };
         metrics.denied(Surface::Tools, analysis.denied());
         // The provider's own search (here only under access rules that took tools out).
@@ -440,6 +463,7 @@ impl Filter {
             remembered: Vec::new(),
             noted: noted_tools(analysis),
             unknown: analysis.unknown.clone(),
+            shadow,
         });
         count_loop(metrics, analysis);
         metrics.add(metrics.unknown_tools, analysis.unknown.len());
@@ -623,7 +647,7 @@ impl Filter {
             self.gate(config, &mut analysis);
             (config.debug, ranked)
         };
-        let result = self.apply(shared, debug, &analysis, &body, ranked);
+        let result = self.apply(shared, debug, &mut analysis, &body, ranked);
         self.claim_tool_choice(analysis.reader);
         if result.is_ok() {
             self.answer_unknown(shared, &analysis);
@@ -690,6 +714,7 @@ impl Filter {
                 remembered,
                 noted,
                 unknown,
+                shadow,
                 ..
             }) => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -729,6 +754,9 @@ impl Filter {
                         format!(" remembered={}", names.join(","))
                     }
                 };
+                let shadow = shadow
+                    .map(|n| format!(" shadow=would_keep:{n}"))
+                    .unwrap_or_default();
                 header_value(*kept, *total, None)
                     + &denied
                     + &evicted
@@ -737,6 +765,7 @@ impl Filter {
                     + &mode
                     + &remembered
                     + &gating
+                    + &shadow
             }
             Some(Outcome::Denied { total, denied }) => {
                 header_value(0, *total, None) + &format!(" denied={denied} access=refused")
@@ -956,6 +985,9 @@ impl HttpContext for Filter {
                     }
                 }
                 // Custom shapes are filtered in search mode too, and have no response reader.
+                if let Reader::Dialect(_) = reader {
+                    self.draw_shadow(&shared);
+                }
                 if let Reader::Dialect(dialect) = reader {
                     match follow_up_headers(&shared, dialect, &pairs) {
                         Some((Mode::Search, headers)) => self.search_headers = Some(headers),
@@ -1058,6 +1090,25 @@ impl HttpContext for Filter {
                 add_response_header("x-toolsift-tools", kept_names);
             }
         }
+        if let Some(watch) = self.shadow.as_mut() {
+            let header = |name: &str| {
+                host::header(Headers::Response, name)
+                    .map(|v| String::from_utf8_lossy(&v).into_owned())
+            };
+            let (status, content_type, content_encoding) = (
+                header(":status"),
+                header("content-type"),
+                header("content-encoding"),
+            );
+            watch.on_head(&crate::shadow::Head {
+                status: status.as_deref(),
+                content_type: content_type.as_deref(),
+                content_encoding: content_encoding.as_deref(),
+            });
+            if end_of_stream {
+                self.feed_shadow(&shared, 0, true);
+            }
+        }
         // Search mode's response side never depends on `response_header`: with it off, the
         // client would get the model's `find_tools` call.
         match self.search.as_mut() {
@@ -1070,18 +1121,33 @@ impl HttpContext for Filter {
         if let (Some(shared), Some(mcp)) = (self.shared.as_ref(), self.mcp.as_mut()) {
             return mcp.on_response_body(shared, body_size);
         }
-        let (Some(shared), Some(search)) = (self.shared.as_ref(), self.search.as_mut()) else {
+        let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        search.on_response_body(shared, body_size, end_of_stream)
+        self.feed_shadow(&shared, body_size, end_of_stream);
+        let action = match self.search.as_mut() {
+            Some(search) => search.on_response_body(&shared, body_size, end_of_stream),
+            None => Action::Continue,
+        };
+        // A paused response's bytes stay in Envoy's buffer: the next callback's follow them.
+        self.shadow_fed = if action == Action::Pause {
+            body_size
+        } else {
+            0
+        };
+        action
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         // HTTP/2 responses that end with trailers: the body callback never saw end_of_stream.
-        let (Some(shared), Some(search)) = (self.shared.as_ref(), self.search.as_mut()) else {
+        let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        search.on_response_trailers(shared)
+        self.feed_shadow(&shared, self.shadow_fed, true);
+        match self.search.as_mut() {
+            Some(search) => search.on_response_trailers(&shared),
+            None => Action::Continue,
+        }
     }
 
     fn on_log(&mut self) {
@@ -1248,6 +1314,7 @@ impl Filter {
                     remembered: Vec::new(),
                     noted: Vec::new(),
                     unknown: Vec::new(),
+                    shadow: None,
                 });
                 return Ok(Step::Answered);
             }
@@ -1314,6 +1381,75 @@ impl Filter {
             }
             None => log::debug!("gating: no tool_choice could be written for the claim"),
         }
+    }
+}
+
+impl Filter {
+    /// `shadow`: draws whether this LLM request is shadowed. Its answer will be read (shadowed
+    /// or filtered), so it is asked for uncompressed, as access rules ask for it.
+    fn draw_shadow(&mut self, shared: &Shared) {
+        let rate = shared
+            .engine
+            .try_borrow()
+            .ok()
+            .and_then(|e| e.config.shadow_sample());
+        let (Some(rate), Ok(mut sampler)) = (rate, shared.sampler.try_borrow_mut()) else {
+            return;
+        };
+        self.shadow_drawn = Some(sampler.sample(rate));
+        if let Err(status) = host::remove_header(Headers::Request, "accept-encoding") {
+            log::debug!("cannot remove accept-encoding: {status:?}");
+        }
+    }
+
+    /// `shadow`, as the selection is written: a shadowed request keeps every tool its caller
+    /// may see, and the answer of any ranked request is watched. Returns, when shadowed, how
+    /// many tools the selection would have kept.
+    fn start_shadow(&mut self, shared: &Shared, analysis: &mut Analysis) -> Option<usize> {
+        let drawn = self.shadow_drawn.take()?;
+        let dialect = analysis.dialect()?;
+        // The provider's own search gets every allowed tool anyway: no cut to measure.
+        if analysis.native_search {
+            return None;
+        }
+        let top_k = shared.engine.try_borrow().ok()?.config.top_k;
+        let (card, would_keep) = if drawn {
+            let would = analysis.shadow();
+            shared.metrics.add(shared.metrics.shadow_requests, 1);
+            let card = crate::shadow::Scorecard::new(analysis, &would, true, top_k);
+            (card, Some(would.kept_count()))
+        } else {
+            let card = crate::shadow::Scorecard::new(analysis, &analysis.selection, false, top_k);
+            (card, None)
+        };
+        self.shadow = Some(crate::shadow::Watch::new(card, dialect));
+        would_keep
+    }
+
+    /// Gives `shadow` the answer's bytes past those it has (`body_size`: what Envoy's buffer
+    /// holds now), and records what the answer showed when it `ended`.
+    fn feed_shadow(&mut self, shared: &Shared, body_size: usize, ended: bool) {
+        let Some(watch) = self.shadow.as_mut().filter(|w| !w.finished()) else {
+            return;
+        };
+        let fresh = body_size.saturating_sub(self.shadow_fed);
+        if fresh > 0 {
+            match host::buffer(Buffer::ResponseBody, self.shadow_fed, fresh) {
+                Ok(bytes) => watch.feed(&bytes),
+                Err(status) => log::debug!("cannot read the answer for shadow: {status:?}"),
+            }
+        }
+        if !ended {
+            return;
+        }
+        let record = watch.finish();
+        shared.metrics.shadow(&record);
+        let value = record.log_value();
+        // For the access log: `%FILTER_STATE(wasm.toolsift_shadow:PLAIN)%`.
+        if let Err(status) = host::set_property("toolsift_shadow", value.as_bytes()) {
+            log::debug!("cannot record the shadow ranks for the access log: {status:?}");
+        }
+        log::debug!("toolsift: {value}");
     }
 }
 

@@ -95,6 +95,16 @@ pub struct Metrics {
     pub unknown_tools_rounds: u32,
     pub unknown_tools_failed: u32,
     pub unknown_tools_unreadable: u32,
+    /// Shadow ranking (`crate::shadow`): requests shadowed; calls of ranked tools in their
+    /// answers, kept or missed by the selection they were measured against; answers that
+    /// could not be read; the ranks of called tools, shadowed and filtered.
+    pub shadow_requests: u32,
+    pub shadow_calls: u32,
+    pub shadow_kept: u32,
+    pub shadow_missed: u32,
+    pub shadow_unreadable: u32,
+    pub shadow_call_rank: u32,
+    pub filtered_call_rank: u32,
 }
 
 impl Metrics {
@@ -140,6 +150,13 @@ impl Metrics {
             suggestions_fetched: counter("toolsift.suggestions.fetched")?,
             suggestions_failed: counter("toolsift.suggestions.failed")?,
             search_remembered: counter("toolsift.search.remembered")?,
+            shadow_requests: counter("toolsift.shadow.requests")?,
+            shadow_calls: counter("toolsift.shadow.calls")?,
+            shadow_kept: counter("toolsift.shadow.kept")?,
+            shadow_missed: counter("toolsift.shadow.missed")?,
+            shadow_unreadable: counter("toolsift.shadow.unreadable")?,
+            shadow_call_rank: histogram("toolsift.shadow.call_rank")?,
+            filtered_call_rank: histogram("toolsift.filtered.call_rank")?,
             requests: counter("toolsift.requests")?,
             rewritten: counter("toolsift.rewritten")?,
             unchanged: counter("toolsift.unchanged")?,
@@ -168,6 +185,29 @@ impl Metrics {
             unknown_tools_failed: counter("toolsift.unknown_tools.failed")?,
             unknown_tools_unreadable: counter("toolsift.unknown_tools.unreadable")?,
         })
+    }
+
+    /// Counts what one answer showed shadow ranking: the ranks of the tools it called, and in
+    /// a shadowed request whether the selection would have kept each.
+    pub fn shadow(&self, record: &crate::shadow::Record) {
+        if record.unreadable {
+            self.add(self.shadow_unreadable, 1);
+        }
+        let ranks = if record.sampled {
+            self.shadow_call_rank
+        } else {
+            self.filtered_call_rank
+        };
+        for rank in record.ranked_calls().filter_map(|c| c.rank) {
+            self.record(ranks, rank as u64);
+        }
+        if record.sampled {
+            let calls = record.ranked_calls().count();
+            let missed = record.missed();
+            self.add(self.shadow_calls, calls);
+            self.add(self.shadow_kept, calls.saturating_sub(missed));
+            self.add(self.shadow_missed, missed);
+        }
     }
 
     /// Counts `n` denials on `surface`.

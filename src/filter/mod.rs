@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     mcp_metrics: Option<mcp::McpMetrics>,
     /// `suggestions.mcp`: when this worker fetches the suggestion server's list next.
     suggestions: RefCell<Option<crate::mcp::suggestions::Refresh>>,
+    /// `shadow`: which requests this worker shadows.
+    sampler: RefCell<crate::shadow::Sampler>,
 }
 
 impl Shared {
@@ -165,6 +167,15 @@ impl Context for Root {
     }
 }
 
+/// A seed for this worker's [`crate::shadow::Sampler`]: Envoy's clock in nanoseconds, and the
+/// root context's id, so that workers started in the same instant draw apart.
+fn sampler_seed(context_id: u32) -> u64 {
+    let nanos = host::now()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(context_id) << 32)
+}
+
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let bytes = match host::buffer(host::Buffer::PluginConfiguration, 0, usize::MAX) {
@@ -235,6 +246,7 @@ impl RootContext for Root {
             vectors,
             backfill: RefCell::default(),
             watchdog: RefCell::default(),
+            sampler: RefCell::new(crate::shadow::Sampler::new(sampler_seed(self.context_id))),
         }));
         true
     }

@@ -99,6 +99,8 @@
 //!   hallucinated call, or one a history suggests: what access rules must stop), with the
 //!   arguments `x-demo-call-args: {JSON object}` (default `{}`); `text-first` says its text
 //!   before them. Later turns follow the script.
+//! - `x-demo-seq: N`: the answer's ids (and Responses' stored id) as for request number N
+//!   instead of this one's, so that the same request sent twice gets the same bytes.
 //!
 //! Call ids are `call_SEQ_I` (Chat, Ollama; Responses `call_id`, with item id `fc_SEQ_I`),
 //! `toolu_SEQ_I` (Anthropic) and `tooluse_SEQ_I` (Bedrock), SEQ the request's number in
@@ -198,6 +200,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 pub(crate) const ECHO_HEADER: &str = "x-demo-echo";
+/// See the module's documentation (`x-demo-seq`).
+const SEQ_HEADER: &str = "x-demo-seq";
 /// `x-demo-echo: none` answers `{}` as soon as the body has arrived, without reading it: the
 /// latency benchmark uses it so the upstream costs the same whether the body carries 5 tools
 /// or 4,000, and only the gateway's own time differs.
@@ -582,6 +586,14 @@ async fn serve_llm_request(
 ) -> Response<ReplyBody> {
     let provider = endpoint.provider;
     let scripted = scripted::requested(&parts.headers);
+    // `x-demo-seq`: the answer's ids as for that request number, so that two requests (through
+    // the gateway and not) can be answered byte for byte alike.
+    let sequence = parts
+        .headers
+        .get(SEQ_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(sequence);
     if scripted {
         server
             .stats

@@ -174,6 +174,7 @@ fn verdict_key(v: Verdict) -> &'static str {
         Verdict::Denied => "denied",
         Verdict::Evicted => "evicted",
         Verdict::FewTools => "few_tools",
+        Verdict::Shadow => "shadow",
     }
 }
 
