@@ -48,6 +48,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("mcp_message", mcp_message),
     ("eventstream", eventstream),
     ("memory_set", memory_set),
+    ("shadow_answer", shadow_answer),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -1033,4 +1034,48 @@ fn suggestion_server_answer(data: &[u8]) {
             );
         }
     }
+}
+
+/// Shadow ranking's reader of a model's answer, fed as it passes. `data[0]`: the dialect (low
+/// bits) and whether the head says it is a stream (high bit); `data[1]` seeds the chunking;
+/// the rest is the answer. Nothing panics, and the calls read are the same whatever the cuts:
+/// fed whole, or in chunks of 1 to 64 bytes.
+pub fn shadow_answer(data: &[u8]) {
+    use toolsift::shadow::{AnswerReader, Head};
+    let [selector, seed, rest @ ..] = data else {
+        return;
+    };
+    let dialect = Dialect::ALL[usize::from(selector & 0x7f) % Dialect::ALL.len()];
+    let content_type = match (selector & 0x80 != 0, dialect) {
+        (false, _) => "application/json",
+        (true, Dialect::Bedrock) => "application/vnd.amazon.eventstream",
+        (true, Dialect::Ollama) => "application/x-ndjson",
+        (true, _) => "text/event-stream",
+    };
+    let head = Head {
+        status: Some("200"),
+        content_type: Some(content_type),
+        content_encoding: None,
+    };
+    let read = |cuts: &mut dyn FnMut() -> usize| {
+        let mut reader = AnswerReader::new(dialect);
+        reader.on_head(&head);
+        let mut at = 0;
+        while at < rest.len() {
+            let end = (at + cuts()).min(rest.len());
+            reader.feed(&rest[at..end]);
+            at = end;
+        }
+        reader.finish()
+    };
+    let whole = read(&mut || usize::MAX);
+    let mut state = u32::from(*seed) | 1;
+    let chunked = read(&mut || {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        1 + (state >> 16) as usize % 64
+    });
+    assert_eq!(
+        whole, chunked,
+        "calls read in chunks differ from the whole answer's"
+    );
 }
