@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -147,7 +147,7 @@ e2e: images
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-loops
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -217,6 +217,12 @@ bench-latency-access: build $(ENVOY)
 # Added latency of the loop guard through Envoy: 200 tools, a 100-message history.
 bench-latency-loop: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --loop-guard
+
+# Shadow ranking through Envoy: a shadowed request (200 tools forwarded, the answer read as it
+# passes) against the same Envoy without the filter and against filter mode; whole answers and
+# the time to a stream's first byte.
+bench-latency-shadow: build $(ENVOY)
+	$(CARGO) run --release --example envoy_latency -- --shadow
 
 # Scripted agent loops (same call twice, A B A B, a search every turn, an unknown tool) played
 # by a client through Envoy without toolsift and with it: turns until the loop is broken,

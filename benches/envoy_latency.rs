@@ -87,6 +87,10 @@ fn main() {
         loop_guard::run(&pool);
         return;
     }
+    if args.iter().any(|a| a == "--shadow") {
+        shadow::run(&pool);
+        return;
+    }
     if args.iter().any(|a| a == "--rotating") {
         let counts: Vec<usize> = match args.iter().position(|a| a == "--counts") {
             Some(i) => args[i + 1].split(',').map(|s| s.parse().unwrap()).collect(),
@@ -1670,6 +1674,146 @@ mod loop_guard {
         println!(
             "| {n} | {MESSAGES} | {m_a:.3} / {m_b:.3} | **{:.3}** | {p_a:.3} / {p_b:.3} | `{shown}` |",
             m_a - m_b
+        );
+        println!("load after: {}", load());
+    }
+}
+
+/// `--shadow`: a shadowed request (`shadow.sample` 1: all 200 tools forwarded, the answer read
+/// as it passes and its call measured) against the same Envoy without the filter and against
+/// filter mode (5 tools forwarded, the answer read for the ranks of kept tools), one Envoy,
+/// three listeners, rounds alternating. The scripted model answers every request with a call.
+/// Whole answers: the median time of the exchange. Streams (`x-demo-chunk-delay-ms` 5 between
+/// events): the median time to the first byte of the body, and to the last.
+mod shadow {
+    use super::{Client, Gateway, balanced, listener_copy, load, percentile};
+    use std::io::{BufRead, Read, Write};
+    use std::time::Instant;
+
+    const ROUNDS: usize = 10;
+    const PER_ROUND: usize = 60;
+
+    fn body(tools: &str, stream: bool, i: usize) -> String {
+        format!(
+            r#"{{"model":"gpt-4.1","stream":{stream},"messages":[{{"role":"user","content":"Check the deployment logs and tell me why the service fails (ticket {i})"}}],"tools":[{tools}]}}"#
+        )
+    }
+
+    /// Milliseconds to the first byte of the (chunked) body, and to its end.
+    fn first_and_last(client: &mut Client, extra: &str, body: &str) -> (f64, f64) {
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n",
+            body.len()
+        );
+        let start = Instant::now();
+        client.writer.write_all(head.as_bytes()).unwrap();
+        client.writer.write_all(body.as_bytes()).unwrap();
+        loop {
+            let mut line = String::new();
+            client.reader.read_line(&mut line).unwrap();
+            assert!(!line.is_empty(), "connection closed");
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut first = None;
+        loop {
+            let mut size = String::new();
+            client.reader.read_line(&mut size).unwrap();
+            first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1000.0);
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0u8; size + 2];
+            client.reader.read_exact(&mut chunk).unwrap();
+            if size == 0 {
+                break;
+            }
+        }
+        (first.unwrap_or(0.0), start.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    pub fn run(pool: &[String]) {
+        let n = 200;
+        println!("load before: {}", load());
+        let tools = pool[..n].join(",\n");
+        let first: serde_json::Value = serde_json::from_str(&pool[0]).unwrap();
+        let want = first["function"]["name"].as_str().unwrap().to_owned();
+        let config = r#"{"shadow":{"sample":1}}"#;
+        // `TOOLSIFT_BASELINE_WASM=path`: a fourth listener in filter mode with that `.wasm` (the
+        // previous build), for an A/B of the request path in the same run.
+        let baseline = std::env::var("TOOLSIFT_BASELINE_WASM").ok();
+        let (filter_port, plain_port, base_port) =
+            (Gateway::free_port(), Gateway::free_port(), Gateway::free_port());
+        let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| {
+            let end = y.find("  clusters:").unwrap();
+            let filter = listener_copy(&y, "llm_filter", filter_port, Some((config, "{}")));
+            let plain = listener_copy(&y, "llm_plain", plain_port, None);
+            let base = baseline.as_deref().map_or_else(String::new, |wasm| {
+                let copy = listener_copy(&y, "llm_base", base_port, Some((config, "{}")));
+                let ours = super::repo().join("target/wasm32-wasip1/release/toolsift.wasm");
+                copy.replace(ours.to_str().unwrap(), wasm)
+                    .replace("vm_id: toolsift", "vm_id: toolsift_baseline")
+            });
+            balanced(format!("{}{filter}{plain}{base}{}", &y[..end], &y[end..]))
+        });
+        let mut ports = vec![gw.port, filter_port, plain_port];
+        let mut names = vec!["shadowed", "filter mode", "no filter"];
+        if baseline.is_some() {
+            ports.push(base_port);
+            names.push("filter mode, baseline .wasm");
+        }
+        let listeners = ports.len();
+        let extra = format!(
+            "x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n"
+        );
+        let stream_extra = format!("{extra}x-demo-chunk-delay-ms: 5\r\n");
+        let mut clients: Vec<Client> = ports.iter().map(|p| Client::connect(*p)).collect();
+        let whole: Vec<String> = (0..64).map(|i| body(&tools, false, i)).collect();
+        let streamed: Vec<String> = (0..64).map(|i| body(&tools, true, i)).collect();
+        let path = "/v1/chat/completions";
+        let (_, head) = clients[0].send(path, &extra, &whole[0]);
+        let shown = super::header(&head, "x-toolsift").unwrap_or_default().to_owned();
+        assert!(shown.contains("shadow=would_keep:5"), "{head}");
+        for i in 0..60 {
+            for c in clients.iter_mut() {
+                c.send(path, &extra, &whole[i % 64]);
+            }
+        }
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); listeners];
+        let mut firsts: Vec<Vec<f64>> = vec![Vec::new(); listeners];
+        let mut lasts: Vec<Vec<f64>> = vec![Vec::new(); listeners];
+        let mut next = 0;
+        for round in 0..ROUNDS {
+            for k in 0..listeners {
+                // Rotate which listener goes first in a round.
+                let at = (k + round) % listeners;
+                for _ in 0..PER_ROUND {
+                    times[at].push(clients[at].send(path, &extra, &whole[next % 64]).0);
+                    let (f, l) = first_and_last(&mut clients[at], &stream_extra, &streamed[next % 64]);
+                    firsts[at].push(f);
+                    lasts[at].push(l);
+                    next += 1;
+                }
+            }
+        }
+        let requests = gw.stat("toolsift.shadow.requests");
+        let missed = gw.stat("toolsift.shadow.calls");
+        println!(
+            "| {n} tools | median whole answer (ms) | added over no filter (ms) | median first byte of a stream (ms) | added (ms) | median last byte (ms) |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        let med = |v: &mut Vec<f64>| percentile(v, 0.5);
+        let (plain_whole, plain_first) = (med(&mut times[2]), med(&mut firsts[2]));
+        for k in 0..listeners {
+            let (w, f, l) = (med(&mut times[k]), med(&mut firsts[k]), med(&mut lasts[k]));
+            println!(
+                "| {} | {w:.3} | **{:+.3}** | {f:.3} | **{:+.3}** | {l:.3} |",
+                names[k],
+                w - plain_whole,
+                f - plain_first
+            );
+        }
+        println!(
+            "shadowed requests counted: {requests}, calls measured: {missed}; x-toolsift: `{shown}`"
         );
         println!("load after: {}", load());
     }
