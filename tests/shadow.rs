@@ -306,3 +306,112 @@ fn an_unreadable_answer_is_counted_not_measured() {
         "{line}"
     );
 }
+
+/// One shared dataset replayed as traffic with `sample: 1`: each of the first 40 Seal-Tools
+/// queries a request over one 200-tool catalog (their relevant tools and the dataset's first
+/// others), the scripted model calling the query's relevant tools. For every call, the rank the
+/// access log records is the rank `toolsift explain` gives the same request.
+#[test]
+fn a_replayed_dataset_is_measured_as_explain_ranks_it() {
+    let dir = common::repo().join("../shared/datasets/seal_tools");
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e} (../shared/datasets is needed)", dir.display()))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let tools = read("tools.jsonl");
+    let queries: Vec<serde_json::Value> = read("queries.jsonl").into_iter().take(40).collect();
+    let name = |t: &serde_json::Value| t["function"]["name"].as_str().unwrap().to_owned();
+    let mut wanted: Vec<String> = queries
+        .iter()
+        .flat_map(|q| q["relevant"].as_array().unwrap().iter())
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    let mut catalog: Vec<serde_json::Value> = tools
+        .iter()
+        .filter(|t| wanted.contains(&name(t)))
+        .cloned()
+        .collect();
+    for t in &tools {
+        if catalog.len() >= 200 {
+            break;
+        }
+        if !wanted.contains(&name(t)) {
+            catalog.push(t.clone());
+        }
+    }
+    assert_eq!(catalog.len(), 200);
+    let (gw, log) = gateway(r#"{"top_k":5,"shadow":{"sample":1}}"#);
+    let scratch = std::env::temp_dir().join(format!("toolsift-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut expected = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let relevant: Vec<String> = q["relevant"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap().to_owned())
+            .collect();
+        let body = serde_json::json!({"model": "gpt-4.1",
+            "messages": [{"role": "user", "content": q["query"]}], "tools": catalog});
+        let calls = relevant.join(",");
+        let r = common::http(
+            gw.port,
+            "POST",
+            "/v1/chat/completions",
+            &[
+                ("content-type", "application/json"),
+                ("x-demo-model", "scripted"),
+                ("x-demo-want", &relevant[0]),
+                ("x-demo-call", &calls),
+            ],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        // What `toolsift explain` says of the same request.
+        let file = scratch.join(format!("{i}.json"));
+        std::fs::write(&file, body.to_string()).unwrap();
+        let out = std::process::Command::new(common::repo().join("target/release/toolsift"))
+            .args(["explain", "--json", "--path", "/v1/chat/completions"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let explained: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rank = |tool: &str| -> u64 {
+            explained["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == tool)
+                .and_then(|t| t["rank"].as_u64())
+                .unwrap_or_else(|| panic!("{tool} not ranked by explain"))
+        };
+        let ranks: Vec<String> = relevant
+            .iter()
+            .map(|t| format!("{t}@{}", rank(t)))
+            .collect();
+        let missed = relevant.iter().filter(|t| rank(t) > 5).count();
+        expected.push(format!("shadow={} missed={missed}", ranks.join(",")));
+    }
+    let lines = shadow_lines(&log, queries.len());
+    for (line, want) in lines.iter().zip(&expected) {
+        assert!(
+            line.starts_with(&format!("{want} top_k=5 tools=200 ")),
+            "{line} / {want}"
+        );
+    }
+    let calls: usize = queries
+        .iter()
+        .map(|q| q["relevant"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(gw.stat("toolsift.shadow.calls"), calls as u64);
+}
