@@ -738,8 +738,7 @@ fn rule(r: &RuleConfig) -> Result<Rule, (String, String)> {
         if name.is_empty() || !name.bytes().all(fits) {
             return Err((
                 "name".into(),
-                "letters, digits, `_`, `-` and `.` only (it becomes part of metric names)"
-                    .into(),
+                "letters, digits, `_`, `-` and `.` only (it becomes part of metric names)".into(),
             ));
         }
     }
@@ -928,7 +927,9 @@ impl Grant {
                 )),
                 (Decision::Denied(_), Decision::Allowed) => self.ledger.push(record(
                     Verdict::ShadowAllow,
-                    other.policy.rule_label(tool.and_then(|t| other.allowing_rule(t))),
+                    other
+                        .policy
+                        .rule_label(tool.and_then(|t| other.allowing_rule(t))),
                 )),
                 _ => {}
             }
@@ -1117,7 +1118,11 @@ impl Ledger {
         };
         let from = inner.reported;
         inner.reported = inner.records.len();
-        inner.records.get(from..).map(<[Record]>::to_vec).unwrap_or_default()
+        inner
+            .records
+            .get(from..)
+            .map(<[Record]>::to_vec)
+            .unwrap_or_default()
     }
 }
 

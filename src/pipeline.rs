@@ -298,10 +298,9 @@ impl Analysis {
 
     /// Whether the request's caller may see tool `name` (always, without access rules).
     pub fn may_see(&self, name: &str) -> bool {
-        self.access.as_ref().is_none_or(|g| {
-            g.grant
-                .shows(name, &crate::access::Annotations::default())
-        })
+        self.access
+            .as_ref()
+            .is_none_or(|g| g.grant.shows(name, &crate::access::Annotations::default()))
     }
 
     /// The first tool of the request its caller may not see, as a refusal naming it (a signed
@@ -509,7 +508,12 @@ fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
     };
     let tool = denial.as_ref().and_then(|d| d.tool.clone());
     let denial = grant
-        .judge_request(Surface::Request, tool.as_deref(), denial.map(|d| d.why), shadow)
+        .judge_request(
+            Surface::Request,
+            tool.as_deref(),
+            denial.map(|d| d.why),
+            shadow,
+        )
         .map(|why| Denial { tool, why });
     let governed = || (0..allowed.len()).filter(|&e| catalog.governed(e));
     let may_use = |e: usize| allowed.get(e).copied().unwrap_or(false);
