@@ -32,6 +32,10 @@ use std::rc::Rc;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccessConfig {
+    /// `enforce` (the default) or `audit`: every decision made, counted and logged, none
+    /// carried out.
+    #[serde(default)]
+    pub mode: Mode,
     /// Where the caller's identity values come from, all of them read.
     #[serde(default)]
     pub identity: Vec<IdentitySource>,
@@ -67,6 +71,16 @@ pub struct IdentitySource {
     pub prefix: String,
 }
 
+/// Whether the policy's denials are carried out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    /// Decided, counted and logged as `would_deny`; nothing denied, hidden, refused or edited.
+    Audit,
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
@@ -90,6 +104,10 @@ pub enum Denied {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
+    /// What logs and counters call the rule (`toolsift.access.rule.<name>.denied`); unnamed,
+    /// it is `#N`, its place in `rules`.
+    #[serde(default)]
+    pub name: Option<String>,
     /// Identity values (globs) the rule applies to; `*` applies to every caller.
     pub when: Vec<String>,
     #[serde(default)]
@@ -299,8 +317,20 @@ impl fmt::Display for Why {
     }
 }
 
+impl Why {
+    /// The rule that decided: `None` for the `default` verdict (no identity, no rule allowed).
+    pub fn rule(&self) -> Option<usize> {
+        match self {
+            Why::NoIdentity | Why::Default => None,
+            Why::Rule { rule, .. } | Why::Annotation { rule, .. } | Why::Argument { rule, .. } => {
+                Some(*rule)
+            }
+        }
+    }
+}
+
 /// Where a denial happened, for the stats (`toolsift.access.denied.<surface>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Surface {
     /// LLM requests refused whole (HTTP 403): no identity, no tool left, a `tool_choice` of a
     /// denied tool under `denied: "refused"`, a signed request carrying denied tools.
@@ -355,6 +385,7 @@ impl Decision {
 /// A rule, compiled.
 #[derive(Debug, Clone)]
 struct Rule {
+    name: Option<String>,
     when: Vec<Glob>,
     allow: Vec<Glob>,
     deny: Vec<Glob>,
@@ -395,6 +426,9 @@ pub struct Policy {
     default: Effect,
     rules: Vec<Rule>,
     pub denied: Denied,
+    mode: Mode,
+    /// `access_shadow`: a second policy decided beside this one, never enforced.
+    shadow: Option<Rc<Policy>>,
 }
 
 impl Policy {
@@ -408,18 +442,71 @@ impl Policy {
                     .map_err(|(field, why)| field_error(format!("identity[{i}]{field}"), why))?,
             );
         }
-        let mut rules = Vec::new();
+        let mut rules: Vec<Rule> = Vec::new();
         for (i, r) in config.rules.iter().enumerate() {
-            rules.push(
-                rule(r).map_err(|(field, why)| field_error(format!("rules[{i}].{field}"), why))?,
-            );
+            let compiled =
+                rule(r).map_err(|(field, why)| field_error(format!("rules[{i}].{field}"), why))?;
+            if let Some(name) = &compiled.name {
+                if rules.iter().any(|other| other.name.as_ref() == Some(name)) {
+                    return Err(field_error(
+                        format!("rules[{i}].name"),
+                        format!("`{name}` names another rule too: names must be unique"),
+                    ));
+                }
+            }
+            rules.push(compiled);
         }
         Ok(Policy {
             sources,
             default: config.default,
             rules,
             denied: config.denied,
+            mode: config.mode,
+            shadow: None,
         })
+    }
+
+    /// This policy with `access_shadow` (`shadow`) decided beside it. A shadow that reads no
+    /// identity of its own reads this policy's; one in `audit` mode is refused (a shadow is
+    /// never enforced), the error's field relative to the shadow's section.
+    pub fn with_shadow(mut self, shadow: &AccessConfig) -> Result<Policy, FieldError> {
+        if shadow.mode == Mode::Audit {
+            return Err(field_error(
+                "mode",
+                "a shadow policy is never enforced: leave `mode` out",
+            ));
+        }
+        let mut compiled = Policy::new(shadow)?;
+        if compiled.sources.is_empty() {
+            compiled.sources = self.sources.clone();
+        }
+        self.shadow = Some(Rc::new(compiled));
+        Ok(self)
+    }
+
+    /// `access_shadow`, compiled, if configured.
+    pub fn shadow(&self) -> Option<&Rc<Policy>> {
+        self.shadow.as_ref()
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The names of the named rules, in order (their counters are defined at configure time).
+    pub fn rule_names(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().filter_map(|r| r.name.as_deref())
+    }
+
+    /// What logs call rule `rule`: its `name`, `#N` when it has none, `default` for `None`.
+    pub fn rule_label(&self, rule: Option<usize>) -> String {
+        match rule {
+            None => "default".to_owned(),
+            Some(i) => match self.rules.get(i).and_then(|r| r.name.as_deref()) {
+                Some(name) => name.to_owned(),
+                None => format!("#{i}"),
+            },
+        }
     }
 
     /// Where the caller's identity comes from.
@@ -469,8 +556,23 @@ impl Policy {
         self.rules.len()
     }
 
-    /// What `caller` may do: the rules that apply to it, picked once per request.
+    /// What `caller` may do: the rules that apply to it, picked once per request (and, with
+    /// `access_shadow`, the shadow's for the same caller).
     pub fn grant(self: &Rc<Self>, caller: &Caller) -> Grant {
+        self.grant_with(caller, None)
+    }
+
+    /// [`Policy::grant`], the shadow's rules picked for `shadow_caller` when the shadow reads
+    /// an identity of its own (`None`: the same caller).
+    pub fn grant_with(self: &Rc<Self>, caller: &Caller, shadow_caller: Option<&Caller>) -> Grant {
+        let mut grant = self.bare_grant(caller);
+        if let Some(shadow) = &self.shadow {
+            grant.shadow = Some(Rc::new(shadow.bare_grant(shadow_caller.unwrap_or(caller))));
+        }
+        grant
+    }
+
+    fn bare_grant(self: &Rc<Self>, caller: &Caller) -> Grant {
         let identified = caller.is_identified() || !self.requires_identity();
         let applicable = if identified {
             (0..self.rules.len())
@@ -483,6 +585,8 @@ impl Policy {
             policy: Rc::clone(self),
             applicable: applicable.into(),
             identified,
+            shadow: None,
+            ledger: Ledger::default(),
         }
     }
 }
@@ -629,7 +733,17 @@ fn rule(r: &RuleConfig) -> Result<Rule, (String, String)> {
         }
         arguments.push((Glob::new(tool), compiled));
     }
+    if let Some(name) = &r.name {
+        let fits = |b: u8| b.is_ascii_alphanumeric() || b"_-.".contains(&b);
+        if name.is_empty() || !name.bytes().all(fits) {
+            return Err((
+                "name".into(),
+                "letters, digits, `_`, `-` and `.` only (it becomes part of metric names)".into(),
+            ));
+        }
+    }
     Ok(Rule {
+        name: r.name.clone(),
         when: globs("when", &r.when)?,
         allow: globs("allow", &r.allow)?,
         deny: globs("deny", &r.deny)?,
@@ -645,6 +759,10 @@ pub struct Grant {
     applicable: Rc<[usize]>,
     /// The caller has the identity the policy needs.
     identified: bool,
+    /// `access_shadow`'s grant for the same request.
+    shadow: Option<Rc<Grant>>,
+    /// The request's decisions worth reporting, shared by the grant's clones.
+    ledger: Ledger,
 }
 
 impl Grant {
@@ -771,6 +889,240 @@ impl Grant {
             }
         }
         Decision::Allowed
+    }
+}
+
+impl Grant {
+    /// Whether the policy's denials are carried out (`access.mode`).
+    pub fn enforces(&self) -> bool {
+        self.policy.mode == Mode::Enforce
+    }
+
+    /// The request's decisions worth reporting so far.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// What becomes of `decision`, this grant's on `surface` about `tool` (`None`: the whole
+    /// request): the one place a decision is recorded (`deny`, or `would_deny` in audit mode,
+    /// and where `access_shadow`'s decision, `shadow`, differs), and, in audit mode, allowed.
+    fn judge(
+        &self,
+        surface: Surface,
+        tool: Option<&str>,
+        decision: Decision,
+        shadow: impl FnOnce(&Grant) -> Decision,
+    ) -> Decision {
+        if let Some(other) = &self.shadow {
+            let record = |verdict, rule| Record {
+                verdict,
+                surface,
+                rule,
+                tool: tool.map(str::to_owned),
+            };
+            match (&decision, shadow(other)) {
+                (Decision::Allowed, Decision::Denied(why)) => self.ledger.push(record(
+                    Verdict::ShadowDeny,
+                    other.policy.rule_label(why.rule()),
+                )),
+                (Decision::Denied(_), Decision::Allowed) => self.ledger.push(record(
+                    Verdict::ShadowAllow,
+                    other
+                        .policy
+                        .rule_label(tool.and_then(|t| other.allowing_rule(t))),
+                )),
+                _ => {}
+            }
+        }
+        let Decision::Denied(why) = decision else {
+            return Decision::Allowed;
+        };
+        self.ledger.push(Record {
+            verdict: if self.enforces() {
+                Verdict::Deny
+            } else {
+                Verdict::WouldDeny
+            },
+            surface,
+            rule: self.policy.rule_label(why.rule()),
+            tool: tool.map(str::to_owned),
+        });
+        if self.enforces() {
+            Decision::Denied(why)
+        } else {
+            Decision::Allowed
+        }
+    }
+
+    /// The first applicable rule whose `allow` names `tool` (`None`: allowed by `default`).
+    fn allowing_rule(&self, tool: &str) -> Option<usize> {
+        self.rules()
+            .find(|(_, r)| r.allow.iter().any(|p| p.matches(tool)))
+            .map(|(i, _)| i)
+    }
+
+    /// [`Grant::tool`] on `surface`, recorded and enforced as the mode says.
+    pub fn judge_tool(&self, surface: Surface, name: &str, annotations: &Annotations) -> Decision {
+        let decision = self.tool(name, annotations);
+        self.judge(surface, Some(name), decision, |s| s.tool(name, annotations))
+    }
+
+    /// [`Grant::call`] on `surface`, recorded and enforced as the mode says.
+    pub fn judge_call(
+        &self,
+        surface: Surface,
+        name: &str,
+        annotations: &Annotations,
+        arguments: &str,
+    ) -> Decision {
+        let decision = self.call(name, annotations, arguments);
+        self.judge(surface, Some(name), decision, |s| {
+            s.call(name, annotations, arguments)
+        })
+    }
+
+    /// A refusal of the whole request on `surface` (about `tool` if one), decided by this
+    /// policy (`why`, `None`: not refused) and by the shadow's (`shadow`): recorded, and whether
+    /// it is carried out.
+    pub fn judge_request(
+        &self,
+        surface: Surface,
+        tool: Option<&str>,
+        why: Option<Why>,
+        shadow: impl FnOnce(&Grant) -> Option<Why>,
+    ) -> Option<Why> {
+        let as_decision = |why: Option<Why>| why.map_or(Decision::Allowed, Decision::Denied);
+        let decision = as_decision(why);
+        match self.judge(surface, tool, decision, |s| as_decision(shadow(s))) {
+            Decision::Allowed => None,
+            Decision::Denied(why) => Some(why),
+        }
+    }
+
+    /// Whether the shadow policy would refuse the request for want of an identity.
+    pub fn shadow_identified(&self) -> Option<bool> {
+        self.shadow.as_ref().map(|s| s.identified)
+    }
+
+    /// A catalog's mask as decided ([`Grant::mask`], or one by one), `decided`, judged entry by
+    /// entry on `surface` (`tool(e)`: entry `e`'s name and annotations, `None` for what is not
+    /// governed): what the caller is shown. Unchanged unless the mode is `audit` (everything)
+    /// or nothing needs recording.
+    pub fn judge_mask<'a>(
+        &self,
+        surface: Surface,
+        decided: Rc<[bool]>,
+        tool: impl Fn(usize) -> Option<(&'a str, Annotations)>,
+    ) -> Rc<[bool]> {
+        let quiet = self.shadow.is_none() && decided.iter().all(|a| *a);
+        if quiet {
+            return decided;
+        }
+        let mut shown = Vec::with_capacity(decided.len());
+        for (e, allowed) in decided.iter().enumerate() {
+            let Some((name, annotations)) = tool(e) else {
+                shown.push(*allowed);
+                continue;
+            };
+            let decision = if *allowed {
+                Decision::Allowed
+            } else {
+                self.tool(name, &annotations)
+            };
+            let judged = self.judge(surface, Some(name), decision, |s| {
+                s.tool(name, &annotations)
+            });
+            shown.push(judged.allowed());
+        }
+        if self.enforces() {
+            decided
+        } else {
+            shown.into()
+        }
+    }
+
+    /// Whether the caller may see `name`, as enforced (always in audit mode); nothing recorded.
+    pub fn shows(&self, name: &str, annotations: &Annotations) -> bool {
+        !self.enforces() || self.tool(name, annotations).allowed()
+    }
+}
+
+/// What was decided: enforced, audited, or where the shadow policy differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Deny,
+    WouldDeny,
+    /// `access_shadow` would deny what the enforced policy allows.
+    ShadowDeny,
+    /// `access_shadow` would allow what the enforced policy denies.
+    ShadowAllow,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Deny => "deny",
+            Verdict::WouldDeny => "would_deny",
+            Verdict::ShadowDeny => "shadow_deny",
+            Verdict::ShadowAllow => "shadow_allow",
+        }
+    }
+}
+
+/// One decision worth reporting: `verdict:surface:rule:tool` in the access log.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Record {
+    pub verdict: Verdict,
+    pub surface: Surface,
+    /// The rule's name, `#N`, or `default`.
+    pub rule: String,
+    /// The tool, `None` for the whole request.
+    pub tool: Option<String>,
+}
+
+/// A request's records, each once (a surface asked twice, say a tools list and a search over
+/// the same catalog, decides the same), in the order made; and how many were reported.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    inner: Rc<RefCell<LedgerInner>>,
+}
+
+#[derive(Debug, Default)]
+struct LedgerInner {
+    records: Vec<Record>,
+    seen: std::collections::BTreeSet<Record>,
+    reported: usize,
+}
+
+impl Ledger {
+    fn push(&self, record: Record) {
+        if let Ok(mut inner) = self.inner.try_borrow_mut() {
+            if inner.seen.insert(record.clone()) {
+                inner.records.push(record);
+            }
+        }
+    }
+
+    /// Every record so far.
+    pub fn records(&self) -> Vec<Record> {
+        self.inner
+            .try_borrow()
+            .map(|i| i.records.clone())
+            .unwrap_or_default()
+    }
+
+    /// The records made since the last call (to be counted once).
+    pub fn take_new(&self) -> Vec<Record> {
+        let Ok(mut inner) = self.inner.try_borrow_mut() else {
+            return Vec::new();
+        };
+        let from = inner.reported;
+        inner.reported = inner.records.len();
+        inner
+            .records
+            .get(from..)
+            .map(<[Record]>::to_vec)
+            .unwrap_or_default()
     }
 }
 
@@ -1093,6 +1445,116 @@ mod tests {
         );
         assert!(err(r#"{"identity":[{}]}"#).starts_with("identity[0]: "));
         assert!(err(r#"{"identity":[{"header":"x y"}]}"#).starts_with("identity[0].header: "));
+    }
+
+    const NAMED: &str = r#"{
+        "default": "allow",
+        "rules": [
+            {"name": "no-shell", "when": ["*"], "deny": ["run_shell"]},
+            {"when": ["interns"], "deny": ["deploy_*"]},
+            {"when": ["*"], "arguments": {"pay": {"currency": ["EUR"]}}}
+        ]
+    }"#;
+
+    fn labels(grant: &Grant) -> Vec<String> {
+        grant
+            .ledger()
+            .records()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}:{}:{}:{}",
+                    r.verdict.name(),
+                    r.surface.name(),
+                    r.rule,
+                    r.tool.as_deref().unwrap_or("-")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn audit_decides_records_and_allows() {
+        let none = Annotations::default();
+        let enforce = policy(NAMED);
+        let audit = policy(&NAMED.replacen('{', r#"{"mode": "audit","#, 1));
+        for p in [&enforce, &audit] {
+            let g = p.grant(&caller(&["interns"]));
+            let shell = g.judge_tool(Surface::Tools, "run_shell", &none);
+            let deploy = g.judge_call(Surface::Call, "deploy_app", &none, "{}");
+            let pay = g.judge_call(Surface::McpCall, "pay", &none, r#"{"currency":"USD"}"#);
+            let fine = g.judge_tool(Surface::Tools, "get_pods", &none);
+            assert!(fine.allowed());
+            let verdict = if p.mode() == Mode::Audit {
+                assert!(shell.allowed() && deploy.allowed() && pay.allowed());
+                "would_deny"
+            } else {
+                assert!(!shell.allowed() && !deploy.allowed() && !pay.allowed());
+                "deny"
+            };
+            assert_eq!(
+                labels(&g),
+                [
+                    format!("{verdict}:tools:no-shell:run_shell"),
+                    format!("{verdict}:call:#1:deploy_app"),
+                    format!("{verdict}:mcp_call:#2:pay"),
+                ]
+            );
+            // Each record once, and reported once.
+            g.judge_tool(Surface::Tools, "run_shell", &none);
+            assert_eq!(g.ledger().records().len(), 3);
+            assert_eq!(g.ledger().take_new().len(), 3);
+            assert!(g.ledger().take_new().is_empty());
+        }
+        assert_eq!(audit.rule_names().collect::<Vec<_>>(), ["no-shell"]);
+    }
+
+    #[test]
+    fn a_mask_in_audit_mode_shows_everything_and_records_what_it_would_hide() {
+        let audit = policy(&NAMED.replacen('{', r#"{"mode": "audit","#, 1));
+        let g = audit.grant(&caller(&["interns"]));
+        let names = ["run_shell", "get_pods", "deploy_app"];
+        let tool = |e: usize| names.get(e).map(|n| (*n, Annotations::default()));
+        let decided = g.mask(3, tool, &RuleMatches::default());
+        assert_eq!(decided, [false, true, false]);
+        let shown = g.judge_mask(Surface::Tools, decided.into(), tool);
+        assert_eq!(&*shown, [true, true, true]);
+        assert_eq!(
+            labels(&g),
+            [
+                "would_deny:tools:no-shell:run_shell",
+                "would_deny:tools:#1:deploy_app"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_shadow_reports_where_it_differs() {
+        let none = Annotations::default();
+        let config: AccessConfig = serde_json::from_str(NAMED).unwrap();
+        let shadow: AccessConfig = serde_json::from_str(
+            r#"{"default": "allow", "rules": [
+                {"name": "no-deploys", "when": ["*"], "deny": ["deploy_*", "drop_*"]},
+                {"name": "shell-ok", "when": ["*"], "allow": ["run_shell"]}
+            ]}"#,
+        )
+        .unwrap();
+        let p = Rc::new(Policy::new(&config).unwrap().with_shadow(&shadow).unwrap());
+        let g = p.grant(&caller(&["staff"]));
+        // Enforced: run_shell denied, drop_table allowed; the shadow the other way round.
+        assert!(!g.judge_tool(Surface::Tools, "run_shell", &none).allowed());
+        assert!(g.judge_tool(Surface::Tools, "drop_table", &none).allowed());
+        assert!(g.judge_tool(Surface::Tools, "get_pods", &none).allowed());
+        assert_eq!(
+            labels(&g),
+            [
+                "shadow_allow:tools:shell-ok:run_shell",
+                "deny:tools:no-shell:run_shell",
+                "shadow_deny:tools:no-deploys:drop_table"
+            ]
+        );
+        // Without a shadow nothing is asked of one.
+        assert!(policy(NAMED).shadow().is_none());
     }
 
     #[test]

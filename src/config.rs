@@ -481,6 +481,9 @@ pub struct Config {
     pub custom: Option<crate::custom::Custom>,
     /// Who may see and call which tool (see [`crate::access`]).
     pub access: Option<crate::access::AccessConfig>,
+    /// A second policy of `access`'s shape, decided beside it and never enforced: where the
+    /// two differ is reported (see [`crate::access::Policy::with_shadow`]).
+    pub access_shadow: Option<crate::access::AccessConfig>,
     /// Tools an agent calls in a loop leave its next request (see [`crate::loop_guard`]).
     pub loop_guard: Option<crate::loop_guard::LoopGuardConfig>,
     /// Tools the caller does not have, offered when a search finds nothing good (see
@@ -519,6 +522,7 @@ impl Default for Config {
             gating: None,
             custom: None,
             access: None,
+            access_shadow: None,
             loop_guard: None,
             suggestions: None,
             unknown_tools: UnknownTools::default(),
@@ -719,13 +723,26 @@ impl Config {
 
     /// The `access` section compiled, `None` without one; an error names the field.
     pub fn policy(&self) -> Result<Option<crate::access::Policy>, ConfigError> {
-        self.access
+        let policy = self
+            .access
             .as_ref()
             .map(|a| {
                 crate::access::Policy::new(a)
                     .map_err(|e| invalid(&format!("access.{}", e.field), e.why))
             })
-            .transpose()
+            .transpose()?;
+        match (policy, &self.access_shadow) {
+            (policy, None) => Ok(policy),
+            (None, Some(_)) => Err(invalid(
+                "access_shadow",
+                "needs an `access` section to compare with (`{\"default\": \"allow\"}` \
+                 denies nothing)",
+            )),
+            (Some(policy), Some(shadow)) => policy
+                .with_shadow(shadow)
+                .map(Some)
+                .map_err(|e| invalid(&format!("access_shadow.{}", e.field), e.why)),
+        }
     }
 
     /// Whether `name` matches one of the `always_include` patterns.
@@ -1273,6 +1290,23 @@ mod tests {
         assert!(
             err(r#"{"access":{"rules":[{"when":["a"],"alow":["x"]}]}}"#)
                 .contains("unknown field `alow`")
+        );
+        assert!(
+            err(r#"{"access":{},"access_shadow":{"rules":[{"when":["a"],"allow":[""]}]}}"#)
+                .contains("`access_shadow.rules[0].allow[0]`")
+        );
+        assert!(err(r#"{"access_shadow":{}}"#).contains("`access_shadow`"));
+        assert!(
+            err(r#"{"access":{},"access_shadow":{"mode":"audit"}}"#)
+                .contains("`access_shadow.mode`")
+        );
+        assert!(
+            err(r#"{"access":{"rules":[{"name":"a b","when":["a"],"allow":["x"]}]}}"#)
+                .contains("`access.rules[0].name`")
+        );
+        assert!(
+            err(r#"{"access":{"rules":[{"name":"r","when":["a"],"allow":["x"]},{"name":"r","when":["b"],"allow":["y"]}]}}"#)
+                .contains("`access.rules[1].name`")
         );
         assert!(
             err(r#"{"gating":{"mcp":{"cluster":"c","path":"mcp"}}}"#).contains("`gating.mcp.path`")

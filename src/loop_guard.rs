@@ -28,6 +28,8 @@ pub struct LoopGuardConfig {
     pub exempt: Vec<String>,
     /// The guidance note appended to an evicted tool's latest result; none when absent.
     pub note: Option<NoteConfig>,
+    /// Loops are found, counted and logged (`loop=detected:`), and nothing is evicted or noted.
+    pub report_only: bool,
 }
 
 /// `loop_guard.note`.
@@ -54,6 +56,7 @@ impl Default for LoopGuardConfig {
             window: 10,
             exempt: Vec::new(),
             note: None,
+            report_only: false,
         }
     }
 }
@@ -96,6 +99,7 @@ pub struct LoopGuard {
     window: usize,
     exempt: Vec<Glob>,
     note: Option<Note>,
+    report_only: bool,
 }
 
 /// The guidance note, compiled: the text for each tool.
@@ -178,7 +182,13 @@ impl LoopGuard {
             window: config.window,
             exempt,
             note,
+            report_only: config.report_only,
         })
+    }
+
+    /// `report_only`: loops are found and reported, never acted on.
+    pub fn reports_only(&self) -> bool {
+        self.report_only
     }
 
     /// The guidance note, when configured.
@@ -336,6 +346,7 @@ mod tests {
             window,
             exempt: exempt.iter().map(|s| s.to_string()).collect(),
             note: None,
+            report_only: false,
         })
         .unwrap()
     }

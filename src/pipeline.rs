@@ -1,7 +1,7 @@
 //! One request body, end to end: dialect → catalog (cached) → ranking → selection → rewrite.
 //! Pure Rust, no proxy-wasm: the filter and the CLI run exactly this.
 
-use crate::access::{Caller, Grant, Policy, Why};
+use crate::access::{Caller, Grant, Policy, Surface, Why};
 use crate::config::Config;
 use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Fused, FusionParams};
@@ -162,6 +162,8 @@ pub struct Analysis {
     pub access: Option<Governed>,
     /// Tools the loop guard took out of this request: the agent called them in a loop.
     pub evicted: Vec<String>,
+    /// Tools the loop guard found looping, evicted or (`report_only`) not.
+    pub looping: Vec<String>,
     /// The model's calls, in its latest turn, of tools the request does not carry (made-up
     /// names), one per call: filter mode counts and reports them.
     pub unknown: Vec<String>,
@@ -315,11 +317,9 @@ impl Analysis {
 
     /// Whether the request's caller may see tool `name` (always, without access rules).
     pub fn may_see(&self, name: &str) -> bool {
-        self.access.as_ref().is_none_or(|g| {
-            g.grant
-                .tool(name, &crate::access::Annotations::default())
-                .allowed()
-        })
+        self.access
+            .as_ref()
+            .is_none_or(|g| g.grant.shows(name, &crate::access::Annotations::default()))
     }
 
     /// The first tool of the request its caller may not see, as a refusal naming it (a signed
@@ -510,9 +510,30 @@ fn select_for(
     select(config, catalog, ranking, choice, called, allowed, evicted)
 }
 
-/// What `grant` lets its caller see of `catalog`, and whether the request is refused.
+/// What `grant` lets its caller see of `catalog`, and whether the request is refused: decided,
+/// recorded on the `tools` and `request` surfaces, and carried out unless in audit mode.
 fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
-    let allowed = catalog.allowed_for(grant);
+    let none = crate::access::Annotations::default();
+    let entry = |e: usize| catalog.governed_name(e).map(|name| (name, none));
+    let decided = catalog.allowed_for(grant);
+    let denial = refusal(grant, catalog, choice, &decided);
+    let allowed = grant.judge_mask(Surface::Tools, Rc::clone(&decided), entry);
+    // The shadow's mask one by one: the catalog's caches belong to the enforced policy's rules.
+    let shadow = |s: &Grant| {
+        let mask: Vec<bool> = (0..decided.len())
+            .map(|e| entry(e).is_none_or(|(name, a)| s.tool(name, &a).allowed()))
+            .collect();
+        refusal(s, catalog, choice, &mask).map(|d| d.why)
+    };
+    let tool = denial.as_ref().and_then(|d| d.tool.clone());
+    let denial = grant
+        .judge_request(
+            Surface::Request,
+            tool.as_deref(),
+            denial.map(|d| d.why),
+            shadow,
+        )
+        .map(|why| Denial { tool, why });
     let governed = || (0..allowed.len()).filter(|&e| catalog.governed(e));
     let may_use = |e: usize| allowed.get(e).copied().unwrap_or(false);
     let denied = governed().filter(|&e| !may_use(e)).count();
@@ -523,13 +544,28 @@ fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
         .zip(allowed.iter())
         .filter(|(e, a)| matches!(e, Entry::Function(_)) && !**a)
         .count();
+    Governed {
+        grant: grant.clone(),
+        allowed,
+        denied,
+        denied_functions,
+        denial,
+    }
+}
+
+/// Whether `grant`'s policy refuses the request whole, given what it lets the caller see of
+/// `catalog` (`allowed`).
+fn refusal(grant: &Grant, catalog: &Catalog, choice: &Choice, allowed: &[bool]) -> Option<Denial> {
+    let governed = || (0..allowed.len()).filter(|&e| catalog.governed(e));
+    let may_use = |e: usize| allowed.get(e).copied().unwrap_or(false);
     let none = crate::access::Annotations::default();
-    let denial = if denied > 0 && governed().all(|e| !may_use(e)) {
+    if governed().any(|e| !may_use(e)) && governed().all(|e| !may_use(e)) {
         // Not one tool left: never a model called with none (a permission problem would look
         // like a quality problem).
-        let why = match grant.tool("", &none) {
-            crate::access::Decision::Denied(Why::NoIdentity) => Why::NoIdentity,
-            _ => Why::Default,
+        let why = if grant.is_identified() {
+            Why::Default
+        } else {
+            Why::NoIdentity
         };
         Some(Denial { tool: None, why })
     } else if grant.denied_mode() == crate::access::Denied::Refused {
@@ -547,13 +583,6 @@ fn govern(grant: &Grant, catalog: &Catalog, choice: &Choice) -> Governed {
             })
     } else {
         None
-    };
-    Governed {
-        grant: grant.clone(),
-        allowed,
-        denied,
-        denied_functions,
-        denial,
     }
 }
 
@@ -1028,12 +1057,18 @@ impl Engine {
                 tools: Some(total),
             });
         }
-        let evicted = if native_search {
+        let mut evicted = if native_search {
             Vec::new()
         } else {
             Self::evicted(looping, &request, &catalog, access.as_ref())
         };
-        if total <= self.config.min_tools && denied == 0 && evicted.is_empty() {
+        // `report_only`: the same loops found, none acted on.
+        let looping = if self.loop_guard.as_ref().is_some_and(|g| g.reports_only()) {
+            std::mem::take(&mut evicted)
+        } else {
+            evicted.clone()
+        };
+        if total <= self.config.min_tools && denied == 0 && looping.is_empty() {
             return Err(Skipped {
                 reason: Skip::FewTools,
                 tools: Some(total),
@@ -1070,6 +1105,7 @@ impl Engine {
             text_edit: None,
             access,
             evicted,
+            looping,
             notes: Vec::new(),
             unknown,
             native_search,
@@ -1199,6 +1235,37 @@ mod tests {
         let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
         assert_eq!(analysis.total(), 25, "the 1e400 tool is a function tool");
         assert_eq!(analysis.kept_names()[0], "refund_payment");
+    }
+
+    #[test]
+    fn report_only_finds_the_loop_and_changes_nothing() {
+        let history = r#"{"role":"user","content":"run thing number 7"},
+  {"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"tool_7","arguments":"{}"}}]},
+  {"role":"tool","tool_call_id":"1","content":"done"},
+  {"role":"assistant","tool_calls":[{"id":"2","type":"function","function":{"name":"tool_7","arguments":"{}"}}]},
+  {"role":"tool","tool_call_id":"2","content":"done"}"#;
+        let plain = chat_body(8, "run thing number 7");
+        let tools_at = plain.find(r#","tools":"#).unwrap();
+        let tools = &plain[tools_at..plain.len() - 1];
+        let body = format!(r#"{{"model":"gpt","messages":[{history}]{tools}}}"#);
+        for evicted in [true, false] {
+            let config = format!(
+                r#"{{"top_k":2,"min_tools":8,"loop_guard":{{"note":{{}},"report_only":{}}}}}"#,
+                !evicted
+            );
+            let mut engine = Engine::new(Config::from_json(config.as_bytes()).unwrap());
+            let analysis = engine.analyse(Dialect::OpenaiChat, &body).unwrap();
+            assert_eq!(analysis.looping, ["tool_7"], "{config}");
+            if evicted {
+                assert_eq!(analysis.evicted, ["tool_7"]);
+                assert_eq!(analysis.notes.len(), 1);
+            } else {
+                // Found with few tools all the same, and the request goes as it came.
+                assert!(analysis.evicted.is_empty() && analysis.notes.is_empty());
+                assert_eq!(analysis.kept(), 8);
+                assert!(analysis.rewrite(&body).is_none());
+            }
+        }
     }
 
     #[test]

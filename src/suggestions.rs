@@ -248,7 +248,7 @@ impl Suggestions {
             .filter(|s| s.score > 0.0)
             .filter_map(|s| self.tools.get(s.entry))
             .filter(|tool| !has(&tool.name))
-            .filter(|tool| grant.is_none_or(|g| g.tool(&tool.name, &tool.annotations).allowed()))
+            .filter(|tool| grant.is_none_or(|g| g.shows(&tool.name, &tool.annotations)))
             .take(self.k)
             .map(Suggestable::entry)
             .collect()

@@ -551,3 +551,274 @@ fn no_denied_tool_is_found_listed_or_delivered() {
         })
         .unwrap();
 }
+
+/// The records of `verdict` on `surface` a grant's ledger holds, as (rule, tool) pairs.
+fn recorded(
+    grant: &toolsift::access::Grant,
+    verdict: toolsift::access::Verdict,
+    surface: toolsift::access::Surface,
+) -> std::collections::BTreeSet<(String, String)> {
+    grant
+        .ledger()
+        .records()
+        .into_iter()
+        .filter(|r| r.verdict == verdict && r.surface == surface)
+        .map(|r| (r.rule, r.tool.unwrap_or_else(|| "-".to_owned())))
+        .collect()
+}
+
+/// The case's config with `access.mode: audit`.
+fn audited(case: &Case) -> Config {
+    let mut v: Value = serde_json::from_str(&case.config()).unwrap();
+    v["access"]["mode"] = json!("audit");
+    Config::from_json(v.to_string().as_bytes()).unwrap()
+}
+
+/// A model turn calling every tool of the case, and one the request does not have.
+fn every_call(case: &Case) -> toolsift::dialects::Reply {
+    use toolsift::dialects::{Call, Reply};
+    let mut calls: Vec<Call> = case
+        .tools
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Call {
+            id: format!("c{i}"),
+            name: n.clone(),
+            arguments: "{}".to_owned(),
+        })
+        .collect();
+    calls.push(Call {
+        id: "cx".to_owned(),
+        name: "drop_user_invented".to_owned(),
+        arguments: "{}".to_owned(),
+    });
+    Reply {
+        calls,
+        ..Reply::default()
+    }
+}
+
+/// Audit mode makes the enforced decisions and carries out none: for random catalogs,
+/// identities and rules, on every surface (a request's tools and its refusal, the model's
+/// calls, an MCP server's tools and calls), what audit records as `would_deny` is exactly what
+/// enforcing denies (the same tools, by the same rule), and audit's request goes upstream as
+/// with no access rules at all; the answer check drops nothing, MCP hides and refuses nothing.
+#[test]
+fn audit_would_deny_exactly_what_enforce_denies() {
+    use toolsift::access::{Annotations, Grant, Surface, Verdict};
+    use toolsift::mcp::govern::check_call;
+    use toolsift::search::round::{Next, Session};
+
+    let mut runner = TestRunner::new(Runner {
+        cases: cases(),
+        failure_persistence: None,
+        ..Runner::default()
+    });
+    runner
+        .run(&case(), |case| {
+            let dialect = DIALECTS[case.dialect];
+            let body = body(&case);
+            let caller = Caller::new(case.caller.clone().unwrap_or_default());
+            let enforce_config = Config::from_json(case.config().as_bytes()).unwrap();
+            let mut enforce = Engine::new(enforce_config.clone());
+            let mut audit = Engine::new(audited(&case));
+            let enforced = enforce.grant(&caller).unwrap();
+            let audits = audit.grant(&caller).unwrap();
+            prop_assert!(enforced.enforces() && !audits.enforces());
+
+            // Request side: the tools enforcing takes out, and whether it refuses.
+            let mut denied_tools = std::collections::BTreeSet::new();
+            let mut refused = false;
+            if let Ok(a) = enforce.analyse_as(dialect, &body, Some(&enforced)) {
+                let g = a.access.as_ref().unwrap();
+                for e in 0..g.allowed.len() {
+                    if let (Some(n), false) = (a.catalog.governed_name(e), g.allowed[e]) {
+                        denied_tools.insert(n.to_owned());
+                    }
+                }
+                refused = g.denial.is_some();
+            }
+            let audited_request = audit.analyse_as(dialect, &body, Some(&audits));
+            for surface in [Surface::Tools, Surface::Request] {
+                let denied = recorded(&enforced, Verdict::Deny, surface);
+                let would = recorded(&audits, Verdict::WouldDeny, surface);
+                prop_assert_eq!(&denied, &would, "{:?}", surface);
+                prop_assert!(recorded(&audits, Verdict::Deny, surface).is_empty());
+            }
+            let would_tools: std::collections::BTreeSet<String> =
+                recorded(&audits, Verdict::WouldDeny, Surface::Tools)
+                    .into_iter()
+                    .map(|(_, t)| t)
+                    .collect();
+            prop_assert_eq!(&would_tools, &denied_tools);
+            prop_assert_eq!(
+                !recorded(&audits, Verdict::WouldDeny, Surface::Request).is_empty(),
+                refused
+            );
+            // Audit's request goes as it would without access rules.
+            let mut open: Value = serde_json::from_str(&case.config()).unwrap();
+            open.as_object_mut().unwrap().remove("access");
+            let mut plain = Engine::new(Config::from_json(open.to_string().as_bytes()).unwrap());
+            let unruled = plain.analyse_as(dialect, &body, None);
+            match (&audited_request, &unruled) {
+                (Ok(a), Ok(u)) => {
+                    let g = a.access.as_ref().unwrap();
+                    prop_assert!(g.denial.is_none() && g.denied == 0);
+                    prop_assert_eq!(a.rewrite(&body), u.rewrite(&body));
+                }
+                (Err(a), Err(u)) => prop_assert_eq!(a.reason, u.reason),
+                (a, u) => prop_assert!(false, "audit {:?} unruled {:?}", a.is_ok(), u.is_ok()),
+            }
+
+            // Response side: the calls the answer check drops.
+            let reply = every_call(&case);
+            let drops = |grant: &Grant| -> Vec<String> {
+                match Session::guard(dialect, grant.clone()).on_reply(&reply) {
+                    Next::Deliver(edits) => reply
+                        .calls
+                        .iter()
+                        .filter(|c| edits.drop.contains(&c.id))
+                        .map(|c| c.name.clone())
+                        .collect(),
+                    Next::FollowUp(_) => vec!["a follow-up".to_owned()],
+                }
+            };
+            let dropped: std::collections::BTreeSet<String> =
+                drops(&enforced).into_iter().collect();
+            prop_assert!(drops(&audits).is_empty());
+            let would_calls = recorded(&audits, Verdict::WouldDeny, Surface::Call);
+            prop_assert_eq!(
+                &recorded(&enforced, Verdict::Deny, Surface::Call),
+                &would_calls
+            );
+            let would_call_names: std::collections::BTreeSet<String> =
+                would_calls.into_iter().map(|(_, t)| t).collect();
+            prop_assert_eq!(&would_call_names, &dropped);
+
+            // MCP: a server's tools and calls.
+            let page = json!({"tools": case.tools.iter()
+                .map(|n| json!({"name": n, "description": "d", "inputSchema": {"type": "object"}}))
+                .collect::<Vec<_>>()});
+            let catalog = toolsift::mcp::catalog::ServerCatalog::build(vec![
+                toolsift::mcp::catalog::page(&page.to_string()).unwrap(),
+            ]);
+            let shown = |grant: &Grant| {
+                let tool = |at: usize| {
+                    let t = catalog.tools.get(at)?;
+                    Some((t.name.as_str(), catalog.annotations(at)))
+                };
+                grant.judge_mask(Surface::McpTools, catalog.allowed_for(grant), tool)
+            };
+            let hidden: std::collections::BTreeSet<String> = shown(&enforced)
+                .iter()
+                .zip(&catalog.tools)
+                .filter(|(shown, _)| !**shown)
+                .map(|(_, t)| t.name.clone())
+                .collect();
+            prop_assert!(shown(&audits).iter().all(|s| *s));
+            let mut refused_calls = std::collections::BTreeSet::new();
+            for name in &case.tools {
+                if check_call(&enforced, Some(Annotations::default()), name, "{}").is_some() {
+                    refused_calls.insert(name.clone());
+                }
+                let audited_call = check_call(&audits, Some(Annotations::default()), name, "{}");
+                prop_assert!(audited_call.is_none(), "{name}");
+            }
+            for (surface, effect) in [
+                (Surface::McpTools, &hidden),
+                (Surface::McpCall, &refused_calls),
+            ] {
+                let would = recorded(&audits, Verdict::WouldDeny, surface);
+                prop_assert_eq!(&recorded(&enforced, Verdict::Deny, surface), &would);
+                let names: std::collections::BTreeSet<String> =
+                    would.into_iter().map(|(_, t)| t).collect();
+                prop_assert_eq!(&names, effect, "{:?}", surface);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// `access_shadow` reports exactly the difference between two policies: for random rules A
+/// (enforced) and B (the shadow) over the same catalog and caller, what the shadow records as
+/// `shadow_deny` is what the oracle says B denies and A allows, `shadow_allow` what A denies
+/// and B allows, on the tools and the model's calls; and enforcement is A's alone.
+#[test]
+fn the_shadow_reports_exactly_the_difference() {
+    use toolsift::access::{Surface, Verdict};
+    use toolsift::search::round::{Next, Session};
+
+    let mut runner = TestRunner::new(Runner {
+        cases: cases(),
+        failure_persistence: None,
+        ..Runner::default()
+    });
+    let two = (case(), prop::collection::vec(rule(), 0..6), any::<bool>());
+    runner
+        .run(&two, |(case, shadow_rules, shadow_default_allow)| {
+            let shadow = Case {
+                rules: shadow_rules,
+                default_allow: shadow_default_allow,
+                ..case.clone()
+            };
+            let mut v: Value = serde_json::from_str(&case.config()).unwrap();
+            let s: Value = serde_json::from_str(&shadow.config()).unwrap();
+            v["access_shadow"] = s["access"].clone();
+            let mut engine = Engine::new(Config::from_json(v.to_string().as_bytes()).unwrap());
+            let grant = engine
+                .grant(&Caller::new(case.caller.clone().unwrap_or_default()))
+                .unwrap();
+            let dialect = DIALECTS[case.dialect];
+            let body = body(&case);
+            let analysis = engine.analyse_as(dialect, &body, Some(&grant));
+            if let Ok(a) = &analysis {
+                // Enforcement is the enforced policy's alone.
+                let g = a.access.as_ref().unwrap();
+                for e in 0..g.allowed.len() {
+                    if let Some(n) = a.catalog.governed_name(e) {
+                        prop_assert_eq!(g.allowed[e], case.allowed(n));
+                    }
+                }
+            }
+            let reply = every_call(&case);
+            let delivered = match Session::guard(dialect, grant.clone()).on_reply(&reply) {
+                Next::Deliver(edits) => edits,
+                Next::FollowUp(_) => return Err(TestCaseError::fail("a follow-up")),
+            };
+            for call in &reply.calls {
+                if case.tools.contains(&call.name) {
+                    prop_assert_eq!(delivered.drop.contains(&call.id), !case.allowed(&call.name));
+                }
+            }
+            let names = |verdict, surface| -> std::collections::BTreeSet<String> {
+                recorded(&grant, verdict, surface)
+                    .into_iter()
+                    .map(|(_, t)| t)
+                    .collect()
+            };
+            let called = || reply.calls.iter().map(|c| c.name.clone());
+            let newly_denied: std::collections::BTreeSet<String> = called()
+                .filter(|n| case.allowed(n) && !shadow.allowed(n))
+                .collect();
+            let newly_allowed: std::collections::BTreeSet<String> = called()
+                .filter(|n| !case.allowed(n) && shadow.allowed(n))
+                .collect();
+            prop_assert_eq!(&names(Verdict::ShadowDeny, Surface::Call), &newly_denied);
+            prop_assert_eq!(&names(Verdict::ShadowAllow, Surface::Call), &newly_allowed);
+            // Every request here has tools, so the pipeline governed it (and so the shadow).
+            let in_catalog =
+                |set: std::collections::BTreeSet<String>| -> std::collections::BTreeSet<String> {
+                    set.into_iter().filter(|n| case.tools.contains(n)).collect()
+                };
+            prop_assert_eq!(
+                &names(Verdict::ShadowDeny, Surface::Tools),
+                &in_catalog(newly_denied)
+            );
+            prop_assert_eq!(
+                &names(Verdict::ShadowAllow, Surface::Tools),
+                &in_catalog(newly_allowed)
+            );
+            Ok(())
+        })
+        .unwrap();
+}

@@ -101,6 +101,8 @@ enum Outcome {
         denied: Option<usize>,
         /// Tools the loop guard took out (`loop=evicted:a,b`).
         evicted: Vec<String>,
+        /// With `report_only`, tools it found looping and left in (`loop=detected:a,b`).
+        detected: Vec<String>,
         /// Search mode: tools shown because the session's memory offered them
         /// (`remembered=a,b`).
         remembered: Vec<String>,
@@ -387,6 +389,7 @@ impl Filter {
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: analysis.evicted.clone(),
+                    detected: loops_detected(analysis),
                     remembered: planned.remembered,
                     noted: noted_tools(analysis),
                     // Search mode answers made-up names itself (`x-toolsift-search`).
@@ -460,6 +463,7 @@ impl Filter {
             kept_names,
             denied: analysis.access.as_ref().map(|g| g.denied),
             evicted: analysis.evicted.clone(),
+            detected: loops_detected(analysis),
             remembered: Vec::new(),
             noted: noted_tools(analysis),
             unknown: analysis.unknown.clone(),
@@ -711,6 +715,7 @@ impl Filter {
                 search,
                 denied,
                 evicted,
+                detected,
                 remembered,
                 noted,
                 unknown,
@@ -729,9 +734,10 @@ impl Filter {
                     let safe: Vec<_> = names.iter().map(|n| header_safe(n)).collect();
                     safe.join(",")
                 };
-                let evicted = match evicted.as_slice() {
-                    [] => String::new(),
-                    names => format!(" loop=evicted:{}", list(names)),
+                let evicted = match (evicted.as_slice(), detected.as_slice()) {
+                    ([], []) => String::new(),
+                    ([], names) => format!(" loop=detected:{}", list(names)),
+                    (names, _) => format!(" loop=evicted:{}", list(names)),
                 };
                 let evicted = match noted.as_slice() {
                     [] => evicted,
@@ -1064,6 +1070,7 @@ impl HttpContext for Filter {
         let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
+        self.report_access(&shared);
         let (response_header, debug) = match shared.engine.try_borrow() {
             Ok(engine) => (engine.config.response_header, engine.config.debug),
             Err(_) => (false, false),
@@ -1118,6 +1125,43 @@ impl HttpContext for Filter {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let action = self.response_body(body_size, end_of_stream);
+        if let Some(shared) = self.shared.clone() {
+            self.report_access(&shared);
+        }
+        action
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        // HTTP/2 responses that end with trailers: the body callback never saw end_of_stream.
+        let Some(shared) = self.shared.clone() else {
+            return Action::Continue;
+        };
+        self.feed_shadow(&shared, self.shadow_fed, true);
+        let action = match self.search.as_mut() {
+            Some(search) => search.on_response_trailers(&shared),
+            None => Action::Continue,
+        };
+        self.report_access(&shared);
+        action
+    }
+
+    fn on_log(&mut self) {
+        // Counted even if decided after the last response callback (the access log has had
+        // its line by now).
+        if let Some(shared) = self.shared.clone() {
+            self.report_access(&shared);
+        }
+        if let (true, Some(shared)) = (self.headers_held, &self.shared) {
+            if let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() {
+                watchdog.ended(self.context_id);
+            }
+        }
+    }
+}
+
+impl Filter {
+    fn response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if let (Some(shared), Some(mcp)) = (self.shared.as_ref(), self.mcp.as_mut()) {
             return mcp.on_response_body(shared, body_size);
         }
@@ -1138,28 +1182,14 @@ impl HttpContext for Filter {
         action
     }
 
-    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
-        // HTTP/2 responses that end with trailers: the body callback never saw end_of_stream.
-        let Some(shared) = self.shared.clone() else {
-            return Action::Continue;
-        };
-        self.feed_shadow(&shared, self.shadow_fed, true);
-        match self.search.as_mut() {
-            Some(search) => search.on_response_trailers(&shared),
-            None => Action::Continue,
+    /// Under access rules: what was decided since the last report, counted and recorded for
+    /// the access log (see [`super::audit`]).
+    fn report_access(&self, shared: &Shared) {
+        if let Some(grant) = &self.grant {
+            super::audit::report(shared.access_metrics.as_ref(), grant);
         }
     }
 
-    fn on_log(&mut self) {
-        if let (true, Some(shared)) = (self.headers_held, &self.shared) {
-            if let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() {
-                watchdog.ended(self.context_id);
-            }
-        }
-    }
-}
-
-impl Filter {
     /// Under access rules, every LLM request's answer is checked before the client gets it
     /// (whatever becomes of the request: filtered, passed with few tools, handed to the
     /// provider's search): a call of a tool its caller may not use is replaced by a refusal.
@@ -1178,6 +1208,10 @@ impl Filter {
             .get(":path")
             .and_then(|p| std::str::from_utf8(p).ok())
             .unwrap_or_default();
+        if !dialect.codec().guard_reads(path) && !grant.enforces() {
+            // Audit mode refuses nothing: the stream passes unchecked.
+            return None;
+        }
         if !dialect.codec().guard_reads(path) {
             let metrics = &shared.metrics;
             metrics.add(metrics.access_unsupported_stream, 1);
@@ -1311,6 +1345,7 @@ impl Filter {
                     kept_names: String::new(),
                     denied: analysis.access.as_ref().map(|g| g.denied),
                     evicted: Vec::new(),
+                    detected: Vec::new(),
                     remembered: Vec::new(),
                     noted: Vec::new(),
                     unknown: Vec::new(),
@@ -1458,8 +1493,21 @@ fn noted_tools(analysis: &Analysis) -> Vec<String> {
     analysis.notes.iter().map(|n| n.tool.clone()).collect()
 }
 
+/// With `loop_guard.report_only`: the tools found looping and left in.
+fn loops_detected(analysis: &Analysis) -> Vec<String> {
+    if analysis.evicted.is_empty() {
+        analysis.looping.clone()
+    } else {
+        Vec::new()
+    }
+}
+
 /// The loop guard's counts for one request that went upstream.
 fn count_loop(metrics: &super::metrics::Metrics, analysis: &Analysis) {
+    metrics.add(metrics.loop_detected, analysis.looping.len());
+    if !analysis.looping.is_empty() {
+        log::debug!("toolsift: loop detected: {:?}", analysis.looping);
+    }
     metrics.add(metrics.loop_evicted, analysis.evicted.len());
     metrics.add(metrics.loop_noted, analysis.notes.len());
 }

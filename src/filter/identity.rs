@@ -11,14 +11,17 @@ pub(super) fn grant(shared: &Shared, headers: &HeaderMap) -> Option<(Grant, Call
     let engine = shared.engine.try_borrow().ok()?;
     let policy = engine.policy()?;
     let mut metadata: Option<Vec<u8>> = None;
-    let caller = policy.caller(
-        |name| headers.get(name),
-        |namespace, key| {
-            // No token: Envoy has no metadata to give, and the read answers nothing.
-            let bytes =
-                metadata.get_or_insert_with(|| host::property(&["metadata"]).unwrap_or_default());
-            crate::metadata::payloads(bytes, namespace, key)
-        },
-    );
-    Some((policy.grant(&caller), caller))
+    let mut payloads = |namespace: &str, key: Option<&str>| {
+        // No token: Envoy has no metadata to give, and the read answers nothing.
+        let bytes =
+            metadata.get_or_insert_with(|| host::property(&["metadata"]).unwrap_or_default());
+        crate::metadata::payloads(bytes, namespace, key)
+    };
+    let caller = policy.caller(|name| headers.get(name), &mut payloads);
+    // `access_shadow` with an identity of its own reads it too.
+    let shadow_caller = policy
+        .shadow()
+        .filter(|s| s.sources() != policy.sources())
+        .map(|s| s.caller(|name| headers.get(name), &mut payloads));
+    Some((policy.grant_with(&caller, shadow_caller.as_ref()), caller))
 }

@@ -82,6 +82,8 @@ pub struct Metrics {
     /// toolsift cannot check (Bedrock's binary event stream, Gemini's JSON-array stream).
     pub access_unchecked: u32,
     pub access_unsupported_stream: u32,
+    /// Tools the loop guard found looping (evicted, or with `report_only` left in).
+    pub loop_detected: u32,
     /// Tools the loop guard took out of requests (each request's count added).
     pub loop_evicted: u32,
     /// Guidance notes the loop guard wrote on evicted tools' latest results.
@@ -177,6 +179,7 @@ impl Metrics {
             access_denied,
             access_unchecked: counter("toolsift.access.unchecked")?,
             access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
+            loop_detected: counter("toolsift.loop.detected")?,
             loop_evicted: counter("toolsift.loop.evicted")?,
             loop_noted: counter("toolsift.loop.noted")?,
             unknown_tools: counter("toolsift.unknown_tools")?,

@@ -4,6 +4,7 @@
 //! request on the worker), hands the bytes to the engine, and writes back the body, the header
 //! and the stats.
 
+mod audit;
 mod host;
 mod http;
 mod identity;
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     /// MCP routes: this worker's server catalogs, and the MCP stats (`None` without `mcp`).
     mcp_cache: RefCell<crate::mcp::catalog::CatalogCache>,
     mcp_metrics: Option<mcp::McpMetrics>,
+    /// Under access rules: the audit, shadow and per-rule counters.
+    access_metrics: Option<audit::AccessMetrics>,
     /// `suggestions.mcp`: when this worker fetches the suggestion server's list next.
     suggestions: RefCell<Option<crate::mcp::suggestions::Refresh>>,
     /// `shadow`: which requests this worker shadows.
@@ -209,6 +212,15 @@ impl RootContext for Root {
             Some(Ok(m)) => Some(m),
             None => None,
         };
+        let policy = config.policy().ok().flatten();
+        let access_metrics = match policy.as_ref().map(audit::AccessMetrics::define) {
+            Some(Err(status)) => {
+                log::error!("cannot define the access stats: {status:?}");
+                return false;
+            }
+            Some(Ok(m)) => Some(m),
+            None => None,
+        };
         if config.debug {
             log::set_max_level(log::LevelFilter::Debug);
         }
@@ -241,6 +253,7 @@ impl RootContext for Root {
             suggestions: RefCell::new(refresh),
             mcp_cache,
             mcp_metrics,
+            access_metrics,
             engine: RefCell::new(Engine::new(config)),
             metrics,
             vectors,

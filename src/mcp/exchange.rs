@@ -342,9 +342,15 @@ impl Exchange {
     /// caller lacks the identity the rules need is refused here, before the server sees any of
     /// it (CORS preflights excepted: they carry no credentials).
     pub fn on_headers<H: Host>(&mut self, host: &H, method: &str) -> Step {
+        let lacking = |g: &Grant| (!g.is_identified()).then_some(Why::NoIdentity);
         match &self.head.grant {
-            Some(grant) if !grant.is_identified() && method != "OPTIONS" => {
-                self.refuse(host, Unfit::NoIdentity)
+            Some(grant) if method != "OPTIONS" => {
+                let refused =
+                    grant.judge_request(Surface::McpRequest, None, lacking(grant), lacking);
+                match refused {
+                    Some(_) => self.refuse(host, Unfit::NoIdentity),
+                    None => Step::Pass,
+                }
             }
             _ => Step::Pass,
         }
@@ -596,7 +602,7 @@ impl Exchange {
         let want = self.want.clone();
         match (want, self.head.grant.clone()) {
             // Under access rules the server's list never reaches the client unfiltered.
-            (Some(Want::List), Some(_)) => {
+            (Some(Want::List), Some(_)) if self.refusal_enforced() => {
                 host.count(Event::Denied(Surface::McpRequest, 1));
                 self.outcome = Some("mcp=refused reason=no_catalog".to_owned());
                 self.catalog_error(host, status)
@@ -626,7 +632,7 @@ impl Exchange {
                     }
                 }
             }
-            (Some(Want::List | Want::Direct { .. }), None) | (None, _) => Step::Pass,
+            (Some(Want::List | Want::Direct { .. }), _) | (None, _) => Step::Pass,
             (Some(Want::Find { .. } | Want::CallTool { .. }), _) => {
                 self.catalog_error(host, status)
             }
@@ -784,7 +790,22 @@ impl Exchange {
 
     /// Under access rules: which of the catalog's tools the caller may see.
     fn allowed(&self, catalog: &ServerCatalog) -> Option<Rc<[bool]>> {
-        self.head.grant.as_ref().map(|g| catalog.allowed_for(g))
+        let grant = self.head.grant.as_ref()?;
+        let tool = |at: usize| {
+            let tool = catalog.tools.get(at)?;
+            Some((tool.name.as_str(), catalog.annotations(at)))
+        };
+        Some(grant.judge_mask(Surface::McpTools, catalog.allowed_for(grant), tool))
+    }
+
+    /// Under access rules, whether a refusal of the whole request no rule decided (the
+    /// message cannot be checked) is carried out: recorded, and not in audit mode.
+    fn refusal_enforced(&self) -> bool {
+        self.head.grant.as_ref().is_none_or(|g| {
+            let why = || Some(Why::Default);
+            g.judge_request(Surface::McpRequest, None, why(), |_| why())
+                .is_some()
+        })
     }
 
     /// Under access rules: why the caller may not call `name` (a tool of `catalog`) with
@@ -1406,6 +1427,10 @@ impl Exchange {
 
     /// Refuses the whole request under access rules.
     fn refuse<H: Host>(&mut self, host: &H, unfit: Unfit) -> Step {
+        if !self.refusal_enforced() {
+            // Audit mode: recorded, and the request passes as it would without access rules.
+            return Step::Pass;
+        }
         let answer = unfit.answer();
         host.count(Event::Denied(answer.surface, 1));
         self.outcome = Some(format!("mcp=refused reason={}", answer.reason));

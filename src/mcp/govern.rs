@@ -139,9 +139,18 @@ pub fn check_call(
     name: &str,
     arguments: &str,
 ) -> Option<Refusal> {
-    match grant.call(name, &annotations.unwrap_or_default(), arguments) {
+    let decided = grant.judge_call(
+        Surface::McpCall,
+        name,
+        &annotations.unwrap_or_default(),
+        arguments,
+    );
+    match decided {
         Decision::Denied(why) => Some(Refusal::Denied(why)),
-        Decision::Allowed if annotations.is_none() && grant.reads_annotations() => {
+        // In audit mode an unverifiable call passes, as every other.
+        Decision::Allowed
+            if annotations.is_none() && grant.reads_annotations() && grant.enforces() =>
+        {
             Some(Refusal::Unverified)
         }
         Decision::Allowed => None,

@@ -10,7 +10,7 @@
 
 use super::plan::{MetaNames, Plan, entry_texts, without_defer};
 use super::{Call, Edits, Reply, ToolResult, Usage};
-use crate::access::{Annotations, Decision, Denied, Grant, Why};
+use crate::access::{Annotations, Decision, Denied, Grant, Surface, Why};
 use crate::config::Config;
 use crate::dialects::{Codec, Dialect};
 use crate::dialects::{Layout, MAX_QUERY_BYTES};
@@ -296,9 +296,13 @@ impl Session {
     /// Why `call` may not reach the client; `None` when it may.
     fn refusal(&self, call: &Call) -> Option<Refusal> {
         if let Some(grant) = &self.grant {
-            if let Decision::Denied(why) =
-                grant.call(&call.name, &Annotations::default(), &call.arguments)
-            {
+            let decided = grant.judge_call(
+                Surface::Call,
+                &call.name,
+                &Annotations::default(),
+                &call.arguments,
+            );
+            if let Decision::Denied(why) = decided {
                 return Some(Refusal::Access(why));
             }
         }
