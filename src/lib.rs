@@ -21,7 +21,8 @@
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
-//! - [`pipeline`], then [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top.
+//! - [`pipeline`], then [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top;
+//! - [`report`] (the access log summed up, for the CLI) stands alone.
 
 pub mod access;
 pub mod config;
@@ -41,6 +42,8 @@ pub mod metadata;
 pub mod pairs;
 pub mod pipeline;
 pub mod rank;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod report;
 pub mod rewrite;
 pub mod search;
 pub mod select;
