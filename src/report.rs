@@ -688,8 +688,11 @@ impl Tally {
         } else {
             self.filtered.add(s);
             if let Some(k) = s.top_k {
-                self.filtered_past_top_k +=
-                    s.calls.iter().filter(|c| c.rank.is_some_and(|r| r > k)).count() as u64;
+                self.filtered_past_top_k += s
+                    .calls
+                    .iter()
+                    .filter(|c| c.rank.is_some_and(|r| r > k))
+                    .count() as u64;
             }
         }
         let name = s.catalog.clone().unwrap_or_else(|| "-".to_owned());
@@ -718,7 +721,8 @@ impl Tally {
             .max_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)))
             .map(|(k, _)| *k);
         let sampled = self.sampled.curve();
-        let within_top_k = |curve: &Curve| top_k.filter(|_| curve.calls > 0).map(|k| curve.share(k));
+        let within_top_k =
+            |curve: &Curve| top_k.filter(|_| curve.calls > 0).map(|k| curve.share(k));
         let mut catalogs: Vec<CatalogReport> = self
             .catalogs
             .iter()
@@ -755,11 +759,14 @@ impl Tally {
         let mut verdicts: BTreeMap<String, Vec<RuleCount>> = BTreeMap::new();
         let mut by_surface: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
         for ((verdict, surface, rule), count) in &self.access {
-            verdicts.entry((*verdict).to_owned()).or_default().push(RuleCount {
-                rule: rule.clone(),
-                surface: (*surface).to_owned(),
-                count: *count,
-            });
+            verdicts
+                .entry((*verdict).to_owned())
+                .or_default()
+                .push(RuleCount {
+                    rule: rule.clone(),
+                    surface: (*surface).to_owned(),
+                    count: *count,
+                });
             *by_surface
                 .entry((*verdict).to_owned())
                 .or_default()
@@ -908,7 +915,10 @@ mod tests {
     #[test]
     fn decisions() {
         let d = parse_decision("kept=5 total=200").unwrap();
-        assert_eq!((d.outcome.as_str(), d.kept, d.total), ("filtered", Some(5), Some(200)));
+        assert_eq!(
+            (d.outcome.as_str(), d.kept, d.total),
+            ("filtered", Some(5), Some(200))
+        );
         let d = parse_decision("kept=12 total=12 skipped=few_tools").unwrap();
         assert_eq!(d.outcome, "skipped=few_tools");
         assert_eq!(d.total, Some(12));
@@ -955,8 +965,14 @@ mod tests {
         assert_eq!(
             s.calls,
             [
-                Call { name: "get_pod_logs".into(), rank: Some(3) },
-                Call { name: "post_update".into(), rank: Some(14) }
+                Call {
+                    name: "get_pod_logs".into(),
+                    rank: Some(3)
+                },
+                Call {
+                    name: "post_update".into(),
+                    rank: Some(14)
+                }
             ]
         );
         assert_eq!((s.missed, s.top_k, s.tools), (1, Some(5), Some(200)));
@@ -972,9 +988,18 @@ mod tests {
         assert_eq!(
             s.calls,
             [
-                Call { name: "me@example.com".into(), rank: Some(2) },
-                Call { name: "web_search".into(), rank: None },
-                Call { name: "a b@c".into(), rank: Some(7) }
+                Call {
+                    name: "me@example.com".into(),
+                    rank: Some(2)
+                },
+                Call {
+                    name: "web_search".into(),
+                    rank: None
+                },
+                Call {
+                    name: "a b@c".into(),
+                    rank: Some(7)
+                }
             ]
         );
         // Missing keys are absent, not errors.
@@ -1018,9 +1043,24 @@ mod tests {
         assert_eq!(
             items,
             [
-                AccessItem { verdict: "would_deny", surface: "tools", rule: "no-shell".into(), tool: Some("run_shell".into()) },
-                AccessItem { verdict: "deny", surface: "request", rule: "default".into(), tool: None },
-                AccessItem { verdict: "shadow_allow", surface: "call", rule: "#1".into(), tool: Some("srv:tool".into()) },
+                AccessItem {
+                    verdict: "would_deny",
+                    surface: "tools",
+                    rule: "no-shell".into(),
+                    tool: Some("run_shell".into())
+                },
+                AccessItem {
+                    verdict: "deny",
+                    surface: "request",
+                    rule: "default".into(),
+                    tool: None
+                },
+                AccessItem {
+                    verdict: "shadow_allow",
+                    surface: "call",
+                    rule: "#1".into(),
+                    tool: Some("srv:tool".into())
+                },
             ]
         );
     }
@@ -1035,7 +1075,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             seen,
-            [Some("a".into()), Some("".into()), None, Some("cc\r".into()), Some("last".into())]
+            [
+                Some("a".into()),
+                Some("".into()),
+                None,
+                Some("cc\r".into()),
+                Some("last".into())
+            ]
         );
         let mut n = 0;
         for_each_line(&b""[..], 5, |_| n += 1).unwrap();
@@ -1043,15 +1089,22 @@ mod tests {
     }
 
     fn line(toolsift: &str, shadow: Option<&str>) -> String {
-        serde_json::json!({"status": 200, "toolsift": toolsift, "toolsift_shadow": shadow}).to_string()
+        serde_json::json!({"status": 200, "toolsift": toolsift, "toolsift_shadow": shadow})
+            .to_string()
     }
 
     #[test]
     fn a_tally_counts_lines_and_outcomes() {
         let mut t = Tally::new();
         for l in [
-            line("kept=5 total=80", Some("shadow=a@1,b@7,c@- missed=1 top_k=5 tools=80 catalog=aa")),
-            line("kept=5 total=80", Some("filtered=a@2,z@9 missed=0 top_k=5 tools=80 catalog=aa")),
+            line(
+                "kept=5 total=80",
+                Some("shadow=a@1,b@7,c@- missed=1 top_k=5 tools=80 catalog=aa"),
+            ),
+            line(
+                "kept=5 total=80",
+                Some("filtered=a@2,z@9 missed=0 top_k=5 tools=80 catalog=aa"),
+            ),
             line("skipped=compressed", None),
             r#"{"toolsift":null,"toolsift_shadow":"-"}"#.to_owned(),
             r#"{"toolsift":"-"}"#.to_owned(),
@@ -1067,7 +1120,10 @@ mod tests {
         let r = t.report();
         assert_eq!(r.lines.read, 11);
         assert_eq!(r.lines.requests, 6);
-        assert_eq!((r.lines.malformed, r.lines.foreign, r.lines.blank), (3, 1, 1));
+        assert_eq!(
+            (r.lines.malformed, r.lines.foreign, r.lines.blank),
+            (3, 1, 1)
+        );
         assert_eq!(r.lines.unreadable.get("toolsift"), Some(&1));
         assert_eq!(r.outcomes.get("filtered"), Some(&2));
         assert_eq!(r.outcomes.get("none"), Some(&2));
@@ -1075,11 +1131,21 @@ mod tests {
         assert_eq!((r.tools_in, r.tools_out), (160, 10));
         let s = &r.shadow;
         assert_eq!(s.top_k, Some(5));
-        assert_eq!((s.sampled.requests, s.sampled.calls, s.sampled.unranked_calls), (1, 2, 1));
+        assert_eq!(
+            (
+                s.sampled.requests,
+                s.sampled.calls,
+                s.sampled.unranked_calls
+            ),
+            (1, 2, 1)
+        );
         assert_eq!(s.sampled.within(5), 1);
         assert_eq!(s.sampled.within(7), 2);
         assert_eq!(s.sampled.smallest_k.get("95"), Some(&Some(7)));
-        assert_eq!((s.filtered_requests, s.filtered_calls, s.filtered_past_top_k), (1, 2, 1));
+        assert_eq!(
+            (s.filtered_requests, s.filtered_calls, s.filtered_past_top_k),
+            (1, 2, 1)
+        );
         assert_eq!(s.kept_as_configured, Some(0.5));
         assert_eq!(r.unknown_tools.shadow_calls.names.get("c"), Some(&1));
         assert_eq!(
