@@ -22,7 +22,8 @@
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
-//!   [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top.
+//!   [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top;
+//! - [`report`] (the access log summed up, for the CLI) stands alone.
 
 pub mod access;
 pub mod config;
@@ -42,6 +43,8 @@ pub mod metadata;
 pub mod pairs;
 pub mod pipeline;
 pub mod rank;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod report;
 pub mod rewrite;
 pub mod search;
 pub mod select;

@@ -34,6 +34,7 @@ const LAYERED: &[&str] = &[
     "pairs",
     "pipeline",
     "rank",
+    "report",
     "rewrite",
     "select",
     "shadow",

@@ -41,8 +41,9 @@ pub struct Args {
     /// With --json: add each query's relevant tools and their ranks.
     #[arg(long)]
     per_query: bool,
-    /// Draw Recall@k, Complete@k and kept tokens for k = 1..20 into this SVG file.
-    #[arg(long, value_name = "OUT.svg")]
+    /// Draw Recall@k, Complete@k and kept tokens for k = 1..20 into this file: SVG, or PNG when
+    /// it ends in `.png`.
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
     plot: Option<PathBuf>,
     /// The tokenizer for real token counts.
     #[arg(long, value_enum, default_value_t = TokenizerName::O200k)]
@@ -124,8 +125,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     }
     if let Some(out) = &args.plot {
         let svg = plot::svg(&report, tokenizer.name.name(), config.top_k);
-        std::fs::write(out, svg)
-            .map_err(|e| Failure(format!("cannot write the plot {}: {e}", out.display())))?;
+        plot::write(out, &svg)?;
         eprintln!("toolsift: wrote {}", out.display());
     }
     report.at_k.retain(|a| ks.contains(&a.k));

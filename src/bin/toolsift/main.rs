@@ -7,6 +7,8 @@
 //!
 //! `check` reads Envoy configurations and reports toolsift settings that would misbehave.
 //!
+//! `report` sums up the access logs the shipped configurations write (`toolsift::report`).
+//!
 //! Exit codes: 0 on success (a request the filter would skip is a success: the report says why),
 //! 2 on bad input (missing file, invalid JSON, invalid configuration, unknown dialect, bad flags)
 //! and when the embeddings service of `--embeddings-url` fails. `check`: 0 clean, 1 findings, 2 a
@@ -19,6 +21,7 @@ mod http;
 mod hybrid;
 mod output;
 mod plot;
+mod report;
 mod tokens;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +48,9 @@ enum Command {
     /// Check Envoy configurations for toolsift settings that would misbehave (exit 1 on
     /// findings, 2 on a file that cannot be read).
     Check(check::Args),
+    /// Sum up access logs: how many called tools each top_k keeps, outcomes, tokens saved,
+    /// access decisions, loops and unknown tools.
+    Report(report::Args),
 }
 
 /// A failure to report: the message names the problem; the exit code is 2.
@@ -63,6 +69,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Explain(args) => explain::run(&args),
         Command::Eval(args) => eval_cmd::run(&args),
+        Command::Report(args) => report::run(&args),
         Command::Check(args) => return check::run(&args),
     };
     match result {

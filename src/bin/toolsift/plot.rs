@@ -316,6 +316,192 @@ pub fn svg(report: &Report, tokenizer: &str, top_k: usize) -> String {
     s
 }
 
+/// Colours of the per-catalog curves of [`within_k_svg`], after the overall one.
+/// Three: with the overall curve, four legend lines fit under the plot.
+const CATALOG_COLORS: [&str; 3] = ["#2e8b57", "#e07b00", "#8e44ad"];
+
+/// The share of called tools ranked within k, k = 1..50, from `toolsift report`: all sampled
+/// requests' calls, and with several catalogs the three with the most calls, the current top_k
+/// marked. Drawn with the same pieces as [`svg`].
+pub fn within_k_svg(report: &toolsift::report::Report) -> String {
+    use toolsift::report::{Curve, MAX_K, TABLE_KS, percent, thousands as sep};
+    let shadow = &report.shadow;
+    let x = |k: f64| LEFT + 14.0 + (k - 1.0) / (MAX_K as f64 - 1.0) * (RIGHT - LEFT - 28.0);
+    let y = |v: f64| BOTTOM - v.clamp(0.0, 1.0) * (BOTTOM - TOP);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="{FONT}">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let bold = r#"font-weight="bold""#;
+    let title = "toolsift report: called tools ranked within k";
+    text(&mut s, W / 2.0, 32.0, "middle", 20, bold, title);
+    let curve = &shadow.sampled;
+    let subtitle = format!(
+        "{} calls of ranked tools in {} shadowed requests' answers; {} catalogs",
+        sep(curve.calls),
+        sep(curve.requests),
+        sep(shadow.catalogs.len() as u64),
+    );
+    text(
+        &mut s,
+        W / 2.0,
+        56.0,
+        "middle",
+        13,
+        r##"fill="#444""##,
+        &subtitle,
+    );
+    for i in 0..=5 {
+        let v = f64::from(i) / 5.0;
+        let yy = y(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{RIGHT}" y2="{yy:.1}" stroke="#e4e4e4"/>"##
+        );
+        let _ = writeln!(
+            s,
+            r##"<line x1="{:.1}" y1="{yy:.1}" x2="{LEFT}" y2="{yy:.1}" stroke="#333"/>"##,
+            LEFT - 5.0
+        );
+        let label = format!("{:.0} %", v * 100.0);
+        text(&mut s, LEFT - 9.0, yy + 4.5, "end", 13, "", &label);
+    }
+    for k in TABLE_KS {
+        let xx = x(k as f64);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" y1="{BOTTOM}" x2="{xx:.1}" y2="{:.1}" stroke="#333"/>"##,
+            BOTTOM + 5.0
+        );
+        text(&mut s, xx, BOTTOM + 21.0, "middle", 13, "", &k.to_string());
+    }
+    let _ = writeln!(
+        s,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{:.1}" height="{:.1}" fill="none" stroke="#333"/>"##,
+        RIGHT - LEFT,
+        BOTTOM - TOP
+    );
+    let axis = "k (tools kept, best ranked first)";
+    text(
+        &mut s,
+        (LEFT + RIGHT) / 2.0,
+        BOTTOM + 46.0,
+        "middle",
+        14,
+        "",
+        axis,
+    );
+    let mid = (TOP + BOTTOM) / 2.0;
+    let rotate = format!(r#"transform="rotate(-90 24 {mid:.1})""#);
+    text(
+        &mut s,
+        24.0,
+        mid,
+        "middle",
+        14,
+        &rotate,
+        "share of calls ranked within k",
+    );
+
+    if let Some(top_k) = shadow.top_k.filter(|k| *k <= MAX_K && curve.calls > 0) {
+        let xx = x(top_k as f64);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{BOTTOM}" stroke="#888" stroke-dasharray="5,4"/>"##
+        );
+        let note = format!(
+            "top_k = {top_k}: {} of calls",
+            percent(curve.within(top_k), curve.calls)
+        );
+        text(
+            &mut s,
+            xx + 6.0,
+            BOTTOM - 10.0,
+            "start",
+            12,
+            r##"fill="#555""##,
+            &note,
+        );
+    }
+
+    let mut series: Vec<(String, &str, &Curve)> =
+        vec![("all sampled requests".to_owned(), RECALL, curve)];
+    if shadow.catalogs.len() > 1 {
+        for (c, color) in shadow
+            .catalogs
+            .iter()
+            .filter(|c| c.sampled.calls > 0)
+            .zip(CATALOG_COLORS)
+        {
+            let tools = c
+                .tools
+                .map(|t| format!(", {} tools", sep(t)))
+                .unwrap_or_default();
+            let label = format!(
+                "catalog {}{tools} ({} calls)",
+                c.catalog,
+                sep(c.sampled.calls)
+            );
+            series.push((label, color, &c.sampled));
+        }
+    }
+    for (_, color, c) in &series {
+        if c.calls == 0 {
+            continue;
+        }
+        let points: Vec<(f64, f64)> = (1..=MAX_K).map(|k| (x(k as f64), y(c.share(k)))).collect();
+        polyline(&mut s, &points, color, "");
+        for k in TABLE_KS {
+            marker(&mut s, "circle", x(k as f64), y(c.share(k)), color);
+        }
+    }
+    let mut ly = BOTTOM + 72.0;
+    for (label, color, _) in &series {
+        let lx = LEFT + 10.0;
+        polyline(&mut s, &[(lx, ly), (lx + 36.0, ly)], color, "");
+        marker(&mut s, "circle", lx + 18.0, ly, color);
+        text(&mut s, lx + 46.0, ly + 4.5, "start", 13, "", label);
+        ly += 20.0;
+    }
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// Writes a plot: the SVG as it is, or rendered to PNG when `path` ends in `.png` (fonts: the
+/// system's, DejaVu Sans or any sans-serif).
+pub fn write(path: &std::path::Path, svg: &str) -> Result<(), crate::Failure> {
+    let fail = |e: &dyn std::fmt::Display| {
+        crate::Failure(format!("cannot write the plot {}: {e}", path.display()))
+    };
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    let bytes = if png {
+        png_of(svg).map_err(|e| fail(&e))?
+    } else {
+        svg.as_bytes().to_vec()
+    };
+    std::fs::write(path, bytes).map_err(|e| fail(&e))
+}
+
+/// The SVG rendered at its own size by resvg, with the system's fonts.
+fn png_of(svg: &str) -> Result<Vec<u8>, String> {
+    let mut options = resvg::usvg::Options::default();
+    options.fontdb_mut().load_system_fonts();
+    let tree = resvg::usvg::Tree::from_str(svg, &options).map_err(|e| e.to_string())?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = resvg::tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| "the plot has no size".to_owned())?;
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.encode_png().map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,1194 @@
+//! What the access log says, summed up for an operator (`toolsift report`). Native only, like
+//! [`crate::eval`]; never linked into the `.wasm`.
+//!
+//! The shipped Envoy configurations log one JSON object per request. The keys read here are
+//! `toolsift` (the `x-toolsift` value), `toolsift_shadow` (the calls in the model's answer and
+//! their ranks), `toolsift_tokens` (`before/after`) and `toolsift_access` (access decisions); a
+//! value Envoy writes as `null` or `"-"` was not set. Their formats are in docs/report.md.
+//!
+//! Nothing a log holds can make this module panic: a line that is not a JSON object is
+//! malformed, one without the `toolsift` key foreign, and a value that does not read is counted
+//! as unreadable; each is skipped and the rest still adds up. Names are percent-decoded for
+//! display. Every map keyed by client data (tool names, catalogs, rules) is bounded: past
+//! [`MAX_NAMES`] distinct keys the rest is counted as `others`.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+
+/// The largest k of the within-k curve.
+pub const MAX_K: usize = 50;
+/// The k values of the compact table (the current `top_k` is added).
+pub const TABLE_KS: [usize; 10] = [1, 2, 3, 5, 8, 10, 15, 20, 30, 50];
+/// A longer line is no access log line of ours: it is counted as malformed, unread.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Distinct keys kept per map of names; the rest is counted under `others`.
+pub const MAX_NAMES: usize = 10_000;
+/// The shares of calls the report finds the smallest k for, as (numerator, denominator).
+pub const TARGETS: [(u64, u64, &str); 3] = [(95, 100, "95"), (99, 100, "99"), (999, 1000, "99.9")];
+
+/// `%XX` sequences decoded (an invalid one kept as it is), bytes that are not UTF-8 replaced.
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = |j: usize| bytes.get(j).and_then(|c| char::from(*c).to_digit(16));
+        match (b, hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A comma-separated list of percent-encoded names, decoded; empty items dropped.
+fn names(list: &str) -> Vec<String> {
+    list.split(',')
+        .filter(|n| !n.is_empty())
+        .map(percent_decode)
+        .collect()
+}
+
+/// The `x-toolsift` value (`toolsift` key) read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    /// `filtered`, `refused` (`access=refused`), `skipped=<reason>`, `search=<kind>`, or
+    /// `mcp=<what>` (MCP routes).
+    pub outcome: String,
+    pub kept: Option<u64>,
+    pub total: Option<u64>,
+    /// Tools the caller may not see (`denied=N`).
+    pub denied: u64,
+    /// Tools the loop guard took out (`loop=evicted:a,b`).
+    pub evicted: Vec<String>,
+    /// Tools whose latest result got the loop guard's note (`noted=a`).
+    pub noted: Vec<String>,
+    /// Made-up tools the model's latest turn called (`unknown=x,y`).
+    pub unknown: Vec<String>,
+}
+
+/// Reads an `x-toolsift` value; `None` when it is none of the shapes the filter writes.
+pub fn parse_decision(value: &str) -> Option<Decision> {
+    let mut d = Decision::default();
+    let mut skipped = None;
+    let mut search = None;
+    let mut refused = false;
+    let mut mcp = None;
+    for item in value.split(' ').filter(|i| !i.is_empty()) {
+        let (key, v) = item.split_once('=')?;
+        let number = || v.parse::<u64>().ok();
+        match key {
+            "kept" => d.kept = Some(number()?),
+            "total" => d.total = Some(number()?),
+            "denied" => d.denied = number()?,
+            "skipped" if !v.is_empty() => skipped = Some(v),
+            "search" => search = Some(v),
+            "access" => refused = v == "refused",
+            "loop" => d.evicted = names(v.strip_prefix("evicted:")?),
+            "noted" => d.noted = names(v),
+            "unknown" => d.unknown = names(v),
+            "mcp" if mcp.is_none() => mcp = Some(v),
+            // Keys this version does not sum up (ranking, fallback, gating, remembered…).
+            _ => {}
+        }
+    }
+    d.outcome = match (mcp, skipped, refused, search) {
+        (Some(what), ..) => format!("mcp={what}"),
+        (None, Some(reason), ..) => format!("skipped={reason}"),
+        _ if d.kept.is_none() || d.total.is_none() => return None,
+        (None, None, true, _) => "refused".to_owned(),
+        (None, None, false, Some(kind)) => format!("search={kind}"),
+        (None, None, false, None) => "filtered".to_owned(),
+    };
+    Some(d)
+}
+
+/// One function call in the model's answer and the called tool's rank in the request's ranking
+/// (`None`: a tool the catalog does not rank, `name@-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    pub rank: Option<usize>,
+}
+
+/// A `toolsift_shadow` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shadow {
+    /// `shadow=`: the tools went to the model untouched; `filtered=`: filtered as usual.
+    pub sampled: bool,
+    pub calls: Vec<Call>,
+    /// Calls of ranked tools the selection would not have kept.
+    pub missed: u64,
+    pub top_k: Option<usize>,
+    /// Function tools in the request.
+    pub tools: Option<u64>,
+    /// First 8 hex digits of the sha256 of the sorted tool names.
+    pub catalog: Option<String>,
+}
+
+/// `name@rank`, split on the last `@` (names keep `@` unencoded).
+fn parse_call(item: &str) -> Option<Call> {
+    let (name, rank) = item.rsplit_once('@')?;
+    if name.is_empty() {
+        return None;
+    }
+    let rank = match rank {
+        "-" => None,
+        n => Some(n.parse::<usize>().ok().filter(|r| *r >= 1)?),
+    };
+    Some(Call {
+        name: percent_decode(name),
+        rank,
+    })
+}
+
+/// Reads a `toolsift_shadow` value; `None` when it does not start with `shadow=` or
+/// `filtered=`, or a call, `missed`, `top_k` or `tools` does not read.
+pub fn parse_shadow(value: &str) -> Option<Shadow> {
+    let mut items = value.split(' ').filter(|i| !i.is_empty());
+    let (kind, calls) = items.next()?.split_once('=')?;
+    let sampled = match kind {
+        "shadow" => true,
+        "filtered" => false,
+        _ => return None,
+    };
+    let calls = calls
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(parse_call)
+        .collect::<Option<Vec<_>>>()?;
+    let mut shadow = Shadow {
+        sampled,
+        calls,
+        missed: 0,
+        top_k: None,
+        tools: None,
+        catalog: None,
+    };
+    for item in items {
+        let (key, v) = item.split_once('=')?;
+        match key {
+            "missed" => shadow.missed = v.parse().ok()?,
+            "top_k" => shadow.top_k = Some(v.parse().ok().filter(|k| *k >= 1)?),
+            "tools" => shadow.tools = Some(v.parse().ok()?),
+            "catalog" if !v.is_empty() => shadow.catalog = Some(percent_decode(v)),
+            _ => {}
+        }
+    }
+    Some(shadow)
+}
+
+/// Reads a `toolsift_tokens` value, `before/after`.
+pub fn parse_tokens(value: &str) -> Option<(u64, u64)> {
+    let (before, after) = value.trim().split_once('/')?;
+    Some((before.parse().ok()?, after.parse().ok()?))
+}
+
+/// The access surfaces a `toolsift_access` item may name.
+pub const SURFACES: [&str; 6] = [
+    "request",
+    "tools",
+    "call",
+    "mcp_request",
+    "mcp_tools",
+    "mcp_call",
+];
+/// The verdicts, in the order the report lists them.
+pub const VERDICTS: [&str; 4] = ["deny", "would_deny", "shadow_deny", "shadow_allow"];
+
+/// One `verdict:surface:rule:tool` item of `toolsift_access`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessItem {
+    pub verdict: &'static str,
+    pub surface: &'static str,
+    /// The rule's name, `default`, or `#N`.
+    pub rule: String,
+    /// `None` for a whole request (`-`).
+    pub tool: Option<String>,
+}
+
+/// One item. Rule and tool names keep `:` unencoded, so `a:b:c` after the surface is read as
+/// rule `a` and tool `b:c`: tool names (MCP servers' prefixes) hold colons more often than
+/// the operator's rule names do.
+fn parse_access_item(item: &str) -> Option<AccessItem> {
+    let mut parts = item.splitn(3, ':');
+    let verdict = parts.next()?;
+    let surface = parts.next()?;
+    let (rule, tool) = parts.next()?.split_once(':')?;
+    let verdict = VERDICTS.into_iter().find(|v| *v == verdict)?;
+    let surface = SURFACES.into_iter().find(|s| *s == surface)?;
+    if rule.is_empty() || tool.is_empty() {
+        return None;
+    }
+    Some(AccessItem {
+        verdict,
+        surface,
+        rule: percent_decode(rule),
+        tool: (tool != "-").then(|| percent_decode(tool)),
+    })
+}
+
+/// Reads a `toolsift_access` value: its items that read, and how many did not.
+pub fn parse_access(value: &str) -> (Vec<AccessItem>, usize) {
+    let mut bad = 0;
+    let items = value
+        .split(' ')
+        .filter(|i| !i.is_empty())
+        .filter_map(|i| {
+            let item = parse_access_item(i);
+            bad += usize::from(item.is_none());
+            item
+        })
+        .collect();
+    (items, bad)
+}
+
+/// Calls `each` with every line of `reader` (without its `\n`, a final line without one
+/// included), never holding more than `max` bytes of one: a longer line is passed as `None`.
+pub fn for_each_line<R: BufRead>(
+    mut reader: R,
+    max: usize,
+    mut each: impl FnMut(Option<&[u8]>),
+) -> std::io::Result<()> {
+    let mut line = Vec::new();
+    let mut overlong = false;
+    loop {
+        let (used, ended, eof) = {
+            let buf = match reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let (part, used, ended) = match memchr::memchr(b'\n', buf) {
+                Some(i) => (buf.get(..i).unwrap_or_default(), i + 1, true),
+                None => (buf, buf.len(), false),
+            };
+            if !overlong {
+                if line.len() + part.len() > max {
+                    overlong = true;
+                    line = Vec::new();
+                } else {
+                    line.extend_from_slice(part);
+                }
+            }
+            (used, ended, buf.is_empty())
+        };
+        reader.consume(used);
+        if ended || (eof && (overlong || !line.is_empty())) {
+            each((!overlong).then_some(line.as_slice()));
+            line.clear();
+            overlong = false;
+        }
+        if eof {
+            return Ok(());
+        }
+    }
+}
+
+/// Counts per name, at most [`MAX_NAMES`] names; the rest under `others`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub names: BTreeMap<String, u64>,
+    pub others: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, name: &str, n: u64) {
+        if let Some(count) = self.names.get_mut(name) {
+            *count += n;
+        } else if self.names.len() < MAX_NAMES {
+            self.names.insert(name.to_owned(), n);
+        } else {
+            self.others += n;
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.names.values().sum::<u64>() + self.others
+    }
+
+    /// Names, most counted first (ties by name).
+    pub fn ranked(&self) -> Vec<(&str, u64)> {
+        let mut all: Vec<(&str, u64)> = self.names.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        all
+    }
+}
+
+/// Calls of ranked tools, by rank.
+#[derive(Debug, Clone, Default)]
+struct Ranks {
+    by_rank: BTreeMap<usize, u64>,
+    /// Calls of tools the catalog does not rank (`name@-`).
+    unranked: u64,
+    missed: u64,
+    requests: u64,
+}
+
+impl Ranks {
+    fn add(&mut self, shadow: &Shadow) {
+        self.requests += 1;
+        self.missed += shadow.missed;
+        for call in &shadow.calls {
+            match call.rank {
+                Some(rank) => *self.by_rank.entry(rank).or_default() += 1,
+                None => self.unranked += 1,
+            }
+        }
+    }
+
+    fn calls(&self) -> u64 {
+        self.by_rank.values().sum()
+    }
+
+    fn within(&self, k: usize) -> u64 {
+        self.by_rank.range(..=k).map(|(_, n)| n).sum()
+    }
+
+    fn curve(&self) -> Curve {
+        let calls = self.calls();
+        let within: Vec<u64> = (1..=MAX_K).map(|k| self.within(k)).collect();
+        let smallest_k = TARGETS
+            .iter()
+            .map(|(num, den, name)| {
+                let k = within
+                    .iter()
+                    .position(|w| calls > 0 && w * den >= calls * num)
+                    .map(|i| i + 1);
+                ((*name).to_owned(), k)
+            })
+            .collect();
+        Curve {
+            requests: self.requests,
+            calls,
+            unranked_calls: self.unranked,
+            missed: self.missed,
+            within_k: within,
+            smallest_k,
+        }
+    }
+}
+
+/// Ranked calls within each k, for one set of shadow records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Curve {
+    pub requests: u64,
+    /// Calls of ranked tools: the curve's denominator.
+    pub calls: u64,
+    pub unranked_calls: u64,
+    /// Calls the selection as configured would not have kept.
+    pub missed: u64,
+    /// `within_k[i]`: calls ranked within k = i + 1, for k = 1…[`MAX_K`].
+    pub within_k: Vec<u64>,
+    /// The smallest k (up to [`MAX_K`]) whose calls within reach 95, 99 and 99.9 % (`null`:
+    /// more than 50, or no call).
+    pub smallest_k: BTreeMap<String, Option<usize>>,
+}
+
+impl Curve {
+    /// Calls ranked within `k` (any k: the ranks past [`MAX_K`] are not kept, so k > 50 counts
+    /// as 50).
+    pub fn within(&self, k: usize) -> u64 {
+        let i = k.clamp(1, MAX_K) - 1;
+        self.within_k.get(i).copied().unwrap_or(0)
+    }
+
+    /// The share of calls ranked within `k`, 0 with no call.
+    pub fn share(&self, k: usize) -> f64 {
+        ratio(self.within(k), self.calls)
+    }
+}
+
+fn ratio(n: u64, d: u64) -> f64 {
+    if d == 0 { 0.0 } else { n as f64 / d as f64 }
+}
+
+/// Shadow records of one catalog.
+#[derive(Debug, Clone, Default)]
+struct CatalogTally {
+    tools: Counts,
+    sampled: Ranks,
+    filtered: u64,
+}
+
+/// One catalog's part of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CatalogReport {
+    pub catalog: String,
+    /// Function tools in its requests (the most common count).
+    pub tools: Option<u64>,
+    pub filtered_requests: u64,
+    #[serde(flatten)]
+    pub sampled: Curve,
+    /// The share of calls within the current top_k.
+    pub within_top_k: Option<f64>,
+}
+
+/// The shadow records' part of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShadowReport {
+    /// The `top_k` of the records (the most common when they differ), and how many records
+    /// gave each.
+    pub top_k: Option<usize>,
+    pub top_k_values: BTreeMap<usize, u64>,
+    /// Sampled requests (`shadow=`): their calls make the curve.
+    pub sampled: Curve,
+    /// Filtered requests (`filtered=`): the model saw only the kept tools, so their calls say
+    /// little about a larger k; counted, not drawn.
+    pub filtered_requests: u64,
+    pub filtered_calls: u64,
+    /// Calls in filtered requests' answers of tools ranked past top_k (pinned, or known from
+    /// earlier turns).
+    pub filtered_past_top_k: u64,
+    pub within_top_k: Option<f64>,
+    /// Calls the selection kept as configured (`calls − missed`), as a share of calls.
+    pub kept_as_configured: Option<f64>,
+    /// Per catalog, most calls first; omitted from the text when there is one.
+    pub catalogs: Vec<CatalogReport>,
+}
+
+/// The `toolsift_tokens` part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tokens {
+    pub requests: u64,
+    pub before: u64,
+    pub after: u64,
+    pub saved: u64,
+    pub saved_per_request: f64,
+}
+
+/// Access decisions of one verdict, by rule and surface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleCount {
+    pub rule: String,
+    pub surface: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Access {
+    /// Per verdict (`deny`, `would_deny`, `shadow_deny`, `shadow_allow`), most first.
+    pub verdicts: BTreeMap<String, Vec<RuleCount>>,
+    /// Per verdict, per surface.
+    pub by_surface: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Tools hidden from callers (`denied=N` of `x-toolsift`), and requests refused whole.
+    pub denied_tools: u64,
+    pub refused_requests: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Loops {
+    /// Requests the loop guard took tools out of, the tools taken out (each request's count
+    /// added), and the notes written.
+    pub requests: u64,
+    pub evicted: u64,
+    pub noted: u64,
+    pub tools: Counts,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unknown {
+    /// Requests whose model's latest turn called a made-up tool, and per name the requests.
+    pub requests: u64,
+    pub tools: Counts,
+    /// Calls in shadow records' answers of tools the catalog does not rank.
+    pub shadow_calls: Counts,
+}
+
+/// Lines read, and what they were.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Lines {
+    pub read: u64,
+    /// Lines with the `toolsift` key: one per request.
+    pub requests: u64,
+    /// Not a JSON object (binary, cut, longer than 1 MiB, not JSON).
+    pub malformed: u64,
+    /// A JSON object without the `toolsift` key (another log's).
+    pub foreign: u64,
+    /// Blank lines, ignored.
+    pub blank: u64,
+    /// Values of our keys that did not read, per key (skipped; the rest of the line counts).
+    pub unreadable: BTreeMap<String, u64>,
+}
+
+/// The whole report: `toolsift report --json` prints it (docs/report.md lists the keys).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub lines: Lines,
+    /// Requests by outcome: `filtered`, `refused`, `skipped=<reason>`, `search=<kind>`,
+    /// `mcp=<what>`, and `none` (`toolsift` unset: a request toolsift let through unread,
+    /// such as one to a path of no LLM API).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Function tools received and passed on, summed over requests that counted them.
+    pub tools_in: u64,
+    pub tools_out: u64,
+    pub tokens: Tokens,
+    pub shadow: ShadowReport,
+    pub access: Access,
+    pub loops: Loops,
+    pub unknown_tools: Unknown,
+    /// The sentence to act on.
+    pub summary: String,
+}
+
+/// Adds up access log lines; [`Tally::report`] sums them up.
+#[derive(Debug, Default)]
+pub struct Tally {
+    lines: Lines,
+    outcomes: BTreeMap<String, u64>,
+    tools_in: u64,
+    tools_out: u64,
+    tokens: (u64, u64, u64, u64),
+    top_k: BTreeMap<usize, u64>,
+    sampled: Ranks,
+    filtered: Ranks,
+    /// Calls of filtered requests ranked past their top_k.
+    filtered_past_top_k: u64,
+    catalogs: BTreeMap<String, CatalogTally>,
+    catalogs_others: u64,
+    access: BTreeMap<(&'static str, &'static str, String), u64>,
+    denied_tools: u64,
+    refused: u64,
+    loops: (u64, u64, u64),
+    loop_tools: Counts,
+    unknown_requests: u64,
+    unknown: Counts,
+    shadow_unranked: Counts,
+}
+
+/// A string value of `key`; `Ok(None)` when unset (`null`, `"-"`, absent), `Err` when not a
+/// string.
+fn value<'a>(
+    object: &'a serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Result<Option<&'a str>, ()> {
+    match object.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) if s == "-" || s.is_empty() => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(()),
+    }
+}
+
+impl Tally {
+    pub fn new() -> Tally {
+        Tally::default()
+    }
+
+    /// Adds one line (`None`: a line too long to read).
+    pub fn add_line(&mut self, line: Option<&[u8]>) {
+        self.lines.read += 1;
+        let Some(line) = line else {
+            self.lines.malformed += 1;
+            return;
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            self.lines.blank += 1;
+            return;
+        }
+        let Ok(object) = serde_json::from_slice::<serde_json::Map<_, _>>(line) else {
+            self.lines.malformed += 1;
+            return;
+        };
+        if !object.contains_key("toolsift") {
+            self.lines.foreign += 1;
+            return;
+        }
+        self.lines.requests += 1;
+        let unreadable = |tally: &mut Tally, key: &str| {
+            *tally.lines.unreadable.entry(key.to_owned()).or_default() += 1;
+        };
+        match value(&object, "toolsift").map(|v| v.map(parse_decision)) {
+            Ok(None) => self.count_outcome("none"),
+            Ok(Some(Some(d))) => self.add_decision(&d),
+            Ok(Some(None)) | Err(()) => {
+                unreadable(self, "toolsift");
+                self.count_outcome("unreadable");
+            }
+        }
+        match value(&object, "toolsift_shadow").map(|v| v.map(parse_shadow)) {
+            Ok(None) => {}
+            Ok(Some(Some(s))) => self.add_shadow(&s),
+            Ok(Some(None)) | Err(()) => unreadable(self, "toolsift_shadow"),
+        }
+        match value(&object, "toolsift_tokens").map(|v| v.map(parse_tokens)) {
+            Ok(None) => {}
+            Ok(Some(Some((before, after)))) => {
+                self.tokens.0 += 1;
+                self.tokens.1 += before;
+                self.tokens.2 += after;
+                self.tokens.3 += before.saturating_sub(after);
+            }
+            Ok(Some(None)) | Err(()) => unreadable(self, "toolsift_tokens"),
+        }
+        match value(&object, "toolsift_access") {
+            Ok(None) => {}
+            Ok(Some(v)) => {
+                let (items, bad) = parse_access(v);
+                if bad > 0 {
+                    unreadable(self, "toolsift_access");
+                }
+                for item in items {
+                    *self
+                        .access
+                        .entry((item.verdict, item.surface, item.rule))
+                        .or_default() += 1;
+                }
+            }
+            Err(()) => unreadable(self, "toolsift_access"),
+        }
+    }
+
+    fn count_outcome(&mut self, outcome: &str) {
+        if let Some(n) = self.outcomes.get_mut(outcome) {
+            *n += 1;
+        } else if self.outcomes.len() < MAX_NAMES {
+            self.outcomes.insert(outcome.to_owned(), 1);
+        } else {
+            *self.outcomes.entry("others".to_owned()).or_default() += 1;
+        }
+    }
+
+    fn add_decision(&mut self, d: &Decision) {
+        self.count_outcome(&d.outcome);
+        self.tools_in += d.total.unwrap_or(0);
+        self.tools_out += d.kept.unwrap_or(0);
+        self.denied_tools += d.denied;
+        self.refused += u64::from(d.outcome == "refused");
+        if !d.evicted.is_empty() || !d.noted.is_empty() {
+            self.loops.0 += u64::from(!d.evicted.is_empty());
+            self.loops.1 += d.evicted.len() as u64;
+            self.loops.2 += d.noted.len() as u64;
+        }
+        for name in &d.evicted {
+            self.loop_tools.add(name, 1);
+        }
+        self.unknown_requests += u64::from(!d.unknown.is_empty());
+        for name in &d.unknown {
+            self.unknown.add(name, 1);
+        }
+    }
+
+    fn add_shadow(&mut self, s: &Shadow) {
+        if let Some(k) = s.top_k {
+            *self.top_k.entry(k).or_default() += 1;
+        }
+        for call in s.calls.iter().filter(|c| c.rank.is_none()) {
+            self.shadow_unranked.add(&call.name, 1);
+        }
+        if s.sampled {
+            self.sampled.add(s);
+        } else {
+            self.filtered.add(s);
+            if let Some(k) = s.top_k {
+                self.filtered_past_top_k += s
+                    .calls
+                    .iter()
+                    .filter(|c| c.rank.is_some_and(|r| r > k))
+                    .count() as u64;
+            }
+        }
+        let name = s.catalog.clone().unwrap_or_else(|| "-".to_owned());
+        let known = self.catalogs.contains_key(&name);
+        if !known && self.catalogs.len() >= MAX_NAMES {
+            self.catalogs_others += 1;
+            return;
+        }
+        let catalog = self.catalogs.entry(name).or_default();
+        if let Some(tools) = s.tools {
+            catalog.tools.add(&tools.to_string(), 1);
+        }
+        if s.sampled {
+            catalog.sampled.add(s);
+        } else {
+            catalog.filtered += 1;
+        }
+    }
+
+    /// The report of the lines added so far.
+    pub fn report(&self) -> Report {
+        // The most common top_k; the larger one on a tie.
+        let top_k = self
+            .top_k
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)))
+            .map(|(k, _)| *k);
+        let sampled = self.sampled.curve();
+        let within_top_k =
+            |curve: &Curve| top_k.filter(|_| curve.calls > 0).map(|k| curve.share(k));
+        let mut catalogs: Vec<CatalogReport> = self
+            .catalogs
+            .iter()
+            .map(|(name, c)| {
+                let curve = c.sampled.curve();
+                CatalogReport {
+                    catalog: name.clone(),
+                    tools: c.tools.ranked().first().and_then(|(t, _)| t.parse().ok()),
+                    filtered_requests: c.filtered,
+                    within_top_k: within_top_k(&curve),
+                    sampled: curve,
+                }
+            })
+            .collect();
+        catalogs.sort_by(|a, b| {
+            b.sampled
+                .calls
+                .cmp(&a.sampled.calls)
+                .then(b.sampled.requests.cmp(&a.sampled.requests))
+                .then(a.catalog.cmp(&b.catalog))
+        });
+        let shadow = ShadowReport {
+            top_k,
+            top_k_values: self.top_k.clone(),
+            within_top_k: within_top_k(&sampled),
+            kept_as_configured: (sampled.calls > 0)
+                .then(|| ratio(sampled.calls.saturating_sub(sampled.missed), sampled.calls)),
+            sampled,
+            filtered_requests: self.filtered.requests,
+            filtered_calls: self.filtered.calls(),
+            filtered_past_top_k: self.filtered_past_top_k,
+            catalogs,
+        };
+        let mut verdicts: BTreeMap<String, Vec<RuleCount>> = BTreeMap::new();
+        let mut by_surface: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for ((verdict, surface, rule), count) in &self.access {
+            verdicts
+                .entry((*verdict).to_owned())
+                .or_default()
+                .push(RuleCount {
+                    rule: rule.clone(),
+                    surface: (*surface).to_owned(),
+                    count: *count,
+                });
+            *by_surface
+                .entry((*verdict).to_owned())
+                .or_default()
+                .entry((*surface).to_owned())
+                .or_default() += count;
+        }
+        for list in verdicts.values_mut() {
+            list.sort_by(|a, b| b.count.cmp(&a.count).then(a.rule.cmp(&b.rule)));
+        }
+        let (requests, before, after, saved) = self.tokens;
+        let mut report = Report {
+            lines: self.lines.clone(),
+            outcomes: self.outcomes.clone(),
+            tools_in: self.tools_in,
+            tools_out: self.tools_out,
+            tokens: Tokens {
+                requests,
+                before,
+                after,
+                saved,
+                saved_per_request: ratio(saved, requests),
+            },
+            shadow,
+            access: Access {
+                verdicts,
+                by_surface,
+                denied_tools: self.denied_tools,
+                refused_requests: self.refused,
+            },
+            loops: Loops {
+                requests: self.loops.0,
+                evicted: self.loops.1,
+                noted: self.loops.2,
+                tools: self.loop_tools.clone(),
+            },
+            unknown_tools: Unknown {
+                requests: self.unknown_requests,
+                tools: self.unknown.clone(),
+                shadow_calls: self.shadow_unranked.clone(),
+            },
+            summary: String::new(),
+        };
+        report.summary = summary(&report.shadow);
+        report
+    }
+}
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `n / d` as `93.4 %`; a share short of all never reads `100.0 %` (it reads `99.9 %`).
+pub fn percent(n: u64, d: u64) -> String {
+    if d == 0 {
+        return "-".to_owned();
+    }
+    let text = format!("{:.1} %", ratio(n, d) * 100.0);
+    if n < d && text == "100.0 %" {
+        "99.9 %".to_owned()
+    } else {
+        text
+    }
+}
+
+/// The k the sentence compares the current top_k with: the table's next smaller one (2 when
+/// top_k is 1).
+pub fn compared_k(top_k: usize) -> usize {
+    TABLE_KS
+        .iter()
+        .rev()
+        .copied()
+        .find(|k| *k < top_k.min(MAX_K + 1))
+        .unwrap_or(2)
+}
+
+/// "with top_k 8, 99.1 % of the 1,204 calls seen would have been kept; with 5, 93.4 %", then
+/// the smallest k for each target share.
+pub fn summary(shadow: &ShadowReport) -> String {
+    let curve = &shadow.sampled;
+    if curve.requests == 0 {
+        return "no shadowed request in the log: nothing says yet how many called tools top_k \
+                keeps (configure `shadow`)."
+            .to_owned();
+    }
+    if curve.calls == 0 {
+        return format!(
+            "{} shadowed requests, but their answers called no ranked tool: nothing to measure yet.",
+            thousands(curve.requests)
+        );
+    }
+    let calls = thousands(curve.calls);
+    let mut text = match shadow.top_k {
+        Some(k) => {
+            let other = compared_k(k);
+            format!(
+                "with top_k {k}, {} of the {calls} calls seen would have been kept; with {other}, {}.",
+                percent(curve.within(k), curve.calls),
+                percent(curve.within(other), curve.calls),
+            )
+        }
+        None => format!("{calls} calls seen (no top_k in the records)."),
+    };
+    let needs: Vec<String> = TARGETS
+        .iter()
+        .map(|(_, _, name)| {
+            let k = curve.smallest_k.get(*name).copied().flatten();
+            match k {
+                Some(k) => format!("{name} % needs top_k {k}"),
+                None => format!("{name} % needs more than {MAX_K}"),
+            }
+        })
+        .collect();
+    text.push_str(&format!(" {}.", needs.join(", ")));
+    text
+}
+
+/// Reads every line of `reader` into a new [`Tally`]'s counts.
+pub fn tally<R: BufRead>(reader: R, tally: &mut Tally) -> std::io::Result<()> {
+    for_each_line(reader, MAX_LINE_BYTES, |line| tally.add_line(line))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn percent_decoding_keeps_bad_sequences() {
+        assert_eq!(percent_decode("a%20b"), "a b");
+        assert_eq!(percent_decode("evil%0D%0Ax"), "evil\r\nx");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+        assert_eq!(percent_decode("%FF"), "\u{FFFD}");
+        assert_eq!(percent_decode("caf%C3%A9"), "café");
+    }
+
+    #[test]
+    fn decisions() {
+        let d = parse_decision("kept=5 total=200").unwrap();
+        assert_eq!(
+            (d.outcome.as_str(), d.kept, d.total),
+            ("filtered", Some(5), Some(200))
+        );
+        let d = parse_decision("kept=12 total=12 skipped=few_tools").unwrap();
+        assert_eq!(d.outcome, "skipped=few_tools");
+        assert_eq!(d.total, Some(12));
+        let d = parse_decision("skipped=compressed").unwrap();
+        assert_eq!((d.outcome.as_str(), d.total), ("skipped=compressed", None));
+        let d = parse_decision("kept=0 total=200 denied=3 access=refused").unwrap();
+        assert_eq!((d.outcome.as_str(), d.denied), ("refused", 3));
+        let d = parse_decision(
+            "kept=5 total=200 denied=2 loop=evicted:a,b%2Cc noted=a unknown=x,y@z ranking=hybrid search=search",
+        )
+        .unwrap();
+        assert_eq!(d.outcome, "search=search");
+        assert_eq!(d.evicted, ["a", "b,c"]);
+        assert_eq!(d.noted, ["a"]);
+        assert_eq!(d.unknown, ["x", "y@z"]);
+        assert_eq!(d.denied, 2);
+        let d = parse_decision("mcp=tools/list kept=1 total=250").unwrap();
+        assert_eq!(d.outcome, "mcp=tools/list");
+    }
+
+    #[test]
+    fn decisions_that_do_not_read() {
+        for bad in [
+            "",
+            "kept=5",
+            "kept=five total=6",
+            "kept=-1 total=6",
+            "hello",
+            "kept=5 total=6 loop=a,b",
+            "kept=5 total=6 denied=",
+            "kept=99999999999999999999999 total=1",
+        ] {
+            assert_eq!(parse_decision(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn shadow_records() {
+        let s = parse_shadow(
+            "shadow=get_pod_logs@3,post_update@14 missed=1 top_k=5 tools=200 catalog=3fa2b1c0",
+        )
+        .unwrap();
+        assert!(s.sampled);
+        assert_eq!(
+            s.calls,
+            [
+                Call {
+                    name: "get_pod_logs".into(),
+                    rank: Some(3)
+                },
+                Call {
+                    name: "post_update".into(),
+                    rank: Some(14)
+                }
+            ]
+        );
+        assert_eq!((s.missed, s.top_k, s.tools), (1, Some(5), Some(200)));
+        assert_eq!(s.catalog.as_deref(), Some("3fa2b1c0"));
+        let s = parse_shadow("filtered=get_pod_logs@3 missed=0 top_k=5 tools=200 catalog=3fa2b1c0")
+            .unwrap();
+        assert!(!s.sampled);
+        // No call in the answer.
+        let s = parse_shadow("shadow= missed=0 top_k=5 tools=200 catalog=3fa2b1c0").unwrap();
+        assert!(s.calls.is_empty());
+        // Names with '@' split on the last one; unranked calls; percent-encoded names.
+        let s = parse_shadow("shadow=me@example.com@2,web_search@-,a%20b%40c@7 top_k=5").unwrap();
+        assert_eq!(
+            s.calls,
+            [
+                Call {
+                    name: "me@example.com".into(),
+                    rank: Some(2)
+                },
+                Call {
+                    name: "web_search".into(),
+                    rank: None
+                },
+                Call {
+                    name: "a b@c".into(),
+                    rank: Some(7)
+                }
+            ]
+        );
+        // Missing keys are absent, not errors.
+        let s = parse_shadow("shadow=a@1").unwrap();
+        assert_eq!((s.top_k, s.tools, s.catalog), (None, None, None));
+    }
+
+    #[test]
+    fn shadow_records_that_do_not_read() {
+        for bad in [
+            "",
+            "-",
+            "kept=5 total=6",
+            "shadow=a",
+            "shadow=a@0",
+            "shadow=a@x",
+            "shadow=@3",
+            "shadow=a@3 missed=x",
+            "shadow=a@3 top_k=0",
+            "shadow=a@3 top_k",
+            "sampled=a@3",
+        ] {
+            assert_eq!(parse_shadow(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens() {
+        assert_eq!(parse_tokens("18621/1778"), Some((18621, 1778)));
+        for bad in ["", "1", "1/", "/1", "a/b", "1/2/3", "-1/2"] {
+            assert_eq!(parse_tokens(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn access_items() {
+        let (items, bad) = parse_access(
+            "would_deny:tools:no-shell:run_shell deny:request:default:- shadow_allow:call:%231:srv:tool bogus deny:nowhere:r:t deny:tools::t",
+        );
+        assert_eq!(bad, 3);
+        assert_eq!(
+            items,
+            [
+                AccessItem {
+                    verdict: "would_deny",
+                    surface: "tools",
+                    rule: "no-shell".into(),
+                    tool: Some("run_shell".into())
+                },
+                AccessItem {
+                    verdict: "deny",
+                    surface: "request",
+                    rule: "default".into(),
+                    tool: None
+                },
+                AccessItem {
+                    verdict: "shadow_allow",
+                    surface: "call",
+                    rule: "#1".into(),
+                    tool: Some("srv:tool".into())
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn lines_are_split_within_the_bound() {
+        let text = b"a\n\nbbbbbbbbbb\ncc\r\nlast";
+        let mut seen = Vec::new();
+        for_each_line(std::io::BufReader::with_capacity(3, &text[..]), 5, |l| {
+            seen.push(l.map(|l| String::from_utf8_lossy(l).into_owned()));
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            [
+                Some("a".into()),
+                Some("".into()),
+                None,
+                Some("cc\r".into()),
+                Some("last".into())
+            ]
+        );
+        let mut n = 0;
+        for_each_line(&b""[..], 5, |_| n += 1).unwrap();
+        assert_eq!(n, 0);
+    }
+
+    fn line(toolsift: &str, shadow: Option<&str>) -> String {
+        serde_json::json!({"status": 200, "toolsift": toolsift, "toolsift_shadow": shadow})
+            .to_string()
+    }
+
+    #[test]
+    fn a_tally_counts_lines_and_outcomes() {
+        let mut t = Tally::new();
+        for l in [
+            line(
+                "kept=5 total=80",
+                Some("shadow=a@1,b@7,c@- missed=1 top_k=5 tools=80 catalog=aa"),
+            ),
+            line(
+                "kept=5 total=80",
+                Some("filtered=a@2,z@9 missed=0 top_k=5 tools=80 catalog=aa"),
+            ),
+            line("skipped=compressed", None),
+            r#"{"toolsift":null,"toolsift_shadow":"-"}"#.to_owned(),
+            r#"{"toolsift":"-"}"#.to_owned(),
+            r#"{"toolsift":42}"#.to_owned(),
+            r#"{"other":1}"#.to_owned(),
+            "[1,2]".to_owned(),
+            "\u{0}\u{1}garbage".to_owned(),
+            "   ".to_owned(),
+        ] {
+            t.add_line(Some(l.as_bytes()));
+        }
+        t.add_line(None);
+        let r = t.report();
+        assert_eq!(r.lines.read, 11);
+        assert_eq!(r.lines.requests, 6);
+        assert_eq!(
+            (r.lines.malformed, r.lines.foreign, r.lines.blank),
+            (3, 1, 1)
+        );
+        assert_eq!(r.lines.unreadable.get("toolsift"), Some(&1));
+        assert_eq!(r.outcomes.get("filtered"), Some(&2));
+        assert_eq!(r.outcomes.get("none"), Some(&2));
+        assert_eq!(r.outcomes.get("skipped=compressed"), Some(&1));
+        assert_eq!((r.tools_in, r.tools_out), (160, 10));
+        let s = &r.shadow;
+        assert_eq!(s.top_k, Some(5));
+        assert_eq!(
+            (
+                s.sampled.requests,
+                s.sampled.calls,
+                s.sampled.unranked_calls
+            ),
+            (1, 2, 1)
+        );
+        assert_eq!(s.sampled.within(5), 1);
+        assert_eq!(s.sampled.within(7), 2);
+        assert_eq!(s.sampled.smallest_k.get("95"), Some(&Some(7)));
+        assert_eq!(
+            (s.filtered_requests, s.filtered_calls, s.filtered_past_top_k),
+            (1, 2, 1)
+        );
+        assert_eq!(s.kept_as_configured, Some(0.5));
+        assert_eq!(r.unknown_tools.shadow_calls.names.get("c"), Some(&1));
+        assert_eq!(
+            r.summary,
+            "with top_k 5, 50.0 % of the 2 calls seen would have been kept; with 3, 50.0 %. \
+             95 % needs top_k 7, 99 % needs top_k 7, 99.9 % needs top_k 7."
+        );
+    }
+
+    #[test]
+    fn the_most_common_top_k_is_current() {
+        let mut t = Tally::new();
+        for k in [8, 8, 5] {
+            let l = line("kept=5 total=80", Some(&format!("shadow=a@1 top_k={k}")));
+            t.add_line(Some(l.as_bytes()));
+        }
+        let r = t.report();
+        assert_eq!(r.shadow.top_k, Some(8));
+        assert_eq!(r.shadow.top_k_values, BTreeMap::from([(5, 1), (8, 2)]));
+    }
+
+    #[test]
+    fn numbers_read_as_people_write_them() {
+        assert_eq!(thousands(1204), "1,204");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        assert_eq!(percent(1193, 1204), "99.1 %");
+        assert_eq!(percent(9999, 10000), "99.9 %");
+        assert_eq!(percent(5, 5), "100.0 %");
+        assert_eq!(percent(0, 0), "-");
+        assert_eq!(compared_k(8), 5);
+        assert_eq!(compared_k(5), 3);
+        assert_eq!(compared_k(1), 2);
+        assert_eq!(compared_k(60), 50);
+    }
+
+    #[test]
+    fn counts_are_bounded() {
+        let mut c = Counts::default();
+        for i in 0..MAX_NAMES + 5 {
+            c.add(&i.to_string(), 1);
+        }
+        assert_eq!((c.names.len(), c.others), (MAX_NAMES, 5));
+        assert_eq!(c.total(), (MAX_NAMES + 5) as u64);
+    }
+}
