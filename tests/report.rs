@@ -402,12 +402,7 @@ fn the_within_k_curve_is_drawn_as_svg_and_png() {
 /// The shipped envoy.yaml, its access log sent to a file, a mix of requests; the report of that
 /// file against Envoy's counters for the same run.
 ///
-/// Integrator: once the filter writes `toolsift_shadow` / `toolsift_tokens` /
-/// `toolsift_access` (and envoy.yaml logs them), extend `the_report_matches_envoys_counters`
-/// below where it says "shadow": configure `shadow` and compare
-/// `shadow.sampled.requests` with `toolsift.shadow.requests`, `shadow.sampled.calls` with
-/// `toolsift.shadow.calls`, `missed` with `toolsift.shadow.missed`, and the access
-/// verdicts by surface with `toolsift.access.would_deny.<surface>`.
+/// Shadow records and access verdicts: `the_report_of_a_shadow_run_matches_envoys_counters`.
 #[test]
 fn the_report_matches_envoys_counters() {
     let dir = scratch("envoy");
@@ -534,19 +529,81 @@ fn the_report_matches_envoys_counters() {
     );
     assert_eq!(r["loops"]["evicted"], gw.stat("toolsift.loop.evicted"));
     assert_eq!(r["loops"]["requests"], 1);
-    // Tokens: from `toolsift_tokens` once envoy.yaml logs it; until then there is none.
-    let yaml = std::fs::read_to_string(common::repo().join("envoy.yaml")).unwrap();
-    if yaml.contains("toolsift_tokens") {
-        assert_eq!(r["tokens"]["saved"], gw.stat("toolsift.tokens_saved"));
-        assert_eq!(r["tokens"]["requests"], count("filtered"));
-    } else {
-        assert_eq!(r["tokens"]["requests"], 0);
-        assert!(gw.stat("toolsift.tokens_saved") > 0);
-    }
-    // shadow: see this test's comment (extend here once the filter writes the records).
-    assert_eq!(
-        r["shadow"]["sampled"]["requests"],
-        gw.stat("toolsift.shadow.requests")
-    );
+    assert_eq!(r["tokens"]["saved"], gw.stat("toolsift.tokens_saved"));
+    assert_eq!(r["tokens"]["requests"], count("filtered"));
+    assert_eq!(r["shadow"]["sampled"]["requests"], 0);
     assert_eq!(r["access"]["denied_tools"], 0);
+}
+
+/// A shadow run with access rules in audit mode: 60 requests over every dialect, half of them
+/// shadowed by draw, the scripted model calling a tool that ranks 9th, or one ranked 2nd and one
+/// the rules would deny. The report of the access log against Envoy's counters.
+#[test]
+fn the_report_of_a_shadow_run_matches_envoys_counters() {
+    let dir = scratch("shadow");
+    let log = dir.join("access.log");
+    let to_file = |yaml: String| common::access_log_to_file(&yaml, &log);
+    let config = r#"{"top_k":5,"shadow":{"sample":0.5},
+        "access":{"mode":"audit","default":"allow",
+                  "rules":[{"name":"no-merge","when":["*"],"deny":["merge_*"]}]}}"#;
+    let gw = Gateway::start_with(config, &[], to_file);
+    let dialects = common::DIALECTS;
+    let mut sent = 0;
+    for i in 0..60 {
+        let dialect = dialects[i % dialects.len()];
+        let (path, body) = request(dialect, i % 4 == 1);
+        let path = if dialect == "bedrock" && i % 4 == 1 {
+            path.replace("/converse", "/converse-stream")
+        } else {
+            path
+        };
+        let call = if i % 3 == 0 {
+            "merge_pull_request"
+        } else {
+            "get_weather_forecast,create_pull_request"
+        };
+        let r = gw.post(
+            &path,
+            &[
+                ("x-demo-model", "scripted"),
+                ("x-demo-want", "get_current_weather"),
+                ("x-demo-call", call),
+            ],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+        sent += 1;
+    }
+    let lines = common::access_log_lines(&log, sent);
+    assert_eq!(lines.len(), sent);
+    let r = report_json(&[log.to_str().unwrap()], None);
+    let shadow = &r["shadow"];
+    let sampled = gw.stat("toolsift.shadow.requests");
+    assert!((10..=50).contains(&sampled), "{sampled}");
+    assert_eq!(shadow["sampled"]["requests"], sampled);
+    assert_eq!(shadow["sampled"]["calls"], gw.stat("toolsift.shadow.calls"));
+    assert_eq!(
+        shadow["sampled"]["missed"],
+        gw.stat("toolsift.shadow.missed")
+    );
+    assert_eq!(shadow["filtered_requests"], sent as u64 - sampled);
+    assert_eq!(shadow["top_k"], 5);
+    assert_eq!(r["tokens"]["saved"], gw.stat("toolsift.tokens_saved"));
+    assert_eq!(r["tools_in"], gw.stat("toolsift.tools_in"));
+    assert_eq!(r["tools_out"], gw.stat("toolsift.tools_out"));
+    for surface in ["tools", "call", "request"] {
+        let logged = r["access"]["by_surface"]["would_deny"][surface]
+            .as_u64()
+            .unwrap_or(0);
+        assert_eq!(
+            logged,
+            gw.stat(&format!("toolsift.access.would_deny.{surface}")),
+            "{surface}: {}",
+            r["access"]
+        );
+    }
+    assert!(gw.stat("toolsift.access.would_deny.tools") >= sent as u64);
+    assert_eq!(gw.stat("toolsift.access.denied.tools"), 0);
+    let summary = r["summary"].as_str().unwrap();
+    assert!(summary.starts_with("with top_k 5, "), "{summary}");
 }
