@@ -875,8 +875,17 @@ pub fn evaluate_followups(
             .collect();
         score(&ranks, &[k]).recall.first().copied().unwrap_or(0.0)
     };
-    let catalog = Catalog::build(Dialect::OpenaiChat, &array, Engine::new(config.clone()).weights)
-        .map_err(|p| EvalError(format!("the tools do not form a tools array ({})", p.reason())))?;
+    let catalog = Catalog::build(
+        Dialect::OpenaiChat,
+        &array,
+        Engine::new(config.clone()).weights,
+    )
+    .map_err(|p| {
+        EvalError(format!(
+            "the tools do not form a tools array ({})",
+            p.reason()
+        ))
+    })?;
     let (mut question_sum, mut n) = (0.0, 0usize);
     let mut sums = [(0.0, 0.0); FOLLOW_UPS.len()];
     for (done, q) in dataset.queries.iter().enumerate() {
@@ -1118,6 +1127,30 @@ mod tests {
             tool("list_files", "List the files in a folder"),
         ]
         .join("\n")
+    }
+
+    #[test]
+    fn follow_ups_are_ranked_with_their_question_through_the_pipeline() {
+        let queries = [
+            r#"{"id":"q1","query":"what is the weather forecast in Paris","relevant":["get_weather"]}"#,
+            r#"{"id":"q2","query":"create a billing invoice for the customer","relevant":["create_invoice"]}"#,
+            r#"{"id":"q3","query":"weather","relevant":[]}"#,
+        ]
+        .join("\n");
+        let d = Dataset::parse("tiny", &tiny_tools(), &queries).unwrap();
+        let config = Config::from_json(br#"{"top_k":1,"min_tools":0}"#).unwrap();
+        let mut done = 0;
+        let r = evaluate_followups(&d, &config, 1, &mut |n| done = n).unwrap();
+        assert_eq!((r.queries, r.k, done), (2, 1, 3));
+        assert!(close(r.question, 1.0));
+        assert_eq!(r.rows.len(), FOLLOW_UPS.len());
+        for row in &r.rows {
+            // Alone, a follow-up matches nothing: the first tool (catalog order), q1's.
+            assert!(close(row.latest_only, 0.5), "{row:?}");
+            assert!(close(row.filter, 1.0), "{row:?}");
+        }
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["rows"][0]["kind"], "confirmation");
     }
 
     #[test]

@@ -3,10 +3,18 @@
 //! The query is the latest user text, so a conversation that ends "Shall I go ahead?" / "Yes,
 //! please go ahead." would rank the catalog against "go ahead". When the latest text is too
 //! weak to rank by (fewer than [`MIN_TERMS`] content terms, or none that any tool has), the
-//! user turns before it join the query, latest first, each weighing [`TURN_DECAY`] of the
-//! one after it (see [`crate::index::turn_weights`]). The dialects hand over the earlier
-//! turns ([`crate::dialects::Request::earlier`]); this module alone decides, for every
-//! dialect, the CLI and search mode alike.
+//! user turns before it join the query, back to the latest one that is not weak itself (the
+//! question the follow-up is about), at most [`MAX_EARLIER`]. The turns are weighed
+//! ([`crate::index::turn_weights`]) in this order: that question 1, the follow-up a half (its
+//! words break ties and add what they name: "do the same for staging"), the weak turns between
+//! them a quarter, an eighth. The dialects hand over the earlier turns
+//! ([`crate::dialects::Request::earlier`]); this module alone decides, for every dialect, the
+//! CLI and search mode alike.
+//!
+//! The follow-up weighs less than its question because its words mislead more than they help:
+//! with the follow-up first and the question at half weight, "Yes, please go ahead." after
+//! livemcpbench's questions kept Recall@5 .279 where the questions alone keep .352 ("go" names
+//! browser tools); with the question first, .363 (`docs/BENCHMARKS.md`, "Follow-up turns").
 //!
 //! The query is a function of the question turn and the user turns before it, never of what
 //! follows the question: every turn of an agent loop (tool calls and their results) ranks the
@@ -14,19 +22,18 @@
 //! as they were. A loop started by a question that ranks on its own ranks that question alone,
 //! as before follow-ups were read.
 
-use crate::index::{Index, TURN_DECAY, TURN_MARK};
+use crate::index::{Index, TURN_MARK};
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-/// A latest user text with fewer distinct content terms than this (words that are not stop
-/// words: "Yes, please go ahead." has two, "go" and "ahead"; "Do the same for staging" one)
-/// is a follow-up, and earlier turns join it. A question of three content terms or more ranks
-/// on its own, as before.
+/// A user text with fewer distinct content terms than this (words that are not stop words:
+/// "Yes, please go ahead." has two, "go" and "ahead"; "Do the same for staging" one) is a
+/// follow-up, and earlier turns join it. A question of three content terms or more ranks on
+/// its own, as before.
 pub const MIN_TERMS: usize = 3;
 
-/// At most this many earlier user turns join a follow-up: the fourth one back would weigh an
-/// eighth of the latest (see [`TURN_DECAY`]) and rarely still be about the same task.
-pub const MAX_EARLIER: usize = 3;
+/// At most this many earlier user turns join a follow-up (the dialects read no more).
+pub const MAX_EARLIER: usize = crate::dialects::MAX_EARLIER_TURNS;
 
 /// What joins two turns: a newline, so that sentence splitting (hybrid ranking embeds each
 /// sentence) and the lexical channels see the turns apart, then [`TURN_MARK`].
@@ -34,20 +41,36 @@ const JOINER: &str = "\n\u{1e}";
 
 /// The query to rank for a request whose latest user text is `latest` and whose earlier user
 /// turns are `earlier` (most recent first): `latest` alone unless it is a follow-up, else the
-/// turns joined latest first. `index` is the request's catalog's: a text no tool has a term
-/// of is a follow-up too. A deterministic function of its arguments, so a catalog's rankings
-/// are remembered per query as before.
+/// question it follows up, then `latest`, then the weak turns between, joined by
+/// [`TURN_MARK`]s. `index` is the request's catalog's: a text no tool has a term of is weak
+/// too. A deterministic function of its arguments, so a catalog's rankings are remembered per
+/// query as before.
 pub fn query(latest: &str, earlier: &[String], index: &Index) -> String {
     let latest = unmarked(latest);
     if earlier.is_empty() || !is_follow_up(&latest, index) {
         return latest.into_owned();
     }
-    let turns = earlier
+    let mut between = Vec::new();
+    let mut question = None;
+    for turn in earlier
         .iter()
         .filter(|t| !t.trim().is_empty())
-        .take(MAX_EARLIER);
-    let mut out = latest.into_owned();
-    for turn in turns {
+        .take(MAX_EARLIER)
+    {
+        if is_follow_up(turn, index) {
+            between.push(turn);
+        } else {
+            question = Some(turn);
+            break;
+        }
+    }
+    let mut out = String::new();
+    if let Some(question) = question {
+        out.push_str(&unmarked(question));
+        out.push_str(JOINER);
+    }
+    out.push_str(&latest);
+    for turn in between {
         out.push_str(JOINER);
         out.push_str(&unmarked(turn));
     }
@@ -84,9 +107,6 @@ fn unmarked(text: &str) -> Cow<'_, str> {
         Cow::Borrowed(text)
     }
 }
-
-// The weights the joined turns rank with are the index's: keep the two in step.
-const _: () = assert!(TURN_DECAY > 0.0 && TURN_DECAY < 1.0);
 
 #[cfg(test)]
 mod tests {
@@ -144,9 +164,14 @@ mod tests {
     fn a_confirmation_is_ranked_with_the_question_before_it() {
         let c = catalog();
         let earlier = vec![QUESTION.to_owned(), "Hello".to_owned()];
-        for latest in ["Yes, please go ahead.", "Try again", "Do the same for staging"] {
+        for latest in [
+            "Yes, please go ahead.",
+            "Try again",
+            "Do the same for staging",
+        ] {
+            // The question leads; the older "Hello" is another task's, and stays out.
             let q = query(latest, &earlier, &c.index);
-            assert_eq!(q, format!("{latest}\n\u{1e}{QUESTION}\n\u{1e}Hello"));
+            assert_eq!(q, format!("{QUESTION}\n\u{1e}{latest}"));
             assert_eq!(names(&c, &q)[0], "deploy_service", "{latest}");
             // The turn alone would not find it ("go" finds the browser tool).
             assert_ne!(names(&c, latest)[0], "deploy_service", "{latest}");
@@ -160,13 +185,13 @@ mod tests {
         assert!(is_follow_up(latest, &c.index));
         assert!(!is_follow_up(QUESTION, &c.index));
         let earlier = vec![QUESTION.to_owned()];
-        assert!(query(latest, &earlier, &c.index).ends_with(QUESTION));
+        assert!(query(latest, &earlier, &c.index).starts_with(QUESTION));
     }
 
     #[test]
-    fn the_latest_turns_words_still_count() {
+    fn the_follow_ups_words_still_count() {
         let c = catalog();
-        // "weather" at full weight beside the question's three words at half weight: the two
+        // "weather" at half weight beside the question's three words at full weight: the two
         // tools lead.
         let q = query(
             "and the weather?",
@@ -181,14 +206,23 @@ mod tests {
     }
 
     #[test]
-    fn at_most_max_earlier_turns_join_and_blank_ones_are_skipped() {
+    fn weak_turns_between_join_after_the_follow_up() {
         let c = catalog();
-        let earlier: Vec<String> = ["a one", " ", "b two", "c three", "d four"]
+        let earlier: Vec<String> = ["Try again", " ", "Yes", QUESTION, "Book a flight ticket"]
             .map(String::from)
             .to_vec();
-        let q = query("ok", &earlier, &c.index);
+        let q = query("Go on", &earlier, &c.index);
+        assert_eq!(
+            q,
+            format!("{QUESTION}\n\u{1e}Go on\n\u{1e}Try again\n\u{1e}Yes")
+        );
+        assert_eq!(readable(&q), format!("{QUESTION}\nGo on\nTry again\nYes"));
+        // No question within MAX_EARLIER turns: the weak ones, most recent first.
+        let weak: Vec<String> = ["a one", "b two", "c three", QUESTION]
+            .map(String::from)
+            .to_vec();
+        let q = query("ok", &weak, &c.index);
         assert_eq!(q, "ok\n\u{1e}a one\n\u{1e}b two\n\u{1e}c three");
-        assert_eq!(readable(&q), "ok\na one\nb two\nc three");
     }
 
     #[test]
@@ -200,6 +234,9 @@ mod tests {
         );
         let q = query("ok", &["x\u{1e}y".to_owned()], &c.index);
         assert_eq!(q, "ok\n\u{1e}x y");
+        let question = "deploy\u{1e}the service to production";
+        let q = query("ok", &[question.to_owned()], &c.index);
+        assert_eq!(q, "deploy the service to production\n\u{1e}ok");
     }
 
     #[test]
@@ -216,8 +253,8 @@ mod tests {
         let alone = score("Restart the Kubernetes pod", "restart_pod");
         assert!(alone > 0.0);
         let joined = score("ok\n\u{1e}Restart the Kubernetes pod", "restart_pod");
-        assert_eq!(joined, alone * TURN_DECAY);
-        // A term of both turns counts once, at the latest turn's weight.
+        assert_eq!(joined, alone * crate::index::TURN_DECAY);
+        // A term of both turns counts once, at the first turn's weight.
         let both = score("pod\n\u{1e}pod", "restart_pod");
         assert_eq!(both, score("pod", "restart_pod"));
         assert!(JOINER.ends_with(TURN_MARK));

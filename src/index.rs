@@ -55,19 +55,16 @@ const K1: f32 = 3.0;
 /// precise tools, and helped on all three datasets.
 const B: f32 = 0.9;
 
-/// Separates the user turns of a query that holds several, latest first (see
+/// Separates the user turns of a query that holds several, the weightiest first (see
 /// [`crate::followup`]): ASCII's record separator, which no user text keeps (each turn has it
 /// replaced by a space before the turns are joined).
 pub const TURN_MARK: char = '\u{1e}';
 
-/// Each earlier user turn of a query weighs this much of the turn after it. A half keeps
-/// what the latest turn adds ("do the same for staging") ahead of what the question before it
-/// says, and the question ahead of the turns before it; the followups rows of
-/// `docs/BENCHMARKS.md` were measured with it.
+/// Each turn of a query of several weighs this much of the turn before it in the query.
 pub const TURN_DECAY: f32 = 0.5;
 
-/// The user turns of a query and the weight of each: the latest (the text before the first
-/// [`TURN_MARK`]) 1, each earlier one [`TURN_DECAY`] of the one after it. A query without a
+/// The user turns of a query and the weight of each: the first (the text before the first
+/// [`TURN_MARK`]) 1, each next one [`TURN_DECAY`] of the one before it. A query without a
 /// mark is one turn of weight 1.
 pub fn turn_weights(query: &str) -> impl Iterator<Item = (&str, f32)> {
     query.split(TURN_MARK).scan(1.0f32, |weight, turn| {
@@ -483,8 +480,8 @@ impl Index {
         // Each distinct query term counts once. The crate's scorer counts repeats, but a word a
         // user repeats ("weather … weather") is no more a sign of the tool than said once, and
         // counting it twice lets one word outvote the rest of the request: deduplicating lifted
-        // seal_tools Recall@5 by five points (`docs/tuning-notes.md`). Turns come latest
-        // first, so a term counts at the weight of the latest turn that has it.
+        // seal_tools Recall@5 by five points (`docs/tuning-notes.md`). Turns come weightiest
+        // first, so a term counts at the greatest weight of the turns that have it.
         let mut seen = HashSet::new();
         for (turn, turn_weight) in turn_weights(query) {
             crate::text::for_each_term(turn, |term| {

@@ -25,9 +25,9 @@ use std::ops::Range;
 pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 
 /// At most this many user turns before the latest are read ([`Request::earlier`]): a follow-up
-/// is ranked with them ([`crate::followup`]), each weighing half the one after it, so a fourth
-/// one back would weigh an eighth and rarely still be about the same task. Each is bounded to
-/// an equal share of [`MAX_QUERY_BYTES`].
+/// is ranked with them, back to the question it follows up ([`crate::followup`]); a question
+/// further back is rarely still the same task. Each is bounded to an equal share of
+/// [`MAX_QUERY_BYTES`].
 pub const MAX_EARLIER_TURNS: usize = 3;
 
 /// Registers the dialects: `Variant => folder::Codec`. Adding a dialect is one folder and one

@@ -181,10 +181,22 @@ fn followups(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Fail
             thousands(r.queries),
             r.k
         );
-        let _ = writeln!(s, "{:<28}  {:>11}  {:>6}", "latest user turn", "latest only", "filter");
-        let _ = writeln!(s, "{:<28}  {:>11.3}  {:>6.3}", "(the question itself)", r.question, r.question);
+        let _ = writeln!(
+            s,
+            "{:<28}  {:>11}  {:>6}",
+            "latest user turn", "latest only", "filter"
+        );
+        let _ = writeln!(
+            s,
+            "{:<28}  {:>11.3}  {:>6.3}",
+            "(the question itself)", r.question, r.question
+        );
         for row in &r.rows {
-            let _ = writeln!(s, "{:<28}  {:>11.3}  {:>6.3}", row.text, row.latest_only, row.filter);
+            let _ = writeln!(
+                s,
+                "{:<28}  {:>11.3}  {:>6.3}",
+                row.text, row.latest_only, row.filter
+            );
         }
         s
     };

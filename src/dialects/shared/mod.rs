@@ -231,7 +231,10 @@ mod tests {
         assert_eq!(a.earlier, ["third", "second", "first"]);
         let mut many = vec![m("user", "q"); 10];
         many.push(m("user", "last"));
-        assert_eq!(asked(&many, text).earlier.len(), crate::dialects::MAX_EARLIER_TURNS);
+        assert_eq!(
+            asked(&many, text).earlier.len(),
+            crate::dialects::MAX_EARLIER_TURNS
+        );
         assert_eq!(asked(&[m("tool", "x")], text), Asked::default());
     }
 
