@@ -1741,8 +1741,11 @@ mod shadow {
         // `TOOLSIFT_BASELINE_WASM=path`: a fourth listener in filter mode with that `.wasm` (the
         // previous build), for an A/B of the request path in the same run.
         let baseline = std::env::var("TOOLSIFT_BASELINE_WASM").ok();
-        let (filter_port, plain_port, base_port) =
-            (Gateway::free_port(), Gateway::free_port(), Gateway::free_port());
+        let (filter_port, plain_port, base_port) = (
+            Gateway::free_port(),
+            Gateway::free_port(),
+            Gateway::free_port(),
+        );
         let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| {
             let end = y.find("  clusters:").unwrap();
             let filter = listener_copy(&y, "llm_filter", filter_port, Some((config, "{}")));
@@ -1762,16 +1765,17 @@ mod shadow {
             names.push("filter mode, baseline .wasm");
         }
         let listeners = ports.len();
-        let extra = format!(
-            "x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n"
-        );
+        let extra =
+            format!("x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n");
         let stream_extra = format!("{extra}x-demo-chunk-delay-ms: 5\r\n");
         let mut clients: Vec<Client> = ports.iter().map(|p| Client::connect(*p)).collect();
         let whole: Vec<String> = (0..64).map(|i| body(&tools, false, i)).collect();
         let streamed: Vec<String> = (0..64).map(|i| body(&tools, true, i)).collect();
         let path = "/v1/chat/completions";
         let (_, head) = clients[0].send(path, &extra, &whole[0]);
-        let shown = super::header(&head, "x-toolsift").unwrap_or_default().to_owned();
+        let shown = super::header(&head, "x-toolsift")
+            .unwrap_or_default()
+            .to_owned();
         assert!(shown.contains("shadow=would_keep:5"), "{head}");
         for i in 0..60 {
             for c in clients.iter_mut() {
@@ -1788,7 +1792,8 @@ mod shadow {
                 let at = (k + round) % listeners;
                 for _ in 0..PER_ROUND {
                     times[at].push(clients[at].send(path, &extra, &whole[next % 64]).0);
-                    let (f, l) = first_and_last(&mut clients[at], &stream_extra, &streamed[next % 64]);
+                    let (f, l) =
+                        first_and_last(&mut clients[at], &stream_extra, &streamed[next % 64]);
                     firsts[at].push(f);
                     lasts[at].push(l);
                     next += 1;

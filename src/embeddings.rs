@@ -28,8 +28,11 @@ pub fn tool_text(t: &ToolText) -> String {
 }
 
 /// The texts embedded for a request: the whole request, then each of its sentences when it has
-/// several, so every step of a multi-step task can find its tool.
+/// several, so every step of a multi-step task can find its tool. A follow-up's turns are
+/// embedded as the lines a person reads ([`crate::followup::readable`]).
 pub fn query_texts(query: &str) -> Vec<String> {
+    let query = crate::followup::readable(query);
+    let query = query.as_ref();
     let mut texts = vec![crate::text::bounded(query, MAX_TOOL_TEXT).to_owned()];
     texts.extend(
         crate::text::sentences(query, MAX_SENTENCES)

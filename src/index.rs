@@ -55,6 +55,25 @@ const K1: f32 = 3.0;
 /// precise tools, and helped on all three datasets.
 const B: f32 = 0.9;
 
+/// Separates the user turns of a query that holds several, the weightiest first (see
+/// [`crate::followup`]): ASCII's record separator, which no user text keeps (each turn has it
+/// replaced by a space before the turns are joined).
+pub const TURN_MARK: char = '\u{1e}';
+
+/// Each turn of a query of several weighs this much of the turn before it in the query.
+pub const TURN_DECAY: f32 = 0.5;
+
+/// The user turns of a query and the weight of each: the first (the text before the first
+/// [`TURN_MARK`]) 1, each next one [`TURN_DECAY`] of the one before it. A query without a
+/// mark is one turn of weight 1.
+pub fn turn_weights(query: &str) -> impl Iterator<Item = (&str, f32)> {
+    query.split(TURN_MARK).scan(1.0f32, |weight, turn| {
+        let this = *weight;
+        *weight *= TURN_DECAY;
+        Some((turn, this))
+    })
+}
+
 /// A term's id in the index: the `bm25` crate's hash of the term (FxHash, 32 bits), computed on
 /// the tokeniser's buffer, so no term is ever kept as a string.
 pub(crate) fn term_id(term: &str) -> u32 {
@@ -428,6 +447,15 @@ impl Index {
         ))
     }
 
+    /// Whether any tool has a term of `text`: whether any tool would score for it.
+    pub fn matches(&self, text: &str) -> bool {
+        let mut any = false;
+        crate::text::for_each_term(text, |term| {
+            any = any || self.terms.binary_search(&term_id(term)).is_ok();
+        });
+        any
+    }
+
     /// The IDF of a term, if any document has it.
     pub fn idf(&self, term: u32) -> Option<f32> {
         self.postings_of(term).map(|(idf, _)| idf)
@@ -445,28 +473,33 @@ impl Index {
         &self.documents
     }
 
-    /// Every function tool, best first; equal scores keep catalog order.
+    /// Every function tool, best first; equal scores keep catalog order. A query of several
+    /// user turns ([`TURN_MARK`]) weighs each turn's terms by [`turn_weights`].
     pub fn rank(&self, query: &str) -> Vec<Scored> {
         let mut scores = vec![0f32; self.documents.len()];
         // Each distinct query term counts once. The crate's scorer counts repeats, but a word a
         // user repeats ("weather … weather") is no more a sign of the tool than said once, and
         // counting it twice lets one word outvote the rest of the request: deduplicating lifted
-        // seal_tools Recall@5 by five points (`docs/tuning-notes.md`).
+        // seal_tools Recall@5 by five points (`docs/tuning-notes.md`). Turns come weightiest
+        // first, so a term counts at the greatest weight of the turns that have it.
         let mut seen = HashSet::new();
-        crate::text::for_each_term(query, |term| {
-            let id = term_id(term);
-            if !seen.insert(id) {
-                return;
-            }
-            let Some((idf, docs_with_term)) = self.postings_of(id) else {
-                return;
-            };
-            for &(doc, weight) in docs_with_term {
-                if let Some(s) = scores.get_mut(doc as usize) {
-                    *s += idf * weight;
+        for (turn, turn_weight) in turn_weights(query) {
+            crate::text::for_each_term(turn, |term| {
+                let id = term_id(term);
+                if !seen.insert(id) {
+                    return;
                 }
-            }
-        });
+                let Some((idf, docs_with_term)) = self.postings_of(id) else {
+                    return;
+                };
+                for &(doc, weight) in docs_with_term {
+                    if let Some(s) = scores.get_mut(doc as usize) {
+                        // × 1.0 for a query of one turn: the same bits as without weights.
+                        *s += idf * weight * turn_weight;
+                    }
+                }
+            });
+        }
         // Scores are sums of positive weights: a tool no query term matched scores 0 and
         // ranks after every matched one, in catalog order. Only the matched ones (a few dozen
         // of hundreds, usually) are sorted; sorting them all was a third of ranking's time.

@@ -20,6 +20,7 @@
 //!   (on json, sse, text, and loop_guard's calls);
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
+//! - [`followup`] (on index: what a follow-up turn is ranked with);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
 //!   [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top;
@@ -32,6 +33,7 @@ pub mod dialects;
 pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
+pub mod followup;
 pub mod fusion;
 pub mod gating;
 pub mod glob;

@@ -985,6 +985,7 @@ impl Engine {
                 });
         let request = Request {
             query: found.query,
+            earlier: Vec::new(),
             choice: Choice::default(),
             called: Vec::new(),
             history: Vec::new(),
@@ -1075,7 +1076,9 @@ impl Engine {
             });
         }
         let allowed_functions = total - access.as_ref().map_or(0, |g| g.denied_functions);
-        let ranking = catalog.rank(&request.query);
+        // A follow-up ("Yes, go ahead") is ranked with the user turns before it.
+        let query = crate::followup::query(&request.query, &request.earlier, &catalog.index);
+        let ranking = catalog.rank(&query);
         let allowed = access.as_ref().map(|g| &*g.allowed);
         let selection = if allowed_functions <= self.config.min_tools || native_search {
             all_allowed(&catalog, &ranking, allowed, &evicted)
@@ -1093,7 +1096,7 @@ impl Engine {
         let unknown = unknown_calls(&request.latest_calls, &catalog);
         Ok(Analysis {
             reader,
-            query: request.query,
+            query,
             catalog,
             cache_hit,
             selection,

@@ -772,3 +772,64 @@ fn hybrid_fails_clearly_when_the_service_does() {
         "only http:// and https:// URLs are supported",
     );
 }
+
+/// `explain` on the example's question followed up by a confirmation: ranked with the question
+/// before it (the question first, then the follow-up), as the filter ranks it; the text output
+/// shows the turns apart.
+#[test]
+fn explain_ranks_a_follow_up_with_its_question() {
+    let dir = Scratch::new("followup");
+    let mut body: Value = serde_json::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
+    let question = body["messages"][1]["content"].as_str().unwrap().to_owned();
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(serde_json::json!({"role": "assistant", "content": "Shall I go ahead?"}));
+    messages.push(serde_json::json!({"role": "user", "content": "Yes, please go ahead."}));
+    let request = dir.write("followup.json", &body.to_string());
+    let v = json(&toolsift(&["explain", "--json", &request]));
+    kept_tools(&v);
+    assert_eq!(
+        v["query"].as_str().unwrap(),
+        format!("{question}\n\u{1e}Yes, please go ahead.")
+    );
+    let text = ok(&toolsift(&["explain", &request]));
+    assert!(
+        text.contains(&format!("{question} | Yes, please go ahead.")),
+        "{text}"
+    );
+}
+
+/// `eval --followups`: the question's Recall@1, and each follow-up's, alone and as the filter
+/// ranks it. No follow-up word is in this catalog, so the filter's rankings are the questions'
+/// own and a follow-up alone ranks in catalog order (get_weather first: q1's).
+#[test]
+fn eval_followups_compares_each_follow_up_with_its_question() {
+    let dir = Scratch::new("followups");
+    std::fs::create_dir_all(dir.path("tiny")).unwrap();
+    let tools = dir.write("tiny/tools.jsonl", TOOLS);
+    let queries = dir.write("tiny/queries.jsonl", QUERIES);
+    let config = dir.write("config.json", r#"{"top_k":1,"min_tools":0}"#);
+    let args = [
+        "eval",
+        "--tools",
+        &tools,
+        "--queries",
+        &queries,
+        "--config",
+        &config,
+        "--followups",
+    ];
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let v = json(&toolsift(&with_json));
+    assert_eq!((v["k"].as_u64(), v["queries"].as_u64()), (Some(1), Some(4)));
+    close(&v, "question", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
+    let rows = v["rows"].as_array().unwrap();
+    let kinds: Vec<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["confirmation", "same_for", "try_again"]);
+    for row in rows {
+        close(row, "filter", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
+        close(row, "latest_only", 1.0 / 4.0);
+    }
+    let text = ok(&toolsift(&args));
+    assert!(text.contains("Yes, please go ahead."), "{text}");
+}

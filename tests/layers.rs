@@ -24,6 +24,7 @@ const LAYERED: &[&str] = &[
     "config",
     "custom",
     "dialects",
+    "followup",
     "fusion",
     "gating",
     "glob",

@@ -24,6 +24,12 @@ use std::ops::Range;
 /// Longest query text ranked, in bytes; longer text keeps its head and tail.
 pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 
+/// At most this many user turns before the latest are read ([`Request::earlier`]): a follow-up
+/// is ranked with them, back to the question it follows up ([`crate::followup`]); a question
+/// further back is rarely still the same task. Each is bounded to an equal share of
+/// [`MAX_QUERY_BYTES`].
+pub const MAX_EARLIER_TURNS: usize = 3;
+
 /// Registers the dialects: `Variant => folder::Codec`. Adding a dialect is one folder and one
 /// line here. The order is the order of [`Dialect::ALL`]: the path match, the configuration's
 /// names and `toolsift explain`'s guess try them in it.
@@ -86,6 +92,11 @@ impl Dialect {
     pub fn parse(self, body: &str) -> Result<Request, Problem> {
         let mut request = self.codec().parse(body)?;
         request.query = crate::text::head_and_tail(&request.query, MAX_QUERY_BYTES);
+        for turn in &mut request.earlier {
+            if turn.len() > MAX_QUERY_BYTES / MAX_EARLIER_TURNS {
+                *turn = crate::text::head_and_tail(turn, MAX_QUERY_BYTES / MAX_EARLIER_TURNS);
+            }
+        }
         Ok(request)
     }
 
@@ -203,6 +214,10 @@ impl Problem {
 pub struct Request {
     /// The latest user text, bounded to [`MAX_QUERY_BYTES`].
     pub query: String,
+    /// The user texts before it, most recent first: at most [`MAX_EARLIER_TURNS`], each
+    /// bounded to an equal share of [`MAX_QUERY_BYTES`]. A follow-up ("Yes, go ahead") is
+    /// ranked with them ([`crate::followup`]).
+    pub earlier: Vec<String>,
     /// What `tool_choice` (or the dialect's equivalent) asks for.
     pub choice: Choice,
     /// Tools the conversation already called, in the order of their first call.

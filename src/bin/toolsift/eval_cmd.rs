@@ -9,7 +9,10 @@ use crate::tokens::{Tokenizer, TokenizerName};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use toolsift::eval::{Dataset, Embedder, Ranker, Report, evaluate_with};
+use toolsift::config::Config;
+use toolsift::eval::{
+    Dataset, Embedder, FOLLOW_UP_ASK, Ranker, Report, evaluate_followups, evaluate_with,
+};
 use toolsift::pipeline::Engine;
 
 /// The k values the plot draws.
@@ -51,6 +54,12 @@ pub struct Args {
     /// The dataset's name in the output; by default the folder holding the tools file.
     #[arg(long)]
     name: Option<String>,
+    /// Rather than the usual report: Recall@top_k of follow-up conversations built from each
+    /// query ([user: query, assistant: "Shall I go ahead?", user: a confirmation, "Do the same
+    /// for staging." or "Try again."]), ranked as the filter ranks them and by their latest
+    /// text alone, beside the question's own. Keyword ranking only.
+    #[arg(long, conflicts_with_all = ["plot", "per_query"])]
+    followups: bool,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
 }
@@ -79,6 +88,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let mut dataset = Dataset::load(&args.tools, &args.queries)?;
     if let Some(name) = &args.name {
         dataset.name.clone_from(name);
+    }
+    if args.followups {
+        return followups(args, &config, &dataset);
     }
     let tokenizer = Tokenizer::load(args.tokenizer)?;
     let mut eval_ks = ks.clone();
@@ -138,6 +150,55 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         s
     } else {
         table(&report, tokenizer.name.name())
+    };
+    print(&text)
+}
+
+/// `--followups`: the follow-up conversations' Recall@top_k.
+fn followups(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Failure> {
+    if args.embeddings.embedder(config, 0, || {})?.is_some() {
+        return Err(Failure(
+            "--followups ranks with keywords only: leave out the embeddings service".to_owned(),
+        ));
+    }
+    let bar = progress_bar(dataset.queries.len());
+    let report = evaluate_followups(dataset, config, config.top_k, &mut |done| {
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    let r = report?;
+    let text = if args.json {
+        let mut s = serde_json::to_string(&r)?;
+        s.push('\n');
+        s
+    } else {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{}: {} queries, Recall@{} of follow-up turns (after \"{FOLLOW_UP_ASK}\")",
+            r.dataset,
+            thousands(r.queries),
+            r.k
+        );
+        let _ = writeln!(
+            s,
+            "{:<28}  {:>11}  {:>6}",
+            "latest user turn", "latest only", "filter"
+        );
+        let _ = writeln!(
+            s,
+            "{:<28}  {:>11.3}  {:>6.3}",
+            "(the question itself)", r.question, r.question
+        );
+        for row in &r.rows {
+            let _ = writeln!(
+                s,
+                "{:<28}  {:>11.3}  {:>6.3}",
+                row.text, row.latest_only, row.filter
+            );
+        }
+        s
     };
     print(&text)
 }

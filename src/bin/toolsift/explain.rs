@@ -353,11 +353,18 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 let catalog = Catalog::build(dialect, raw, engine.weights).ok()?;
                 Some((raw, catalog))
             });
+            // A follow-up is ranked with the turns before it, as the filter ranks it.
+            let query = catalog.as_ref().map_or_else(
+                || request.query.clone(),
+                |(_, catalog)| {
+                    toolsift::followup::query(&request.query, &request.earlier, &catalog.index)
+                },
+            );
             let (rows, builtins, hybrid) = match catalog {
                 // Ranked as the filter would rank it, were it not skipped.
                 Some((raw, catalog)) => match embedder.as_mut() {
                     Some(embedder) if catalog.function_count() > 0 => {
-                        let fused = hybrid_ranking(embedder, config, &catalog, &request.query)?;
+                        let fused = hybrid_ranking(embedder, config, &catalog, &query)?;
                         let decisions = fused.order.iter().map(|s| (s.entry, s.score, None));
                         (
                             rows(&catalog, raw, &tokenizer, Some(&fused), decisions),
@@ -366,7 +373,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                         )
                     }
                     _ => {
-                        let ranking = catalog.index.rank(&request.query);
+                        let ranking = catalog.index.rank(&query);
                         let decisions = ranking.iter().map(|s| (s.entry, s.score, None));
                         (
                             rows(&catalog, raw, &tokenizer, None, decisions),
@@ -378,7 +385,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 None => (Vec::new(), 0, None),
             };
             Ok(explanation(
-                request.query,
+                query,
                 Outcome::Skipped(skipped),
                 rows,
                 builtins,
@@ -594,7 +601,8 @@ fn to_text(e: &Explanation, config: &Config) -> String {
     let query = if e.query.is_empty() {
         "(none: no user text found)".to_owned()
     } else {
-        one_line(&e.query, 300)
+        // A follow-up's earlier turns after a bar, latest first.
+        one_line(&e.query.replace(toolsift::index::TURN_MARK, "| "), 300)
     };
     field(&mut s, "query", &query);
     let limits = format!(

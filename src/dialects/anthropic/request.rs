@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, first_text, latest_question, user_text};
+use crate::dialects::shared::{History, first_text, asked, user_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -58,9 +58,10 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     // Tool results travel in user messages as `tool_result` blocks, which carry no query text:
     // the latest user message with text is the question the agent loop is answering.
-    let (question, query) = latest_question(&messages, |m| {
+    let turns = asked(&messages, |m| {
         user_text(m.role.as_deref(), m.content, &["text"])
     });
+    let question = turns.at;
     let mut history = History::new(body);
     for (at, m) in messages.iter().enumerate() {
         if m.role.as_deref() != Some("assistant") {
@@ -79,7 +80,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         }
     }
     Ok(Request {
-        query,
+        query: turns.latest,
+        earlier: turns.earlier,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,

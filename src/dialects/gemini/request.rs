@@ -6,7 +6,7 @@
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Group, Item, Layout, Problem, Request};
 use crate::dialects::shared::note::{self, Answer, Turn};
-use crate::dialects::shared::{History, latest_question};
+use crate::dialects::shared::{History, asked};
 use crate::json::Str;
 use crate::json::ArrayLayout;
 use serde::Deserialize;
@@ -75,12 +75,13 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let contents = parsed.contents.ok_or(Problem::BadShape)?;
     // Single-turn requests may omit the role; function responses come back as parts without
     // text, so the latest content with text is the user's question.
-    let (question, query) = latest_question(&contents, |c| {
+    let turns = asked(&contents, |c| {
         matches!(c.role.as_deref(), None | Some("user")).then(|| {
             let texts: Vec<&str> = c.parts.iter().filter_map(|p| p.text.as_deref()).collect();
             texts.join("\n")
         })
     });
+    let question = turns.at;
     let mut history = History::new(body);
     for (at, content) in contents.iter().enumerate() {
         for call in content.parts.iter().filter_map(|p| p.function_call.as_ref()) {
@@ -96,7 +97,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         }
     }
     Ok(Request {
-        query,
+        query: turns.latest,
+        earlier: turns.earlier,
         choice,
         called: history.called,
         history: history.task,

@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, first_text, latest_question, user_text};
+use crate::dialects::shared::{History, first_text, asked, user_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -61,9 +61,10 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     // The latest user message that has text: tool results are role "tool", so an agent loop
     // keeps ranking against the question that started it.
-    let (question, query) = latest_question(&messages, |m| {
+    let turns = asked(&messages, |m| {
         user_text(m.role.as_deref(), m.content, &["text"])
     });
+    let question = turns.at;
     let mut history = History::new(body);
     for (at, m) in messages.iter().enumerate() {
         let calls = m
@@ -78,7 +79,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         }
     }
     Ok(Request {
-        query,
+        query: turns.latest,
+        earlier: turns.earlier,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,

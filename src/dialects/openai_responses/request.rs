@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, content_text, first_text, latest_question};
+use crate::dialects::shared::{Asked, History, asked, content_text, first_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -50,16 +50,21 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let input = parsed.input.ok_or(Problem::BadShape)?;
     let mut history = History::new(body);
     let mut native_search = false;
-    let query = if let Ok(text) = serde_json::from_str::<Str>(input.get()) {
-        text.into_owned()
+    let turns = if let Ok(text) = serde_json::from_str::<Str>(input.get()) {
+        Asked {
+            at: None,
+            latest: text.into_owned(),
+            earlier: Vec::new(),
+        }
     } else {
         let items: Vec<Item> = serde_json::from_str(input.get()).map_err(|e| Problem::of(&e))?;
-        let (question, query) = latest_question(&items, |i| {
+        let turns = asked(&items, |i| {
             let message = matches!(i.kind.as_deref(), None | Some("message"));
             (message && i.role.as_deref() == Some("user"))
                 .then(|| i.content.map(|c| content_text(c, &["input_text"])))
                 .flatten()
         });
+        let question = turns.at;
         // One turn's calls are consecutive items: a turn is known by its first call's index.
         let mut turn = 0;
         for (at, item) in items.iter().enumerate() {
@@ -78,10 +83,11 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
                 Some("tool_search_call" | "tool_search_output")
             )
         });
-        query
+        turns
     };
     Ok(Request {
-        query,
+        query: turns.latest,
+        earlier: turns.earlier,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,

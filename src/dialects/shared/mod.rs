@@ -64,19 +64,38 @@ impl<'t> History<'t> {
     }
 }
 
-/// Where the current task starts: the index of the latest message `is_question` says is a
-/// user's question with text, and that text (empty, and no index, when there is none).
-pub(crate) fn latest_question<T>(
-    messages: &[T],
-    text: impl Fn(&T) -> Option<String>,
-) -> (Option<usize>, String) {
-    messages
+/// The user's turns of a conversation, as every dialect reads them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Asked {
+    /// Where the current task starts: the index of the latest user message with text.
+    pub at: Option<usize>,
+    /// That message's text (empty when there is none).
+    pub latest: String,
+    /// The texts of the user messages before it, most recent first, at most
+    /// [`super::MAX_EARLIER_TURNS`]: what a follow-up is ranked with ([`crate::followup`]).
+    pub earlier: Vec<String>,
+}
+
+/// The user's turns of `messages`: `text` gives a message's text if it is a user's (`None`
+/// for any other role); messages whose text is blank are no turn.
+pub(crate) fn asked<T>(messages: &[T], text: impl Fn(&T) -> Option<String>) -> Asked {
+    let mut turns = messages
         .iter()
         .enumerate()
         .rev()
         .filter_map(|(at, m)| text(m).map(|t| (at, t)))
-        .find(|(_, t)| !t.trim().is_empty())
-        .map_or((None, String::new()), |(at, t)| (Some(at), t))
+        .filter(|(_, t)| !t.trim().is_empty());
+    let Some((at, latest)) = turns.next() else {
+        return Asked::default();
+    };
+    Asked {
+        at: Some(at),
+        latest,
+        earlier: turns
+            .take(super::MAX_EARLIER_TURNS)
+            .map(|(_, t)| t)
+            .collect(),
+    }
 }
 
 /// A user message's text (`keys`: see [`content_text`]); `None` for any other role.
@@ -191,6 +210,33 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn asked_reads_the_latest_user_turn_and_those_before_it() {
+        let m = |role: &'static str, text: &'static str| (role, text);
+        let text = |(role, text): &(&str, &str)| (*role == "user").then(|| (*text).to_owned());
+        let messages = [
+            m("user", "first"),
+            m("user", "second"),
+            m("assistant", "Shall I?"),
+            m("user", " "),
+            m("user", "third"),
+            m("assistant", "Shall I go ahead?"),
+            m("user", "Yes"),
+            m("tool", "result"),
+        ];
+        let a = asked(&messages, text);
+        assert_eq!(a.at, Some(6));
+        assert_eq!(a.latest, "Yes");
+        assert_eq!(a.earlier, ["third", "second", "first"]);
+        let mut many = vec![m("user", "q"); 10];
+        many.push(m("user", "last"));
+        assert_eq!(
+            asked(&many, text).earlier.len(),
+            crate::dialects::MAX_EARLIER_TURNS
+        );
+        assert_eq!(asked(&[m("tool", "x")], text), Asked::default());
+    }
 
     #[test]
     fn content_text_reads_strings_and_text_parts() {

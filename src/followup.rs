@@ -1,0 +1,262 @@
+//! Follow-up turns: what a request is ranked by when its latest user text says too little.
+//!
+//! The query is the latest user text, so a conversation that ends "Shall I go ahead?" / "Yes,
+//! please go ahead." would rank the catalog against "go ahead". When the latest text is too
+//! weak to rank by (fewer than [`MIN_TERMS`] content terms, or none that any tool has), the
+//! user turns before it join the query, back to the latest one that is not weak itself (the
+//! question the follow-up is about), at most [`MAX_EARLIER`]. The turns are weighed
+//! ([`crate::index::turn_weights`]) in this order: that question 1, the follow-up a half (its
+//! words break ties and add what they name: "do the same for staging"), the weak turns between
+//! them a quarter, an eighth. The dialects hand over the earlier turns
+//! ([`crate::dialects::Request::earlier`]); this module alone decides, for every dialect, the
+//! CLI and search mode alike.
+//!
+//! The follow-up weighs less than its question because its words mislead more than they help:
+//! with the follow-up first and the question at half weight, "Yes, please go ahead." after
+//! livemcpbench's questions kept Recall@5 .279 where the questions alone keep .352 ("go" names
+//! browser tools); with the question first, .363 (`docs/BENCHMARKS.md`, "Follow-up turns").
+//!
+//! The query is a function of the question turn and the user turns before it, never of what
+//! follows the question: every turn of an agent loop (tool calls and their results) ranks the
+//! query of the turn that started it, so its selection, and the provider's prompt cache, stay
+//! as they were. A loop started by a question that ranks on its own ranks that question alone,
+//! as before follow-ups were read.
+
+use crate::index::{Index, TURN_MARK};
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+/// A user text with fewer distinct content terms than this (words that are not stop words:
+/// "Yes, please go ahead." has two, "go" and "ahead"; "Do the same for staging" one) is a
+/// follow-up, and earlier turns join it. A question of three content terms or more ranks on
+/// its own, as before.
+pub const MIN_TERMS: usize = 3;
+
+/// At most this many earlier user turns join a follow-up (the dialects read no more).
+pub const MAX_EARLIER: usize = crate::dialects::MAX_EARLIER_TURNS;
+
+/// What joins two turns: a newline, so that sentence splitting (hybrid ranking embeds each
+/// sentence) and the lexical channels see the turns apart, then [`TURN_MARK`].
+const JOINER: &str = "\n\u{1e}";
+
+/// The query to rank for a request whose latest user text is `latest` and whose earlier user
+/// turns are `earlier` (most recent first): `latest` alone unless it is a follow-up, else the
+/// question it follows up, then `latest`, then the weak turns between, joined by
+/// [`TURN_MARK`]s. `index` is the request's catalog's: a text no tool has a term of is weak
+/// too. A deterministic function of its arguments, so a catalog's rankings are remembered per
+/// query as before.
+pub fn query(latest: &str, earlier: &[String], index: &Index) -> String {
+    let latest = unmarked(latest);
+    if earlier.is_empty() || !is_follow_up(&latest, index) {
+        return latest.into_owned();
+    }
+    let mut between = Vec::new();
+    let mut question = None;
+    for turn in earlier
+        .iter()
+        .filter(|t| !t.trim().is_empty())
+        .take(MAX_EARLIER)
+    {
+        if is_follow_up(turn, index) {
+            between.push(turn);
+        } else {
+            question = Some(turn);
+            break;
+        }
+    }
+    let mut out = String::new();
+    if let Some(question) = question {
+        out.push_str(&unmarked(question));
+        out.push_str(JOINER);
+    }
+    out.push_str(&latest);
+    for turn in between {
+        out.push_str(JOINER);
+        out.push_str(&unmarked(turn));
+    }
+    out
+}
+
+/// Whether `latest` says too little to rank by: fewer than [`MIN_TERMS`] content terms, or
+/// none that a tool of `index` has.
+pub fn is_follow_up(latest: &str, index: &Index) -> bool {
+    let mut terms = HashSet::new();
+    crate::text::for_each_term(latest, |t| {
+        if terms.len() < MIN_TERMS {
+            terms.insert(t.to_owned());
+        }
+    });
+    terms.len() < MIN_TERMS || !index.matches(latest)
+}
+
+/// The query as a person reads it: its turns on lines of their own, latest first (the CLI
+/// shows it so).
+pub fn readable(query: &str) -> Cow<'_, str> {
+    if query.contains(TURN_MARK) {
+        Cow::Owned(query.replace(TURN_MARK, ""))
+    } else {
+        Cow::Borrowed(query)
+    }
+}
+
+/// A user's text with any [`TURN_MARK`] in it made a space: only joining turns writes one.
+fn unmarked(text: &str) -> Cow<'_, str> {
+    if text.contains(TURN_MARK) {
+        Cow::Owned(text.replace(TURN_MARK, " "))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use crate::dialects::{Dialect, Entry};
+    use crate::index::FieldWeights;
+    use crate::rank::Catalog;
+
+    fn tool(name: &str, description: &str) -> String {
+        format!(
+            r#"{{"type":"function","function":{{"name":"{name}","description":"{description}","parameters":{{"type":"object","properties":{{}}}}}}}}"#
+        )
+    }
+
+    fn catalog() -> Catalog {
+        let tools = [
+            tool("book_flight", "Book a flight ticket between two airports"),
+            tool("get_weather", "Current weather forecast for a city"),
+            tool("deploy_service", "Deploy a service to an environment"),
+            tool("restart_pod", "Restart a Kubernetes pod"),
+            tool("send_email", "Send an email message to a recipient"),
+            tool("go_to_page", "Go to a web page in the browser"),
+        ];
+        let array = format!("[{}]", tools.join(","));
+        Catalog::build(Dialect::OpenaiChat, &array, FieldWeights::default()).unwrap()
+    }
+
+    fn names(catalog: &Catalog, query: &str) -> Vec<String> {
+        catalog
+            .index
+            .rank(query)
+            .iter()
+            .take(2)
+            .map(|s| match &catalog.draft.entries[s.entry] {
+                Entry::Function(t) => t.name.clone(),
+                Entry::Builtin => String::new(),
+            })
+            .collect()
+    }
+
+    const QUESTION: &str = "Deploy the billing service to the production environment";
+
+    #[test]
+    fn a_question_ranks_on_its_own() {
+        let c = catalog();
+        let earlier = vec!["Book me a flight to Paris".to_owned()];
+        assert_eq!(query(QUESTION, &earlier, &c.index), QUESTION);
+        // No earlier turns: the latest text, however weak.
+        assert_eq!(query("Yes, go ahead.", &[], &c.index), "Yes, go ahead.");
+    }
+
+    #[test]
+    fn a_confirmation_is_ranked_with_the_question_before_it() {
+        let c = catalog();
+        let earlier = vec![QUESTION.to_owned(), "Hello".to_owned()];
+        for latest in [
+            "Yes, please go ahead.",
+            "Try again",
+            "Do the same for staging",
+        ] {
+            // The question leads; the older "Hello" is another task's, and stays out.
+            let q = query(latest, &earlier, &c.index);
+            assert_eq!(q, format!("{QUESTION}\n\u{1e}{latest}"));
+            assert_eq!(names(&c, &q)[0], "deploy_service", "{latest}");
+            // The turn alone would not find it ("go" finds the browser tool).
+            assert_ne!(names(&c, latest)[0], "deploy_service", "{latest}");
+        }
+    }
+
+    #[test]
+    fn no_tool_scoring_makes_a_follow_up_even_with_many_terms() {
+        let c = catalog();
+        let latest = "Absolutely splendid, marvellous, proceed immediately";
+        assert!(is_follow_up(latest, &c.index));
+        assert!(!is_follow_up(QUESTION, &c.index));
+        let earlier = vec![QUESTION.to_owned()];
+        assert!(query(latest, &earlier, &c.index).starts_with(QUESTION));
+    }
+
+    #[test]
+    fn the_follow_ups_words_still_count() {
+        let c = catalog();
+        // "weather" at half weight beside the question's three words at full weight: the two
+        // tools lead.
+        let q = query(
+            "and the weather?",
+            &["Book a flight ticket to Paris".to_owned()],
+            &c.index,
+        );
+        let mut top = names(&c, &q);
+        top.sort();
+        assert_eq!(top, ["book_flight", "get_weather"]);
+        let weights: Vec<f32> = crate::index::turn_weights(&q).map(|(_, w)| w).collect();
+        assert_eq!(weights, [1.0, 0.5]);
+    }
+
+    #[test]
+    fn weak_turns_between_join_after_the_follow_up() {
+        let c = catalog();
+        let earlier: Vec<String> = ["Try again", " ", "Yes", QUESTION, "Book a flight ticket"]
+            .map(String::from)
+            .to_vec();
+        let q = query("Go on", &earlier, &c.index);
+        assert_eq!(
+            q,
+            format!("{QUESTION}\n\u{1e}Go on\n\u{1e}Try again\n\u{1e}Yes")
+        );
+        assert_eq!(readable(&q), format!("{QUESTION}\nGo on\nTry again\nYes"));
+        // No question within MAX_EARLIER turns: the weak ones, most recent first.
+        let weak: Vec<String> = ["a one", "b two", "c three", QUESTION]
+            .map(String::from)
+            .to_vec();
+        let q = query("ok", &weak, &c.index);
+        assert_eq!(q, "ok\n\u{1e}a one\n\u{1e}b two\n\u{1e}c three");
+    }
+
+    #[test]
+    fn a_mark_in_user_text_is_a_space() {
+        let c = catalog();
+        assert_eq!(
+            query("deploy\u{1e}service now please", &[], &c.index),
+            "deploy service now please"
+        );
+        let q = query("ok", &["x\u{1e}y".to_owned()], &c.index);
+        assert_eq!(q, "ok\n\u{1e}x y");
+        let question = "deploy\u{1e}the service to production";
+        let q = query("ok", &[question.to_owned()], &c.index);
+        assert_eq!(q, "deploy the service to production\n\u{1e}ok");
+    }
+
+    #[test]
+    fn an_earlier_turn_scores_at_half_weight() {
+        let c = catalog();
+        let score = |q: &str, name: &str| {
+            let ranked = c.index.rank(q);
+            ranked
+                .iter()
+                .find(|s| matches!(&c.draft.entries[s.entry], Entry::Function(t) if t.name == name))
+                .unwrap()
+                .score
+        };
+        let alone = score("Restart the Kubernetes pod", "restart_pod");
+        assert!(alone > 0.0);
+        let joined = score("ok\n\u{1e}Restart the Kubernetes pod", "restart_pod");
+        assert_eq!(joined, alone * crate::index::TURN_DECAY);
+        // A term of both turns counts once, at the first turn's weight.
+        let both = score("pod\n\u{1e}pod", "restart_pod");
+        assert_eq!(both, score("pod", "restart_pod"));
+        assert!(JOINER.ends_with(TURN_MARK));
+    }
+}

@@ -1,0 +1,144 @@
+//! Follow-up turns, in the real Envoy with the real `.wasm`, in every dialect: a conversation
+//! that ends in a confirmation ("Yes, please go ahead.") or "Do the same for staging." keeps
+//! the tools its question needs, which the latest text alone would not find; a conversation
+//! that ends in tool results keeps exactly the selection of the question that started it.
+//! What the upstream received is read back from the demo upstream (`x-demo-echo: body`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use common::llm::{QUESTION, request, tool_names, with_calls};
+use common::{DIALECTS, Gateway};
+use serde_json::{Value, json};
+
+/// A question whose tool the fixture catalog has, and a task one can do again elsewhere.
+const SCALE: &str = "Scale the checkout deployment to five replicas in the production cluster.";
+const SCALE_TOOL: &str = "scale_deployment";
+const ASK: &str = "I can scale the checkout deployment to five replicas. Shall I go ahead?";
+const CONFIRMATION: &str = "Yes, please go ahead.";
+const SAME_FOR: &str = "Do the same for staging.";
+
+/// `body` (a request of `dialect`) with its conversation replaced by `turns`, each a role
+/// ("user" or "assistant") and its text, in the dialect's own shapes.
+fn with_turns(dialect: &str, mut body: Value, turns: &[(&str, &str)]) -> Value {
+    let messages: Vec<Value> = turns
+        .iter()
+        .map(|&(role, text)| match dialect {
+            "openai_chat" | "ollama" => json!({"role": role, "content": text}),
+            "openai_responses" => json!({"type": "message", "role": role, "content": text}),
+            "anthropic" => json!({"role": role, "content": [{"type": "text", "text": text}]}),
+            "gemini" => {
+                let role = if role == "assistant" { "model" } else { role };
+                json!({"role": role, "parts": [{"text": text}]})
+            }
+            "bedrock" => json!({"role": role, "content": [{"text": text}]}),
+            other => panic!("{other}"),
+        })
+        .collect();
+    let key = match dialect {
+        "openai_responses" => "input",
+        "gemini" => "contents",
+        _ => "messages",
+    };
+    body[key] = Value::Array(messages);
+    body
+}
+
+/// The function tools the upstream received for `body`, and the `x-toolsift` header.
+fn sent(gw: &Gateway, dialect: &str, path: &str, body: &Value) -> (Vec<String>, String) {
+    let r = gw.post(
+        path,
+        &[("x-demo-echo", "body")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+    let header = r.header("x-toolsift").unwrap_or_default().to_owned();
+    (tool_names(dialect, &r.json()), header)
+}
+
+#[test]
+fn a_confirmation_or_do_the_same_keeps_the_tools_its_question_needs_in_every_dialect() {
+    let gw = Gateway::start(r#"{"top_k":5}"#);
+    for dialect in DIALECTS {
+        let (path, base) = request(dialect, false);
+        let ask = |turns: &[(&str, &str)]| {
+            sent(
+                &gw,
+                dialect,
+                &path,
+                &with_turns(dialect, base.clone(), turns),
+            )
+        };
+        let (question, header) = ask(&[("user", SCALE)]);
+        assert!(header.starts_with("kept=5 total=80"), "{dialect}: {header}");
+        assert!(
+            question.contains(&SCALE_TOOL.to_owned()),
+            "{dialect}: {question:?}"
+        );
+        for follow_up in [CONFIRMATION, SAME_FOR] {
+            // Ranked by its own words, the follow-up finds other tools: the test can fail.
+            let (alone, _) = ask(&[("user", follow_up)]);
+            assert!(
+                !alone.contains(&SCALE_TOOL.to_owned()),
+                "{dialect}: {follow_up}: {alone:?}"
+            );
+            let (kept, header) = ask(&[("user", SCALE), ("assistant", ASK), ("user", follow_up)]);
+            assert!(header.starts_with("kept=5 total=80"), "{dialect}: {header}");
+            assert!(
+                kept.contains(&SCALE_TOOL.to_owned()),
+                "{dialect}: {follow_up}: {kept:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_conversation_ending_in_tool_results_keeps_its_selection_in_every_dialect() {
+    let gw = Gateway::start(r#"{"top_k":5}"#);
+    let args = json!({"location": "Paris"});
+    for dialect in DIALECTS {
+        let (path, base) = request(dialect, false);
+        let send = |body: &Value| sent(&gw, dialect, &path, body);
+        // Earlier turns, then the question, then an agent loop: the question ranks alone, as it
+        // did before follow-ups were read.
+        let (alone, _) = send(&with_turns(dialect, base.clone(), &[("user", QUESTION)]));
+        let earlier = [
+            ("user", "Book a hotel in Rome for next week."),
+            ("assistant", "Done."),
+            ("user", QUESTION),
+        ];
+        let question = with_turns(dialect, base.clone(), &earlier);
+        let looping = with_calls(
+            dialect,
+            question,
+            &[
+                ("get_current_weather", args.clone()),
+                ("get_weather_forecast", args.clone()),
+            ],
+        );
+        let (kept, header) = send(&looping);
+        assert!(header.starts_with("kept=5 total=80"), "{dialect}: {header}");
+        assert_eq!(kept, alone, "{dialect}");
+        assert!(
+            kept.contains(&"get_current_weather".to_owned()),
+            "{dialect}: {kept:?}"
+        );
+
+        // A loop started by a confirmation keeps the confirmation's selection on every turn.
+        let confirmed = with_turns(
+            dialect,
+            base.clone(),
+            &[("user", SCALE), ("assistant", ASK), ("user", CONFIRMATION)],
+        );
+        let (first, _) = send(&confirmed);
+        let turn = with_calls(dialect, confirmed, &[(SCALE_TOOL, json!({"replicas": 5}))]);
+        let (next, _) = send(&turn);
+        assert_eq!(next, first, "{dialect}");
+        assert!(next.contains(&SCALE_TOOL.to_owned()), "{dialect}: {next:?}");
+    }
+}
