@@ -47,17 +47,9 @@ pub fn print(text: &str) -> Result<(), Failure> {
     }
 }
 
-/// `1234567` → `1,234,567`.
+/// `1234567` → `1,234,567` (as `toolsift report` writes counts).
 pub fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    toolsift::report::thousands(n as u64)
 }
 
 /// The change from `before` to `after` in percent, e.g. `-91.5%`.

@@ -87,6 +87,24 @@ fn marker(s: &mut String, shape: &str, x: f64, y: f64, color: &str) {
 
 /// The plot of `report` (whose `at_k` holds the k values to draw), with the configured `top_k`
 /// marked.
+/// The grid lines and left-axis labels of a share from 0 to 1, in fifths; `y` places a share.
+fn share_grid(s: &mut String, y: impl Fn(f64) -> f64, label: impl Fn(f64) -> String) {
+    for i in 0..=5 {
+        let v = f64::from(i) / 5.0;
+        let yy = y(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{RIGHT}" y2="{yy:.1}" stroke="#e4e4e4"/>"##
+        );
+        let _ = writeln!(
+            s,
+            r##"<line x1="{:.1}" y1="{yy:.1}" x2="{LEFT}" y2="{yy:.1}" stroke="#333"/>"##,
+            LEFT - 5.0
+        );
+        text(s, LEFT - 9.0, yy + 4.5, "end", 13, "", &label(v));
+    }
+}
+
 pub fn svg(report: &Report, tokenizer: &str, top_k: usize) -> String {
     let ks: Vec<usize> = report.at_k.iter().map(|a| a.k).collect();
     let k_min = ks.first().copied().unwrap_or(1) as f64;
@@ -145,28 +163,7 @@ pub fn svg(report: &Report, tokenizer: &str, top_k: usize) -> String {
     );
 
     // Grid and left axis (share of relevant tools).
-    for i in 0..=5 {
-        let v = f64::from(i) / 5.0;
-        let yy = y_share(v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{RIGHT}" y2="{yy:.1}" stroke="#e4e4e4"/>"##
-        );
-        let _ = writeln!(
-            s,
-            r##"<line x1="{:.1}" y1="{yy:.1}" x2="{LEFT}" y2="{yy:.1}" stroke="#333"/>"##,
-            LEFT - 5.0
-        );
-        text(
-            &mut s,
-            LEFT - 9.0,
-            yy + 4.5,
-            "end",
-            13,
-            "",
-            &format!("{v:.1}"),
-        );
-    }
+    share_grid(&mut s, y_share, |v| format!("{v:.1}"));
     // Right axis (tokens).
     let mut t = 0.0;
     while t <= token_top + token_step / 2.0 {
@@ -353,21 +350,7 @@ pub fn within_k_svg(report: &toolsift::report::Report) -> String {
         r##"fill="#444""##,
         &subtitle,
     );
-    for i in 0..=5 {
-        let v = f64::from(i) / 5.0;
-        let yy = y(v);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{RIGHT}" y2="{yy:.1}" stroke="#e4e4e4"/>"##
-        );
-        let _ = writeln!(
-            s,
-            r##"<line x1="{:.1}" y1="{yy:.1}" x2="{LEFT}" y2="{yy:.1}" stroke="#333"/>"##,
-            LEFT - 5.0
-        );
-        let label = format!("{:.0} %", v * 100.0);
-        text(&mut s, LEFT - 9.0, yy + 4.5, "end", 13, "", &label);
-    }
+    share_grid(&mut s, y, |v| format!("{:.0} %", v * 100.0));
     for k in TABLE_KS {
         let xx = x(k as f64);
         let _ = writeln!(
