@@ -70,6 +70,17 @@ pub struct Query {
     pub relevant: Vec<String>,
 }
 
+/// A query's relevant tools, each once, in the dataset's order.
+fn distinct_relevant(q: &Query) -> Vec<&str> {
+    let mut relevant: Vec<&str> = Vec::new();
+    for r in &q.relevant {
+        if !relevant.contains(&r.as_str()) {
+            relevant.push(r);
+        }
+    }
+    relevant
+}
+
 fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     match serde_json::Value::deserialize(d)? {
         serde_json::Value::String(s) => Ok(s),
@@ -626,12 +637,7 @@ pub fn evaluate_with(
     let mut embed_times: Vec<f64> = Vec::new();
 
     for (done, q) in dataset.queries.iter().enumerate() {
-        let mut relevant: Vec<&str> = Vec::new();
-        for r in &q.relevant {
-            if !relevant.contains(&r.as_str()) {
-                relevant.push(r);
-            }
-        }
+        let relevant = distinct_relevant(q);
         if relevant.is_empty() {
             // Not scored, so not ranked (nor embedded).
             without_relevant += 1;
@@ -889,12 +895,7 @@ pub fn evaluate_followups(
     let (mut question_sum, mut n) = (0.0, 0usize);
     let mut sums = [(0.0, 0.0); FOLLOW_UPS.len()];
     for (done, q) in dataset.queries.iter().enumerate() {
-        let mut relevant: Vec<&str> = Vec::new();
-        for r in &q.relevant {
-            if !relevant.contains(&r.as_str()) {
-                relevant.push(r);
-            }
-        }
+        let relevant = distinct_relevant(q);
         if relevant.is_empty() {
             progress(done + 1);
             continue;
