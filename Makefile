@@ -223,6 +223,7 @@ bench-latency-loop: build $(ENVOY)
 # the time to a stream's first byte.
 bench-latency-shadow: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --shadow
+	$(CARGO) run --release --example envoy_latency -- --shadow --think-ms 20
 
 # Scripted agent loops (same call twice, A B A B, a search every turn, an unknown tool) played
 # by a client through Envoy without toolsift and with it: turns until the loop is broken,

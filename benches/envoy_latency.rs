@@ -88,7 +88,17 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--shadow") {
-        shadow::run(&pool);
+        // `--think-ms N`: the model waits N ms before it answers (`x-demo-delay-ms`), as a
+        // provider's model does before its first token; the demo answers at once otherwise.
+        let think = args
+            .iter()
+            .position(|a| a == "--think-ms")
+            .and_then(|i| args.get(i + 1))
+            .map(|n| {
+                n.parse::<u64>()
+                    .expect("--think-ms takes whole milliseconds")
+            });
+        shadow::run(&pool, think);
         return;
     }
     if args.iter().any(|a| a == "--rotating") {
@@ -1684,7 +1694,8 @@ mod loop_guard {
 /// filter mode (5 tools forwarded, the answer read for the ranks of kept tools), one Envoy,
 /// three listeners, rounds alternating. The scripted model answers every request with a call.
 /// Whole answers: the median time of the exchange. Streams (`x-demo-chunk-delay-ms` 5 between
-/// events): the median time to the first byte of the body, and to the last.
+/// events): the median time to the first byte of the body, and to the last. With `think`, the
+/// model waits that long before answering (`x-demo-delay-ms`).
 mod shadow {
     use super::{Client, Gateway, balanced, listener_copy, load, percentile};
     use std::io::{BufRead, Read, Write};
@@ -1731,17 +1742,19 @@ mod shadow {
         (first.unwrap_or(0.0), start.elapsed().as_secs_f64() * 1000.0)
     }
 
-    pub fn run(pool: &[String]) {
+    pub fn run(pool: &[String], think: Option<u64>) {
         let n = 200;
+        println!("model's think time: {} ms", think.unwrap_or(0));
         println!("load before: {}", load());
         let tools = pool[..n].join(",\n");
         let first: serde_json::Value = serde_json::from_str(&pool[0]).unwrap();
         let want = first["function"]["name"].as_str().unwrap().to_owned();
         let config = r#"{"shadow":{"sample":1}}"#;
-        // `TOOLSIFT_BASELINE_WASM=path`: a fourth listener in filter mode with that `.wasm` (the
-        // previous build), for an A/B of the request path in the same run.
+        // `TOOLSIFT_BASELINE_WASM=path`: two more listeners with that `.wasm` (the previous
+        // build), shadowed and in filter mode, for an A/B of the request path in the same run.
         let baseline = std::env::var("TOOLSIFT_BASELINE_WASM").ok();
-        let (filter_port, plain_port, base_port) = (
+        let (filter_port, plain_port, base_port, base_shadow_port) = (
+            Gateway::free_port(),
             Gateway::free_port(),
             Gateway::free_port(),
             Gateway::free_port(),
@@ -1751,9 +1764,11 @@ mod shadow {
             let filter = listener_copy(&y, "llm_filter", filter_port, Some((config, "{}")));
             let plain = listener_copy(&y, "llm_plain", plain_port, None);
             let base = baseline.as_deref().map_or_else(String::new, |wasm| {
-                let copy = listener_copy(&y, "llm_base", base_port, Some((config, "{}")));
                 let ours = super::repo().join("target/wasm32-wasip1/release/toolsift.wasm");
-                copy.replace(ours.to_str().unwrap(), wasm)
+                let shadowed = listener_copy(&y, "llm_base_shadow", base_shadow_port, None);
+                let filter = listener_copy(&y, "llm_base", base_port, Some((config, "{}")));
+                format!("{shadowed}{filter}")
+                    .replace(ours.to_str().unwrap(), wasm)
                     .replace("vm_id: toolsift", "vm_id: toolsift_baseline")
             });
             balanced(format!("{}{filter}{plain}{base}{}", &y[..end], &y[end..]))
@@ -1761,12 +1776,14 @@ mod shadow {
         let mut ports = vec![gw.port, filter_port, plain_port];
         let mut names = vec!["shadowed", "filter mode", "no filter"];
         if baseline.is_some() {
-            ports.push(base_port);
-            names.push("filter mode, baseline .wasm");
+            ports.extend([base_shadow_port, base_port]);
+            names.extend(["shadowed, baseline .wasm", "filter mode, baseline .wasm"]);
         }
         let listeners = ports.len();
-        let extra =
-            format!("x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n");
+        let think = think.map_or_else(String::new, |ms| format!("x-demo-delay-ms: {ms}\r\n"));
+        let extra = format!(
+            "x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n{think}"
+        );
         let stream_extra = format!("{extra}x-demo-chunk-delay-ms: 5\r\n");
         let mut clients: Vec<Client> = ports.iter().map(|p| Client::connect(*p)).collect();
         let whole: Vec<String> = (0..64).map(|i| body(&tools, false, i)).collect();
@@ -1802,6 +1819,7 @@ mod shadow {
         }
         let requests = gw.stat("toolsift.shadow.requests");
         let missed = gw.stat("toolsift.shadow.calls");
+        let late = gw.stat("toolsift.shadow.ranked_late");
         println!(
             "| {n} tools | median whole answer (ms) | added over no filter (ms) | median first byte of a stream (ms) | added (ms) | median last byte (ms) |"
         );
@@ -1818,7 +1836,7 @@ mod shadow {
             );
         }
         println!(
-            "shadowed requests counted: {requests}, calls measured: {missed}; x-toolsift: `{shown}`"
+            "shadowed requests counted: {requests} (ranked late: {late}), calls measured: {missed}; x-toolsift: `{shown}`"
         );
         println!("load after: {}", load());
     }

@@ -281,6 +281,71 @@ fn a_shadowed_request_loses_only_what_access_rules_deny() {
     );
 }
 
+/// Without access rules (nor the rest `Config::shadow_off_path` names), a shadowed request is
+/// not held: it goes upstream as the client sent it, its `content-length` and every byte (a
+/// body of over 700 KB, which Envoy passes on in many chunks), and is ranked on the worker's tick
+/// while the model thinks: before the answer's first byte, never late.
+#[test]
+fn a_shadowed_request_passes_as_sent_and_is_ranked_while_the_model_thinks() {
+    let (gw, log) = gateway(r#"{"top_k":5,"shadow":{"sample":1}}"#);
+    // 4,000 more tools: a copy that lost, doubled or reordered a chunk would not read as
+    // 4,080 tools.
+    let (path, mut body) = request("openai_chat", false);
+    let tools = body["tools"].as_array_mut().unwrap();
+    for i in 0..4000 {
+        tools.push(serde_json::json!({"type": "function", "function": {
+            "name": format!("padding_tool_{i}"),
+            "description": format!("Unrelated padding tool number {i}, for a large request body."),
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}}));
+    }
+    let sent = body.to_string().into_bytes();
+    assert!(sent.len() > 700_000, "{}", sent.len());
+    let mut echoed = headers(NINTH);
+    echoed.extend([("x-demo-echo", "raw"), ("x-demo-delay-ms", "300")]);
+    let r = common::http(gw.port, "POST", &path, &echoed, &sent);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.body == sent,
+        "the upstream got other bytes than were sent"
+    );
+    let length = sent.len().to_string();
+    assert_eq!(r.header("x-demo-content-length"), Some(length.as_str()));
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=4080 total=4080 shadow=would_keep:5")
+    );
+    assert_eq!(gw.stat("toolsift.shadow.requests"), 1);
+    assert_eq!(gw.stat("toolsift.shadow.ranked_late"), 0);
+    // The access log has the tools' tokens as sent and as forwarded: all of them.
+    let line = &access_log_lines(&log, 1)[0];
+    let tokens = line["toolsift_tokens"].as_str().unwrap_or_default();
+    let (before, after) = tokens.split_once('/').unwrap();
+    assert!(
+        before == after && before.parse::<u64>().unwrap() > 0,
+        "{tokens}"
+    );
+    // A scripted model's streamed call after the same wait: measured as when held.
+    let (path, body) = request("anthropic", true);
+    let mut thinking = headers(NINTH);
+    thinking.push(("x-demo-delay-ms", "300"));
+    let r = common::http(
+        gw.port,
+        "POST",
+        &path,
+        &thinking,
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(calls("anthropic", &r), vec![NINTH.to_owned()]);
+    assert_eq!(gw.stat("toolsift.shadow.ranked_late"), 0);
+    assert_eq!(gw.stat("toolsift.shadow.missed"), 1);
+    let expected = format!(
+        "shadow={NINTH}@9 missed=1 top_k=5 tools=80 catalog={}",
+        catalog_name()
+    );
+    assert_eq!(shadow_lines(&log, 2)[1], expected);
+}
+
 /// An answer toolsift cannot read (the model's error) is counted, and passes untouched.
 #[test]
 fn an_unreadable_answer_is_counted_not_measured() {

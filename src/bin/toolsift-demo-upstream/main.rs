@@ -9,7 +9,11 @@
 //! On the LLM paths, request headers change the answer:
 //! - `x-demo-echo: body`: the request body as the answer (after the checks above);
 //!   `x-demo-echo: raw`: the body exactly as it arrived, unread and unchecked (valid JSON or
-//!   not); `x-demo-echo: none`: `{}` without reading the body (for the latency benchmark).
+//!   not), with `x-demo-content-length` saying the request's `content-length` (absent when
+//!   it came chunked, as it does once a filter may have rewritten it);
+//!   `x-demo-echo: none`: `{}` without reading the body (for the latency benchmark).
+//! - `x-demo-delay-ms: N` (at most 60000): the answer waits N ms after the body has arrived,
+//!   as a model thinks before its first token.
 //! - `x-demo-trailers` (any value): the answer ends with the trailer `x-demo-trailer: done`.
 //!   A request that had trailers gets `x-demo-request-trailers: name=value, …`.
 //!
@@ -202,6 +206,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 pub(crate) const ECHO_HEADER: &str = "x-demo-echo";
 /// See the module's documentation (`x-demo-seq`).
 const SEQ_HEADER: &str = "x-demo-seq";
+/// `x-demo-delay-ms`: how long the answer waits once the body has arrived.
+const DELAY_HEADER: &str = "x-demo-delay-ms";
+/// The longest `x-demo-delay-ms`.
+const MAX_DELAY_MS: u64 = 60_000;
 /// `x-demo-echo: none` answers `{}` as soon as the body has arrived, without reading it: the
 /// latency benchmark uses it so the upstream costs the same whether the body carries 5 tools
 /// or 4,000, and only the gateway's own time differs.
@@ -612,6 +620,26 @@ async fn serve_llm_request(
             return error_response(provider, status, &rejection);
         }
     };
+    let delay = parts.headers.get(DELAY_HEADER).map(|v| {
+        v.to_str()
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|ms| *ms <= MAX_DELAY_MS)
+    });
+    match delay {
+        Some(Some(ms)) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        Some(None) => {
+            let rejection = format!(
+                "The header '{DELAY_HEADER}' must be a whole number of milliseconds up to {MAX_DELAY_MS}."
+            );
+            return error_response(
+                provider,
+                StatusCode::BAD_REQUEST,
+                &Rejection::new(rejection),
+            );
+        }
+        None => {}
+    }
     let echo = parts.headers.get(ECHO_HEADER).map(HeaderValue::as_bytes);
     if !scripted && echo.is_some_and(|echo| echo.eq_ignore_ascii_case(ECHO_NONE)) {
         return plain_response(
@@ -623,7 +651,12 @@ async fn serve_llm_request(
     let mut response = if let Some(refusal) = provider.signature_refusal(parts, &body) {
         refusal
     } else if echo.is_some_and(|echo| echo.eq_ignore_ascii_case(ECHO_RAW)) {
-        plain_response(StatusCode::OK, "application/octet-stream", body.clone())
+        let mut raw = plain_response(StatusCode::OK, "application/octet-stream", body.clone());
+        if let Some(length) = parts.headers.get(hyper::header::CONTENT_LENGTH) {
+            raw.headers_mut()
+                .insert("x-demo-content-length", length.clone());
+        }
+        raw
     } else if scripted {
         server.scripted_log.record(parts, Some(&body));
         scripted::serve(parts, endpoint, &body, sequence, &server.responses)
@@ -983,6 +1016,7 @@ mod tests {
         let (status, head, body) = exchange_with(address, "POST", chat, &raw, "{not json").await;
         assert_eq!((status, body.as_str()), (200, "{not json"));
         assert!(head.contains("content-type: application/octet-stream"));
+        assert!(head.contains("x-demo-content-length: 9"), "{head}");
         let (status, _, _) = exchange(address, "POST", chat, "{not json").await;
         assert_eq!(status, 400);
         let (_, _, stats) = exchange(address, "GET", "/stats", "").await;
@@ -991,6 +1025,23 @@ mod tests {
             (&stats["requests"], &stats["llm_bodies"]),
             (&json!(2), &json!(2))
         );
+    }
+
+    #[tokio::test]
+    async fn answers_after_the_delay_asked_for() {
+        let address = start_server().await;
+        let chat = "/v1/chat/completions";
+        let waited = [("x-demo-echo", "raw"), ("x-demo-delay-ms", "150")];
+        let started = Instant::now();
+        let (status, _, body) = exchange_with(address, "POST", chat, &waited, "{}").await;
+        assert_eq!((status, body.as_str()), (200, "{}"));
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        for bad in ["-1", "60001", "soon"] {
+            let asked = [("x-demo-delay-ms", bad)];
+            let (status, _, body) = exchange_with(address, "POST", chat, &asked, "{}").await;
+            assert_eq!(status, 400, "{bad}");
+            assert!(body.contains("x-demo-delay-ms"), "{bad}: {body}");
+        }
     }
 
     #[tokio::test]
