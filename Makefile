@@ -77,7 +77,12 @@ integration: build embed $(ENVOY)
 # `toolsift check` (e2e/envoy.yaml and the Istio EnvoyFilter only the latter: their .wasm path
 # and clusters exist in their containers).
 # docs/examples/affinity/ holds a front Envoy without toolsift: validated by Envoy only.
-CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml
+# The Istio WasmPlugins and Envoy Gateway EnvoyExtensionPolicies: their plugin configurations
+# against the configuration's schema and parser (tests/schema.rs runs the same list).
+CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml \
+	deploy/istio/wasmplugin.yaml deploy/istio/*/wasmplugin*.yaml \
+	deploy/envoy-gateway/envoyextensionpolicy*.yaml deploy/envoy-gateway/*/envoyextensionpolicy*.yaml \
+	deploy/envoy-gateway/ai-gateway/aigatewayroute.yaml
 validate: wasm native $(ENVOY)
 	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml docs/examples/affinity/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \

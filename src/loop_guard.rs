@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 
 /// `loop_guard` in the configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct LoopGuardConfig {
     /// Identical calls (same tool, same arguments) within `window` that make a loop.
@@ -34,6 +35,7 @@ pub struct LoopGuardConfig {
 
 /// `loop_guard.note`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct NoteConfig {
     /// The note; `{tool}` stands for the evicted tool's name. [`DEFAULT_NOTE`] when absent.

@@ -9,6 +9,7 @@ use serde::Deserialize;
 /// (`tools_path`, each tool's `fields`, the question at `query_path`), or they are written as
 /// text tags in strings (`text_path`; the question in `<userq>`, or at `query_path`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Custom {
     /// Glob patterns (`*`, `?`) over the request path (without its query).
@@ -32,10 +33,14 @@ pub struct Custom {
 
 /// Paths from a tool's own value to its fields (`name`, `function.name`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolFields {
+    /// Path from a tool to its name (`function.name`, `['x-name']`).
     pub name: FieldPath,
+    /// Path from a tool to its description.
     pub description: FieldPath,
+    /// Path from a tool to its parameters' JSON Schema.
     pub parameters: FieldPath,
 }
 
