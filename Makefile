@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -63,7 +63,7 @@ run-search: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate embed test-embed images oci sdk mcp-test
+test: build $(ENVOY) validate embed test-embed images oci sdk mcp-test docs
 	$(CARGO) test --no-fail-fast --lib --bins --tests
 	$(SDK_PYTEST)
 
@@ -98,6 +98,21 @@ lint: .wasm-target.stamp
 
 fmt:
 	$(CARGO) fmt
+
+## The book (docs/book/, mdBook) ---------------------------------------------------------
+
+# mdbook is installed into the project as cargo-fuzz is (pinned, --locked; only its `search`
+# feature: no `serve` or `watch`). tests/book.rs checks every link of the book and README.md.
+MDBOOK_VERSION := 0.5.4
+MDBOOK := target/tools/bin/mdbook
+
+$(MDBOOK):
+	$(CARGO) install --locked --root target/tools mdbook --version $(MDBOOK_VERSION) \
+		--no-default-features --features search
+
+# The book's HTML in target/book/ (docs/book/book.toml); a chapter without its file fails.
+docs: $(MDBOOK)
+	$(MDBOOK) build docs/book
 
 ## The embeddings server for hybrid ranking (embed/, its own package) ----------------------
 

@@ -1536,13 +1536,8 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_examples_of_custom_shapes_load() {
-        let readme = include_str!("../README.md");
-        let section = readme
-            .split("## Custom request shapes")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .unwrap();
+    fn the_books_examples_of_custom_shapes_load() {
+        let section = include_str!("../docs/book/src/concepts/custom-shapes.md");
         let examples: Vec<&str> = section
             .split("```json\n")
             .skip(1)

@@ -543,7 +543,8 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
                     severity: Severity::Warning,
                     message: "search.hold_headers without `allow_on_headers_stop_iteration: \
                               true`: each worker's first held request waits 1 s to be resumed, \
-                              then the worker stops holding headers (README.md, Search mode)"
+                              then the worker stops holding headers \
+                              (docs/book/src/concepts/search-mode.md, \"Where it runs\")"
                         .into(),
                 });
             }
@@ -710,7 +711,7 @@ fn check_clusters(
 /// the MCP routes: toolsift cannot hold the request headers where operators deploy it, so
 /// without the filter the router sends them upstream at once, and each request the gateway
 /// answers (`tools/list`, `find_tools`, a refused call) reaches the server as its headers and
-/// a reset (README, "What the MCP server sees"). `later` are the filters after toolsift.
+/// a reset (docs/book/src/concepts/mcp.md, "What the MCP server sees"). `later` are the filters after toolsift.
 fn check_mcp_buffer(hcm: &Node, later: &[Node], toolsift: &Node, findings: &mut Vec<Finding>) {
     let is_buffer = |filter: &&Node| {
         let kind = filter
