@@ -54,7 +54,7 @@ run-hybrid: build embed $(ENVOY)
 	$(ENVOY) -c envoy-hybrid.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
 
 # The same gateway in search mode (envoy-search.yaml): the model sees `find_tools`, and the
-# gateway answers it; README.md ("Search mode") has a request for the demo's scripted model.
+# gateway answers it; docs/book/src/concepts/search-mode.md has a request for the demo's scripted model.
 run-search: build $(ENVOY)
 	@echo "toolsift (search mode): gateway on http://127.0.0.1:10000, admin on http://127.0.0.1:9901 (Ctrl-C stops both)"
 	@./target/release/toolsift-demo-upstream --listen 127.0.0.1:18000 & up=$$!; \
@@ -281,7 +281,7 @@ mcp-test: wasm native embed mcp-sdk
 	$(MCP_PYTEST)
 
 # The demo: an SDK-built MCP server with 250 livemcpbench tools on 127.0.0.1:18200, Envoy with
-# toolsift (envoy-mcp.yaml) on 127.0.0.1:10000; README.md ("MCP") shows a session.
+# toolsift (envoy-mcp.yaml) on 127.0.0.1:10000; docs/book/src/concepts/mcp.md shows a session.
 run-mcp: wasm mcp-sdk
 	@echo "toolsift (MCP): gateway on http://127.0.0.1:10000/mcp, admin on http://127.0.0.1:9901 (Ctrl-C stops both)"
 	@$(VENV)/bin/python tests/mcp/server.py --port 18200 --count 250 & srv=$$!; \

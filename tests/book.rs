@@ -280,6 +280,42 @@ fn every_link_of_the_book_resolves() {
 }
 
 #[test]
+fn every_link_of_the_readme_resolves() {
+    let readme = repo().join("README.md");
+    let mut pages = book_pages();
+    pages.insert(
+        readme.clone(),
+        anchors(&std::fs::read_to_string(&readme).unwrap()),
+    );
+    let mut wrong = Vec::new();
+    let mut into_book = 0;
+    for (line, target) in links(&std::fs::read_to_string(&readme).unwrap()) {
+        if target.starts_with("docs/book/src/") {
+            into_book += 1;
+        }
+        // Files of the repository are fine; pages must be the book's (or the README itself).
+        let md = target.split('#').next().unwrap_or_default();
+        let root = if md.ends_with(".md") && !md.is_empty() && md != "README.md" {
+            if !md.starts_with("docs/book/src/") && !repo().join(md).exists() {
+                wrong.push(format!("README.md:{line}: {target}: no such file"));
+                continue;
+            }
+            if !md.starts_with("docs/book/src/") {
+                continue; // another Markdown file of the repository (deploy/istio/README.md)
+            }
+            src()
+        } else {
+            repo()
+        };
+        if let Some(why) = broken(&readme, &target, &root, &pages) {
+            wrong.push(format!("README.md:{line}: {why}"));
+        }
+    }
+    assert!(into_book >= 10, "{into_book} links into the book");
+    assert!(wrong.is_empty(), "broken links:\n{}", wrong.join("\n"));
+}
+
+#[test]
 fn heading_ids_are_mdbooks() {
     assert_eq!(
         heading_id("Search mode: `find_tools` answered in the gateway"),
