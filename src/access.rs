@@ -37,7 +37,9 @@ pub struct AccessConfig {
     /// carried out.
     #[serde(default)]
     pub mode: Mode,
-    /// Where the caller's identity values come from, all of them read.
+    /// Where the caller's identity values come from, all of them read. Sources named and no
+    /// value found: the request is refused. Empty: every caller alike, only `"when": ["*"]`
+    /// rules apply.
     #[serde(default)]
     pub identity: Vec<IdentitySource>,
     /// What a tool no rule allows or denies gets.
@@ -128,7 +130,8 @@ pub struct RuleConfig {
     /// it is `#N`, its place in `rules`.
     #[serde(default)]
     pub name: Option<String>,
-    /// Identity values (globs) the rule applies to; `*` applies to every caller.
+    /// Identity values (globs) the rule applies to; `*` applies to every caller. Required,
+    /// with one of `allow`, `deny`, `deny_annotations` or `arguments`.
     pub when: Vec<String>,
     /// Tool-name globs the rule allows.
     #[serde(default)]

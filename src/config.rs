@@ -247,6 +247,7 @@ pub struct Search {
     /// the response gets `x-toolsift-search` and a failed follow-up's status. Needs Envoy's
     /// `allow_on_headers_stop_iteration: true` (which Istio's WasmPlugin and Envoy Gateway
     /// cannot set); without it the filter notices, resumes the request, and stops holding.
+    /// In filter mode too, with `unknown_tools.answer`.
     pub hold_headers: bool,
     /// Memory of found tools, on LLM and MCP routes: tools a session's earlier turns found are
     /// offered again without another search. Off unless set; `{}` takes every default.

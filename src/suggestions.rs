@@ -23,12 +23,12 @@ pub struct SuggestionsConfig {
     /// A search whose best match scores below this (BM25, the ranking `x-toolsift-tools`
     /// shows) gets suggestions; `0`: only a search that found nothing.
     pub min_score: f32,
-    /// Suggestions added to one search's result, at most.
+    /// Suggestions added to one search's result, at most (1–20).
     pub k: usize,
     /// Where to get a suggested tool, for tools that do not say (`source` on the tool).
     pub source: String,
-    /// The second catalog, inline: MCP tool definitions (`name`, `description`, ...), each
-    /// with an optional `source`.
+    /// The second catalog, inline: MCP tool definitions (`name` required, `description`, ...),
+    /// each with an optional `source`.
     pub tools: Vec<Map<String, Value>>,
     /// The second catalog fetched from an MCP server (2026-07-28 revision: no session).
     pub mcp: Option<SuggestionServer>,

@@ -12,9 +12,12 @@ use serde::Deserialize;
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Custom {
-    /// Glob patterns (`*`, `?`) over the request path (without its query).
+    /// Glob patterns over the request path (without its query): `*` any run of characters,
+    /// `/` included, `?` one. Requests there are read by this shape, whatever dialect their
+    /// path names.
     pub paths: Vec<String>,
-    /// Where the question is: the texts it selects, joined.
+    /// Where the question is: the texts it selects, joined (`[*]`: with line breaks).
+    /// Required with `tools_path`; with `text_path`, it replaces `<userq>`.
     #[serde(default)]
     pub query_path: Option<JsonPath>,
     /// The tools array; with a `[*]`, the array before it, each tool read at what follows.
