@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -54,7 +54,7 @@ run-hybrid: build embed $(ENVOY)
 	$(ENVOY) -c envoy-hybrid.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
 
 # The same gateway in search mode (envoy-search.yaml): the model sees `find_tools`, and the
-# gateway answers it; README.md ("Search mode") has a request for the demo's scripted model.
+# gateway answers it; docs/book/src/concepts/search-mode.md has a request for the demo's scripted model.
 run-search: build $(ENVOY)
 	@echo "toolsift (search mode): gateway on http://127.0.0.1:10000, admin on http://127.0.0.1:9901 (Ctrl-C stops both)"
 	@./target/release/toolsift-demo-upstream --listen 127.0.0.1:18000 & up=$$!; \
@@ -63,7 +63,7 @@ run-search: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate embed test-embed images oci sdk mcp-test
+test: build $(ENVOY) validate embed test-embed images oci sdk mcp-test docs
 	$(CARGO) test --no-fail-fast --lib --bins --tests
 	$(SDK_PYTEST)
 
@@ -77,7 +77,12 @@ integration: build embed $(ENVOY)
 # `toolsift check` (e2e/envoy.yaml and the Istio EnvoyFilter only the latter: their .wasm path
 # and clusters exist in their containers).
 # docs/examples/affinity/ holds a front Envoy without toolsift: validated by Envoy only.
-CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml
+# The Istio WasmPlugins and Envoy Gateway EnvoyExtensionPolicies: their plugin configurations
+# against the configuration's schema and parser (tests/schema.rs runs the same list).
+CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml e2e/envoy.yaml deploy/istio/search-mode/envoyfilter-wasm.yaml \
+	deploy/istio/wasmplugin.yaml deploy/istio/*/wasmplugin*.yaml \
+	deploy/envoy-gateway/envoyextensionpolicy*.yaml deploy/envoy-gateway/*/envoyextensionpolicy*.yaml \
+	deploy/envoy-gateway/ai-gateway/aigatewayroute.yaml
 validate: wasm native $(ENVOY)
 	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml docs/examples/affinity/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \
@@ -93,6 +98,21 @@ lint: .wasm-target.stamp
 
 fmt:
 	$(CARGO) fmt
+
+## The book (docs/book/, mdBook) ---------------------------------------------------------
+
+# mdbook is installed into the project as cargo-fuzz is (pinned, --locked; only its `search`
+# feature: no `serve` or `watch`). tests/book.rs checks every link of the book and README.md.
+MDBOOK_VERSION := 0.5.4
+MDBOOK := target/tools/bin/mdbook
+
+$(MDBOOK):
+	$(CARGO) install --locked --root target/tools mdbook --version $(MDBOOK_VERSION) \
+		--no-default-features --features search
+
+# The book's HTML in target/book/ (docs/book/book.toml); a chapter without its file fails.
+docs: $(MDBOOK)
+	$(MDBOOK) build docs/book
 
 ## The embeddings server for hybrid ranking (embed/, its own package) ----------------------
 
@@ -262,7 +282,7 @@ mcp-test: wasm native embed mcp-sdk
 	$(MCP_PYTEST)
 
 # The demo: an SDK-built MCP server with 250 livemcpbench tools on 127.0.0.1:18200, Envoy with
-# toolsift (envoy-mcp.yaml) on 127.0.0.1:10000; README.md ("MCP") shows a session.
+# toolsift (envoy-mcp.yaml) on 127.0.0.1:10000; docs/book/src/concepts/mcp.md shows a session.
 run-mcp: wasm mcp-sdk
 	@echo "toolsift (MCP): gateway on http://127.0.0.1:10000/mcp, admin on http://127.0.0.1:9901 (Ctrl-C stops both)"
 	@$(VENV)/bin/python tests/mcp/server.py --port 18200 --count 250 & srv=$$!; \

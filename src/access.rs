@@ -30,18 +30,22 @@ use std::rc::Rc;
 
 /// The `access` section as written.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AccessConfig {
     /// `enforce` (the default) or `audit`: every decision made, counted and logged, none
     /// carried out.
     #[serde(default)]
     pub mode: Mode,
-    /// Where the caller's identity values come from, all of them read.
+    /// Where the caller's identity values come from, all of them read. Sources named and no
+    /// value found: the request is refused. Empty: every caller alike, only `"when": ["*"]`
+    /// rules apply.
     #[serde(default)]
     pub identity: Vec<IdentitySource>,
     /// What a tool no rule allows or denies gets.
     #[serde(default)]
     pub default: Effect,
+    /// The rules; each tool is decided over the ones that apply to the caller.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
     /// How a denied tool looks to the caller.
@@ -51,6 +55,7 @@ pub struct AccessConfig {
 
 /// One source of identity values: JWT claims in dynamic metadata, or a header.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct IdentitySource {
     /// The dynamic-metadata namespace (`envoy.filters.http.jwt_authn`).
@@ -73,24 +78,40 @@ pub struct IdentitySource {
 
 /// Whether the policy's denials are carried out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
+    /// Denials are carried out.
     #[default]
     Enforce,
     /// Decided, counted and logged as `would_deny`; nothing denied, hidden, refused or edited.
     Audit,
 }
 
+/// What a tool gets that no applicable rule allows or denies.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
+    /// The tool is allowed.
     Allow,
+    /// The tool is denied.
     #[default]
     Deny,
 }
 
 /// What the caller is told about a denied tool.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Denied {
     /// It looks like a tool that does not exist.
@@ -102,16 +123,20 @@ pub enum Denied {
 
 /// One rule as written.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// What logs and counters call the rule (`toolsift.access.rule.<name>.denied`); unnamed,
     /// it is `#N`, its place in `rules`.
     #[serde(default)]
     pub name: Option<String>,
-    /// Identity values (globs) the rule applies to; `*` applies to every caller.
+    /// Identity values (globs) the rule applies to; `*` applies to every caller. Required,
+    /// with one of `allow`, `deny`, `deny_annotations` or `arguments`.
     pub when: Vec<String>,
+    /// Tool-name globs the rule allows.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Tool-name globs the rule denies; a deny wins over every allow.
     #[serde(default)]
     pub deny: Vec<String>,
     /// MCP tool annotations that deny a tool: `destructiveHint` (declared true), or

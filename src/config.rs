@@ -8,6 +8,10 @@ use std::fmt;
 
 /// What to do with a request toolsift cannot read (malformed, oversized, compressed, …).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnError {
     /// Send it upstream unchanged.
@@ -53,8 +57,38 @@ impl<'de> Deserialize<'de> for DialectChoice {
     }
 }
 
+/// The schema of `dialect`: `"auto"` or the name of a dialect of [`Dialect::ALL`].
+#[cfg(not(target_arch = "wasm32"))]
+impl schemars::JsonSchema for DialectChoice {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DialectChoice".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = std::iter::once("auto")
+            .chain(Dialect::ALL.iter().map(|d| d.name()))
+            .collect();
+        schemars::json_schema!({"type": "string", "enum": names})
+    }
+}
+
+/// Written as it is read (the schema's default).
+#[cfg(not(target_arch = "wasm32"))]
+impl serde::Serialize for DialectChoice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(match self {
+            DialectChoice::Auto => "auto",
+            DialectChoice::Fixed(dialect) => dialect.name(),
+        })
+    }
+}
+
 /// How tools are ranked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Ranking {
     /// BM25 over each tool's text, in process: needs no other service.
@@ -67,10 +101,12 @@ pub enum Ranking {
 
 /// The OpenAI-compatible embeddings API the filter calls through an Envoy cluster.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Embeddings {
     /// The Envoy cluster that leads to the service.
     pub cluster: String,
+    /// The request path.
     #[serde(default = "default_embeddings_path")]
     pub path: String,
     /// `:authority` of the call; the cluster name when unset.
@@ -81,23 +117,24 @@ pub struct Embeddings {
     /// Extra request headers, for example `{"authorization": "Bearer …"}`.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, String>,
-    /// How long a request may wait for its embeddings; then it is ranked by keyword.
+    /// How long a request may wait for its embeddings (1–60000); then it is ranked by keyword.
     #[serde(default = "default_timeout_ms", deserialize_with = "whole_number")]
     pub timeout_ms: usize,
     /// Asks the service for vectors of this size (OpenAI `dimensions`); vectors of any other
     /// size are refused. Without it the first answer fixes the size.
     #[serde(default, deserialize_with = "optional_whole_number")]
     pub dimensions: Option<usize>,
-    /// Vectors kept in the cache shared by all workers (least recently used evicted).
+    /// Vectors kept in the cache shared by all workers (least recently used evicted; about
+    /// 1.5 KB each at 384 dimensions).
     #[serde(default = "default_cache_size", deserialize_with = "whole_number")]
     pub cache_size: usize,
-    /// At most this many tool texts go in one call; a larger new catalog is embedded over the
+    /// At most this many tool texts go in one call (1–2048); a larger new catalog is embedded over the
     /// next requests, ranked by keyword until it is complete. A request's call that cannot
     /// finish within `timeout_ms` hands the catalog's tools to background calls of this size.
     #[serde(default = "default_max_batch", deserialize_with = "whole_number")]
     pub max_batch: usize,
     /// Background calls (a new catalog's tools, embedded with no request waiting) in flight
-    /// at once, per worker; each catalog has at most one.
+    /// at once, per worker, 1–64; each catalog has at most one.
     #[serde(
         default = "default_max_background_calls",
         deserialize_with = "whole_number"
@@ -123,11 +160,20 @@ fn default_max_background_calls() -> usize {
 
 /// Channel weights of hybrid ranking's fusion.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChannelWeights {
+    /// The keyword ranking's weight (BM25 over names, descriptions and parameters).
     pub bm25: f32,
+    /// The weight of query words found whole in a tool's name (counted twice) or description,
+    /// and of query phrases (two words in order) found there; IDF-weighted.
     pub exact: f32,
+    /// The weight of query words that are a parameter's name.
     pub param_keys: f32,
+    /// The weight of the embeddings: the cosine of the tool's vector with the request's.
     pub vector: f32,
 }
 
@@ -152,6 +198,10 @@ impl ChannelWeights {
 
 /// What toolsift does with a request's tools.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Keep the `top_k` best-ranked tools.
@@ -163,25 +213,29 @@ pub enum Mode {
 
 /// Search mode's settings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Search {
-    /// The meta-tool's name.
+    /// The meta-tool's name (a request whose client has a tool of that name gets
+    /// `find_tools_2`, `_3`, …: a client tool is never shadowed).
     pub tool_name: String,
     /// Best-ranked tools shown from the start, besides the pinned ones.
     #[serde(deserialize_with = "whole_number")]
     pub eager_k: usize,
-    /// Follow-up requests answering the meta-tool, at most; the last goes without it.
+    /// Follow-up requests answering the meta-tool, at most (1–10); the last goes without it.
     #[serde(deserialize_with = "whole_number")]
     pub max_search_rounds: usize,
-    /// `find_tools` calls answered in one request's loop, at most: a model that searches more
-    /// is stopped with its last answer (a search storm).
+    /// `find_tools` calls answered in one request's loop, at most (1–100): a model that
+    /// searches more is stopped with its last answer (a search storm). On MCP routes with
+    /// `search.memory`: in one session between calls of real tools; one more is an error result.
     #[serde(deserialize_with = "whole_number")]
     pub max_searches: usize,
     /// The meta-tool's description lists the names of the deferred tools.
     pub catalog_hint: bool,
     /// Also show `use_tool(query, params)`, resolved by the gateway into a direct call.
     pub use_tool: bool,
-    /// How long one follow-up request may take.
+    /// The longest one follow-up request may take (filter mode's follow-ups for made-up calls
+    /// too), 1–600000.
     #[serde(deserialize_with = "whole_number")]
     pub timeout_ms: usize,
     /// Models whose provider searches deferred tools itself: their requests get the
@@ -193,38 +247,44 @@ pub struct Search {
     /// the response gets `x-toolsift-search` and a failed follow-up's status. Needs Envoy's
     /// `allow_on_headers_stop_iteration: true` (which Istio's WasmPlugin and Envoy Gateway
     /// cannot set); without it the filter notices, resumes the request, and stops holding.
+    /// In filter mode too, with `unknown_tools.answer`.
     pub hold_headers: bool,
-    /// Memory of found tools: tools a session's earlier turns found are offered again without
-    /// another search (see [`crate::search::memory`]). Off unless set.
+    /// Memory of found tools, on LLM and MCP routes: tools a session's earlier turns found are
+    /// offered again without another search. Off unless set; `{}` takes every default.
+    // How: `crate::search::memory`.
     pub memory: Option<Memory>,
 }
 
 /// `search.memory`: where a request's session comes from, and how much is kept how long.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Memory {
+    /// What names a request's session.
     pub session: SessionSource,
-    /// A session's memory is forgotten this long after its last request.
+    /// A session's memory is forgotten this long after its last request (1–2592000).
     #[serde(deserialize_with = "whole_number")]
     pub ttl_seconds: usize,
     /// Bytes the memory of every session together takes at most, in the shared data of one
-    /// Envoy (all its workers).
+    /// Envoy (all its workers), 1 KiB to 1 GiB; the least recently used sessions go first.
     #[serde(deserialize_with = "whole_number")]
     pub max_bytes: usize,
-    /// Tools one session remembers at most: the ones found last stay.
+    /// Tools one session remembers at most (1–100): the ones found last stay.
     #[serde(deserialize_with = "whole_number")]
     pub max_tools: usize,
 }
 
 /// `search.memory.session`: what names a request's session.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionSource {
-    /// A request header naming the session (`x-session-id`); it wins over the body's fields.
+    /// A request header naming the session (`x-session-id`, lower case); it wins over the
+    /// body's fields, and on MCP routes over `Mcp-Session-Id`.
     pub header: Option<String>,
-    /// Without the header, the provider's own fields: OpenAI Chat and Responses
-    /// `prompt_cache_key`, `user`, `safety_identifier` (the first one set); Anthropic
-    /// `metadata.user_id`.
+    /// Without the header, the provider's own fields name the session: OpenAI Chat and
+    /// Responses `prompt_cache_key`, `user`, `safety_identifier` (the first one set); Anthropic
+    /// `metadata.user_id`. With `false` only the header does (then `header` is required).
     pub provider_fields: bool,
 }
 
@@ -291,9 +351,10 @@ impl Memory {
 
 /// One `search.native_search` rule.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NativeSearch {
-    /// Glob (`*`, `?`) over the request body's `model`.
+    /// Glob (`*`, `?`) over the request body's `model`; not empty.
     pub model: String,
     /// The search tool entry added first to the tools array. Unset: the provider's own
     /// (Anthropic Messages `tool_search_tool_bm25_20251119`, OpenAI Responses `tool_search`);
@@ -394,14 +455,17 @@ impl Search {
     }
 }
 
-/// Filter mode's made-up tool calls (see [`crate::search::round::Session::answering`]).
+/// Filter mode's made-up tool calls.
+// Answered by `crate::search::round::Session::answering`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct UnknownTools {
     /// Filter mode: a model call of a tool the request does not carry is answered to the
     /// model with an error result in a follow-up, as search mode does, never delivered.
     pub answer: bool,
-    /// Follow-ups answering made-up calls, at most, per request.
+    /// Follow-ups answering made-up calls, at most, per request (1–10); then a made-up call is
+    /// dropped and named in words.
     #[serde(deserialize_with = "whole_number")]
     pub max_rounds: usize,
 }
@@ -423,18 +487,25 @@ pub const MIN_CATALOG_CACHE_BYTES: usize = 1024 * 1024;
 /// The name of the optional second meta-tool of search mode.
 pub const USE_TOOL_NAME: &str = "use_tool";
 
+/// toolsift's plugin configuration: the JSON in the `configuration` StringValue of Envoy's Wasm
+/// filter (Istio's `pluginConfig`, Envoy Gateway's `wasm[].config`). Unknown keys and wrong
+/// types stop Envoy from loading the filter, with a log line naming the field.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// `filter` (default) or `search`.
+    /// What toolsift does with a request's tools.
     pub mode: Mode,
+    /// Search mode's settings (`mode: "search"`; `search.timeout_ms` also bounds filter mode's
+    /// follow-ups for made-up calls).
     pub search: Search,
-    /// How many ranked tools to keep.
+    /// How many ranked tools to keep (at least 1).
     #[serde(deserialize_with = "whole_number")]
     pub top_k: usize,
-    /// Ranked tools scoring below this are dropped (never the last kept tool).
+    /// Ranked tools whose BM25 score is below this are dropped (never the last kept tool).
     pub min_score: Option<f32>,
-    /// Budget for the kept tools' estimated tokens (characters / 4).
+    /// Budget for the kept tools' estimated tokens (characters / 4): ranked tools are added in
+    /// rank order until the next one does not fit (the first one always does).
     #[serde(deserialize_with = "optional_whole_number")]
     pub max_tool_tokens: Option<usize>,
     /// Requests with this many function tools or fewer pass untouched.
@@ -442,57 +513,71 @@ pub struct Config {
     pub min_tools: usize,
     /// Tool names or glob patterns (`*`, `?`) that are always kept.
     pub always_include: Vec<String>,
+    /// What to do with a request toolsift cannot read (malformed, oversized, compressed, …);
+    /// under `access`, always `"reject"`.
     pub on_error: OnError,
-    /// Bodies larger than this pass through unread.
+    /// Bodies larger than this pass through unread (counted as `too_large`); keep Envoy's
+    /// buffer limits above it.
     #[serde(deserialize_with = "whole_number")]
     pub max_body_bytes: usize,
     /// Add the `x-toolsift` response header.
     pub response_header: bool,
-    /// Add `x-toolsift-tools` (kept tools in rank order) and log decisions at debug level.
+    /// Add `x-toolsift-tools` (kept tools in rank order) and log each decision, with the query,
+    /// at debug level.
     pub debug: bool,
     /// Rewrite requests the client signed with AWS SigV4 too. Off by default: the signature
     /// covers the payload, so a rewritten body fails it (Bedrock answers 403) unless something
     /// after toolsift signs again (Envoy's `aws_request_signing` filter) or the upstream does
-    /// not check.
+    /// not check. Under `access` they are read, and refused (403) when they carry a tool the
+    /// caller may not see.
     pub rewrite_signed: bool,
+    /// Which dialect to read bodies as: `"auto"` (from the request path) or one dialect for
+    /// every request.
     pub dialect: DialectChoice,
-    /// Distinct tool catalogs whose index each worker keeps.
+    /// Distinct tool catalogs whose index each worker keeps (the bytes bound may bind first:
+    /// about 10 KB a catalog at 50 tools, 45 KB at 200, 230 KB at 1,000).
     #[serde(deserialize_with = "whole_number")]
     pub catalog_cache_size: usize,
     /// Bytes each worker keeps for catalogs: their indexes, the tools' parts shared between
     /// them, the tools' vectors (hybrid ranking), and catalogs still held by requests and
-    /// search sessions.
+    /// search sessions; least recently used evicted first (at least 1 MiB).
     #[serde(deserialize_with = "whole_number")]
     pub catalog_cache_bytes: usize,
+    /// How tools are ranked.
     pub ranking: Ranking,
-    /// The embeddings service of hybrid ranking.
+    /// The embeddings service of hybrid ranking (required with `ranking: "hybrid"`).
     pub embeddings: Option<Embeddings>,
-    /// Reciprocal Rank Fusion's k: rank r in a channel adds weight / (k + r). 1 rather than the
-    /// customary 60: with k = 60 the first ranks of a channel differ too little, and a tool
-    /// one channel is sure of loses to tools several channels find middling
-    /// (`docs/tuning-notes.md`).
+    /// Reciprocal Rank Fusion's k (hybrid ranking): rank r in a channel adds weight / (k + r).
+    /// 1 rather than the customary 60: with k = 60 the first ranks of a channel differ too
+    /// little, and a tool one channel is sure of loses to tools several channels find
+    /// middling (`docs/tuning-notes.md`).
     pub rrf_k: f32,
+    /// The channels' weights in hybrid ranking's fusion.
     pub channel_weights: ChannelWeights,
-    /// MCP routes: `find_tools` answered over MCP (see [`Mcp`]).
+    /// MCP routes: requests there get `find_tools` and `call_tool` over MCP, answered by the
+    /// gateway, whatever `mode` says. `{}` takes every default.
     pub mcp: Option<Mcp>,
-    /// `_tool_gating` for LLM requests (see [`Gating`]).
+    /// `_tool_gating` for LLM requests (filter mode): an MCP server's gating tool, rules of the
+    /// configuration, or both.
     pub gating: Option<Gating>,
-    /// Requests of a JSON shape of their own (see [`crate::custom::Custom`]).
+    /// Requests of a JSON shape of their own, read by this section instead of a dialect.
     pub custom: Option<crate::custom::Custom>,
-    /// Who may see and call which tool (see [`crate::access`]).
+    /// Who may see and call which tool. With it a request toolsift cannot read is rejected,
+    /// whatever `on_error` says.
     pub access: Option<crate::access::AccessConfig>,
-    /// A second policy of `access`'s shape, decided beside it and never enforced: where the
-    /// two differ is reported (see [`crate::access::Policy::with_shadow`]).
+    /// A second policy of `access`'s shape, decided beside it on every surface and never
+    /// enforced: where the two differ is reported (`shadow_deny`, `shadow_allow`). Needs
+    /// `access`.
     pub access_shadow: Option<crate::access::AccessConfig>,
-    /// Tools an agent calls in a loop leave its next request (see [`crate::loop_guard`]).
+    /// Take a tool the agent calls in a loop out of its next request. `{}` takes every default.
     pub loop_guard: Option<crate::loop_guard::LoopGuardConfig>,
-    /// Tools the caller does not have, offered when a search finds nothing good (see
-    /// [`crate::suggestions`]).
+    /// Tools the caller does not have, offered (never callable) when a search finds nothing
+    /// good; `tools` or `mcp` required.
     pub suggestions: Option<crate::suggestions::SuggestionsConfig>,
     /// What filter mode does with a model call of a tool the request does not carry.
     pub unknown_tools: UnknownTools,
-    /// Shadow ranking: a share of requests goes upstream uncut, and what the cut would have
-    /// cost is measured on the model's answers (see [`crate::shadow`]).
+    /// Shadow ranking (filter mode): a share of requests goes upstream uncut, and what the cut
+    /// would have cost is measured on the model's answers.
     pub shadow: Option<Shadow>,
 }
 
@@ -531,12 +616,32 @@ impl Default for Config {
     }
 }
 
-/// The `shadow` section (see [`crate::shadow`]).
+/// The `shadow` section.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Shadow {
-    /// The share of ranked LLM requests shadowed: 0 never, 1 every one.
+    /// The share of ranked LLM requests shadowed (0 to 1: 0 never, 1 every one): forwarded with
+    /// every tool their caller may see, their answers' calls measured against the cut they
+    /// would have had.
     pub sample: f64,
+}
+
+/// The configuration's JSON Schema (draft 2020-12), derived from the types above and the types
+/// of their sections, whose doc comments are its descriptions: what `toolsift schema` prints,
+/// `docs/config.schema.json` ships and `toolsift check` validates plugin configurations with.
+/// Ranges and cross-field rules (`Config::check`) are the parser's: the schema says them in
+/// words.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<Config>();
+    schema.insert(
+        "title".to_owned(),
+        "toolsift plugin configuration".to_owned().into(),
+    );
+    schema.to_value()
 }
 
 /// A count: a JSON integer, or a number with no fractional part. Istio hands `pluginConfig` over
@@ -843,25 +948,29 @@ impl Embeddings {
 
 /// MCP routes (`mcp`): requests whose path matches `paths` are MCP's Streamable HTTP transport,
 /// and get search mode over MCP: `tools/list` shows `find_tools` and `call_tool`, the gateway
-/// answers them from the server's catalog (see `crate::mcp`).
+/// answers them from the server's catalog.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Mcp {
-    /// Glob patterns (`*`, `?`) over the request path (without its query).
+    /// Glob patterns (`*`, `?`) over the request path (without its query), each starting with
+    /// `/` or `*`: requests there are MCP, and get `find_tools` over MCP whatever `mode` says.
     pub paths: Vec<String>,
-    /// The longest a catalog page or a `call_tool` call may take.
+    /// The longest a catalog page or a `call_tool` call may take (1–600000).
     #[serde(deserialize_with = "whole_number")]
     pub timeout_ms: usize,
-    /// The longest the `_tool_gating` call may take before `find_tools` is answered without it.
+    /// The longest the `_tool_gating` call may take before `find_tools` is answered without it
+    /// (1–60000).
     #[serde(deserialize_with = "whole_number")]
     pub gating_timeout_ms: usize,
-    /// How long a catalog stays cached when the server gives no `ttlMs` (2025-11-25 servers).
+    /// How long a catalog stays cached when the server gives no `ttlMs` (2025-11-25 servers);
+    /// a `ttlMs` of 0 is never cached.
     #[serde(deserialize_with = "whole_number")]
     pub catalog_ttl_ms: usize,
     /// Bytes of catalogs each worker keeps (least recently used evicted).
     #[serde(deserialize_with = "whole_number")]
     pub cache_bytes: usize,
-    /// `tools/list` pages read at most per catalog.
+    /// `tools/list` pages read at most per catalog (1–10000).
     #[serde(deserialize_with = "whole_number")]
     pub max_pages: usize,
 }
@@ -918,21 +1027,27 @@ impl Mcp {
 /// text goes to an MCP server's gating tool (`mcp`), to rules of the configuration (`rules`),
 /// or both; their exclusions add up, and a rule's claim comes before the server's.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Gating {
+    /// The MCP server whose `_tool_gating` tool is asked.
     #[serde(default)]
     pub mcp: Option<GatingMcp>,
     /// What a claim does.
     #[serde(default)]
     pub claim: ClaimMode,
     /// Gating without a server: text that matches a rule excludes tools or claims one, as a
-    /// server's `_tool_gating` answer would (see [`crate::gating::Rules`]).
+    /// server's `_tool_gating` answer would. `gating` needs `mcp`, `rules` or both.
     #[serde(default)]
     pub rules: Vec<crate::gating::GatingRule>,
 }
 
 /// What a `_tool_gating` claim does to an LLM request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimMode {
     /// `tool_choice` names the claimed tool (in the dialect's form).
@@ -945,19 +1060,22 @@ pub enum ClaimMode {
 
 /// The MCP server whose `_tool_gating` tool LLM requests consult.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GatingMcp {
     /// The Envoy cluster of the MCP server.
     pub cluster: String,
+    /// Its endpoint's path.
     #[serde(default = "default_mcp_path")]
     pub path: String,
-    /// `:authority` of the call; the cluster name when unset.
+    /// `:authority` of the call; the cluster name when unset (the SDK's servers accept only
+    /// `localhost` / `127.0.0.1` unless told otherwise).
     #[serde(default)]
     pub authority: Option<String>,
     /// Extra request headers, for example `{"authorization": "Bearer …"}`.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, String>,
-    /// The longest a request waits for the verdict; then it goes on without it.
+    /// The longest a request waits for the verdict (1–60000); then it goes on without it.
     #[serde(
         default = "default_gating_timeout_ms",
         deserialize_with = "whole_number"
@@ -1454,13 +1572,8 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_examples_of_custom_shapes_load() {
-        let readme = include_str!("../README.md");
-        let section = readme
-            .split("## Custom request shapes")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .unwrap();
+    fn the_books_examples_of_custom_shapes_load() {
+        let section = include_str!("../docs/book/src/concepts/custom-shapes.md");
         let examples: Vec<&str> = section
             .split("```json\n")
             .skip(1)

@@ -23,8 +23,10 @@ pub struct Claim {
 
 /// One rule of `gating.rules`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GatingRule {
+    /// When the rule applies.
     pub when: GatingWhen,
     /// Tool names or globs the matching text excludes.
     #[serde(default)]
@@ -41,10 +43,13 @@ pub struct GatingRule {
 /// When a gating rule applies: the text holds one of `words` (whole words or phrases, any
 /// case), or matches `regex`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GatingWhen {
+    /// Whole words or phrases, any case: the text holds one of them.
     #[serde(default)]
     pub words: Option<Vec<String>>,
+    /// A regular expression the text matches.
     #[serde(default)]
     pub regex: Option<String>,
 }

@@ -18,15 +18,18 @@ use std::fmt::Write as _;
 
 /// `loop_guard` in the configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct LoopGuardConfig {
-    /// Identical calls (same tool, same arguments) within `window` that make a loop.
+    /// Identical calls (same tool, same arguments as JSON) within `window` that make a loop
+    /// (at least 2).
     pub repeats: usize,
-    /// How many of the latest calls are looked at.
+    /// How many of the current task's latest calls are looked at (`repeats` to 1000).
     pub window: usize,
     /// Tool-name globs that are meant to repeat (polling, memory reads): never evicted.
     pub exempt: Vec<String>,
-    /// The guidance note appended to an evicted tool's latest result; none when absent.
+    /// The guidance note appended to an evicted tool's latest result (the only change outside
+    /// the tools array); none when absent, `{}` takes the default text.
     pub note: Option<NoteConfig>,
     /// Loops are found, counted and logged (`loop=detected:`), and nothing is evicted or noted.
     pub report_only: bool,
@@ -34,11 +37,16 @@ pub struct LoopGuardConfig {
 
 /// `loop_guard.note`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct NoteConfig {
-    /// The note; `{tool}` stands for the evicted tool's name. [`DEFAULT_NOTE`] when absent.
+    /// The note (not empty); `{tool}` stands for the evicted tool's name. Absent: toolsift's
+    /// own note, saying the tool was called repeatedly with the same arguments and is gone
+    /// for this turn.
+    // The default: `DEFAULT_NOTE`.
     pub text: Option<String>,
-    /// Notes for particular tools, by name or glob (the most specific match wins).
+    /// Notes for particular tools, by name or glob (not empty); the most specific match wins:
+    /// an exact name, then the longest pattern.
     pub tools: BTreeMap<String, String>,
 }
 

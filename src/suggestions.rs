@@ -17,17 +17,18 @@ use std::collections::BTreeMap;
 
 /// `suggestions` in the configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct SuggestionsConfig {
     /// A search whose best match scores below this (BM25, the ranking `x-toolsift-tools`
     /// shows) gets suggestions; `0`: only a search that found nothing.
     pub min_score: f32,
-    /// Suggestions added to one search's result, at most.
+    /// Suggestions added to one search's result, at most (1–20).
     pub k: usize,
     /// Where to get a suggested tool, for tools that do not say (`source` on the tool).
     pub source: String,
-    /// The second catalog, inline: MCP tool definitions (`name`, `description`, ...), each
-    /// with an optional `source`.
+    /// The second catalog, inline: MCP tool definitions (`name` required, `description`, ...),
+    /// each with an optional `source`.
     pub tools: Vec<Map<String, Value>>,
     /// The second catalog fetched from an MCP server (2026-07-28 revision: no session).
     pub mcp: Option<SuggestionServer>,
@@ -48,10 +49,12 @@ impl Default for SuggestionsConfig {
 /// `suggestions.mcp`: the MCP server whose tools are suggested, fetched by every worker when
 /// Envoy starts and again every `refresh_seconds`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SuggestionServer {
     /// The Envoy cluster of the server.
     pub cluster: String,
+    /// Its endpoint's path.
     #[serde(default = "default_path")]
     pub path: String,
     /// `:authority` of the call; the cluster name when unset.
@@ -63,8 +66,10 @@ pub struct SuggestionServer {
     /// Where to get this server's tools, for the model; `MCP server <cluster>` when unset.
     #[serde(default)]
     pub source: Option<String>,
+    /// How often each worker fetches its list again (10–86400).
     #[serde(default = "default_refresh_seconds")]
     pub refresh_seconds: u64,
+    /// The longest one page may take.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
 }

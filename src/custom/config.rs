@@ -9,11 +9,15 @@ use serde::Deserialize;
 /// (`tools_path`, each tool's `fields`, the question at `query_path`), or they are written as
 /// text tags in strings (`text_path`; the question in `<userq>`, or at `query_path`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Custom {
-    /// Glob patterns (`*`, `?`) over the request path (without its query).
+    /// Glob patterns over the request path (without its query): `*` any run of characters,
+    /// `/` included, `?` one. Requests there are read by this shape, whatever dialect their
+    /// path names.
     pub paths: Vec<String>,
-    /// Where the question is: the texts it selects, joined.
+    /// Where the question is: the texts it selects, joined (`[*]`: with line breaks).
+    /// Required with `tools_path`; with `text_path`, it replaces `<userq>`.
     #[serde(default)]
     pub query_path: Option<JsonPath>,
     /// The tools array; with a `[*]`, the array before it, each tool read at what follows.
@@ -32,10 +36,14 @@ pub struct Custom {
 
 /// Paths from a tool's own value to its fields (`name`, `function.name`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct ToolFields {
+    /// Path from a tool to its name (`function.name`, `['x-name']`).
     pub name: FieldPath,
+    /// Path from a tool to its description.
     pub description: FieldPath,
+    /// Path from a tool to its parameters' JSON Schema.
     pub parameters: FieldPath,
 }
 

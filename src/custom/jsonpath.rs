@@ -132,6 +132,30 @@ impl<'de> serde::Deserialize<'de> for JsonPath {
     }
 }
 
+/// A path written as a string in the configuration; the schema says so, and the text is what
+/// a default is written as.
+#[cfg(not(target_arch = "wasm32"))]
+impl schemars::JsonSchema for JsonPath {
+    fn schema_name() -> Cow<'static, str> {
+        "JsonPath".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^\\$",
+            "description": "A JSONPath from the body's root: `$`, `.name`, `['name']`, `[n]`, `[-1]`, `[*]`."
+        })
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl serde::Serialize for JsonPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
 /// A path from a tool's own value (`custom.fields`): see [`JsonPath::parse_relative`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FieldPath(pub JsonPath);
@@ -139,6 +163,27 @@ pub struct FieldPath(pub JsonPath);
 impl FieldPath {
     pub fn parse(text: &str) -> Result<FieldPath, String> {
         JsonPath::parse_relative(text).map(FieldPath)
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl schemars::JsonSchema for FieldPath {
+    fn schema_name() -> Cow<'static, str> {
+        "FieldPath".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A path from a tool's own value (`name`, `function.name`, `['x-name']`); empty: the tool itself."
+        })
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl serde::Serialize for FieldPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
     }
 }
 

@@ -6,9 +6,10 @@
 //! request the gateway answers is answered with a local reply. An Envoy `buffer` filter after
 //! this one keeps the request from the router until then, so such a request never reaches the
 //! server; without it the router has already sent the headers, and Envoy resets that upstream
-//! request (README.md, "What the MCP server sees"). The gateway's own requests (catalog pages,
-//! `_tool_gating`, `call_tool`'s call) go to the route's cluster, with the client's headers:
-//! its session (`Mcp-Session-Id`), credentials and protocol version.
+//! request (the book's `concepts/mcp.md`, "What the MCP server sees"). The gateway's own
+//! requests (catalog pages, `_tool_gating`, `call_tool`'s call) go to the route's cluster,
+//! with the client's headers: its session (`Mcp-Session-Id`), credentials and protocol
+//! version.
 
 use super::Shared;
 use super::host::{self, Buffer, Headers, MetricKind};
@@ -23,7 +24,7 @@ use crate::search::memory::SessionKey;
 use proxy_wasm::types::Action;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// The MCP stats (README's table lists them).
+/// The MCP stats (docs/book/src/reference/metrics.md lists them).
 pub struct McpMetrics {
     tools_list: u32,
     tokens_saved: u32,

@@ -1,5 +1,6 @@
-//! The filter's Envoy stats. Names are fixed and documented in README.md; Envoy shows them as
-//! `wasmcustom.<name>` in `/stats` and as `<name>` with `_` for `.` in `/stats/prometheus`.
+//! The filter's Envoy stats. Names are fixed and documented in the book
+//! (`docs/book/src/reference/metrics.md`); Envoy shows them as `wasmcustom.<name>` in `/stats`
+//! and as `<name>` with `_` for `.` in `/stats/prometheus`.
 
 use super::host::{self, HostError, MetricKind};
 use crate::access::Surface;

@@ -18,6 +18,13 @@
 //! - `mcp` without Envoy's buffer filter after toolsift, on for the MCP routes: every request
 //!   the gateway answers would reach the MCP server as its headers and a reset.
 //!
+//! Every plugin configuration is also validated against the configuration's JSON Schema
+//! (`toolsift schema`): each violation is an error naming the field's path, all of them at
+//! once (the filter's parser stops at the first). Plugin configurations written in Kubernetes
+//! manifests are found too: an Istio `WasmPlugin`'s `pluginConfig` and an Envoy Gateway
+//! `EnvoyExtensionPolicy`'s `wasm[].config` (their own rules only: the listener is not there),
+//! each violation on the line of the field.
+//!
 //! Listener-level rules need the listener: they are applied to `static_resources` only
 //! (routes from RDS and clusters from CDS are not known here).
 //!
@@ -60,27 +67,38 @@ struct Node {
 
 #[derive(Debug)]
 enum Value {
-    Scalar(String),
+    /// The scalar's text, and what it was written as.
+    Scalar(String, Kind),
     Seq(Vec<Node>),
     Map(Vec<(String, Node)>),
     Null,
+}
+
+/// What a scalar was written as: a manifest's plugin configuration is read as the JSON it
+/// becomes (`5` a number, `"5"` a string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    Bool,
+    Int,
+    Float,
 }
 
 impl Node {
     fn from_yaml(yaml: &MarkedYaml<'_>) -> Node {
         let value = match &yaml.data {
             YamlData::Value(Scalar::Null) | YamlData::BadValue | YamlData::Alias(_) => Value::Null,
-            YamlData::Value(Scalar::Boolean(b)) => Value::Scalar(b.to_string()),
-            YamlData::Value(Scalar::Integer(i)) => Value::Scalar(i.to_string()),
-            YamlData::Value(Scalar::FloatingPoint(f)) => Value::Scalar(f.to_string()),
-            YamlData::Value(Scalar::String(s)) => Value::Scalar(s.to_string()),
-            YamlData::Representation(s, _, _) => Value::Scalar(s.to_string()),
+            YamlData::Value(Scalar::Boolean(b)) => Value::Scalar(b.to_string(), Kind::Bool),
+            YamlData::Value(Scalar::Integer(i)) => Value::Scalar(i.to_string(), Kind::Int),
+            YamlData::Value(Scalar::FloatingPoint(f)) => Value::Scalar(f.to_string(), Kind::Float),
+            YamlData::Value(Scalar::String(s)) => Value::Scalar(s.to_string(), Kind::Str),
+            YamlData::Representation(s, _, _) => Value::Scalar(s.to_string(), Kind::Str),
             YamlData::Sequence(items) => Value::Seq(items.iter().map(Node::from_yaml).collect()),
             YamlData::Mapping(map) => Value::Map(
                 map.iter()
                     .map(|(k, v)| {
                         let key = match Node::from_yaml(k).value {
-                            Value::Scalar(s) => s,
+                            Value::Scalar(s, _) => s,
                             _ => String::new(),
                         };
                         let mut value = Node::from_yaml(v);
@@ -111,7 +129,7 @@ impl Node {
 
     fn str(&self) -> Option<&str> {
         match &self.value {
-            Value::Scalar(s) => Some(s),
+            Value::Scalar(s, _) => Some(s),
             _ => None,
         }
     }
@@ -133,6 +151,50 @@ impl Node {
 
     fn is_true(&self) -> bool {
         self.str() == Some("true")
+    }
+
+    /// The JSON this YAML is (a manifest's plugin configuration, as Istio and Envoy Gateway
+    /// hand it to the filter).
+    fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as Json;
+        match &self.value {
+            Value::Null => Json::Null,
+            Value::Scalar(s, Kind::Str) => Json::String(s.clone()),
+            Value::Scalar(s, Kind::Bool) => Json::Bool(s == "true"),
+            Value::Scalar(s, Kind::Int) => s
+                .parse::<i64>()
+                .map_or_else(|_| Json::String(s.clone()), Json::from),
+            Value::Scalar(s, Kind::Float) => s
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map_or(Json::Null, Json::Number),
+            Value::Seq(items) => Json::Array(items.iter().map(Node::to_json).collect()),
+            Value::Map(entries) => Json::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The node at a path of the configuration (`search`, `native_search`, `0`, …), as deep as
+    /// it goes.
+    fn deepest<'a>(&'a self, path: &[PathStep]) -> &'a Node {
+        let mut node = self;
+        for step in path {
+            let next = match (step, &node.value) {
+                (PathStep::Key(key), Value::Map(_)) => node.get(key),
+                (PathStep::Index(i), Value::Seq(items)) => items.get(*i),
+                _ => None,
+            };
+            match next {
+                Some(next) => node = next,
+                None => break,
+            }
+        }
+        node
     }
 
     /// A whole number (`33554432`, or `"33554432"` as protobuf's JSON allows for uint64).
@@ -209,6 +271,244 @@ fn find_toolsift<'a>(node: &'a Node, out: &mut Vec<&'a Node>) {
     }
 }
 
+/// One step of a field's path in the plugin configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+/// A field's path as the filter's errors write it: `search.native_search[0].model`.
+fn dotted(path: &[PathStep]) -> String {
+    let mut out = String::new();
+    for step in path {
+        match step {
+            PathStep::Key(key) if out.is_empty() => out.push_str(key),
+            PathStep::Key(key) => {
+                out.push('.');
+                out.push_str(key);
+            }
+            PathStep::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// The configuration's schema, compiled once, with each optional section (`anyOf: [section,
+/// null]`) taken as the section: a mistake inside `access` is then named where it is, not as
+/// `access` matching neither. `null` members are left out of what is validated
+/// ([`without_nulls`]); the filter's parser still refuses one where it is not allowed.
+fn schema_validator() -> Option<&'static jsonschema::Validator> {
+    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> =
+        std::sync::OnceLock::new();
+    VALIDATOR
+        .get_or_init(|| {
+            let mut schema = toolsift::config::json_schema();
+            sections_not_null(&mut schema);
+            jsonschema::validator_for(&schema).ok()
+        })
+        .as_ref()
+}
+
+/// Replaces every `anyOf: [X, {"type": "null"}]` in `schema` by X (its other keywords kept).
+fn sections_not_null(schema: &mut serde_json::Value) {
+    use serde_json::Value as Json;
+    match schema {
+        Json::Object(map) => {
+            let one = match map.get("anyOf").and_then(Json::as_array).map(Vec::as_slice) {
+                Some([only, null]) if null.get("type") == Some(&Json::from("null")) => {
+                    Some(only.clone())
+                }
+                _ => None,
+            };
+            if let Some(Json::Object(only)) = one {
+                map.remove("anyOf");
+                for (key, value) in only {
+                    map.entry(key).or_insert(value);
+                }
+            }
+            for value in map.values_mut() {
+                sections_not_null(value);
+            }
+        }
+        Json::Array(items) => items.iter_mut().for_each(sections_not_null),
+        _ => {}
+    }
+}
+
+/// `json` without the object members that are `null` (an unset optional field).
+fn without_nulls(json: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as Json;
+    match json {
+        Json::Object(map) => Json::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Json::Array(items) => Json::Array(items.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Where `json` breaks the configuration's schema: each field's path and why, in document
+/// order of the paths.
+fn schema_violations(json: &serde_json::Value) -> Vec<(Vec<PathStep>, String)> {
+    let Some(validator) = schema_validator() else {
+        return vec![(
+            Vec::new(),
+            "the configuration schema does not compile".into(),
+        )];
+    };
+    let json = without_nulls(json);
+    let mut found: Vec<(Vec<PathStep>, String)> = Vec::new();
+    for error in validator.iter_errors(&json) {
+        let path: Vec<PathStep> = error
+            .instance_path()
+            .iter()
+            .map(|segment| match segment {
+                jsonschema::paths::LocationSegment::Property(key) => {
+                    PathStep::Key(key.into_owned())
+                }
+                jsonschema::paths::LocationSegment::Index(i) => PathStep::Index(i),
+            })
+            .collect();
+        // An unknown key is named as the field it would be, as the parser names it.
+        if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
+            error.kind()
+        {
+            for key in unexpected {
+                let mut path = path.clone();
+                path.push(PathStep::Key(key.clone()));
+                found.push((path, "unknown field".to_owned()));
+            }
+            continue;
+        }
+        found.push((path, error.to_string()));
+    }
+    found.dedup();
+    found
+}
+
+/// The field a filter's error names (``field `search.tool_name`: …``), if any.
+fn field_of(error: &str) -> Option<&str> {
+    let rest = error.split("field `").nth(1)?;
+    rest.split('`').next()
+}
+
+/// Checks one plugin configuration with the filter's own parser (an error when it refuses it:
+/// Envoy would not load the filter), then against the schema: every other field that breaks
+/// it is an error too, naming the field (the parser stops at its first). `yaml` is the
+/// configuration as a YAML node (a manifest's), for each field's line; `line` the line of
+/// everything else.
+fn check_plugin_config(
+    text: &str,
+    yaml: Option<&Node>,
+    line: usize,
+    findings: &mut Vec<Finding>,
+) -> Option<Config> {
+    let parsed = Config::from_json(text.as_bytes());
+    let refused = parsed.as_ref().err().map(|e| e.0.clone());
+    if let Some(e) = &refused {
+        let at = match (yaml, field_of(e)) {
+            (Some(node), Some(field)) => node.deepest(&steps_of(field)).line,
+            _ => line,
+        };
+        findings.push(Finding {
+            line: at,
+            severity: Severity::Error,
+            message: format!("Envoy would not load this filter: {e}"),
+        });
+    }
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
+        let said = refused.as_deref().and_then(field_of);
+        for (path, why) in schema_violations(&json) {
+            let field = dotted(&path);
+            if said == Some(field.as_str()) {
+                continue;
+            }
+            let at = yaml.map_or(line, |node| node.deepest(&path).line);
+            let message = match field.as_str() {
+                "" => format!("the plugin configuration breaks its schema: {why}"),
+                field => {
+                    format!("the plugin configuration breaks its schema: field `{field}`: {why}")
+                }
+            };
+            findings.push(Finding {
+                line: at,
+                severity: Severity::Error,
+                message,
+            });
+        }
+    }
+    parsed.ok()
+}
+
+/// The steps of a dotted path (`search.native_search[0].model`).
+fn steps_of(field: &str) -> Vec<PathStep> {
+    let mut steps = Vec::new();
+    for part in field.split('.') {
+        let mut rest = part;
+        if let Some(open) = rest.find('[') {
+            steps.push(PathStep::Key(rest[..open].to_owned()));
+            rest = &rest[open..];
+            while let Some(index) = rest.strip_prefix('[').and_then(|r| r.split_once(']')) {
+                match index.0.parse() {
+                    Ok(i) => steps.push(PathStep::Index(i)),
+                    Err(_) => break,
+                }
+                rest = index.1;
+            }
+        } else {
+            steps.push(PathStep::Key(rest.to_owned()));
+        }
+    }
+    steps
+}
+
+/// A toolsift plugin configuration in a Kubernetes manifest: an Istio `WasmPlugin`'s
+/// `pluginConfig`, or an Envoy Gateway `EnvoyExtensionPolicy`'s `wasm[].config`; `None` for
+/// the plugin without one (all defaults). Returns the plugin's node too.
+fn manifest_configs(doc: &Node) -> Vec<(&Node, Option<&Node>)> {
+    let mentions = |node: &Node, keys: &[&[&str]]| {
+        keys.iter().any(|k| {
+            node.at(k)
+                .and_then(Node::str)
+                .is_some_and(|s| s.contains("toolsift"))
+        })
+    };
+    let Some(spec) = doc.get("spec") else {
+        return Vec::new();
+    };
+    match doc.get("kind").and_then(Node::str) {
+        Some("WasmPlugin")
+            if mentions(doc, &[&["metadata", "name"]])
+                || mentions(spec, &[&["pluginName"], &["url"]]) =>
+        {
+            vec![(spec, spec.get("pluginConfig"))]
+        }
+        Some("EnvoyExtensionPolicy") => spec
+            .get("wasm")
+            .map(Node::items)
+            .unwrap_or_default()
+            .iter()
+            .filter(|w| {
+                mentions(
+                    w,
+                    &[
+                        &["name"],
+                        &["rootID"],
+                        &["code", "image", "url"],
+                        &["code", "http", "url"],
+                    ],
+                )
+            })
+            .map(|w| (w, w.get("config")))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Parses the filter's plugin configuration; a configuration the filter refuses is an error.
 fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filter<'a> {
     let wasm = typed_config.get("config").unwrap_or(typed_config);
@@ -228,8 +528,8 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
             }
         },
     };
-    match Config::from_json(json.as_bytes()) {
-        Ok(config) => {
+    match check_plugin_config(&json, None, line, findings) {
+        Some(config) => {
             // Headers are held for search mode's follow-ups, and for filter mode's answers to
             // made-up calls (`unknown_tools.answer`).
             if config.follow_up_rounds().is_some()
@@ -243,7 +543,8 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
                     severity: Severity::Warning,
                     message: "search.hold_headers without `allow_on_headers_stop_iteration: \
                               true`: each worker's first held request waits 1 s to be resumed, \
-                              then the worker stops holding headers (README.md, Search mode)"
+                              then the worker stops holding headers \
+                              (docs/book/src/concepts/search-mode.md, \"Where it runs\")"
                         .into(),
                 });
             }
@@ -252,14 +553,7 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
                 config: Some(config),
             }
         }
-        Err(e) => {
-            findings.push(Finding {
-                line,
-                severity: Severity::Error,
-                message: format!("Envoy would not load this filter: {e}"),
-            });
-            Filter { wasm, config: None }
-        }
+        None => Filter { wasm, config: None },
     }
 }
 
@@ -332,18 +626,16 @@ fn check_document(doc: &Node) -> Report {
             }
         }
     }
-    if all.is_empty() {
-        findings.push(Finding {
-            line: doc.line,
-            severity: Severity::Error,
-            message: "no toolsift Wasm filter found (a Wasm filter whose root_id, name or code \
-                      names toolsift)"
-                .into(),
-        });
+    // Manifests: the plugin configuration alone.
+    let manifests = manifest_configs(doc);
+    for (plugin, config) in &manifests {
+        let text = config.map_or_else(String::new, |c| c.to_json().to_string());
+        let line = config.map_or(plugin.line, |c| c.line);
+        check_plugin_config(&text, *config, line, &mut findings);
     }
     Report {
         findings,
-        filters: all.len(),
+        filters: all.len() + manifests.len(),
     }
 }
 
@@ -419,7 +711,7 @@ fn check_clusters(
 /// the MCP routes: toolsift cannot hold the request headers where operators deploy it, so
 /// without the filter the router sends them upstream at once, and each request the gateway
 /// answers (`tools/list`, `find_tools`, a refused call) reaches the server as its headers and
-/// a reset (README, "What the MCP server sees"). `later` are the filters after toolsift.
+/// a reset (docs/book/src/concepts/mcp.md, "What the MCP server sees"). `later` are the filters after toolsift.
 fn check_mcp_buffer(hcm: &Node, later: &[Node], toolsift: &Node, findings: &mut Vec<Finding>) {
     let is_buffer = |filter: &&Node| {
         let kind = filter
@@ -643,7 +935,12 @@ fn check_hcm<'a>(
 /// Checks one file; `Err` when it cannot be read as YAML.
 fn check_file(path: &std::path::Path) -> Result<Report, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let docs = MarkedYaml::load_from_str(&text).map_err(|e| format!("not YAML: {e}"))?;
+    check_text(&text)
+}
+
+/// Checks one file's text (every YAML document in it); `Err` when it is not YAML.
+fn check_text(text: &str) -> Result<Report, String> {
+    let docs = MarkedYaml::load_from_str(text).map_err(|e| format!("not YAML: {e}"))?;
     let docs: Vec<Node> = docs.iter().map(Node::from_yaml).collect();
     if !docs.iter().any(|d| matches!(d.value, Value::Map(_))) {
         return Err("not an Envoy configuration (no YAML mapping)".into());
@@ -656,6 +953,16 @@ fn check_file(path: &std::path::Path) -> Result<Report, String> {
         let one = check_document(doc);
         report.filters += one.filters;
         report.findings.extend(one.findings);
+    }
+    if report.filters == 0 {
+        report.findings.push(Finding {
+            line: docs.first().map_or(1, |d| d.line),
+            severity: Severity::Error,
+            message: "no toolsift Wasm filter found (a Wasm filter whose root_id, name or code \
+                      names toolsift, an Istio WasmPlugin or an Envoy Gateway \
+                      EnvoyExtensionPolicy naming it)"
+                .into(),
+        });
     }
     report.findings.sort_by_key(|f| (f.line, f.severity));
     Ok(report)
@@ -721,16 +1028,6 @@ pub fn run(args: &Args) -> ExitCode {
 mod tests {
     use super::*;
 
-    fn check(yaml: &str) -> Vec<(usize, Severity, String)> {
-        let docs = MarkedYaml::load_from_str(yaml).unwrap();
-        let doc = Node::from_yaml(&docs[0]);
-        check_document(&doc)
-            .findings
-            .into_iter()
-            .map(|f| (f.line, f.severity, f.message))
-            .collect()
-    }
-
     #[test]
     fn durations_and_lines() {
         assert_eq!(duration_ms("300s"), Some(300_000));
@@ -744,8 +1041,27 @@ mod tests {
 
     #[test]
     fn no_filter_is_a_finding() {
-        let found = check("static_resources:\n  listeners: []\n");
-        assert_eq!(found.len(), 1);
-        assert!(found[0].2.contains("no toolsift"));
+        let found = check_text("static_resources:\n  listeners: []\n").unwrap();
+        assert_eq!(found.findings.len(), 1);
+        assert!(found.findings[0].message.contains("no toolsift"));
+        // A file of several documents needs one filter in all of them.
+        let two = "kind: Other\n---\nkind: WasmPlugin\nmetadata: {name: toolsift}\nspec: {}\n";
+        let found = check_text(two).unwrap();
+        assert!(found.findings.is_empty(), "{:?}", found.findings);
+    }
+
+    #[test]
+    fn manifests_are_read_as_the_json_they_become() {
+        let yaml = "kind: WasmPlugin\nmetadata:\n  name: toolsift\nspec:\n  pluginConfig:\n    top_k: 5\n    min_score: 0.5\n    always_include: [a]\n    debug: true\n    dialect: \"5\"\n";
+        let docs = MarkedYaml::load_from_str(yaml).unwrap();
+        let doc = Node::from_yaml(&docs[0]);
+        let config = doc.at(&["spec", "pluginConfig"]).unwrap();
+        assert_eq!(
+            config.to_json(),
+            serde_json::json!({"top_k": 5, "min_score": 0.5, "always_include": ["a"], "debug": true, "dialect": "5"})
+        );
+        let path = [PathStep::Key("always_include".into()), PathStep::Index(0)];
+        assert_eq!(config.deepest(&path).line, 8);
+        assert_eq!(dotted(&path), "always_include[0]");
     }
 }

@@ -9,6 +9,8 @@
 //!
 //! `report` sums up the access logs the shipped configurations write (`toolsift::report`).
 //!
+//! `schema` prints the plugin configuration's JSON Schema, derived from the configuration types.
+//!
 //! Exit codes: 0 on success (a request the filter would skip is a success: the report says why),
 //! 2 on bad input (missing file, invalid JSON, invalid configuration, unknown dialect, bad flags)
 //! and when the embeddings service of `--embeddings-url` fails. `check`: 0 clean, 1 findings, 2 a
@@ -22,6 +24,7 @@ mod hybrid;
 mod output;
 mod plot;
 mod report;
+mod schema;
 mod tokens;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +54,9 @@ enum Command {
     /// Sum up access logs: how many called tools each top_k keeps, outcomes, tokens saved,
     /// access decisions, loops and unknown tools.
     Report(report::Args),
+    /// Print the plugin configuration's JSON Schema (`--markdown`: the configuration
+    /// reference drawn from it).
+    Schema(schema::Args),
 }
 
 /// A failure to report: the message names the problem; the exit code is 2.
@@ -70,6 +76,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(&args),
         Command::Eval(args) => eval_cmd::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Schema(args) => schema::run(&args),
         Command::Check(args) => return check::run(&args),
     };
     match result {
