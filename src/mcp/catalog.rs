@@ -223,6 +223,20 @@ impl ServerCatalog {
         }
     }
 
+    /// [`ServerCatalog::rank`] of the tools `allowed` (per tool) lets a caller see, scored by
+    /// their statistics alone ([`Catalog::rank_among`]).
+    pub fn rank_among(&self, query: &str, allowed: &[bool]) -> Vec<Found> {
+        let Some(ranked) = &self.ranked else {
+            return Vec::new();
+        };
+        let entries: Vec<bool> = self
+            .rankable
+            .iter()
+            .map(|&tool| allowed.get(tool).copied().unwrap_or(false))
+            .collect();
+        self.found_in(&ranked.rank_among(query, &entries))
+    }
+
     /// The tools of a ranking of [`ServerCatalog::index`] with some evidence, in its order.
     pub fn found_in(&self, order: &[crate::rank::Scored]) -> Vec<Found> {
         order
