@@ -416,6 +416,43 @@ mod tests {
     }
 
     #[test]
+    fn a_callers_search_scores_as_a_server_of_its_tools_alone() {
+        let tools = [
+            ("get_weather", "Current weather in a city"),
+            (GATING_TOOL, "weather weather weather"),
+            ("weather_alerts", "Severe weather alerts, weather warnings"),
+            ("get_forecast", "Weather forecast for a city"),
+            ("send_mail", "Send an email about the weather"),
+        ];
+        let server = |listed: &[(&str, &str)]| {
+            let texts: Vec<String> = listed.iter().map(|(n, d)| tool(n, d)).collect();
+            ServerCatalog::build(vec![
+                page(&format!(r#"{{"tools":[{}]}}"#, texts.join(","))).unwrap(),
+            ])
+        };
+        let whole = server(&tools);
+        let query = "weather forecast for my city";
+        // Per tool of the whole server: the caller may see get_weather and get_forecast.
+        let allowed = [true, true, false, true, false];
+        let alone = server(&[tools[0], tools[3]]);
+        let scores = |c: &ServerCatalog, found: Vec<Found>| -> Vec<(String, f32)> {
+            found
+                .into_iter()
+                .map(|f| (c.tools[f.tool].name.clone(), f.score))
+                .collect()
+        };
+        let among = scores(&whole, whole.rank_among(query, &allowed));
+        assert_eq!(among, scores(&alone, alone.rank(query)));
+        assert_eq!(among.len(), 2);
+        // The whole server's statistics score them otherwise.
+        let all = scores(&whole, whole.rank(query));
+        let of = |list: &[(String, f32)], name: &str| {
+            list.iter().find(|(n, _)| n == name).map(|(_, s)| *s)
+        };
+        assert_ne!(of(&all, "get_weather"), of(&among, "get_weather"));
+    }
+
+    #[test]
     fn cache_honours_ttl_scope_generation_and_size() {
         let key = |s: &str| Key {
             server: s.into(),
