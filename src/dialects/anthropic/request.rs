@@ -5,7 +5,9 @@ use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::access::Connector;
 use crate::dialects::{Choice, Entry, Held, Holder, Problem, Request};
 use crate::dialects::shared::{History, first_text, asked, user_text};
-use crate::dialects::shared::{array_at, entry_type, names, object, set_nested_member, url_host};
+use crate::dialects::shared::{
+    array_at, entry_type, may_mention, names, object, set_nested_member, url_host,
+};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -217,6 +219,9 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 /// (one without a name is `mcp:`).
 pub(crate) fn holders(body: &str) -> Vec<Holder> {
     let mut out = Vec::new();
+    if !may_mention(body, &["mcp"]) {
+        return out;
+    }
     if let Some(array) = array_at(body, &["mcp_servers"]) {
         let entries = (0..array.items.len())
             .map(|i| {

@@ -4,7 +4,9 @@
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::access::Connector;
 use crate::dialects::shared::splice::set_path_member;
-use crate::dialects::shared::{array_at, entry_type, names, object, set_nested_member, url_host};
+use crate::dialects::shared::{
+    array_at, entry_type, may_mention, names, object, set_nested_member, url_host,
+};
 use crate::dialects::{Choice, Entry, Held, Holder, Problem, Request};
 use crate::dialects::shared::{Asked, History, asked, content_text, first_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
@@ -222,6 +224,9 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
 /// `namespace`s (`name`, and functions in `tools`). Read as providers read objects (a repeated
 /// key: the last one); a member of the wrong type names nothing.
 pub(crate) fn holders(body: &str) -> Vec<Holder> {
+    if !may_mention(body, &["mcp", "namespace"]) {
+        return Vec::new();
+    }
     let Some(array) = array_at(body, &["tools"]) else {
         return Vec::new();
     };

@@ -191,6 +191,14 @@ pub(crate) fn array_at(body: &str, path: &[&str]) -> Option<crate::json::ArrayLa
     })
 }
 
+/// Whether `body` may hold one of `words` in a key or string: spelled out, or written with a
+/// `\u` escape (the only way a JSON text can escape a letter). A body that holds none need
+/// not be read for them: a cheap scan where a structural one would cost more.
+pub(crate) fn may_mention(body: &str, words: &[&str]) -> bool {
+    let has = |needle: &str| memchr::memmem::find(body.as_bytes(), needle.as_bytes()).is_some();
+    words.iter().any(|w| has(w)) || has("\\u")
+}
+
 /// The host of a URL, lower case, without user, port, path or query (`https://u@API.x.com:8443/p`
 /// gives `api.x.com`; an IPv6 literal keeps its brackets); empty when it has none.
 pub(crate) fn url_host(url: &str) -> String {
@@ -257,6 +265,17 @@ pub(crate) fn is_search_tool(entry: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mentions_are_found_spelled_out_or_escaped() {
+        use super::may_mention;
+        assert!(may_mention(r#"{"tools":[{"type":"mcp"}]}"#, &["mcp"]));
+        assert!(may_mention(r#"{"tools":[{"type":"m\u0063p"}]}"#, &["mcp"]));
+        assert!(!may_mention(
+            r#"{"tools":[{"type":"function","name":"m\ncp"}]}"#,
+            &["mcp"]
+        ));
+    }
+
     #[test]
     fn url_hosts() {
         use super::url_host;
