@@ -51,6 +51,30 @@ pub struct AccessConfig {
     /// How a denied tool looks to the caller.
     #[serde(default)]
     pub denied: Denied,
+    /// What a request on a path toolsift does not recognise gets (a path that is no LLM
+    /// API's, and not in `custom.paths` or `mcp.paths`): `pass` (the default: it goes on
+    /// ungoverned) or `deny` (answered with `unknown_paths_status`). Counted either way
+    /// (`toolsift.access.unknown_paths`).
+    #[serde(default)]
+    pub unknown_paths: UnknownPaths,
+    /// The status `"unknown_paths": "deny"` answers with: 404 (the default) or 403.
+    #[serde(default)]
+    pub unknown_paths_status: Option<u16>,
+}
+
+/// What a request on a path toolsift does not recognise gets under access rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownPaths {
+    /// It goes on ungoverned, whatever it carries.
+    #[default]
+    Pass,
+    /// It is answered with `unknown_paths_status` (404 unless set to 403).
+    Deny,
 }
 
 /// One source of identity values: JWT claims in dynamic metadata, or a header.
@@ -74,6 +98,31 @@ pub struct IdentitySource {
     /// Prepended to every value of this source (`tenant:`), so rules can tell sources apart.
     #[serde(default)]
     pub prefix: String,
+    /// How a header, or a claim that is one string, is split into values: `both` (the
+    /// default: at spaces and commas, as OAuth scopes are written), `space`, `comma`, or
+    /// `none` (the whole text is one value: a tenant named `acme corp`). An array claim's
+    /// strings are never split.
+    #[serde(default)]
+    pub split: Split,
+}
+
+/// Where a header or a claim string is split into identity values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[cfg_attr(
+    not(target_arch = "wasm32"),
+    derive(schemars::JsonSchema, serde::Serialize)
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// Not split: the whole text (trimmed) is one value.
+    None,
+    /// At spaces (and tabs).
+    Space,
+    /// At commas; the values are trimmed of the spaces around them.
+    Comma,
+    /// At spaces, tabs and commas.
+    #[default]
+    Both,
 }
 
 /// Whether the policy's denials are carried out.
@@ -266,12 +315,13 @@ impl Caller {
     }
 }
 
-/// The identity values a claim holds: a string (space- or comma-separated values, as OAuth
-/// scopes are), or an array whose every string is one value, spaces and commas included (a
-/// group "contractors admins" is not `admins`); numbers and booleans as their JSON text.
-pub fn claim_values(claim: &Value, prefix: &str, out: &mut Vec<String>) {
+/// The identity values a claim holds: a string (split as `split` says; by default at spaces
+/// and commas, as OAuth scopes are written), or an array whose every string is one value,
+/// spaces and commas included (a group "contractors admins" is not `admins`); numbers and
+/// booleans as their JSON text.
+pub fn claim_values(claim: &Value, prefix: &str, split: Split, out: &mut Vec<String>) {
     match claim {
-        Value::String(s) => split_values(s, prefix, out),
+        Value::String(s) => split_values(s, prefix, split, out),
         Value::Array(items) => {
             for item in items {
                 match item {
@@ -286,10 +336,17 @@ pub fn claim_values(claim: &Value, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The values of a header or claim string: separated by spaces or commas.
-pub fn split_values(text: &str, prefix: &str, out: &mut Vec<String>) {
+/// The values of a header or claim string, split as `split` says; empty values are none.
+pub fn split_values(text: &str, prefix: &str, split: Split, out: &mut Vec<String>) {
+    let separators: &[char] = match split {
+        Split::None => &[],
+        Split::Space => &[' ', '\t'],
+        Split::Comma => &[','],
+        Split::Both => &[' ', ',', '\t'],
+    };
     out.extend(
-        text.split([' ', ',', '\t'])
+        text.split(separators)
+            .map(|v| v.trim_matches([' ', '\t']))
             .filter(|v| !v.is_empty())
             .map(|v| format!("{prefix}{v}")),
     );
@@ -311,6 +368,10 @@ pub enum Why {
     Annotation { rule: usize, hint: &'static str },
     /// No rule allowed it and `default` is `deny`.
     Default,
+    /// A pattern of rule `rule` speaks of a remote MCP connector's tools, and what it allows
+    /// cannot be written as the connector's list of allowed tools: toolsift does not see the
+    /// tools the server offers (the provider lists them), so the connector is denied whole.
+    Unlisted { rule: usize, pattern: String },
     /// An argument's value is not one rule `rule` allows.
     Argument {
         rule: usize,
@@ -330,6 +391,11 @@ impl fmt::Display for Why {
                 write!(f, "access rule {rule} denies tools annotated {hint}")
             }
             Why::Default => f.write_str("not allowed for this caller"),
+            Why::Unlisted { rule, pattern } => write!(
+                f,
+                "access rule {rule} (`{pattern}`) governs this MCP connector's tools by a \
+                 pattern, and toolsift cannot list the tools the server offers"
+            ),
             Why::Argument {
                 rule,
                 argument,
@@ -347,9 +413,10 @@ impl Why {
     pub fn rule(&self) -> Option<usize> {
         match self {
             Why::NoIdentity | Why::Default => None,
-            Why::Rule { rule, .. } | Why::Annotation { rule, .. } | Why::Argument { rule, .. } => {
-                Some(*rule)
-            }
+            Why::Rule { rule, .. }
+            | Why::Annotation { rule, .. }
+            | Why::Unlisted { rule, .. }
+            | Why::Argument { rule, .. } => Some(*rule),
         }
     }
 }
@@ -439,9 +506,14 @@ pub enum Source {
         key: Option<String>,
         claim: String,
         prefix: String,
+        split: Split,
     },
     /// A request header (lower-case name).
-    Header { name: String, prefix: String },
+    Header {
+        name: String,
+        prefix: String,
+        split: Split,
+    },
 }
 
 /// The `access` section, compiled: built once in `on_configure`, shared by every request.
@@ -454,6 +526,8 @@ pub struct Policy {
     mode: Mode,
     /// `access_shadow`: a second policy decided beside this one, never enforced.
     shadow: Option<Rc<Policy>>,
+    /// `"unknown_paths": "deny"`: the status an unrecognised path is answered with.
+    unknown_paths: Option<u16>,
 }
 
 impl Policy {
@@ -481,6 +555,22 @@ impl Policy {
             }
             rules.push(compiled);
         }
+        let unknown_paths = match (config.unknown_paths, config.unknown_paths_status) {
+            (_, Some(status)) if status != 403 && status != 404 => {
+                return Err(field_error(
+                    "unknown_paths_status",
+                    format!("{status}: 404 or 403"),
+                ));
+            }
+            (UnknownPaths::Pass, Some(_)) => {
+                return Err(field_error(
+                    "unknown_paths_status",
+                    "goes with `\"unknown_paths\": \"deny\"`",
+                ));
+            }
+            (UnknownPaths::Pass, None) => None,
+            (UnknownPaths::Deny, status) => Some(status.unwrap_or(404)),
+        };
         Ok(Policy {
             sources,
             default: config.default,
@@ -488,6 +578,7 @@ impl Policy {
             denied: config.denied,
             mode: config.mode,
             shadow: None,
+            unknown_paths,
         })
     }
 
@@ -499,6 +590,12 @@ impl Policy {
             return Err(field_error(
                 "mode",
                 "a shadow policy is never enforced: leave `mode` out",
+            ));
+        }
+        if shadow.unknown_paths != UnknownPaths::Pass {
+            return Err(field_error(
+                "unknown_paths",
+                "a shadow policy answers no request: set it in `access`",
             ));
         }
         let mut compiled = Policy::new(shadow)?;
@@ -516,6 +613,12 @@ impl Policy {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The status a request on a path toolsift does not recognise is answered with
+    /// (`"unknown_paths": "deny"`; in audit mode never); `None`: it passes.
+    pub fn unknown_path_status(&self) -> Option<u16> {
+        self.unknown_paths.filter(|_| self.mode == Mode::Enforce)
     }
 
     /// The names of the named rules, in order (their counters are defined at configure time).
@@ -550,9 +653,13 @@ impl Policy {
         let mut values = Vec::new();
         for source in &self.sources {
             match source {
-                Source::Header { name, prefix } => {
+                Source::Header {
+                    name,
+                    prefix,
+                    split,
+                } => {
                     if let Some(text) = header(name).and_then(|v| std::str::from_utf8(v).ok()) {
-                        split_values(text, prefix, &mut values);
+                        split_values(text, prefix, *split, &mut values);
                     }
                 }
                 Source::Claim {
@@ -560,10 +667,11 @@ impl Policy {
                     key,
                     claim,
                     prefix,
+                    split,
                 } => {
                     for payload in payloads(namespace, key.as_deref()) {
                         if let Some(value) = claim_at(&payload, claim) {
-                            claim_values(value, prefix, &mut values);
+                            claim_values(value, prefix, *split, &mut values);
                         }
                     }
                 }
@@ -648,6 +756,7 @@ fn source(s: &IdentitySource) -> Result<Source, (String, String)> {
                 key,
                 claim,
                 prefix: s.prefix.clone(),
+                split: s.split,
             })
         }
         (None, Some(name)) => {
@@ -666,6 +775,7 @@ fn source(s: &IdentitySource) -> Result<Source, (String, String)> {
             Ok(Source::Header {
                 name: name.to_ascii_lowercase(),
                 prefix: s.prefix.clone(),
+                split: s.split,
             })
         }
         (Some(_), Some(_)) => Err((
@@ -894,6 +1004,28 @@ impl Grant {
         if !seen.allowed() {
             return seen;
         }
+        self.arguments(name, arguments)
+    }
+
+    /// [`Grant::call`] of a tool that goes by several names (a Responses namespace's
+    /// function: `crm.get_customer` and `get_customer`, see [`Grant::tool_named`]): every
+    /// rule restricting the arguments of one of its names is satisfied.
+    pub fn call_named(&self, names: &[&str], arguments: &str) -> Decision {
+        let seen = self.tool_named(names);
+        if !seen.allowed() {
+            return seen;
+        }
+        for name in names {
+            let decision = self.arguments(name, arguments);
+            if !decision.allowed() {
+                return decision;
+            }
+        }
+        Decision::Allowed
+    }
+
+    /// Whether `arguments` satisfy every applicable rule restricting the arguments of `name`.
+    fn arguments(&self, name: &str, arguments: &str) -> Decision {
         let mut parsed: Option<Option<serde_json::Map<String, Value>>> = None;
         for (i, rule) in self.rules() {
             for (tool, constraints) in &rule.arguments {
@@ -914,6 +1046,245 @@ impl Grant {
             }
         }
         Decision::Allowed
+    }
+}
+
+/// A remote MCP connector a request hands the provider: an Anthropic `mcp_servers` entry or
+/// an OpenAI Responses `mcp` tool. The provider connects to the server itself and runs its
+/// tools; toolsift sees only this entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connector {
+    /// Its `name` (Anthropic) or `server_label` (Responses): the rules call it `mcp:<label>`.
+    pub label: String,
+    /// The host of its URL, lower case (empty when it has none): the rules call it
+    /// `mcp_url:<host>`.
+    pub host: String,
+    /// The tools the client allows it (`allowed_tools`); `None`: every tool the server offers.
+    pub tools: Option<Vec<String>>,
+}
+
+impl Connector {
+    /// What the rules call the connector.
+    pub fn name(&self) -> String {
+        format!("mcp:{}", self.label)
+    }
+
+    /// What the rules call its URL.
+    pub fn url_name(&self) -> String {
+        format!("mcp_url:{}", self.host)
+    }
+
+    /// What the rules call its tool `tool`: `mcp:<label>/<tool>`.
+    pub fn tool_name(&self, tool: &str) -> String {
+        format!("mcp:{}/{tool}", self.label)
+    }
+}
+
+/// Patterns that can speak of a connector's tools, each with its rule.
+type Speaking<'a> = Vec<(usize, &'a Glob)>;
+
+/// What becomes of a connector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectorVerdict {
+    /// It goes as the client wrote it.
+    Keep,
+    /// It goes with these tools allowed, and no other (its allowed-tools list written).
+    Narrow(Vec<String>),
+    /// It leaves the request (`hidden`), or the request is refused (`refused`); `name` is what
+    /// the denial is about (`mcp:<label>`, `mcp_url:<host>`).
+    Denied { name: String, why: Why },
+}
+
+impl Grant {
+    /// Whether the caller may see a tool that goes by several names (a Responses namespace's
+    /// function: `crm.get_customer` and `get_customer`): denied when one name is denied by a
+    /// rule, allowed when one is allowed.
+    pub fn tool_named(&self, names: &[&str]) -> Decision {
+        let none = Annotations::default();
+        let mut decided = Decision::Denied(Why::Default);
+        for name in names {
+            match self.tool(name, &none) {
+                Decision::Denied(Why::Default) => {}
+                Decision::Allowed => decided = Decision::Allowed,
+                denied => return denied,
+            }
+        }
+        decided
+    }
+
+    /// [`Grant::tool_named`] on the `tools` surface, recorded and enforced as the mode says
+    /// (under the first name).
+    pub fn judge_named(&self, names: &[&str]) -> Decision {
+        let decision = self.tool_named(names);
+        let first = names.first().copied();
+        self.judge(Surface::Tools, first, decision, |s| s.tool_named(names))
+    }
+
+    /// What becomes of `connector`. It needs both its names allowed, `mcp:<label>` and
+    /// `mcp_url:<host>`, each decided like a tool (a label is the client's to choose; the
+    /// host is where the provider connects). Its tools (`mcp:<label>/<tool>`) follow it unless
+    /// a rule's pattern can speak of them:
+    /// - a tool is denied by a `deny` pattern that matches its name; it is allowed by an
+    ///   `allow` that matches it, and by `default: "allow"`, no `allow` that can speak of the
+    ///   connector's tools, or one that covers them all (`mcp:github/*`); otherwise not;
+    /// - the tools are those the client allows (`allowed_tools`), else, when only `allow`s
+    ///   can let them through, those the `allow`s name exactly; otherwise they are unknown
+    ///   (the provider lists them) and a `deny` (or an `allow` that names none exactly) that
+    ///   can speak of them denies the connector whole;
+    /// - a connector left with no tool is denied.
+    pub fn connector(&self, connector: &Connector) -> ConnectorVerdict {
+        let none = Annotations::default();
+        let denied = |name: String, why: Why| ConnectorVerdict::Denied { name, why };
+        if !self.identified {
+            return denied(connector.name(), Why::NoIdentity);
+        }
+        for name in [connector.name(), connector.url_name()] {
+            if let Decision::Denied(why) = self.tool(&name, &none) {
+                return denied(name, why);
+            }
+        }
+        let under = format!("mcp:{}/", connector.label);
+        let (denies, allows) = self.speaking_of(&under);
+        // Open: every tool the server offers may be allowed (`default: "allow"`, no `allow`
+        // that can speak of them, or one that covers them all); else only what an `allow`
+        // names.
+        let open = self.policy.default == Effect::Allow
+            || allows.is_empty()
+            || allows.iter().any(|(_, p)| p.covers_all_under(&under));
+        let tools: Vec<String> = match (&connector.tools, open) {
+            (Some(tools), _) => tools.clone(),
+            (None, false) => {
+                let mut named: Vec<String> = Vec::new();
+                for (_, p) in &allows {
+                    let tool = p.as_str().strip_prefix(&under).filter(|_| p.is_exact());
+                    if let Some(tool) = tool.filter(|t| !t.is_empty()) {
+                        if !named.iter().any(|n| n == tool) {
+                            named.push(tool.to_owned());
+                        }
+                    }
+                }
+                if named.is_empty() {
+                    let (rule, p) = allows.first().copied().unzip();
+                    return denied(
+                        connector.name(),
+                        Why::Unlisted {
+                            rule: rule.unwrap_or_default(),
+                            pattern: p.map(|p| p.as_str().to_owned()).unwrap_or_default(),
+                        },
+                    );
+                }
+                named
+            }
+            (None, true) => {
+                return match denies.first() {
+                    Some((rule, p)) => denied(
+                        connector.name(),
+                        Why::Unlisted {
+                            rule: *rule,
+                            pattern: p.as_str().to_owned(),
+                        },
+                    ),
+                    None => ConnectorVerdict::Keep,
+                };
+            }
+        };
+        let mut first_denial = None;
+        let mut kept = Vec::new();
+        for tool in &tools {
+            match self.connector_tool(connector, tool, &denies, &allows) {
+                Decision::Allowed => kept.push(tool.clone()),
+                Decision::Denied(why) => {
+                    first_denial.get_or_insert(why);
+                }
+            }
+        }
+        if kept.is_empty() {
+            return denied(connector.name(), first_denial.unwrap_or(Why::Default));
+        }
+        if connector.tools.as_ref() == Some(&kept) {
+            ConnectorVerdict::Keep
+        } else {
+            ConnectorVerdict::Narrow(kept)
+        }
+    }
+
+    /// The `deny` and `allow` patterns of the applicable rules that can match a name under
+    /// `under` (`mcp:<label>/`), with their rules.
+    fn speaking_of(&self, under: &str) -> (Speaking<'_>, Speaking<'_>) {
+        let speaking = |patterns: fn(&Rule) -> &[Glob]| -> Speaking<'_> {
+            self.rules()
+                .flat_map(|(i, r)| patterns(r).iter().map(move |p| (i, p)))
+                .filter(|(_, p)| p.may_match_under(under))
+                .collect()
+        };
+        (speaking(|r| &r.deny), speaking(|r| &r.allow))
+    }
+
+    /// Whether the caller may use `tool` of `connector`, given the patterns that can speak of
+    /// its tools (see [`Grant::connector`]).
+    fn connector_tool(
+        &self,
+        connector: &Connector,
+        tool: &str,
+        denies: &[(usize, &Glob)],
+        allows: &[(usize, &Glob)],
+    ) -> Decision {
+        let name = connector.tool_name(tool);
+        if let Some((rule, p)) = denies.iter().find(|(_, p)| p.matches(&name)) {
+            return Decision::Denied(Why::Rule {
+                rule: *rule,
+                pattern: p.as_str().to_owned(),
+            });
+        }
+        let under = format!("mcp:{}/", connector.label);
+        let allowed = self.policy.default == Effect::Allow
+            || allows.is_empty()
+            || allows
+                .iter()
+                .any(|(_, p)| p.matches(&name) || p.covers_all_under(&under));
+        if allowed {
+            Decision::Allowed
+        } else {
+            Decision::Denied(Why::Default)
+        }
+    }
+
+    /// [`Grant::connector`], recorded on the `tools` surface (the connector, or each tool
+    /// taken from the client's list) and enforced as the mode says: in audit mode every
+    /// connector is kept as written.
+    pub fn judge_connector(&self, connector: &Connector) -> ConnectorVerdict {
+        let verdict = self.connector(connector);
+        let as_decision = |v: &ConnectorVerdict| match v {
+            ConnectorVerdict::Denied { why, .. } => Decision::Denied(why.clone()),
+            _ => Decision::Allowed,
+        };
+        let name = match &verdict {
+            ConnectorVerdict::Denied { name, .. } => name.clone(),
+            _ => connector.name(),
+        };
+        let judged = self.judge(Surface::Tools, Some(&name), as_decision(&verdict), |s| {
+            as_decision(&s.connector(connector))
+        });
+        if let (ConnectorVerdict::Narrow(kept), Some(tools)) = (&verdict, &connector.tools) {
+            let under = format!("mcp:{}/", connector.label);
+            let (denies, allows) = self.speaking_of(&under);
+            for tool in tools.iter().filter(|t| !kept.contains(t)) {
+                let decision = self.connector_tool(connector, tool, &denies, &allows);
+                let name = connector.tool_name(tool);
+                self.judge(Surface::Tools, Some(&name), decision, |s| {
+                    match s.connector(connector) {
+                        ConnectorVerdict::Keep => Decision::Allowed,
+                        ConnectorVerdict::Narrow(k) if k.contains(tool) => Decision::Allowed,
+                        ConnectorVerdict::Narrow(_) => Decision::Denied(Why::Default),
+                        ConnectorVerdict::Denied { why, .. } => Decision::Denied(why),
+                    }
+                });
+            }
+        }
+        match judged {
+            Decision::Allowed if !self.enforces() => ConnectorVerdict::Keep,
+            _ => verdict,
+        }
     }
 }
 
@@ -990,6 +1361,26 @@ impl Grant {
     pub fn judge_tool(&self, surface: Surface, name: &str, annotations: &Annotations) -> Decision {
         let decision = self.tool(name, annotations);
         self.judge(surface, Some(name), decision, |s| s.tool(name, annotations))
+    }
+
+    /// [`Grant::call_named`] on `surface`, recorded (under the first name) and enforced as the
+    /// mode says.
+    pub fn judge_call_named(&self, surface: Surface, names: &[&str], arguments: &str) -> Decision {
+        let decision = self.call_named(names, arguments);
+        self.judge(surface, names.first().copied(), decision, |s| {
+            s.call_named(names, arguments)
+        })
+    }
+
+    /// A call of a remote MCP connector's tool (`mcp:<label>/<tool>`) in the model's answer:
+    /// the provider ran it before toolsift saw it, so it is reported, never stopped.
+    pub fn note_connector_call(&self, name: &str) {
+        self.ledger.push(Record {
+            verdict: Verdict::ConnectorCall,
+            surface: Surface::Call,
+            rule: "-".to_owned(),
+            tool: Some(name.to_owned()),
+        });
     }
 
     /// [`Grant::call`] on `surface`, recorded and enforced as the mode says.
@@ -1081,6 +1472,8 @@ pub enum Verdict {
     ShadowDeny,
     /// `access_shadow` would allow what the enforced policy denies.
     ShadowAllow,
+    /// A remote MCP connector's tool the provider ran (in the model's answer): reported only.
+    ConnectorCall,
 }
 
 impl Verdict {
@@ -1090,6 +1483,7 @@ impl Verdict {
             Verdict::WouldDeny => "would_deny",
             Verdict::ShadowDeny => "shadow_deny",
             Verdict::ShadowAllow => "shadow_allow",
+            Verdict::ConnectorCall => "connector_call",
         }
     }
 }
@@ -1402,6 +1796,223 @@ mod tests {
         );
     }
 
+    fn connector(label: &str, host: &str, tools: Option<&[&str]>) -> Connector {
+        Connector {
+            label: label.to_owned(),
+            host: host.to_owned(),
+            tools: tools.map(|t| t.iter().map(|s| (*s).to_owned()).collect()),
+        }
+    }
+
+    #[test]
+    fn connectors_need_their_label_and_host_and_are_narrowed_by_tool_rules() {
+        let p = policy(
+            r#"{"identity":[{"header":"x-group"}],"default":"deny","rules":[
+            {"when":["dev"],"allow":["mcp:github","mcp_url:*.githubcopilot.com",
+                                     "mcp:github/search_repos","mcp:github/get_*"]},
+            {"when":["ops"],"allow":["mcp:*","mcp_url:*"]},
+            {"when":["*"],"deny":["mcp_url:*.evil.example","*delete*"]}]}"#,
+        );
+        let dev = p.grant(&caller(&["dev"]));
+        let host = "api.githubcopilot.com";
+        let narrow = |tools: &[&str]| {
+            ConnectorVerdict::Narrow(tools.iter().map(|t| (*t).to_owned()).collect())
+        };
+        // Only what the exact allows name (`get_*` cannot be listed: left out).
+        assert_eq!(
+            dev.connector(&connector("github", host, None)),
+            narrow(&["search_repos"])
+        );
+        // The client's own list, filtered by every pattern.
+        assert_eq!(
+            dev.connector(&connector(
+                "github",
+                host,
+                Some(&["get_issue", "delete_repo", "merge", "search_repos"])
+            )),
+            narrow(&["get_issue", "search_repos"])
+        );
+        assert_eq!(
+            dev.connector(&connector("github", host, Some(&["get_issue"]))),
+            ConnectorVerdict::Keep
+        );
+        let denied_as = |v: ConnectorVerdict| match v {
+            ConnectorVerdict::Denied { name, why } => (name, why),
+            other => panic!("{other:?}"),
+        };
+        // Either name denied: denied.
+        let (name, why) = denied_as(dev.connector(&connector("github", "x.evil.example", None)));
+        assert_eq!(name, "mcp_url:x.evil.example");
+        assert_eq!(why.rule(), Some(2));
+        let (name, why) = denied_as(dev.connector(&connector("gitlab", host, None)));
+        assert_eq!((name.as_str(), why), ("mcp:gitlab", Why::Default));
+        // A client list with nothing allowed: denied.
+        let (_, why) = denied_as(dev.connector(&connector("github", host, Some(&["merge"]))));
+        assert_eq!(why, Why::Default);
+        // `ops` may use every connector, but `*delete*` may speak of its tools, which toolsift
+        // cannot list: denied whole, unless the client lists them.
+        let ops = p.grant(&caller(&["ops"]));
+        let (_, why) = denied_as(ops.connector(&connector("any", "mcp.example", None)));
+        assert!(matches!(why, Why::Unlisted { rule: 2, .. }), "{why:?}");
+        assert!(why.to_string().contains("cannot list"));
+        assert_eq!(
+            ops.connector(&connector(
+                "any",
+                "mcp.example",
+                Some(&["read", "delete_all"])
+            )),
+            narrow(&["read"])
+        );
+        // No identity: nothing.
+        let nobody = p.grant(&Caller::anonymous());
+        let (_, why) = denied_as(nobody.connector(&connector("github", host, None)));
+        assert_eq!(why, Why::NoIdentity);
+        // Without a rule that speaks of its tools, a connector goes whole.
+        let open = policy(
+            r#"{"default":"allow","rules":[{"when":["*"],"deny":["mcp_url:bad.example"]}]}"#,
+        );
+        let anyone = open.grant(&Caller::anonymous());
+        assert_eq!(
+            anyone.connector(&connector("x", "good.example", None)),
+            ConnectorVerdict::Keep
+        );
+        // An allow that covers every tool of the connector leaves it open.
+        let covering = policy(
+            r#"{"rules":[{"when":["*"],"allow":["mcp:gh","mcp_url:*","mcp:gh/*","mcp:gh/x"]}]}"#,
+        );
+        assert_eq!(
+            covering
+                .grant(&Caller::anonymous())
+                .connector(&connector("gh", "h", None)),
+            ConnectorVerdict::Keep
+        );
+    }
+
+    #[test]
+    fn audit_mode_keeps_connectors_and_records_them() {
+        let p = policy(
+            r#"{"mode":"audit","rules":[{"when":["*"],"allow":["mcp:a","mcp_url:*","mcp:a/x"]}]}"#,
+        );
+        let g = p.grant(&Caller::anonymous());
+        let c = connector("a", "h", Some(&["x", "y"]));
+        assert_eq!(
+            g.connector(&c),
+            ConnectorVerdict::Narrow(vec!["x".to_owned()])
+        );
+        assert_eq!(g.judge_connector(&c), ConnectorVerdict::Keep);
+        let records = g.ledger().records();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].verdict, Verdict::WouldDeny);
+        assert_eq!(records[0].tool.as_deref(), Some("mcp:a/y"));
+    }
+
+    #[test]
+    fn namespace_functions_go_by_both_names() {
+        let p = policy(
+            r#"{"rules":[{"when":["*"],"allow":["crm.*","ping"],"deny":["*delete*","billing.refund"]},
+                          {"when":["*"],"allow":["refund"],"arguments":{"crm.get_*":{"id":["1"]}}}]}"#,
+        );
+        let g = p.grant(&Caller::anonymous());
+        let allowed = |names: &[&str]| g.tool_named(names).allowed();
+        assert!(allowed(&["crm.get_customer", "get_customer"]));
+        assert!(allowed(&["other.ping", "ping"]));
+        assert!(!allowed(&["crm.delete_customer", "delete_customer"]));
+        assert!(
+            !allowed(&["billing.refund", "refund"]),
+            "a deny of one name wins"
+        );
+        assert!(!allowed(&["other.x", "x"]));
+        assert!(
+            g.call_named(&["crm.get_customer", "get_customer"], r#"{"id":"1"}"#)
+                .allowed()
+        );
+        assert!(
+            !g.call_named(&["crm.get_customer", "get_customer"], r#"{"id":"2"}"#)
+                .allowed()
+        );
+    }
+
+    #[test]
+    fn unknown_paths_are_denied_with_404_or_403() {
+        let status = |json: &str| {
+            let config: AccessConfig = serde_json::from_str(json).unwrap();
+            Policy::new(&config).map(|p| p.unknown_path_status())
+        };
+        assert_eq!(status("{}"), Ok(None));
+        assert_eq!(status(r#"{"unknown_paths":"deny"}"#), Ok(Some(404)));
+        assert_eq!(
+            status(r#"{"unknown_paths":"deny","unknown_paths_status":403}"#),
+            Ok(Some(403))
+        );
+        assert_eq!(
+            status(r#"{"unknown_paths":"deny","mode":"audit"}"#),
+            Ok(None),
+            "audit mode denies nothing"
+        );
+        let field = |json: &str| status(json).unwrap_err().field;
+        assert_eq!(
+            field(r#"{"unknown_paths":"deny","unknown_paths_status":500}"#),
+            "unknown_paths_status"
+        );
+        assert_eq!(
+            field(r#"{"unknown_paths_status":403}"#),
+            "unknown_paths_status"
+        );
+        let shadow: AccessConfig = serde_json::from_str(r#"{"unknown_paths":"deny"}"#).unwrap();
+        let base = Policy::new(&serde_json::from_str("{}").unwrap()).unwrap();
+        assert_eq!(
+            base.with_shadow(&shadow).unwrap_err().field,
+            "unknown_paths"
+        );
+    }
+
+    #[test]
+    fn split_keeps_values_whole_as_configured() {
+        let split = |text: &str, split: Split| {
+            let mut out = Vec::new();
+            split_values(text, "t:", split, &mut out);
+            out
+        };
+        let text = " acme corp,beta gamma ,, ";
+        assert_eq!(split(text, Split::None), ["t:acme corp,beta gamma ,,"]);
+        assert_eq!(
+            split(text, Split::Space),
+            ["t:acme", "t:corp,beta", "t:gamma", "t:,,"]
+        );
+        assert_eq!(split(text, Split::Comma), ["t:acme corp", "t:beta gamma"]);
+        assert_eq!(
+            split(text, Split::Both),
+            ["t:acme", "t:corp", "t:beta", "t:gamma"]
+        );
+        assert!(split("  ", Split::None).is_empty());
+        // A claim string is split the same way; an array's strings never are.
+        let mut out = Vec::new();
+        claim_values(&serde_json::json!("acme corp"), "", Split::None, &mut out);
+        claim_values(&serde_json::json!(["x y"]), "", Split::Both, &mut out);
+        assert_eq!(out, ["acme corp", "x y"]);
+        // Through the policy: the header `x-tenant: acme corp` is one tenant.
+        let policy = Policy::new(
+            &serde_json::from_str(
+                r#"{"identity":[{"header":"x-tenant","split":"none"},
+                               {"metadata":"jwt","claim":"org","split":"comma"}],
+                    "rules":[{"when":["acme corp"],"allow":["*"]}]}"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let org = serde_json::json!({"org": "north, south wing"});
+        let caller = policy.caller(
+            |name| (name == "x-tenant").then_some(&b"acme corp"[..]),
+            |_, _| vec![org.clone()],
+        );
+        assert_eq!(caller.values(), ["acme corp", "north", "south wing"]);
+        let bad = crate::config::Config::from_json(
+            br#"{"access":{"identity":[{"header":"x-tenant","split":"tabs"}]}}"#,
+        );
+        let why = bad.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(why.contains("access.identity[0].split"), "{why}");
+    }
+
     #[test]
     fn identity_values_from_claims_and_headers() {
         let payload: Value = serde_json::from_str(
@@ -1409,12 +2020,23 @@ mod tests {
         )
         .unwrap();
         let mut out = Vec::new();
-        claim_values(claim_at(&payload, "groups").unwrap(), "", &mut out);
-        claim_values(claim_at(&payload, "scope").unwrap(), "scope:", &mut out);
-        claim_values(claim_at(&payload, "realm.roles").unwrap(), "", &mut out);
-        claim_values(claim_at(&payload, "n").unwrap(), "", &mut out);
+        let both = Split::Both;
+        claim_values(claim_at(&payload, "groups").unwrap(), "", both, &mut out);
+        claim_values(
+            claim_at(&payload, "scope").unwrap(),
+            "scope:",
+            both,
+            &mut out,
+        );
+        claim_values(
+            claim_at(&payload, "realm.roles").unwrap(),
+            "",
+            both,
+            &mut out,
+        );
+        claim_values(claim_at(&payload, "n").unwrap(), "", both, &mut out);
         assert!(claim_at(&payload, "missing").is_none());
-        split_values("acme, beta", "tenant:", &mut out);
+        split_values("acme, beta", "tenant:", both, &mut out);
         assert_eq!(
             Caller::new(out).values(),
             [
@@ -1431,7 +2053,7 @@ mod tests {
         // An array's strings are whole values: no group the token does not list.
         let mut out = Vec::new();
         let groups = serde_json::json!(["contractors admins", "a,b", "", 7]);
-        claim_values(&groups, "", &mut out);
+        claim_values(&groups, "", Split::None, &mut out);
         assert_eq!(
             Caller::new(out).values(),
             ["7", "a,b", "contractors admins"]

@@ -58,6 +58,71 @@ impl Glob {
         &self.pattern
     }
 
+    /// Whether the pattern has no wildcard: it names one text, itself.
+    pub fn is_exact(&self) -> bool {
+        self.shape == Shape::Exact
+    }
+
+    /// Whether some text that starts with `prefix` matches: the pattern can speak of names
+    /// under it (`mcp:github/*`, `*delete*` and `*` can speak of `mcp:github/…`;
+    /// `mcp:gitlab/*` and `get_*` cannot).
+    pub fn may_match_under(&self, prefix: &str) -> bool {
+        // Any position left can be finished by some text.
+        self.after(prefix).iter().any(|reached| *reached)
+    }
+
+    /// Whether every text that starts with `prefix` and goes on matches (`mcp:github/*`,
+    /// `mcp:git*` and `*` cover `mcp:github/…`; `mcp:github/get_*` does not).
+    pub fn covers_all_under(&self, prefix: &str) -> bool {
+        let rest_is_star = |i: usize| {
+            let rest = self.pattern.chars().skip(i);
+            rest.clone().next().is_some() && rest.into_iter().all(|c| c == '*')
+        };
+        self.after(prefix)
+            .iter()
+            .enumerate()
+            .any(|(i, reached)| *reached && rest_is_star(i))
+    }
+
+    /// The pattern's positions (in characters) reachable after reading `prefix`.
+    fn after(&self, prefix: &str) -> Vec<bool> {
+        let pattern: Vec<char> = self.pattern.chars().collect();
+        let mut at = vec![false; pattern.len() + 1];
+        let close = |at: &mut Vec<bool>| {
+            for i in 0..pattern.len() {
+                if at.get(i) == Some(&true) && pattern.get(i) == Some(&'*') {
+                    if let Some(next) = at.get_mut(i + 1) {
+                        *next = true;
+                    }
+                }
+            }
+        };
+        if let Some(first) = at.first_mut() {
+            *first = true;
+        }
+        close(&mut at);
+        for c in prefix.chars() {
+            let mut next = vec![false; pattern.len() + 1];
+            for (i, p) in pattern.iter().enumerate() {
+                if at.get(i) != Some(&true) {
+                    continue;
+                }
+                let to = match p {
+                    '*' => i,
+                    '?' => i + 1,
+                    p if *p == c => i + 1,
+                    _ => continue,
+                };
+                if let Some(slot) = next.get_mut(to) {
+                    *slot = true;
+                }
+            }
+            close(&mut next);
+            at = next;
+        }
+        at
+    }
+
     pub fn matches(&self, text: &str) -> bool {
         let p = self.pattern.as_str();
         match self.shape {
@@ -150,6 +215,40 @@ mod tests {
             let glob = Glob::new(p);
             for t in texts {
                 assert_eq!(glob.matches(t), matches(p, t), "{p:?} on {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_a_pattern_may_match_under_a_prefix() {
+        let under = |p: &str, prefix: &str| Glob::new(p).may_match_under(prefix);
+        assert!(under("mcp:github/*", "mcp:github/"));
+        assert!(under("mcp:github/create_issue", "mcp:github/"));
+        assert!(under("*delete*", "mcp:github/"));
+        assert!(under("*", "mcp:github/"));
+        assert!(under("mcp:*/read_*", "mcp:github/"));
+        assert!(under("m?p:git*", "mcp:github/"));
+        assert!(!under("mcp:gitlab/*", "mcp:github/"));
+        assert!(!under("get_*", "mcp:github/"));
+        assert!(!under("mcp:github", "mcp:github/"));
+        assert!(!under("mcp:git", "mcp:github/"));
+        let covers = |p: &str, prefix: &str| Glob::new(p).covers_all_under(prefix);
+        assert!(covers("mcp:github/*", "mcp:github/"));
+        assert!(covers("mcp:git*", "mcp:github/"));
+        assert!(covers("*", "mcp:github/"));
+        assert!(covers("mcp:*/*", "mcp:github/"));
+        assert!(!covers("mcp:github/get_*", "mcp:github/"));
+        assert!(!covers("*delete*", "mcp:github/"));
+        assert!(!covers("mcp:github/", "mcp:github/"));
+        assert!(!covers("mcp:gitlab/*", "mcp:github/"));
+        // Checked against the walk: a pattern may match under a prefix exactly when it
+        // matches the prefix followed by some text of the pattern's own characters.
+        for p in ["*a", "a*b", "ab?", "?", "*", "a", "ab*c*"] {
+            for prefix in ["", "a", "ab", "abc", "b"] {
+                let some = ["", "a", "b", "c", "ab", "bc", "abc", "cab", "x"]
+                    .iter()
+                    .any(|rest| matches(p, &format!("{prefix}{rest}")));
+                assert_eq!(under(p, prefix), some, "{p:?} under {prefix:?}");
             }
         }
     }

@@ -28,6 +28,7 @@
 
 pub mod access;
 pub mod config;
+pub mod connectors;
 pub mod custom;
 pub mod dialects;
 pub mod embeddings;

@@ -670,6 +670,14 @@ impl<'a> RequestHeaders<'a> {
         Ok(dialect)
     }
 
+    /// Whether the path is none toolsift recognises: no LLM API's (as `dialect` resolves it),
+    /// and not a custom route's (MCP routes are recognised before). Whatever the method.
+    pub fn unknown_path(&self, config: &Config) -> bool {
+        let path = self.path.unwrap_or_default();
+        let custom = config.custom.as_ref().is_some_and(|c| c.matches(path));
+        !custom && config.dialect.resolve(path).is_none()
+    }
+
     /// Like [`RequestHeaders::screen`] for a request on a custom route (`custom.paths`, which
     /// win over the dialects' paths); `None` when it is not on one.
     pub fn screen_custom(&self, config: &Config) -> Option<Result<(), Skip>> {

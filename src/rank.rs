@@ -17,6 +17,9 @@ use std::rc::{Rc, Weak};
 // Ranking's vocabulary, read with the catalogs that hold it.
 pub use crate::index::{FieldWeights, Index, Scored, ToolParts};
 
+/// The index of the function tools a mask lets a caller see, with the mask.
+type AllowedIndex = (Box<[bool]>, Rc<Index>);
+
 /// What a grant's decisions depend on ([`Grant::key`]).
 type GrantKey = (bool, Rc<[usize]>);
 
@@ -63,6 +66,12 @@ pub struct Catalog {
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
+    /// The field weights the index was built with (a caller's own index is built with them).
+    weights: FieldWeights,
+    /// The index of the function tools the last mask lets a caller see
+    /// ([`Catalog::rank_among`]): keyed by the mask, which the rules that apply to a caller
+    /// decide, never by who the caller is.
+    allowed_index: RefCell<Option<AllowedIndex>>,
     /// Bytes of tool vectors set and questions remembered through this catalog, added to
     /// the cache's count.
     tallies: Tallies,
@@ -161,6 +170,8 @@ impl Catalog {
             builtin_names: OnceCell::new(),
             native_search: OnceCell::new(),
             fetching: Cell::new(false),
+            weights,
+            allowed_index: RefCell::new(None),
             tallies: tallies.clone(),
             heap_bytes: 0,
         };
@@ -191,6 +202,44 @@ impl Catalog {
             *last = Some((query.to_owned(), Rc::clone(&ranking)));
         }
         ranking
+    }
+
+    /// The keyword ranking of the function tools `allowed` marks (per entry), scored by
+    /// statistics over them alone (their number, lengths and document frequencies): the
+    /// scores a catalog of only those tools gives, entries numbered as in this one. A search
+    /// under access rules ranks so, and the order a caller sees never depends on tools it may
+    /// not see. The index is remembered for the last mask; every tool allowed: [`Catalog::rank`].
+    pub fn rank_among(&self, query: &str, allowed: &[bool]) -> Rc<[Scored]> {
+        let entries = &self.draft.entries;
+        let sees = |e: usize| allowed.get(e).copied().unwrap_or(false);
+        let function = |e: usize| matches!(entries.get(e), Some(Entry::Function(_)));
+        if (0..entries.len()).all(|e| !function(e) || sees(e)) {
+            return self.rank(query);
+        }
+        let known = self.allowed_index.try_borrow().ok().and_then(|last| {
+            let (mask, index) = last.as_ref()?;
+            (**mask == *allowed).then(|| Rc::clone(index))
+        });
+        let index = known.unwrap_or_else(|| {
+            let docs: Vec<(usize, &ToolParts)> = self
+                .parts
+                .iter()
+                .enumerate()
+                .filter(|(e, _)| function(*e) && sees(*e))
+                .map(|(e, p)| (e, &**p))
+                .collect();
+            let index = Rc::new(Index::assemble(&docs, self.weights));
+            if let Ok(mut last) = self.allowed_index.try_borrow_mut() {
+                let bytes =
+                    |(mask, index): &AllowedIndex| 2 * ALLOCATION + mask.len() + index.heap_bytes();
+                let new = (Box::<[bool]>::from(allowed), Rc::clone(&index));
+                self.tallies
+                    .remembered(last.as_ref().map_or(0, bytes), bytes(&new));
+                *last = Some(new);
+            }
+            index
+        });
+        index.rank(query).into()
     }
 
     /// Per entry, whether `grant`'s caller may see it: function tools by name, built-ins by
@@ -1073,6 +1122,70 @@ mod tests {
             })
             .collect();
         format!("[{}]", items.join(", "))
+    }
+
+    #[test]
+    fn a_callers_ranking_scores_as_a_catalog_of_its_tools_alone() {
+        let tools = [
+            ("get_weather", "Current weather in a city"),
+            ("get_forecast", "Weather forecast for a city"),
+            (
+                "weather_alerts",
+                "Severe weather alerts for a city, weather warnings",
+            ),
+            ("send_email", "Send an email about the weather"),
+            ("book_hotel", "Book a hotel in a city"),
+        ];
+        let whole = Catalog::build(
+            Dialect::OpenaiChat,
+            &chat_tools(&tools),
+            FieldWeights::default(),
+        )
+        .unwrap();
+        let query = "what is the weather forecast in the city";
+        for allowed in [
+            vec![true, false, true, false, true],
+            vec![false, true, false, true, false],
+            vec![true, true, true, true, true],
+        ] {
+            let kept: Vec<(&str, &str)> = tools
+                .iter()
+                .zip(&allowed)
+                .filter(|(_, a)| **a)
+                .map(|(t, _)| *t)
+                .collect();
+            let alone = Catalog::build(
+                Dialect::OpenaiChat,
+                &chat_tools(&kept),
+                FieldWeights::default(),
+            )
+            .unwrap();
+            let by_name = |c: &Catalog, ranking: &[Scored]| -> Vec<(String, f32)> {
+                ranking
+                    .iter()
+                    .map(|s| (c.name(s.entry).unwrap().to_owned(), s.score))
+                    .collect()
+            };
+            let among = whole.rank_among(query, &allowed);
+            let only: Vec<_> = by_name(&whole, &among)
+                .into_iter()
+                .filter(|(n, _)| kept.iter().any(|(k, _)| k == n))
+                .collect();
+            assert_eq!(only, by_name(&alone, &alone.rank(query)), "{allowed:?}");
+            assert_eq!(
+                among.len(),
+                kept.len(),
+                "only the caller's tools are ranked"
+            );
+            // The same mask again: the index is remembered, the ranking the same.
+            assert_eq!(whole.rank_among(query, &allowed), among);
+        }
+        // With the whole catalog's statistics the scores differ: the test can fail.
+        let partial = [true, false, true, false, true];
+        let among = whole.rank_among(query, &partial);
+        let full = whole.rank(query);
+        let score = |r: &[Scored], e: usize| r.iter().find(|s| s.entry == e).map(|s| s.score);
+        assert_ne!(score(&among, 0), score(&full, 0));
     }
 
     #[test]

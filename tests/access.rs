@@ -1304,6 +1304,16 @@ fn the_shipped_envoy_config_enforces_its_rules() {
     assert_eq!(r.status, 403, "{}", r.text());
     // Only /v1/ is routed.
     assert_eq!(ask(None, None, "/api/chat").status, 404);
+    // A path under /v1/ toolsift does not govern is answered by toolsift (`unknown_paths`),
+    // and counted; an LLM path is not.
+    let r = ask(
+        Some(&token(json!({"groups": ["sre"]}))),
+        None,
+        "/v1/embeddings",
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "unknown_path", "{}", r.text());
+    assert_eq!(gw.stat("toolsift.access.unknown_paths"), 1);
     // What the provider got: the client's own key, the tenant of the token, no caller token.
     let scripted = [
         ("authorization", "Bearer sk-client-provider-key"),
@@ -1328,8 +1338,8 @@ fn the_shipped_envoy_config_enforces_its_rules() {
         chat,
     );
     let said = r.header("x-toolsift").unwrap().to_owned();
-    let lines = common::access_log_lines(&log, 14);
-    assert_eq!(lines.len(), 14, "one line per request");
+    let lines = common::access_log_lines(&log, 15);
+    assert_eq!(lines.len(), 15, "one line per request");
     let last = lines.last().unwrap();
     assert_eq!(
         (&last["caller"], &last["toolsift"]),

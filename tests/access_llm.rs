@@ -265,3 +265,46 @@ fn search_mode_checks_bedrock_streams_it_does_not_follow() {
     assert_eq!(gw.stat("toolsift.access.unsupported_stream"), 0);
     every_answer_was_checked(&gw);
 }
+
+/// Calls of remote MCP connectors' tools in a model's answer (Responses `mcp_call`, Anthropic
+/// `mcp_tool_use`) were run by the provider before toolsift saw them: counted
+/// (`toolsift.access.connector_calls`), the answer delivered as it came, nothing claimed as
+/// stopped. The demo upstream echoes the request (as JSON), and the request carries the
+/// answer beside its own fields.
+#[test]
+fn connector_calls_in_answers_are_counted_never_stopped() {
+    let config = json!({"access": {"default": "allow",
+        "rules": [{"when": ["*"], "deny": ["*delete*"]}]}});
+    let gw = Gateway::start(&config.to_string());
+    let responses = json!({"model": "gpt-5", "input": "find the repo",
+        "tools": [{"type": "function", "name": "get_pod", "parameters": {}}],
+        "id": "resp_1", "object": "response", "status": "completed",
+        "output": [
+            {"type": "mcp_call", "id": "mcp_1", "server_label": "github", "name": "search_repos",
+             "arguments": "{}", "output": "[]"},
+            {"type": "mcp_call", "id": "mcp_2", "server_label": "github", "name": "delete_repo",
+             "arguments": "{}", "output": "done"},
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Done.", "annotations": []}]}],
+        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}});
+    let anthropic = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "find the repo"}],
+        "tools": [{"name": "get_pod", "input_schema": {"type": "object"}}],
+        "id": "msg_1", "type": "message", "role": "assistant",
+        "content": [
+            {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "search_repos",
+             "server_name": "github", "input": {}},
+            {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "is_error": false,
+             "content": [{"type": "text", "text": "[]"}]},
+            {"type": "text", "text": "Done."}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}});
+    let echo = [("x-demo-echo", "body")];
+    for (path, body) in [("/v1/responses", &responses), ("/v1/messages", &anthropic)] {
+        let r = gw.post(path, &echo, body.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        // Delivered as it came: the provider ran the calls already, `delete_repo` too.
+        assert_eq!(r.json(), *body, "{path}");
+    }
+    assert_eq!(gw.stat("toolsift.access.connector_calls"), 3);
+    assert_eq!(gw.stat("toolsift.access.denied.call"), 0);
+}

@@ -822,3 +822,272 @@ fn the_shadow_reports_exactly_the_difference() {
         })
         .unwrap();
 }
+
+/// A connector or namespace case: connectors (label, host, the client's tool list) and
+/// namespaces (name, functions), under rules that speak of them by name, URL and pattern.
+#[derive(Debug, Clone)]
+struct Outside {
+    connectors: Vec<(String, String, Option<Vec<String>>)>,
+    namespaces: Vec<(String, Vec<String>)>,
+    rules: Vec<Rule>,
+    default_allow: bool,
+    anthropic: bool,
+}
+
+impl Outside {
+    fn case(&self) -> Case {
+        Case {
+            tools: Vec::new(),
+            rules: self.rules.clone(),
+            default_allow: self.default_allow,
+            refused: false,
+            caller: None,
+            dialect: 0,
+            top_k: 1,
+            min_tools: 0,
+            always_include: Vec::new(),
+            choice: None,
+            called: None,
+        }
+    }
+
+    /// The oracle: a deny pattern of a rule matches `name`.
+    fn denied_by_rule(&self, name: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.deny.iter().any(|p| matches(p, name)))
+    }
+
+    /// The oracle for a namespace's function: denied when a rule denies either name, else
+    /// allowed when either is allowed.
+    fn function_allowed(&self, namespace: &str, function: &str) -> bool {
+        let qualified = format!("{namespace}.{function}");
+        if self.denied_by_rule(&qualified) || self.denied_by_rule(function) {
+            return false;
+        }
+        let case = self.case();
+        case.allowed(&qualified) || case.allowed(function)
+    }
+
+    fn body(&self) -> String {
+        let function = json!({"type": "function", "name": "get_pod", "parameters": {}});
+        if self.anthropic {
+            let servers: Vec<Value> = self
+                .connectors
+                .iter()
+                .map(|(label, host, tools)| {
+                    let mut s =
+                        json!({"type": "url", "url": format!("https://{host}/mcp"), "name": label});
+                    if let Some(tools) = tools {
+                        s["tool_configuration"] = json!({"enabled": true, "allowed_tools": tools});
+                    }
+                    s
+                })
+                .collect();
+            return json!({"model": "m", "max_tokens": 5, "mcp_servers": servers,
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"name": "get_pod", "input_schema": {}}]})
+            .to_string();
+        }
+        let mut tools = vec![function];
+        for (label, host, list) in &self.connectors {
+            let mut t = json!({"type": "mcp", "server_label": label, "server_url": format!("https://{host}/")});
+            if let Some(list) = list {
+                t["allowed_tools"] = json!(list);
+            }
+            tools.push(t);
+        }
+        for (name, functions) in &self.namespaces {
+            let inner: Vec<Value> = functions
+                .iter()
+                .map(|f| json!({"type": "function", "name": f}))
+                .collect();
+            tools.push(
+                json!({"type": "namespace", "name": name, "description": "d", "tools": inner}),
+            );
+        }
+        json!({"model": "m", "input": "hi", "tools": tools}).to_string()
+    }
+}
+
+fn outside_pattern() -> impl Strategy<Value = String> {
+    let label = prop::sample::select(vec!["gh", "gl", "bad"]);
+    let host = prop::sample::select(vec!["a.example", "b.example", "evil.test"]);
+    let ns = prop::sample::select(vec!["crm", "ops"]);
+    (label, host, ns, word(), 0..10u8).prop_map(|(label, host, ns, w, shape)| match shape {
+        0 => format!("mcp:{label}"),
+        1 => format!("mcp:{label}/{w}"),
+        2 => format!("mcp:{label}/{w}*"),
+        3 => "mcp:*".to_owned(),
+        4 => format!("mcp_url:{host}"),
+        5 => "mcp_url:*.example".to_owned(),
+        6 => format!("{ns}.*"),
+        7 => format!("{ns}.{w}*"),
+        8 => format!("*{w}*"),
+        _ => format!("{w}*"),
+    })
+}
+
+fn outside() -> impl Strategy<Value = Outside> {
+    let words = || prop::collection::vec(word().prop_map(str::to_owned), 1..4);
+    let connector = (
+        prop::sample::select(vec!["gh", "gl", "bad"]).prop_map(str::to_owned),
+        prop::sample::select(vec!["a.example", "b.example", "evil.test"]).prop_map(str::to_owned),
+        prop::option::of(words()),
+    );
+    let namespace = (
+        prop::sample::select(vec!["crm", "ops"]).prop_map(str::to_owned),
+        words(),
+    );
+    let rule = (
+        prop::collection::vec(outside_pattern(), 0..4),
+        prop::collection::vec(outside_pattern(), 0..3),
+    )
+        .prop_filter("a rule allows or denies", |(a, d)| {
+            !a.is_empty() || !d.is_empty()
+        })
+        .prop_map(|(allow, deny)| Rule {
+            when: vec!["*".to_owned()],
+            allow,
+            deny,
+        });
+    (
+        prop::collection::vec(connector, 0..4),
+        prop::collection::vec(namespace, 0..3),
+        prop::collection::vec(rule, 1..4),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(connectors, namespaces, rules, default_allow, anthropic)| {
+                let dedup = |mut v: Vec<String>| {
+                    v.sort();
+                    v.dedup();
+                    v
+                };
+                Outside {
+                    connectors: connectors
+                        .into_iter()
+                        .map(|(l, h, t)| (l, h, t.map(dedup)))
+                        .collect(),
+                    namespaces: namespaces.into_iter().map(|(n, f)| (n, dedup(f))).collect(),
+                    rules,
+                    default_allow,
+                    anthropic,
+                }
+            },
+        )
+}
+
+/// Remote MCP connectors and Responses namespaces (`toolsift::connectors`), against the
+/// README's rules: no connector goes with a denied label or URL, no listed connector tool is
+/// one a rule denies, a connector that goes without a list has no tool a rule could deny, and
+/// a namespace keeps exactly the functions the rules allow (an emptied one leaves).
+#[test]
+fn connectors_and_namespaces_never_forward_what_is_denied() {
+    use toolsift::access::{AccessConfig, Policy};
+    let mut runner = TestRunner::new(Runner {
+        cases: cases(),
+        ..Runner::default()
+    });
+    runner
+        .run(&outside(), |o| {
+            let case = o.case();
+            let config: Value = serde_json::from_str(&case.config()).unwrap();
+            let access: AccessConfig = serde_json::from_value(config["access"].clone()).unwrap();
+            let policy = std::rc::Rc::new(Policy::new(&access).unwrap());
+            let grant = policy.grant(&Caller::anonymous());
+            let dialect = if o.anthropic {
+                Dialect::Anthropic
+            } else {
+                Dialect::OpenaiResponses
+            };
+            let body = o.body();
+            let outcome = toolsift::connectors::govern(dialect.codec(), &body, &grant);
+            if outcome.denial.is_some() {
+                // Refused whole: nothing goes upstream.
+                return Ok(());
+            }
+            let sent: Value =
+                serde_json::from_str(outcome.body.as_deref().unwrap_or(&body)).unwrap();
+            let empty = Vec::new();
+            let entries = if o.anthropic {
+                sent["mcp_servers"].as_array().unwrap_or(&empty)
+            } else {
+                sent["tools"].as_array().unwrap_or(&empty)
+            };
+            let mut namespaces_sent = Vec::new();
+            for e in entries {
+                if e["type"] == "namespace" {
+                    let functions: Vec<String> = e["tools"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|f| f["name"].as_str().unwrap().to_owned())
+                        .collect();
+                    namespaces_sent.push((e["name"].as_str().unwrap().to_owned(), functions));
+                    continue;
+                }
+                if e["type"] == "function" {
+                    continue;
+                }
+                let label = e
+                    .get("name")
+                    .or(e.get("server_label"))
+                    .unwrap()
+                    .as_str()
+                    .unwrap();
+                let url = e
+                    .get("url")
+                    .or(e.get("server_url"))
+                    .unwrap()
+                    .as_str()
+                    .unwrap();
+                let host = url
+                    .trim_start_matches("https://")
+                    .split('/')
+                    .next()
+                    .unwrap();
+                prop_assert!(case.allowed(&format!("mcp:{label}")), "{label} went");
+                prop_assert!(case.allowed(&format!("mcp_url:{host}")), "{host} went");
+                let list = if o.anthropic {
+                    e["tool_configuration"].get("allowed_tools")
+                } else {
+                    e.get("allowed_tools")
+                };
+                match list.and_then(Value::as_array) {
+                    Some(list) => {
+                        prop_assert!(!list.is_empty());
+                        for t in list {
+                            let name = format!("mcp:{label}/{}", t.as_str().unwrap());
+                            prop_assert!(!o.denied_by_rule(&name), "{name} went");
+                        }
+                    }
+                    None => {
+                        for w in WORDS {
+                            let name = format!("mcp:{label}/{w}");
+                            prop_assert!(!o.denied_by_rule(&name), "{label} went whole: {name}");
+                        }
+                    }
+                }
+            }
+            let expected: Vec<(String, Vec<String>)> = o
+                .namespaces
+                .iter()
+                .map(|(n, fs)| {
+                    let kept = fs
+                        .iter()
+                        .filter(|f| o.function_allowed(n, f))
+                        .cloned()
+                        .collect();
+                    (n.clone(), kept)
+                })
+                .filter(|(_, fs): &(String, Vec<String>)| !fs.is_empty())
+                .collect();
+            if !o.anthropic {
+                prop_assert_eq!(namespaces_sent, expected);
+            }
+            Ok(())
+        })
+        .unwrap();
+}

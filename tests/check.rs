@@ -81,6 +81,35 @@ fn shipped_configs_are_clean() {
 }
 
 #[test]
+fn access_rules_that_pass_unknown_paths_are_a_warning() {
+    let file = "docs/examples/envoy-access.yaml";
+    let path = variant_of(file, "access-unknown-paths", |y| {
+        y.replace(
+            "\"denied\": \"hidden\",\n                        \"unknown_paths\": \"deny\"",
+            "\"denied\": \"hidden\"",
+        )
+    });
+    let (code, out) = check(&[path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let line = line_of(&path, "value: |");
+    assert!(
+        out.contains(&format!(
+            ":{line}: warning: access rules without `\"unknown_paths\": \"deny\"`"
+        )),
+        "{out}"
+    );
+    // In audit mode nothing is denied anyway: no warning.
+    let audit = variant_of(file, "access-audit-unknown-paths", |y| {
+        y.replace(
+            "\"denied\": \"hidden\",\n                        \"unknown_paths\": \"deny\"",
+            "\"denied\": \"hidden\", \"mode\": \"audit\"",
+        )
+    });
+    let (code, out) = check(&[audit.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
 fn holding_headers_without_the_header_flag_is_a_warning() {
     // Search mode itself needs no flag.
     let plain = variant("search-no-flag", |y| {

@@ -107,6 +107,7 @@ fn request(dialect: Dialect, data: &[u8]) {
         return;
     };
     let valid = is_json(body);
+    connectors(dialect, body, valid);
     for text in REQUEST_CONFIGS {
         let config = Config::from_json(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         let mut engine = Engine::new(config.clone());
@@ -133,6 +134,39 @@ fn request(dialect: Dialect, data: &[u8]) {
             }
             toolsift::config::Mode::Search => check_plan(&config, &analysis, body, valid),
         }
+    }
+}
+
+/// Access rules that speak of connectors, their tools and namespace functions, by name, URL
+/// and pattern, under both defaults.
+const CONNECTOR_RULES: [&str; 2] = [
+    r#"{"default": "deny", "rules": [{"when": ["*"], "allow": ["mcp:a*", "mcp_url:*.example",
+        "mcp:a/get", "mcp:ab/*", "n.*", "get*"], "deny": ["*del*", "mcp_url:bad.example"]}]}"#,
+    r#"{"default": "allow", "rules": [{"when": ["*"], "deny": ["mcp:b*", "mcp:a/x*", "n.del*"]}]}"#,
+];
+
+/// A body's connectors and namespaces under access rules ([`toolsift::connectors`]): nothing
+/// panics; what is written is JSON when the body was; and deciding what was written again
+/// changes nothing (no denied connector, connector tool or namespace function is left, and
+/// every narrowed list is as the rules allow).
+fn connectors(dialect: Dialect, body: &str, valid: bool) {
+    use std::rc::Rc;
+    use toolsift::access::{AccessConfig, Caller, Policy};
+    for rules in CONNECTOR_RULES {
+        let config: AccessConfig = serde_json::from_str(rules).unwrap_or_else(|e| panic!("{e}"));
+        let policy = Rc::new(Policy::new(&config).unwrap_or_else(|e| panic!("{e:?}")));
+        let grant = policy.grant(&Caller::anonymous());
+        let outcome = toolsift::connectors::govern(dialect.codec(), body, &grant);
+        let Some(written) = outcome.body else {
+            continue;
+        };
+        assert!(!valid || is_json(&written), "not JSON: {written}");
+        let again = toolsift::connectors::govern(dialect.codec(), &written, &grant);
+        assert_eq!(
+            (again.denied, again.narrowed, again.body),
+            (0, 0, None),
+            "decided again: {written}"
+        );
     }
 }
 

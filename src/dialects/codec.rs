@@ -7,7 +7,7 @@
 //! Each dialect's folder implements both for one unit struct, and [`super::Dialect::codec`]
 //! is the one place that picks it.
 
-use super::{Entry, Item, Layout, Problem, Request};
+use super::{Entry, Holder, Item, Layout, Problem, Request};
 use crate::json::ArrayLayout;
 pub use crate::sse::{Frame, Framing};
 use serde_json::{Map, Value};
@@ -71,6 +71,20 @@ pub trait RequestCodec: Sync {
     /// (Bedrock's `cachePoint`), never governed.
     fn builtin_name(&self, entry: &str) -> Option<String> {
         super::shared::builtin_name(entry)
+    }
+
+    /// The arrays of `body` whose entries access rules govern one by one besides the tools
+    /// container's functions: remote MCP connectors and namespaces ([`Holder`]). None by
+    /// default; an entry of a shape the API does not accept is left out (the provider
+    /// refuses it).
+    fn holders(&self, _body: &str) -> Vec<Holder> {
+        Vec::new()
+    }
+
+    /// The connector entry `entry` with only `tools` allowed (its allowed-tools list
+    /// written), every other byte kept; `None` if it cannot be written.
+    fn narrow_connector(&self, _entry: &str, _tools: &[String]) -> Option<String> {
+        None
     }
 
     /// Whether a built-in entry of this API's tools container hands the tools to the
@@ -163,6 +177,19 @@ pub trait ResponseCodec: Sync {
         serde_json::from_str::<Value>(&frame.data)
             .map(|event| self.calls_in_event(&event))
             .unwrap_or_default()
+    }
+
+    /// The calls of remote MCP connectors' tools in the turn `reply` (Anthropic
+    /// `mcp_tool_use` blocks, Responses `mcp_call` items), as `<label>/<tool>`: the provider
+    /// ran them already. None by default.
+    fn connector_calls(&self, _reply: &Reply) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The namespace `call` was made in (Responses: a `function_call` item's `namespace`),
+    /// if any: access rules then decide it by `<namespace>.<name>` and `<name>`.
+    fn call_namespace(&self, _reply: &Reply, _call: &Call) -> Option<String> {
+        None
     }
 
     /// Whether a stream already partly sent can be continued with another response's stream

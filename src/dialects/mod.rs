@@ -256,6 +256,36 @@ impl Choice {
     }
 }
 
+/// An array of a request body holding entries that access rules govern one by one, outside
+/// the function tools of the tools container: remote MCP connectors (Anthropic
+/// `mcp_servers`, Responses `mcp` tools) and Responses namespaces. [`crate::connectors`]
+/// decides them before the tools container is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The array and its items, in body offsets.
+    pub array: ArrayLayout,
+    /// The governed items: their index in `array.items`, and what each is.
+    pub entries: Vec<(usize, Held)>,
+}
+
+/// One governed entry of a [`Holder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// A remote MCP connector.
+    Connector(crate::access::Connector),
+    /// An entry that belongs to the connector labelled so, and leaves with it (Anthropic's
+    /// `mcp_toolset` tool naming an `mcp_servers` entry).
+    OfConnector(String),
+    /// A group of functions, each governed by `<name>.<function>` and its bare name.
+    Namespace {
+        name: String,
+        /// Its functions array, in body offsets.
+        functions: ArrayLayout,
+        /// Each function's name (`None`: no name, kept).
+        names: Vec<Option<String>>,
+    },
+}
+
 /// One entry of a tools container, as [`Dialect::split`] finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Item<'a> {

@@ -55,6 +55,8 @@ impl AccessMetrics {
             }
             Verdict::ShadowDeny => surface.map(|s| s[1]),
             Verdict::ShadowAllow => surface.map(|s| s[2]),
+            // Counted per call where the answer is read (`toolsift.access.connector_calls`).
+            Verdict::ConnectorCall => None,
         };
         if let Some(metric) = metric {
             increment(metric);

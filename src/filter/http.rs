@@ -53,6 +53,12 @@ pub struct Filter {
     mcp: Option<super::mcp::McpRequest>,
     /// Under access rules: what this request's caller may do.
     grant: Option<crate::access::Grant>,
+    /// Under access rules: the request's connectors and namespace functions its caller may
+    /// not see ([`crate::connectors`]), taken out before its tools were read.
+    outside_denied: usize,
+    /// Under access rules: the request's connectors and namespace functions its caller may
+    /// see.
+    outside_kept: usize,
     /// Search mode: whose Responses id aliases the request makes and may follow, and whose
     /// memory of found tools it reads and writes.
     alias_owner: u64,
@@ -185,6 +191,8 @@ impl Filter {
             search: None,
             mcp: None,
             grant: None,
+            outside_denied: 0,
+            outside_kept: 0,
             read_only: false,
             alias_owner: 0,
             session_header: None,
@@ -249,14 +257,27 @@ impl Filter {
             body = resolved.into_bytes();
             started = now();
         }
+        if let Some(step) = self.govern_outside(shared, reader, &mut body)? {
+            return Ok(step);
+        }
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         // Only the custom shape reads the body as text: a dialect checks what it reads.
         let grant = self.grant.as_ref();
-        let analysis = match reader {
+        let mut analysis = match reader {
             Reader::Custom => engine.analyse_custom_as(body_text(&body)?, grant)?,
             Reader::Dialect(dialect) => engine.analyse_as(dialect, &body, grant)?,
         };
         count_analysis(metrics, &analysis, started);
+        if let Some(governed) = analysis.access.as_mut() {
+            governed.denied += self.outside_denied;
+            // Connectors or namespace functions it may see go: the request is not empty.
+            let empty = |d: &crate::pipeline::Denial| {
+                d.tool.is_none() && d.why == crate::access::Why::Default
+            };
+            if self.outside_kept > 0 && governed.denial.as_ref().is_some_and(empty) {
+                governed.denial = None;
+            }
+        }
         if let Some(step) = self.refuse(shared, &analysis) {
             return step;
         }
@@ -424,22 +445,98 @@ impl Filter {
             }
             return None;
         };
+        Some(self.deny(shared, &denial, analysis.total(), governed.denied))
+    }
+
+    /// Under access rules, a request on a path toolsift does not recognise: counted, and with
+    /// `"unknown_paths": "deny"` answered (404, or 403 as configured; `Some`: answered).
+    fn unknown_path(
+        &mut self,
+        shared: &Shared,
+        pairs: &crate::pairs::HeaderMap,
+        end_of_stream: bool,
+    ) -> Option<Action> {
+        let engine = shared.engine.try_borrow().ok()?;
+        let policy = engine.policy()?;
+        if !RequestHeaders::from_map(pairs, end_of_stream).unknown_path(&engine.config) {
+            return None;
+        }
         let metrics = &shared.metrics;
-        metrics.denied(Surface::Request, 1);
-        metrics.denied(Surface::Tools, governed.denied);
-        log::debug!("toolsift: refused: {}", denial.message());
+        metrics.add(metrics.access_unknown_paths, 1);
+        let status = policy.unknown_path_status()?;
+        drop(engine);
+        let body = serde_json::json!({
+            "error": {
+                "type": "toolsift_error",
+                "code": "unknown_path",
+                "message": "toolsift: access rules are on, and this path is not one toolsift \
+                    governs (an LLM API's, a custom or an MCP route's)",
+            }
+        });
         self.outcome = Some(Outcome::Denied {
-            total: analysis.total(),
-            denied: governed.denied,
+            total: 0,
+            denied: 0,
         });
         let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
+        Some(
+            match host::send_response(u32::from(status), &headers, body.to_string().as_bytes()) {
+                Ok(()) => Action::Pause,
+                Err(status) => {
+                    log::warn!("cannot answer the unknown path: {status:?}");
+                    Action::Continue
+                }
+            },
+        )
+    }
+
+    /// Answers the request with access rules' 403 (`denial`), `total` tools read and `denied`
+    /// of them (or of its connectors and namespace functions) denied.
+    fn deny(
+        &mut self,
+        shared: &Shared,
+        denial: &crate::pipeline::Denial,
+        total: usize,
+        denied: usize,
+    ) -> Result<Step, Skipped> {
+        let metrics = &shared.metrics;
+        metrics.denied(Surface::Request, 1);
+        metrics.denied(Surface::Tools, denied);
+        log::debug!("toolsift: refused: {}", denial.message());
+        self.outcome = Some(Outcome::Denied { total, denied });
+        let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
         match host::send_response(403, &headers, denial.body().as_bytes()) {
-            Ok(()) => Some(Ok(Step::Answered)),
+            Ok(()) => Ok(Step::Answered),
             Err(status) => {
                 log::warn!("cannot send the access denial: {status:?}");
-                Some(Err(Skip::Internal.into()))
+                Err(Skip::Internal.into())
             }
         }
+    }
+
+    /// Under access rules, the request's remote MCP connectors and namespaces decided before
+    /// its tools are read ([`crate::connectors`]): the body rewritten when they change, and a
+    /// 403 when the request is refused for them (`Some`: answered).
+    fn govern_outside(
+        &mut self,
+        shared: &Shared,
+        reader: Reader,
+        body: &mut Vec<u8>,
+    ) -> Result<Option<Step>, Skipped> {
+        let (Some(grant), Reader::Dialect(dialect)) = (self.grant.as_ref(), reader) else {
+            return Ok(None);
+        };
+        let outcome = crate::connectors::govern(dialect.codec(), body_text(body)?, grant);
+        self.outside_denied = outcome.denied;
+        self.outside_kept = outcome.kept;
+        if let Some(denial) = &outcome.denial {
+            return self.deny(shared, denial, 0, outcome.denied).map(Some);
+        }
+        if let Some(written) = outcome.body {
+            host::set_buffer(Buffer::RequestBody, 0, body.len(), written.as_bytes())
+                .map_err(|_| Skip::Internal)?;
+            *body = written.into_bytes();
+        }
+        Ok(None)
     }
 
     /// Search mode's first request: the meta-tool and the pinned tools instead of the
@@ -952,7 +1049,12 @@ impl HttpContext for Filter {
                 // idle timeout). The body callbacks buffer.
                 Action::Continue
             }
-            Err(reason) => self.skip(&shared, reason.into()),
+            Err(reason) => {
+                if let Some(answered) = self.unknown_path(&shared, &pairs, end_of_stream) {
+                    return answered;
+                }
+                self.skip(&shared, reason.into())
+            }
         }
     }
 

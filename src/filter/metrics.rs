@@ -83,6 +83,12 @@ pub struct Metrics {
     /// toolsift cannot check (Bedrock's binary event stream, Gemini's JSON-array stream).
     pub access_unchecked: u32,
     pub access_unsupported_stream: u32,
+    /// Under access rules, calls of remote MCP connectors' tools seen in model answers: the
+    /// provider ran them before toolsift saw them, so they are counted, never stopped.
+    pub access_connector_calls: u32,
+    /// Under access rules, requests on paths toolsift does not recognise (passed, or with
+    /// `"unknown_paths": "deny"` answered).
+    pub access_unknown_paths: u32,
     /// Tools the loop guard found looping (evicted, or with `report_only` left in).
     pub loop_detected: u32,
     /// Tools the loop guard took out of requests (each request's count added).
@@ -184,6 +190,8 @@ impl Metrics {
             access_denied,
             access_unchecked: counter("toolsift.access.unchecked")?,
             access_unsupported_stream: counter("toolsift.access.unsupported_stream")?,
+            access_connector_calls: counter("toolsift.access.connector_calls")?,
+            access_unknown_paths: counter("toolsift.access.unknown_paths")?,
             loop_detected: counter("toolsift.loop.detected")?,
             loop_evicted: counter("toolsift.loop.evicted")?,
             loop_noted: counter("toolsift.loop.noted")?,

@@ -280,6 +280,7 @@ impl Host for EnvoyHost<'_> {
                 Event::Unreadable => m.add(m.unknown_tools_unreadable, 1),
                 Event::UnknownTools(calls) => m.add(m.unknown_tools_caught, calls),
                 Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
+                Event::ConnectorCalls(calls) => m.add(m.access_connector_calls, calls),
                 Event::Unchecked => m.add(m.access_unchecked, 1),
                 // Search mode's alone.
                 _ => {}
@@ -306,6 +307,7 @@ impl Host for EnvoyHost<'_> {
             }
             Event::Fallback(reason) => m.fallback(reason),
             Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
+            Event::ConnectorCalls(calls) => m.add(m.access_connector_calls, calls),
             Event::Unchecked => m.add(m.access_unchecked, 1),
             Event::UnknownTools(calls) => m.add(m.search_unknown_tools, calls),
             Event::SearchStorm => m.add(m.search_storms, 1),

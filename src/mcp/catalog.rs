@@ -223,6 +223,20 @@ impl ServerCatalog {
         }
     }
 
+    /// [`ServerCatalog::rank`] of the tools `allowed` (per tool) lets a caller see, scored by
+    /// their statistics alone ([`Catalog::rank_among`]).
+    pub fn rank_among(&self, query: &str, allowed: &[bool]) -> Vec<Found> {
+        let Some(ranked) = &self.ranked else {
+            return Vec::new();
+        };
+        let entries: Vec<bool> = self
+            .rankable
+            .iter()
+            .map(|&tool| allowed.get(tool).copied().unwrap_or(false))
+            .collect();
+        self.found_in(&ranked.rank_among(query, &entries))
+    }
+
     /// The tools of a ranking of [`ServerCatalog::index`] with some evidence, in its order.
     pub fn found_in(&self, order: &[crate::rank::Scored]) -> Vec<Found> {
         order
@@ -399,6 +413,43 @@ mod tests {
         assert_eq!(c.tools[found[0].tool].name, "get_weather");
         assert!(c.callable("send_mail") && !c.callable(GATING_TOOL) && !c.callable("nope"));
         assert!(ServerCatalog::build(vec![]).rank("x").is_empty());
+    }
+
+    #[test]
+    fn a_callers_search_scores_as_a_server_of_its_tools_alone() {
+        let tools = [
+            ("get_weather", "Current weather in a city"),
+            (GATING_TOOL, "weather weather weather"),
+            ("weather_alerts", "Severe weather alerts, weather warnings"),
+            ("get_forecast", "Weather forecast for a city"),
+            ("send_mail", "Send an email about the weather"),
+        ];
+        let server = |listed: &[(&str, &str)]| {
+            let texts: Vec<String> = listed.iter().map(|(n, d)| tool(n, d)).collect();
+            ServerCatalog::build(vec![
+                page(&format!(r#"{{"tools":[{}]}}"#, texts.join(","))).unwrap(),
+            ])
+        };
+        let whole = server(&tools);
+        let query = "weather forecast for my city";
+        // Per tool of the whole server: the caller may see get_weather and get_forecast.
+        let allowed = [true, true, false, true, false];
+        let alone = server(&[tools[0], tools[3]]);
+        let scores = |c: &ServerCatalog, found: Vec<Found>| -> Vec<(String, f32)> {
+            found
+                .into_iter()
+                .map(|f| (c.tools[f.tool].name.clone(), f.score))
+                .collect()
+        };
+        let among = scores(&whole, whole.rank_among(query, &allowed));
+        assert_eq!(among, scores(&alone, alone.rank(query)));
+        assert_eq!(among.len(), 2);
+        // The whole server's statistics score them otherwise.
+        let all = scores(&whole, whole.rank(query));
+        let of = |list: &[(String, f32)], name: &str| {
+            list.iter().find(|(n, _)| n == name).map(|(_, s)| *s)
+        };
+        assert_ne!(of(&all, "get_weather"), of(&among, "get_weather"));
     }
 
     #[test]

@@ -1053,14 +1053,15 @@ impl Exchange {
             }) => (q.clone(), *limit),
             _ => return Step::Pass,
         };
-        let mut found = match fused {
-            Some(fused) => catalog.found_in(&fused.order),
-            None => catalog.rank(&query),
-        };
-        // Under access rules the search finds only what the caller may see: filtered before
-        // gating's claim and the limit.
+        // Under access rules the search finds only what the caller may see, ranked by the
+        // statistics of those tools alone: filtered before gating's claim and the limit.
         let allowed = self.allowed(catalog);
         let may_see = |at: usize| visible(allowed.as_deref(), at);
+        let mut found = match (fused, allowed.as_deref()) {
+            (Some(fused), _) => catalog.found_in(&fused.order),
+            (None, Some(allowed)) => catalog.rank_among(&query, allowed),
+            (None, None) => catalog.rank(&query),
+        };
         found.retain(|f| may_see(f.tool));
         // Suggestions are judged by keyword (BM25), whatever ranked the search, so that one
         // `suggestions.min_score` means the same on every surface.

@@ -88,6 +88,9 @@ pub enum Event {
     /// Model calls refused by access rules (a denied tool, or refused arguments): kept from
     /// the client.
     Refused(usize),
+    /// Under access rules: calls of remote MCP connectors' tools in a model turn, which the
+    /// provider ran before toolsift saw them (reported, never stopped).
+    ConnectorCalls(usize),
     /// Under access rules, a model turn that could not be read (so not checked) was replaced
     /// by toolsift's error: a call in it could have been of a denied tool.
     Unchecked,
@@ -569,6 +572,7 @@ impl Responder {
         started: Option<u64>,
     ) -> Flow {
         let codec = self.session.codec();
+        let connector_before = self.session.connector_calls();
         let (refused_before, unknown_before, stormed_before, suggested_before) = (
             self.session.refused(),
             self.session.unknown().len(),
@@ -582,6 +586,10 @@ impl Responder {
         }
         if self.session.stormed() && !stormed_before {
             host.count(Event::SearchStorm);
+        }
+        let connector_calls = self.session.connector_calls() - connector_before;
+        if connector_calls > 0 {
+            host.count(Event::ConnectorCalls(connector_calls));
         }
         let refused = self.session.refused().saturating_sub(refused_before);
         if refused > 0 {

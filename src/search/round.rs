@@ -97,6 +97,8 @@ pub struct Session {
     allowed: Option<Rc<[bool]>>,
     /// Model calls refused so far by access rules (denied tools, refused arguments).
     refused: usize,
+    /// Under access rules: calls of remote MCP connectors' tools seen in the answers so far.
+    connector_calls: usize,
     /// Names of tools the model called that do not exist (search mode, and filter mode's
     /// [`Session::answering`]), in order.
     unknown: Vec<String>,
@@ -147,6 +149,7 @@ impl Session {
             grant: analysis.access.as_ref().map(|g| g.grant.clone()),
             allowed: analysis.access.as_ref().map(|g| Rc::clone(&g.allowed)),
             refused: 0,
+            connector_calls: 0,
             unknown: Vec::new(),
             searched: Vec::new(),
             searches: 0,
@@ -210,6 +213,7 @@ impl Session {
             grant: None,
             allowed: None,
             refused: 0,
+            connector_calls: 0,
             unknown: Vec::new(),
             searched: Vec::new(),
             searches: 0,
@@ -271,6 +275,11 @@ impl Session {
         self.refused
     }
 
+    /// Calls of remote MCP connectors' tools seen in the answers so far (under access rules).
+    pub fn connector_calls(&self) -> usize {
+        self.connector_calls
+    }
+
     /// Whether a call of `name` starting in a released stream must be held to the turn's
     /// end: a meta-tool's (answered here), and under access rules every call (its name and
     /// arguments are checked once complete).
@@ -293,20 +302,35 @@ impl Session {
             && !(0..catalog.draft.entries.len()).any(|e| catalog.governed_name(e) == Some(name))
     }
 
-    /// Why `call` may not reach the client; `None` when it may.
-    fn refusal(&self, call: &Call) -> Option<Refusal> {
+    /// Why `call` may not reach the client; `None` when it may. A call made in a namespace
+    /// (`namespace`) is decided by `<namespace>.<name>` and its bare name.
+    fn refusal(&self, call: &Call, namespace: Option<&str>) -> Option<Refusal> {
         if let Some(grant) = &self.grant {
-            let decided = grant.judge_call(
-                Surface::Call,
-                &call.name,
-                &Annotations::default(),
-                &call.arguments,
-            );
+            let decided = match namespace {
+                Some(namespace) => {
+                    let qualified = format!("{namespace}.{}", call.name);
+                    let names = [qualified.as_str(), call.name.as_str()];
+                    grant.judge_call_named(Surface::Call, &names, &call.arguments)
+                }
+                None => grant.judge_call(
+                    Surface::Call,
+                    &call.name,
+                    &Annotations::default(),
+                    &call.arguments,
+                ),
+            };
             if let Decision::Denied(why) = decided {
                 return Some(Refusal::Access(why));
             }
         }
-        self.is_unknown(&call.name).then_some(Refusal::Unknown)
+        let unknown = namespace.is_none() && self.is_unknown(&call.name);
+        unknown.then_some(Refusal::Unknown)
+    }
+
+    /// [`Session::refusal`] of `call`, a call of the turn `reply`.
+    fn refusal_in(&self, reply: &Reply, call: &Call) -> Option<Refusal> {
+        let namespace = self.codec().call_namespace(reply, call);
+        self.refusal(call, namespace.as_deref())
     }
 
     /// The caller's tools whose names are closest to `name` (its words as a search), best
@@ -329,7 +353,7 @@ impl Session {
         reply
             .calls
             .iter()
-            .any(|c| !self.is_meta(&c.name) && self.refusal(c).is_some())
+            .any(|c| !self.is_meta(&c.name) && self.refusal_in(reply, c).is_some())
     }
 
     /// Whether the caller may see catalog entry `entry` (always, without access rules).
@@ -347,7 +371,7 @@ impl Session {
         let real_calls = reply
             .calls
             .iter()
-            .any(|c| !self.is_meta(&c.name) && self.refusal(c).is_none());
+            .any(|c| !self.is_meta(&c.name) && self.refusal_in(reply, c).is_none());
         let searching = !real_calls && self.rounds < self.max_rounds;
         let mut out: Vec<String> = Vec::new();
         for call in meta().filter(|c| searching || self.names.is_use_tool(&c.name)) {
@@ -373,7 +397,11 @@ impl Session {
             &self.catalog,
         ) {
             (Some((_, order)), _) => Cow::Borrowed(order),
-            (None, Some(catalog)) => Cow::Owned(catalog.index.rank(query)),
+            // Under access rules, by the statistics of the caller's tools alone.
+            (None, Some(catalog)) => match &self.allowed {
+                Some(allowed) => Cow::Owned(catalog.rank_among(query, allowed).to_vec()),
+                None => Cow::Owned(catalog.index.rank(query)),
+            },
             (None, None) => Cow::Owned(Vec::new()),
         }
     }
@@ -450,6 +478,13 @@ impl Session {
     /// left, the model gets an error result for it and the loop goes on.
     pub fn on_reply(&mut self, reply: &Reply) -> Next {
         self.usage.push(reply.usage);
+        if let Some(grant) = &self.grant {
+            // Run by the provider before the answer came: reported, never stopped.
+            for call in self.codec().connector_calls(reply) {
+                self.connector_calls += 1;
+                grant.note_connector_call(&format!("mcp:{call}"));
+            }
+        }
         let usage = if self.rounds > 0 {
             self.total_usage()
         } else {
@@ -464,7 +499,7 @@ impl Session {
             .calls
             .iter()
             .filter(|c| !self.is_meta(&c.name))
-            .filter_map(|c| Some((c, self.refusal(c)?)))
+            .filter_map(|c| Some((c, self.refusal_in(reply, c)?)))
             .collect();
         for (call, refusal) in &refused {
             match refusal {
@@ -790,7 +825,7 @@ impl Session {
         // Arguments the rules refuse are no call: the model gets the tool's schema instead,
         // and a direct call with them is refused like any other.
         let resolved = call_of(name, &params_text);
-        let allowed = self.refusal(&resolved).is_none();
+        let allowed = self.refusal(&resolved, None).is_none();
         (allowed && fits(params, schema.get("parameters")?)).then(|| (name.to_owned(), params_text))
     }
 

@@ -168,6 +168,18 @@ def received_tools(text):
     return names
 
 
+def openai_client(gw, headers):
+    """An OpenAI SDK client of the gateway sending `headers`, and the recorder of its last
+    answer's headers."""
+    import openai
+
+    recorder = Recorder()
+    http_client = openai.DefaultHttpxClient(event_hooks={"response": [recorder.hook]})
+    sdk = openai.OpenAI(api_key="sk-test", base_url=f"{gw.url}/v1", max_retries=0, timeout=60,
+                        http_client=http_client, default_headers=headers)
+    return sdk, recorder
+
+
 class Recorder:
     """The headers of the last HTTP response a client received (an httpx event hook), for the
     SDK calls that return only the parsed answer."""

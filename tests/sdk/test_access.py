@@ -14,7 +14,8 @@ from botocore.config import Config
 from google import genai
 from google.genai import types
 
-from conftest import QUESTION, Gateway, Recorder, catalog, functions
+import conftest
+from conftest import QUESTION, Gateway, catalog, functions
 
 DENIED = "delete_file"
 ALLOWED = "get_current_weather"
@@ -38,11 +39,7 @@ def access_gw(tmp_path_factory):
 
 
 def openai_client(gw):
-    recorder = Recorder()
-    http_client = openai.DefaultHttpxClient(event_hooks={"response": [recorder.hook]})
-    sdk = openai.OpenAI(api_key="sk-test", base_url=f"{gw.url}/v1", max_retries=0, timeout=60,
-                        http_client=http_client, default_headers=CALLER)
-    return sdk, recorder
+    return conftest.openai_client(gw, CALLER)
 
 
 def assert_refused(text):

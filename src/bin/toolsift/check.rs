@@ -548,6 +548,21 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
                         .into(),
                 });
             }
+            let passes_unknown = config.access.as_ref().is_some_and(|a| {
+                a.mode == toolsift::access::Mode::Enforce
+                    && a.unknown_paths == toolsift::access::UnknownPaths::Pass
+            });
+            if passes_unknown {
+                findings.push(Finding {
+                    line,
+                    severity: Severity::Warning,
+                    message: "access rules without `\"unknown_paths\": \"deny\"`: a request \
+                              on a path toolsift does not recognise (no LLM API's, custom or \
+                              MCP route's) passes ungoverned, whatever it carries (README.md, \
+                              Access control)"
+                        .into(),
+                });
+            }
             Filter {
                 wasm,
                 config: Some(config),

@@ -45,6 +45,22 @@ impl RequestCodec for Anthropic {
         response::tool_entry(name, description, parameters)
     }
 
+    fn holders(&self, body: &str) -> Vec<super::Holder> {
+        request::holders(body)
+    }
+
+    fn narrow_connector(&self, entry: &str, tools: &[String]) -> Option<String> {
+        request::narrow_connector(entry, tools)
+    }
+
+    // An `mcp_toolset` follows its `mcp_servers` entry ([`request::holders`]).
+    fn builtin_name(&self, entry: &str) -> Option<String> {
+        if super::shared::entry_type(entry) == Some("\"mcp_toolset\"") {
+            return None;
+        }
+        super::shared::builtin_name(entry)
+    }
+
     fn with_tool_choice(&self, body: &str, name: &str) -> Option<String> {
         let choice = json!({"type": "tool", "name": name});
         set_path_member(body, &[], "tool_choice", &choice.to_string())
@@ -88,6 +104,10 @@ impl ResponseCodec for Anthropic {
 
     fn calls_in_event(&self, event: &Value) -> Vec<String> {
         response::calls_in_event(event)
+    }
+
+    fn connector_calls(&self, reply: &Reply) -> Vec<String> {
+        response::connector_calls(reply)
     }
 
     // Drops the second `message_start` and numbers the new content blocks after the ones sent.

@@ -2,8 +2,12 @@
 //! `{type:"tool",name}`.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::dialects::{Choice, Entry, Problem, Request};
+use crate::access::Connector;
+use crate::dialects::{Choice, Entry, Held, Holder, Problem, Request};
 use crate::dialects::shared::{History, first_text, asked, user_text};
+use crate::dialects::shared::{
+    array_at, entry_type, may_mention, names, object, set_nested_member, url_host,
+};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -206,6 +210,73 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
         // text_editor_*, tool_search_tool_*, mcp_toolset, …
         _ => Entry::Builtin,
     })
+}
+
+/// The remote MCP connectors of a body: each `mcp_servers` entry (`{"type":"url","url",
+/// "name","tool_configuration":{"allowed_tools"}}`), and the `mcp_toolset` tools that name
+/// one (`mcp_server_name`), which leave with it. Read as providers read objects (a repeated
+/// key: the last one); an entry of another shape is still a connector, named by what it has
+/// (one without a name is `mcp:`).
+pub(crate) fn holders(body: &str) -> Vec<Holder> {
+    let mut out = Vec::new();
+    if !may_mention(body, &["mcp"]) {
+        return out;
+    }
+    if let Some(array) = array_at(body, &["mcp_servers"]) {
+        let entries = (0..array.items.len())
+            .map(|i| {
+                let server = array
+                    .items
+                    .get(i)
+                    .and_then(|r| body.get(r.clone()))
+                    .map(object)
+                    .unwrap_or_default();
+                let text = |key: &str| server.get(key).and_then(Value::as_str).unwrap_or_default();
+                let tools = server
+                    .get("tool_configuration")
+                    .and_then(|c| c.get("allowed_tools"))
+                    .and_then(names);
+                let connector = Connector {
+                    label: text("name").to_owned(),
+                    host: url_host(text("url")),
+                    tools,
+                };
+                (i, Held::Connector(connector))
+            })
+            .collect();
+        out.push(Holder { array, entries });
+    }
+    if let Some(array) = array_at(body, &["tools"]) {
+        let entries: Vec<(usize, Held)> = array
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let text = body.get(r.clone())?;
+                let maybe = entry_type(text)
+                    .is_some_and(|t| t == "\"mcp_toolset\"" || t.contains('\\'));
+                if !maybe {
+                    return None;
+                }
+                let tool = object(text);
+                let member = |key: &str| tool.get(key).and_then(Value::as_str);
+                (member("type") == Some("mcp_toolset")).then(|| {
+                    let server = member("mcp_server_name").unwrap_or_default();
+                    (i, Held::OfConnector(server.to_owned()))
+                })
+            })
+            .collect();
+        if !entries.is_empty() {
+            out.push(Holder { array, entries });
+        }
+    }
+    out
+}
+
+/// An `mcp_servers` entry with `tool_configuration.allowed_tools` set to `tools`.
+pub(crate) fn narrow_connector(entry: &str, tools: &[String]) -> Option<String> {
+    let list = serde_json::to_string(tools).ok()?;
+    set_nested_member(entry, "tool_configuration", "allowed_tools", &list)
 }
 
 #[cfg(test)]

@@ -203,6 +203,36 @@ fn append(block: &mut Map<String, Value>, key: &str, piece: Option<&str>) {
     }
 }
 
+/// The `mcp_tool_use` blocks of a turn (a remote MCP connector's call: `server_name`,
+/// `name`), as `<server_name>/<name>`.
+pub(crate) fn connector_calls(reply: &Reply) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct Turn<'a> {
+        #[serde(borrow, default)]
+        content: Vec<UseBlock<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct UseBlock<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        server_name: Option<Str<'a>>,
+        #[serde(borrow, default)]
+        name: Option<Str<'a>>,
+    }
+    reply
+        .turn
+        .iter()
+        .filter_map(|text| serde_json::from_str::<Turn>(text).ok())
+        .flat_map(|turn| turn.content)
+        .filter(|block| block.kind.as_deref() == Some("mcp_tool_use"))
+        .map(|block| {
+            let label = block.server_name.unwrap_or_default();
+            format!("{label}/{}", block.name.unwrap_or_default())
+        })
+        .collect()
+}
+
 pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     let mut blocks: BTreeMap<usize, StreamedBlock> = BTreeMap::new();
     let mut usage: Option<Usage> = None;

@@ -41,6 +41,22 @@ impl RequestCodec for OpenaiResponses {
         response::tool_entry(name, description, parameters)
     }
 
+    fn holders(&self, body: &str) -> Vec<super::Holder> {
+        request::holders(body)
+    }
+
+    fn narrow_connector(&self, entry: &str, tools: &[String]) -> Option<String> {
+        request::narrow_connector(entry, tools)
+    }
+
+    // `mcp` tools and namespaces are governed entry by entry ([`request::holders`]).
+    fn builtin_name(&self, entry: &str) -> Option<String> {
+        match super::shared::entry_type(entry) {
+            Some("\"mcp\"" | "\"namespace\"") => None,
+            _ => super::shared::builtin_name(entry),
+        }
+    }
+
     fn with_tool_choice(&self, body: &str, name: &str) -> Option<String> {
         let choice = json!({"type": "function", "name": name});
         set_path_member(body, &[], "tool_choice", &choice.to_string())
@@ -84,6 +100,14 @@ impl ResponseCodec for OpenaiResponses {
 
     fn calls_in_event(&self, event: &Value) -> Vec<String> {
         response::calls_in_event(event)
+    }
+
+    fn connector_calls(&self, reply: &Reply) -> Vec<String> {
+        response::connector_calls(reply)
+    }
+
+    fn call_namespace(&self, reply: &Reply, call: &crate::dialects::Call) -> Option<String> {
+        response::call_namespace(reply, call)
     }
 
     // Drops the second `response.created`, numbers items and events on, and puts the items

@@ -2,7 +2,12 @@
 //! of items, `tool_choice`.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::dialects::{Choice, Entry, Problem, Request};
+use crate::access::Connector;
+use crate::dialects::shared::splice::set_path_member;
+use crate::dialects::shared::{
+    array_at, entry_type, may_mention, names, object, set_nested_member, url_host,
+};
+use crate::dialects::{Choice, Entry, Held, Holder, Problem, Request};
 use crate::dialects::shared::{Asked, History, asked, content_text, first_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
@@ -211,6 +216,99 @@ pub(crate) fn entry(text: &str) -> Option<Entry> {
         // web_search, file_search, code_interpreter, computer_use, mcp, custom, tool_search…
         _ => Entry::Builtin,
     })
+}
+
+/// The entries of the `tools` array that access rules govern one by one: `mcp` tools
+/// (remote MCP connectors: `server_label`, `server_url`, `allowed_tools` as a list or as
+/// `{"tool_names"}`; an OpenAI connector, `connector_id`, has no URL and goes by its id) and
+/// `namespace`s (`name`, and functions in `tools`). Read as providers read objects (a repeated
+/// key: the last one); a member of the wrong type names nothing.
+pub(crate) fn holders(body: &str) -> Vec<Holder> {
+    if !may_mention(body, &["mcp", "namespace"]) {
+        return Vec::new();
+    }
+    let Some(array) = array_at(body, &["tools"]) else {
+        return Vec::new();
+    };
+    let mut entries = Vec::new();
+    for (i, span) in array.items.iter().enumerate() {
+        let Some(text) = body.get(span.clone()) else {
+            continue;
+        };
+        // Only what may be a connector or a namespace is read whole (a `type` written with
+        // escapes is read too).
+        let maybe = entry_type(text)
+            .is_some_and(|t| matches!(t, "\"mcp\"" | "\"namespace\"") || t.contains('\\'));
+        if !maybe {
+            continue;
+        }
+        let tool = object(text);
+        let member = |key: &str| tool.get(key).and_then(Value::as_str).unwrap_or_default();
+        match member("type") {
+            "mcp" => {
+                let tools = tool.get("allowed_tools").and_then(|allowed| match allowed {
+                    Value::Object(filter) => names(filter.get("tool_names")?),
+                    list => names(list),
+                });
+                let host = match tool.get("server_url").and_then(Value::as_str) {
+                    Some(url) => url_host(url),
+                    None => member("connector_id").to_owned(),
+                };
+                let connector = Connector {
+                    label: member("server_label").to_owned(),
+                    host,
+                    tools,
+                };
+                entries.push((i, Held::Connector(connector)));
+            }
+            "namespace" => {
+                // What the provider reads: the last `tools` member.
+                let Some(functions) = array_at(text, &["tools"]) else {
+                    continue;
+                };
+                let names = functions
+                    .items
+                    .iter()
+                    .map(|r| {
+                        let function = object(text.get(r.clone())?);
+                        Some(function.get("name")?.as_str()?.to_owned())
+                    })
+                    .collect();
+                let shift = |r: &Range<usize>| r.start + span.start..r.end + span.start;
+                let functions = crate::json::ArrayLayout {
+                    span: shift(&functions.span),
+                    items: functions.items.iter().map(shift).collect(),
+                };
+                let name = member("name").to_owned();
+                entries.push((
+                    i,
+                    Held::Namespace {
+                        name,
+                        functions,
+                        names,
+                    },
+                ));
+            }
+            _ => {}
+        }
+    }
+    if entries.is_empty() {
+        return Vec::new();
+    }
+    vec![Holder { array, entries }]
+}
+
+/// An `mcp` tool with only `tools` allowed: `allowed_tools` written as the list, or, when it
+/// is a filter object, its `tool_names` (its other members, `read_only`, kept).
+pub(crate) fn narrow_connector(entry: &str, tools: &[String]) -> Option<String> {
+    let list = serde_json::to_string(tools).ok()?;
+    let filter = crate::json::find_path(entry, &["allowed_tools"])
+        .and_then(|at| entry.get(at))
+        .is_some_and(|v| v.starts_with('{'));
+    if filter {
+        return set_nested_member(entry, "allowed_tools", "tool_names", &list);
+    }
+    set_path_member(entry, &[], "allowed_tools", &list)
 }
 
 #[cfg(test)]

@@ -161,6 +161,51 @@ pub(crate) fn read_reply(body: &str) -> Result<Reply, Problem> {
     })
 }
 
+/// An output item of a turn as the access rules read it: a remote MCP connector's call
+/// (`mcp_call`: `server_label`, `name`), or a function call made in a namespace.
+#[derive(Deserialize)]
+struct TurnItem<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    server_label: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    call_id: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    namespace: Option<Str<'a>>,
+}
+
+/// The `mcp_call` items of a turn, as `<server_label>/<name>`.
+pub(crate) fn connector_calls(reply: &Reply) -> Vec<String> {
+    reply
+        .turn
+        .iter()
+        .filter_map(|text| serde_json::from_str::<TurnItem>(text).ok())
+        .filter(|item| item.kind.as_deref() == Some("mcp_call"))
+        .map(|item| {
+            let label = item.server_label.unwrap_or_default();
+            format!("{label}/{}", item.name.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The `namespace` of the `function_call` item that made `call`.
+pub(crate) fn call_namespace(reply: &Reply, call: &crate::dialects::Call) -> Option<String> {
+    reply
+        .turn
+        .iter()
+        .filter_map(|text| serde_json::from_str::<TurnItem>(text).ok())
+        .find(|item| {
+            item.kind.as_deref() == Some("function_call")
+                && item.call_id.as_deref() == Some(call.id.as_str())
+        })?
+        .namespace
+        .map(|n| n.into_owned())
+        .filter(|n| !n.is_empty())
+}
+
 pub(crate) fn read_stream(frames: &[Frame]) -> Result<Reply, Problem> {
     for frame in frames {
         let event: Event = serde_json::from_str(&frame.data).map_err(|e| Problem::of(&e))?;

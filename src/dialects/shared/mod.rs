@@ -176,6 +176,81 @@ pub(crate) fn builtin_name(entry: &str) -> Option<String> {
     }
 }
 
+/// The array at `path` of `body` (the last one, as providers read a repeated key), its span
+/// and its items' in body offsets; `None` when there is none.
+pub(crate) fn array_at(body: &str, path: &[&str]) -> Option<crate::json::ArrayLayout> {
+    let span = crate::json::find_path(body, path)?;
+    let items = crate::json::array_item_spans(body.get(span.clone())?)?;
+    let at = span.start;
+    Some(crate::json::ArrayLayout {
+        items: items
+            .into_iter()
+            .map(|r| r.start + at..r.end + at)
+            .collect(),
+        span,
+    })
+}
+
+/// Whether `body` may hold one of `words` in a key or string: spelled out, or written with a
+/// `\u` escape (the only way a JSON text can escape a letter). A body that holds none need
+/// not be read for them: a cheap scan where a structural one would cost more.
+pub(crate) fn may_mention(body: &str, words: &[&str]) -> bool {
+    let has = |needle: &str| memchr::memmem::find(body.as_bytes(), needle.as_bytes()).is_some();
+    words.iter().any(|w| has(w)) || has("\\u")
+}
+
+/// The host of a URL, lower case, without user, port, path or query (`https://u@API.x.com:8443/p`
+/// gives `api.x.com`; an IPv6 literal keeps its brackets); empty when it has none.
+pub(crate) fn url_host(url: &str) -> String {
+    let rest = url.trim();
+    let rest = rest.split_once("://").map_or(rest, |(_, r)| r);
+    // A backslash ends the authority too, as WHATWG URL parsers read `https://a\\@b/`.
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host.starts_with('[') {
+        host.split_inclusive(']').next().unwrap_or_default()
+    } else {
+        host.split(':').next().unwrap_or_default()
+    };
+    host.to_ascii_lowercase()
+}
+
+/// A JSON array of strings, as a list; `None` for any other value.
+pub(crate) fn names(value: &serde_json::Value) -> Option<Vec<String>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A JSON object's members as a parser that keeps the last of a repeated key reads them;
+/// empty when `text` is no object.
+pub(crate) fn object(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+/// `entry` (a JSON object's text) with member `key` of its member object `parent` set to
+/// `value` (JSON text); `parent` is added (or replaces a value that is no object) when it is
+/// not an object. Every other byte is kept.
+pub(crate) fn set_nested_member(
+    entry: &str,
+    parent: &str,
+    key: &str,
+    value: &str,
+) -> Option<String> {
+    use splice::{apply_patches, set_member};
+    let whole = entry.len() - entry.trim_start().len()..entry.trim_end().len();
+    let patch = match crate::json::find_path(entry, &[parent]) {
+        Some(at) if entry.get(at.clone())?.starts_with('{') => set_member(entry, at, key, value)?,
+        _ => {
+            let object = format!("{{{}:{value}}}", splice::json_string(key));
+            set_member(entry, whole, parent, &object)?
+        }
+    };
+    apply_patches(entry, vec![patch])
+}
+
 /// The `type` of a built-in entry, its JSON string as written (quotes included), if it has one.
 pub(crate) fn entry_type(entry: &str) -> Option<&str> {
     crate::json::find_path(entry, &["type"]).and_then(|r| entry.get(r))
@@ -190,6 +265,45 @@ pub(crate) fn is_search_tool(entry: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mentions_are_found_spelled_out_or_escaped() {
+        use super::may_mention;
+        assert!(may_mention(r#"{"tools":[{"type":"mcp"}]}"#, &["mcp"]));
+        assert!(may_mention(r#"{"tools":[{"type":"m\u0063p"}]}"#, &["mcp"]));
+        assert!(!may_mention(
+            r#"{"tools":[{"type":"function","name":"m\ncp"}]}"#,
+            &["mcp"]
+        ));
+    }
+
+    #[test]
+    fn url_hosts() {
+        use super::url_host;
+        assert_eq!(
+            url_host("https://u:p@API.Example.com:8443/mcp?x=1"),
+            "api.example.com"
+        );
+        assert_eq!(url_host("https://mcp.example.com"), "mcp.example.com");
+        assert_eq!(url_host("http://[::1]:8080/sse"), "[::1]");
+        assert_eq!(url_host("mcp.example.com/x"), "mcp.example.com");
+        assert_eq!(url_host("https://evil.com#@good.com"), "evil.com");
+        assert_eq!(url_host("https://evil.com\\@good.com/"), "evil.com");
+        assert_eq!(url_host(""), "");
+    }
+
+    #[test]
+    fn nested_members_are_set_in_place() {
+        use super::set_nested_member;
+        let set = |e: &str| set_nested_member(e, "cfg", "list", r#"["a"]"#).unwrap();
+        assert_eq!(
+            set(r#"{"x":1, "cfg":{"on":true}}"#),
+            r#"{"x":1, "cfg":{"on":true,"list":["a"]}}"#
+        );
+        assert_eq!(set(r#"{"cfg":{"list":[]}}"#), r#"{"cfg":{"list":["a"]}}"#);
+        assert_eq!(set(r#"{"x":1}"#), r#"{"x":1,"cfg":{"list":["a"]}}"#);
+        assert_eq!(set(r#"{"cfg":null}"#), r#"{"cfg":{"list":["a"]}}"#);
+    }
+
     #[test]
     fn built_ins_are_named_by_name_type_or_their_only_member() {
         use super::builtin_name;

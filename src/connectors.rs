@@ -1,0 +1,330 @@
+//! What a request hands the provider besides the function tools of its tools container, and
+//! access rules govern entry by entry: remote MCP connectors (Anthropic `mcp_servers`, OpenAI
+//! Responses `mcp` tools), which the provider itself connects to and runs, and Responses
+//! `namespace`s of functions. Decided before the tools container is read, on every mode:
+//! a denied connector leaves the request (or, under `denied: "refused"`, the request is
+//! refused), a narrowed one goes with its allowed-tools list written, a denied namespace
+//! function leaves its namespace, and a namespace left with none leaves.
+//!
+//! What each dialect knows (where these entries sit, how a list is written) is its own
+//! ([`crate::dialects::RequestCodec::holders`]); the decisions are [`crate::access`]'s. Every
+//! byte outside the entries changed stays as the client wrote it.
+
+use crate::access::{ConnectorVerdict, Denied, Grant, Surface, Why};
+use crate::dialects::{Held, RequestCodec};
+use crate::pipeline::Denial;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+/// What access rules made of a request's connectors and namespaces.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The body with denied entries out and narrowed connectors written; `None`: unchanged.
+    pub body: Option<String>,
+    /// Connectors and namespace functions the caller may not see (recorded on `tools`).
+    pub denied: usize,
+    /// Connectors that go with fewer tools than the client allowed them.
+    pub narrowed: usize,
+    /// Connectors and namespace functions that go: the request has something its caller
+    /// may see even when none of its function tools is.
+    pub kept: usize,
+    /// The request is refused whole: a denied connector under `denied: "refused"`, or
+    /// nothing left that the caller may see.
+    pub denial: Option<Denial>,
+}
+
+/// An item's fate in its array.
+enum Fate {
+    Keep,
+    Drop,
+    Write(String),
+}
+
+/// Decides the connectors and namespaces of `body` (read by `codec`) for `grant`.
+pub fn govern(codec: &dyn RequestCodec, body: &str, grant: &Grant) -> Outcome {
+    let holders = codec.holders(body);
+    if holders.is_empty() {
+        return Outcome::default();
+    }
+    let mut outcome = Outcome::default();
+    let mut gone: BTreeSet<String> = BTreeSet::new();
+    let mut kept = 0;
+    let mut fates: Vec<Vec<(usize, Fate)>> = Vec::with_capacity(holders.len());
+    for holder in &holders {
+        let mut decided = Vec::new();
+        for (item, held) in &holder.entries {
+            let text = holder
+                .array
+                .items
+                .get(*item)
+                .and_then(|r| body.get(r.clone()))
+                .unwrap_or_default();
+            let fate = match held {
+                Held::Connector(connector) => match grant.judge_connector(connector) {
+                    ConnectorVerdict::Keep => {
+                        kept += 1;
+                        Fate::Keep
+                    }
+                    ConnectorVerdict::Narrow(tools) => match codec.narrow_connector(text, &tools) {
+                        Some(written) => {
+                            kept += 1;
+                            outcome.narrowed += 1;
+                            Fate::Write(written)
+                        }
+                        // Cannot be written: it does not go with more than it may.
+                        None => {
+                            outcome.denied += 1;
+                            gone.insert(connector.label.clone());
+                            Fate::Drop
+                        }
+                    },
+                    ConnectorVerdict::Denied { name, why } => {
+                        outcome.denied += 1;
+                        gone.insert(connector.label.clone());
+                        if grant.denied_mode() == Denied::Refused && outcome.denial.is_none() {
+                            outcome.denial = Some(Denial {
+                                tool: Some(name),
+                                why,
+                            });
+                        }
+                        Fate::Drop
+                    }
+                },
+                Held::Namespace {
+                    name,
+                    functions,
+                    names,
+                } => {
+                    let allowed: Vec<bool> = names
+                        .iter()
+                        .map(|function| match function {
+                            Some(function) => {
+                                let qualified = format!("{name}.{function}");
+                                grant.judge_named(&[&qualified, function]).allowed()
+                            }
+                            None => true,
+                        })
+                        .collect();
+                    let left = allowed.iter().filter(|a| **a).count();
+                    outcome.denied += allowed.len() - left;
+                    kept += left;
+                    if left == allowed.len() {
+                        Fate::Keep
+                    } else if left == 0 {
+                        Fate::Drop
+                    } else {
+                        let mut inner = String::new();
+                        functions.write(body, &mut inner, |i, text| {
+                            allowed
+                                .get(i)
+                                .copied()
+                                .unwrap_or(false)
+                                .then_some(Cow::Borrowed(text))
+                        });
+                        let entry = holder.array.items.get(*item).cloned().unwrap_or_default();
+                        let rebuilt = [
+                            body.get(entry.start..functions.span.start),
+                            Some(inner.as_str()),
+                            body.get(functions.span.end..entry.end),
+                        ];
+                        match rebuilt.into_iter().collect::<Option<Vec<&str>>>() {
+                            Some(parts) => Fate::Write(parts.concat()),
+                            None => Fate::Drop,
+                        }
+                    }
+                }
+                Held::OfConnector(_) => Fate::Keep,
+            };
+            decided.push((*item, fate));
+        }
+        fates.push(decided);
+    }
+    // What belongs to a connector that left leaves with it.
+    for (holder, decided) in holders.iter().zip(fates.iter_mut()) {
+        for ((_, held), (_, fate)) in holder.entries.iter().zip(decided.iter_mut()) {
+            if let Held::OfConnector(label) = held {
+                if gone.contains(label) {
+                    *fate = Fate::Drop;
+                }
+            }
+        }
+    }
+    if let Some(denial) = &outcome.denial {
+        let tool = denial.tool.clone();
+        // The shadow policy's view: would it refuse for a connector too?
+        let shadow = |s: &Grant| {
+            let refuses = s.denied_mode() == Denied::Refused;
+            holders
+                .iter()
+                .flat_map(|h| &h.entries)
+                .find_map(|(_, held)| match held {
+                    Held::Connector(c) if refuses => match s.connector(c) {
+                        ConnectorVerdict::Denied { why, .. } => Some(why),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+        };
+        outcome.denial = grant
+            .judge_request(
+                Surface::Request,
+                tool.as_deref(),
+                Some(denial.why.clone()),
+                shadow,
+            )
+            .map(|why| Denial { tool, why });
+        return outcome;
+    }
+    outcome.kept = kept;
+    if outcome.denied == 0 && outcome.narrowed == 0 {
+        return outcome;
+    }
+    let patches = holders
+        .iter()
+        .zip(&fates)
+        .filter(|(_, decided)| decided.iter().any(|(_, f)| !matches!(f, Fate::Keep)))
+        .map(|(holder, decided)| {
+            let mut out = String::new();
+            holder.array.write(body, &mut out, |i, text| {
+                match decided.iter().find(|(item, _)| *item == i).map(|(_, f)| f) {
+                    None | Some(Fate::Keep) => Some(Cow::Borrowed(text)),
+                    Some(Fate::Drop) => None,
+                    Some(Fate::Write(written)) => Some(Cow::Owned(written.clone())),
+                }
+            });
+            (holder.array.span.clone(), out)
+        })
+        .collect();
+    outcome.body = crate::dialects::shared::splice::apply_patches(body, patches);
+    let nothing_left = kept == 0
+        && outcome.body.as_deref().is_some_and(|b| {
+            crate::dialects::shared::array_at(b, codec.tools_path())
+                .is_none_or(|tools| tools.items.is_empty())
+        });
+    if nothing_left || outcome.body.is_none() {
+        // Never a model called with no tool at all: a permission problem would look like a
+        // quality one (and a body that could not be written is not sent as it was).
+        let why = if grant.is_identified() {
+            Why::Default
+        } else {
+            Why::NoIdentity
+        };
+        outcome.denial = grant
+            .judge_request(Surface::Request, None, Some(why), |_| None)
+            .map(|why| Denial { tool: None, why });
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use crate::access::{AccessConfig, Caller, Policy};
+    use crate::dialects::Dialect;
+    use std::rc::Rc;
+
+    fn grant(access: &str, values: &[&str]) -> Grant {
+        let config: AccessConfig = serde_json::from_str(access).unwrap();
+        let policy = Rc::new(Policy::new(&config).unwrap());
+        policy.grant(&Caller::new(values.iter().map(|v| (*v).to_owned())))
+    }
+
+    const RULES: &str = r#"{"identity":[{"header":"x-group"}],"default":"deny","rules":[
+        {"when":["dev"],"allow":["mcp:github","mcp_url:*.githubcopilot.com","search_*",
+                                 "mcp:github/search_repos","mcp:github/get_issue",
+                                 "crm.get_*","ping"]},
+        {"when":["*"],"deny":["mcp_url:evil.example","*delete*"]}]}"#;
+
+    fn govern_as(dialect: Dialect, body: &str) -> Outcome {
+        govern(dialect.codec(), body, &grant(RULES, &["dev"]))
+    }
+
+    #[test]
+    fn responses_connectors_are_decided_by_label_and_host_and_narrowed() {
+        let body = r#"{"model":"m","input":"hi","tools":[
+ {"type":"function","name":"search_web","parameters":{}},
+ {"type":"mcp","server_label":"github","server_url":"https://api.githubcopilot.com/mcp/","require_approval":"never"},
+ {"type":"mcp","server_label":"github","server_url":"https://evil.example/mcp"},
+ {"type":"mcp","server_label":"gitlab","server_url":"https://api.githubcopilot.com/mcp/"},
+ {"type":"mcp","server_label":"github","server_url":"https://x.githubcopilot.com","allowed_tools":{"tool_names":["get_issue","delete_repo"],"read_only":true}}],"store":false}"#;
+        let out = govern_as(Dialect::OpenaiResponses, body);
+        assert_eq!((out.denied, out.narrowed, out.denial), (2, 2, None));
+        let sent = out.body.unwrap();
+        assert_eq!(
+            sent,
+            r#"{"model":"m","input":"hi","tools":[
+ {"type":"function","name":"search_web","parameters":{}},
+ {"type":"mcp","server_label":"github","server_url":"https://api.githubcopilot.com/mcp/","require_approval":"never","allowed_tools":["search_repos","get_issue"]},
+ {"type":"mcp","server_label":"github","server_url":"https://x.githubcopilot.com","allowed_tools":{"tool_names":["get_issue"],"read_only":true}}],"store":false}"#
+        );
+    }
+
+    #[test]
+    fn anthropic_servers_leave_with_their_toolsets() {
+        let body = r#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}],
+ "mcp_servers":[{"type":"url","url":"https://evil.example/sse","name":"github"},
+                {"type":"url","url":"https://api.githubcopilot.com/mcp","name":"github2"},
+                {"type":"url","url":"https://api.githubcopilot.com/mcp","name":"github","tool_configuration":{"enabled":true,"allowed_tools":["search_repos"]}}],
+ "tools":[{"type":"mcp_toolset","mcp_server_name":"github2"},{"name":"search_docs","input_schema":{}}]}"#;
+        let out = govern_as(Dialect::Anthropic, body);
+        assert_eq!((out.denied, out.narrowed, &out.denial), (2, 0, &None));
+        let sent = out.body.unwrap();
+        assert_eq!(
+            sent,
+            r#"{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}],
+ "mcp_servers":[{"type":"url","url":"https://api.githubcopilot.com/mcp","name":"github","tool_configuration":{"enabled":true,"allowed_tools":["search_repos"]}}],
+ "tools":[{"name":"search_docs","input_schema":{}}]}"#
+        );
+        // Refused: the request is refused, naming the connector.
+        let refused = RULES.replace(
+            r#""default":"deny""#,
+            r#""default":"deny","denied":"refused""#,
+        );
+        let out = govern(Dialect::Anthropic.codec(), body, &grant(&refused, &["dev"]));
+        let denial = out.denial.unwrap();
+        assert_eq!(denial.tool.as_deref(), Some("mcp_url:evil.example"));
+        assert!(out.body.is_none());
+    }
+
+    #[test]
+    fn namespaces_lose_their_denied_functions_and_leave_empty() {
+        let body = r#"{"input":"hi","tools":[{"type":"namespace","name":"crm","description":"CRM","tools":[
+   {"type":"function","name":"get_customer","parameters":{}},
+   {"type":"function","name":"delete_customer","parameters":{}},
+   {"type":"function","name":"ping"}]},
+ {"type":"namespace","name":"billing","description":"B","tools":[{"type":"function","name":"refund"}]},
+ {"type":"function","name":"search_web"}]}"#;
+        let out = govern_as(Dialect::OpenaiResponses, body);
+        assert_eq!(out.denied, 2);
+        assert_eq!(
+            out.body.unwrap(),
+            r#"{"input":"hi","tools":[{"type":"namespace","name":"crm","description":"CRM","tools":[
+   {"type":"function","name":"get_customer","parameters":{}},
+   {"type":"function","name":"ping"}]},
+ {"type":"function","name":"search_web"}]}"#
+        );
+    }
+
+    #[test]
+    fn nothing_left_is_refused_and_audit_edits_nothing() {
+        let body = r#"{"input":"hi","tools":[{"type":"mcp","server_label":"x","server_url":"https://x.example"}]}"#;
+        let out = govern_as(Dialect::OpenaiResponses, body);
+        assert_eq!(out.denied, 1);
+        assert_eq!(out.denial.unwrap().why, Why::Default);
+        let audit = RULES.replace(r#""default":"deny""#, r#""default":"deny","mode":"audit""#);
+        let g = grant(&audit, &["dev"]);
+        let out = govern(Dialect::OpenaiResponses.codec(), body, &g);
+        assert_eq!((out.body, out.denied, out.denial), (None, 0, None));
+        assert_eq!(g.ledger().records().len(), 1, "counted as would_deny");
+        // Nothing to govern: nothing read, nothing changed.
+        let plain = r#"{"input":"hi","tools":[{"type":"function","name":"search_web"}]}"#;
+        // (A kept connector counts: `kept` tells the filter the request is not empty.)
+        assert_eq!(
+            govern_as(Dialect::OpenaiResponses, plain),
+            Outcome::default()
+        );
+        assert_eq!(govern_as(Dialect::Gemini, plain), Outcome::default());
+    }
+}
