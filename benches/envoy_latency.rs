@@ -1819,7 +1819,6 @@ mod shadow {
         }
         let requests = gw.stat("toolsift.shadow.requests");
         let missed = gw.stat("toolsift.shadow.calls");
-        let late = gw.stat("toolsift.shadow.ranked_late");
         println!(
             "| {n} tools | median whole answer (ms) | added over no filter (ms) | median first byte of a stream (ms) | added (ms) | median last byte (ms) |"
         );
@@ -1836,7 +1835,7 @@ mod shadow {
             );
         }
         println!(
-            "shadowed requests counted: {requests} (ranked late: {late}), calls measured: {missed}; x-toolsift: `{shown}`"
+            "shadowed requests counted: {requests}, calls measured: {missed}; x-toolsift: `{shown}`"
         );
         println!("load after: {}", load());
     }

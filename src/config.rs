@@ -804,23 +804,6 @@ impl Config {
         (self.mode == Mode::Filter).then_some(shadow.sample)
     }
 
-    /// Whether a shadowed request goes upstream as the client sent it, chunk by chunk, and is
-    /// ranked off its path (on the worker's next tick, while the model answers): when nothing
-    /// but the measurement needs its body before it leaves. Access rules (which hide or
-    /// refuse), `_tool_gating` (which may claim a call), hybrid ranking (which may wait for an
-    /// embeddings call), follow-ups (which answer from the request) and `on_error: reject`
-    /// (which answers a body it cannot read) keep a shadowed request on its path, held and
-    /// ranked before it leaves, as a filtered one is.
-    pub fn shadow_off_path(&self) -> bool {
-        self.shadow_sample().is_some()
-            && self.access.is_none()
-            && self.access_shadow.is_none()
-            && self.gating.is_none()
-            && self.ranking == Ranking::Keyword
-            && self.follow_up_rounds().is_none()
-            && self.on_error == OnError::Pass
-    }
-
     /// The most follow-ups one request may send: search mode's rounds, or filter mode's
     /// answers to made-up calls; `None` when the gateway sends none.
     pub fn follow_up_rounds(&self) -> Option<usize> {
@@ -1336,24 +1319,6 @@ mod tests {
         }
         assert!(err(r#"{"shadow":{}}"#).contains("`shadow`"));
         assert!(err(r#"{"shadow":{"rate":0.5}}"#).contains("unknown field `rate`"));
-        // Off the request's path only when nothing but the measurement needs the body first.
-        let off_path = |json: &str| {
-            Config::from_json(json.as_bytes())
-                .unwrap()
-                .shadow_off_path()
-        };
-        assert!(off_path(r#"{"shadow":{"sample":1}}"#));
-        assert!(off_path(
-            r#"{"shadow":{"sample":1},"debug":true,"loop_guard":{}}"#
-        ));
-        assert!(!off_path(r#"{}"#));
-        assert!(!off_path(r#"{"shadow":{"sample":1},"on_error":"reject"}"#));
-        assert!(!off_path(
-            r#"{"shadow":{"sample":1},"access":{"default":"allow"}}"#
-        ));
-        assert!(!off_path(
-            r#"{"shadow":{"sample":1},"unknown_tools":{"answer":true}}"#
-        ));
     }
 
     #[test]

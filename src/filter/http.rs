@@ -23,7 +23,6 @@ use crate::search::memory::{Memory, SessionKey};
 use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
@@ -80,10 +79,6 @@ pub struct Filter {
     /// Bytes at the start of Envoy's response buffer already given to `shadow` (the buffer
     /// keeps them while the response is paused).
     shadow_fed: usize,
-    /// `shadow` off the request's path: the body copied as it passes, until it has all gone.
-    shadow_copy: Option<(Dialect, Vec<u8>)>,
-    /// Then: queued for the worker's tick, which ranks it while the model answers.
-    shadow_later: Option<Rc<RefCell<Later>>>,
 }
 
 /// The client's request headers, kept for the follow-ups, and whether the path asks for a
@@ -203,8 +198,6 @@ impl Filter {
             shadow_drawn: None,
             shadow: None,
             shadow_fed: 0,
-            shadow_copy: None,
-            shadow_later: None,
         }
     }
 
@@ -267,7 +260,22 @@ impl Filter {
             Reader::Custom => engine.analyse_custom_as(body_text(&body)?, grant)?,
             Reader::Dialect(dialect) => engine.analyse_as(dialect, &body, grant)?,
         };
-        count_analysis(metrics, &analysis, started);
+        metrics.since(
+            if analysis.cache_hit {
+                metrics.phase_analyse_us
+            } else {
+                metrics.phase_assemble_us
+            },
+            started,
+        );
+        metrics.add(
+            if analysis.cache_hit {
+                metrics.catalog_cache_hits
+            } else {
+                metrics.catalog_cache_misses
+            },
+            1,
+        );
         if let Some(governed) = analysis.access.as_mut() {
             governed.denied += self.outside_denied;
             // Connectors or namespace functions it may see go: the request is not empty.
@@ -414,15 +422,76 @@ impl Filter {
                 return Ok(());
             }
         }
-        let filtered = filter_mode(
-            shared,
-            debug,
-            analysis,
-            Some(body),
+        // Shadow ranking: what the selection keeps is measured, not applied (debug names the
+        // tools it would have kept).
+        let would_keep_names =
+            (debug && self.shadow_drawn == Some(true)).then(|| analysis.explain_kept());
+        let shadow = self.start_shadow(shared, analysis);
+        let (kept, total) = (analysis.kept(), analysis.total());
+        let started = now();
+        if write_rewritten(analysis, body)? {
+            metrics.since(metrics.phase_write_us, started);
+            metrics.add(metrics.rewritten, 1);
+        } else {
+            metrics.add(metrics.unchanged, 1);
+        }
+        let (tokens_before, tokens_after) = analysis.tokens_before_after();
+        // For the access log (`toolsift report`): the tools' tokens as sent and as forwarded.
+        let tokens = format!("{tokens_before}/{tokens_after}");
+        if let Err(status) = host::set_property("toolsift_tokens", tokens.as_bytes()) {
+            log::debug!("cannot record the tokens for the access log: {status:?}");
+        }
+        metrics.add(metrics.tools_in, total);
+        metrics.add(metrics.tools_out, kept);
+        metrics.add(
+            metrics.tokens_saved,
+            tokens_before.saturating_sub(tokens_after),
+        );
+        match ranked {
+            Ranked::Keyword => {}
+            Ranked::Hybrid => metrics.add(metrics.ranked_hybrid, 1),
+            Ranked::Fallback(reason) => {
+                metrics.add(metrics.ranked_keyword, 1);
+                metrics.fallback(reason);
+            }
+            Ranked::Incomplete => {
+                metrics.add(metrics.ranked_keyword, 1);
+                metrics.add(metrics.embeddings_incomplete, 1);
+            }
+        }
+        // Prompts stay out of logs above debug level.
+        log::debug!(
+            "toolsift: {} query={:?} kept {kept}/{total} catalog_cache_hit={} ranked={ranked:?}",
+            analysis.reader.name(),
+            analysis.query,
+            analysis.cache_hit
+        );
+        let kept_names = match would_keep_names {
+            Some(names) => names,
+            None if debug => analysis.explain_kept(),
+            None => String::new(),
+        };
+        metrics.denied(Surface::Tools, analysis.denied());
+        // The provider's own search (here only under access rules that took tools out).
+        if analysis.native_search {
+            metrics.add(metrics.search_native, 1);
+        }
+        self.outcome = Some(Outcome::Filtered {
+            kept,
+            total,
             ranked,
-            self.shadow_drawn.take(),
-        )?;
-        self.take_filtered(filtered);
+            search: analysis.native_search.then_some("native"),
+            kept_names,
+            denied: analysis.access.as_ref().map(|g| g.denied),
+            evicted: analysis.evicted.clone(),
+            detected: loops_detected(analysis),
+            remembered: Vec::new(),
+            noted: noted_tools(analysis),
+            unknown: analysis.unknown.clone(),
+            shadow,
+        });
+        count_loop(metrics, analysis);
+        metrics.add(metrics.unknown_tools, analysis.unknown.len());
         Ok(())
     }
 
@@ -1006,9 +1075,6 @@ impl HttpContext for Filter {
         }
         match self.screen_headers(&shared, &pairs, end_of_stream) {
             Ok(reader) => {
-                if self.pass_shadowed(&shared, reader) {
-                    return Action::Continue;
-                }
                 if let Err(status) = host::remove_header(Headers::Request, "content-length") {
                     log::warn!("cannot remove content-length: {status:?}");
                     return self.skip(&shared, Skip::Internal.into());
@@ -1020,6 +1086,10 @@ impl HttpContext for Filter {
                     if let Some(refused) = self.guard(&shared, dialect, grant, &pairs) {
                         return refused;
                     }
+                }
+                // Custom shapes are filtered in search mode too, and have no response reader.
+                if let Reader::Dialect(_) = reader {
+                    self.draw_shadow(&shared);
                 }
                 if let Reader::Dialect(dialect) = reader {
                     match follow_up_headers(&shared, dialect, &pairs) {
@@ -1062,9 +1132,6 @@ impl HttpContext for Filter {
         if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
             return mcp.on_body(&shared, body_size, end_of_stream);
         }
-        if let (Some(shared), true) = (self.shared.clone(), self.shadow_copy.is_some()) {
-            return self.copy_shadowed(&shared, body_size, end_of_stream);
-        }
         let (Some(shared), Some(reader)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
@@ -1095,10 +1162,6 @@ impl HttpContext for Filter {
             return mcp.on_body(&shared, usize::MAX, true);
         }
         // With trailers (HTTP/2, gRPC-web), the body callback never sees end_of_stream.
-        if let (Some(shared), true) = (self.shared.clone(), self.shadow_copy.is_some()) {
-            self.queue_shadowed(&shared);
-            return Action::Continue;
-        }
         let (Some(shared), Some(reader)) = (self.shared.clone(), self.buffering) else {
             return Action::Continue;
         };
@@ -1118,7 +1181,6 @@ impl HttpContext for Filter {
             mcp.on_response_headers(response_header);
             return Action::Continue;
         }
-        self.take_later(&shared);
         if self.outcome.is_some() {
             let value = self.header_value();
             // For the access log: `%FILTER_STATE(wasm.toolsift:PLAIN)%`.
@@ -1477,103 +1539,28 @@ impl Filter {
         }
     }
 
-    /// `shadow` off the request's path: a request drawn to be shadowed, under a configuration
-    /// where nothing but the measurement needs its body before it leaves, passes as sent (its
-    /// `content-length` stays) while its body is copied, to be ranked on the worker's next
-    /// tick. Draws for every dialect's request.
-    fn pass_shadowed(&mut self, shared: &Shared, reader: Reader) -> bool {
-        let Reader::Dialect(dialect) = reader else {
-            return false;
+    /// `shadow`, as the selection is written: a shadowed request keeps every tool its caller
+    /// may see, and the answer of any ranked request is watched. Returns, when shadowed, how
+    /// many tools the selection would have kept.
+    fn start_shadow(&mut self, shared: &Shared, analysis: &mut Analysis) -> Option<usize> {
+        let drawn = self.shadow_drawn.take()?;
+        let dialect = analysis.dialect()?;
+        // The provider's own search gets every allowed tool anyway: no cut to measure.
+        if analysis.native_search {
+            return None;
+        }
+        let top_k = shared.engine.try_borrow().ok()?.config.top_k;
+        let (card, would_keep) = if drawn {
+            let would = analysis.shadow();
+            shared.metrics.add(shared.metrics.shadow_requests, 1);
+            let card = crate::shadow::Scorecard::new(analysis, &would, true, top_k);
+            (card, Some(would.kept_count()))
+        } else {
+            let card = crate::shadow::Scorecard::new(analysis, &analysis.selection, false, top_k);
+            (card, None)
         };
-        self.draw_shadow(shared);
-        let off_path = self.grant.is_none()
-            && self.shadow_drawn == Some(true)
-            && shared
-                .engine
-                .try_borrow()
-                .is_ok_and(|e| e.config.shadow_off_path());
-        if off_path {
-            self.shadow_copy = Some((dialect, Vec::new()));
-        }
-        off_path
-    }
-
-    /// Copies the chunk passing (Envoy's buffer holds only it: the earlier ones went on) and,
-    /// at the end of the body, queues the copy for the worker's tick.
-    fn copy_shadowed(&mut self, shared: &Shared, chunk: usize, end_of_stream: bool) -> Action {
-        let Some((_, copy)) = self.shadow_copy.as_mut() else {
-            return Action::Continue;
-        };
-        let read = host::buffer(Buffer::RequestBody, 0, chunk);
-        if let Ok(bytes) = &read {
-            copy.extend_from_slice(bytes);
-        }
-        let too_large = shared
-            .engine
-            .try_borrow()
-            .map_or(true, |e| copy.len() > e.config.max_body_bytes);
-        let skipped = match read {
-            Err(_) => Some(Skip::Internal),
-            Ok(_) if too_large => Some(Skip::TooLarge),
-            Ok(_) => None,
-        };
-        if let Some(reason) = skipped {
-            self.shadow_copy = None;
-            return self.skip(shared, reason.into());
-        }
-        if end_of_stream {
-            self.queue_shadowed(shared);
-        }
-        Action::Continue
-    }
-
-    fn queue_shadowed(&mut self, shared: &Shared) {
-        let Some((dialect, body)) = self.shadow_copy.take() else {
-            return;
-        };
-        let later = Rc::new(RefCell::new(Later(LaterState::Queued { dialect, body })));
-        let Ok(mut queue) = shared.later.try_borrow_mut() else {
-            return;
-        };
-        queue.push(Rc::clone(&later));
-        self.shadow_later = Some(later);
-        // The first tick comes a period after it is set (if the tick runs already, at its
-        // next one).
-        if let Err(status) = host::set_tick_period(Duration::from_millis(1)) {
-            log::debug!("cannot set the tick that ranks shadowed requests: {status:?}");
-        }
-    }
-
-    /// With the answer's headers: the shadowed request's ranking, from the tick or, if the
-    /// answer came first, done now (counted: `toolsift.shadow.ranked_late`).
-    fn take_later(&mut self, shared: &Shared) {
-        let Some(later) = self.shadow_later.take() else {
-            return;
-        };
-        let Ok(mut later) = later.try_borrow_mut() else {
-            return;
-        };
-        if matches!(later.0, LaterState::Queued { .. }) {
-            shared.metrics.add(shared.metrics.shadow_ranked_late, 1);
-            later.rank(shared);
-        }
-        match later.take() {
-            Some(Ok(filtered)) => self.take_filtered(filtered),
-            Some(Err(skipped)) => {
-                self.skip(shared, skipped);
-            }
-            None => {}
-        }
-    }
-
-    /// Keeps what filter mode did for the response side, and records the tools' tokens for
-    /// the access log (`toolsift report`).
-    fn take_filtered(&mut self, filtered: Filtered) {
-        if let Err(status) = host::set_property("toolsift_tokens", filtered.tokens.as_bytes()) {
-            log::debug!("cannot record the tokens for the access log: {status:?}");
-        }
-        self.outcome = Some(filtered.outcome);
-        self.shadow = filtered.watch;
+        self.shadow = Some(crate::shadow::Watch::new(card, dialect));
+        would_keep
     }
 
     /// Gives `shadow` the answer's bytes past those it has (`body_size`: what Envoy's buffer
@@ -1601,218 +1588,6 @@ impl Filter {
         }
         log::debug!("toolsift: {value}");
     }
-}
-
-/// What filter mode made of a request: the outcome for the `x-toolsift` header, the answer's
-/// watch (shadow ranking), and the tools' tokens as sent and as forwarded, for the access log.
-struct Filtered {
-    outcome: Outcome,
-    watch: Option<crate::shadow::Watch>,
-    tokens: String,
-}
-
-/// Filter mode, once ranked: writes the selection into the request's `body` and counts what
-/// was done. Shadowed (`drawn`), the selection is measured, not applied; `body` is `None` when
-/// the request has gone upstream as sent already (`shadow` off the request's path).
-fn filter_mode(
-    shared: &Shared,
-    debug: bool,
-    analysis: &mut Analysis,
-    body: Option<&[u8]>,
-    ranked: Ranked,
-    drawn: Option<bool>,
-) -> Result<Filtered, Skipped> {
-    let metrics = &shared.metrics;
-    // Shadow ranking: debug names the tools the selection would have kept.
-    let would_keep_names = (debug && drawn == Some(true)).then(|| analysis.explain_kept());
-    let (watch, shadow) = watch_answer(shared, drawn, analysis);
-    let (kept, total) = (analysis.kept(), analysis.total());
-    let started = now();
-    let rewritten = match body {
-        Some(body) => write_rewritten(analysis, body)?,
-        None => false,
-    };
-    if rewritten {
-        metrics.since(metrics.phase_write_us, started);
-        metrics.add(metrics.rewritten, 1);
-    } else {
-        metrics.add(metrics.unchanged, 1);
-    }
-    let (tokens_before, tokens_after) = analysis.tokens_before_after();
-    metrics.add(metrics.tools_in, total);
-    metrics.add(metrics.tools_out, kept);
-    metrics.add(
-        metrics.tokens_saved,
-        tokens_before.saturating_sub(tokens_after),
-    );
-    match ranked {
-        Ranked::Keyword => {}
-        Ranked::Hybrid => metrics.add(metrics.ranked_hybrid, 1),
-        Ranked::Fallback(reason) => {
-            metrics.add(metrics.ranked_keyword, 1);
-            metrics.fallback(reason);
-        }
-        Ranked::Incomplete => {
-            metrics.add(metrics.ranked_keyword, 1);
-            metrics.add(metrics.embeddings_incomplete, 1);
-        }
-    }
-    // Prompts stay out of logs above debug level.
-    log::debug!(
-        "toolsift: {} query={:?} kept {kept}/{total} catalog_cache_hit={} ranked={ranked:?}",
-        analysis.reader.name(),
-        analysis.query,
-        analysis.cache_hit
-    );
-    let kept_names = match would_keep_names {
-        Some(names) => names,
-        None if debug => analysis.explain_kept(),
-        None => String::new(),
-    };
-    metrics.denied(Surface::Tools, analysis.denied());
-    // The provider's own search (here only under access rules that took tools out).
-    if analysis.native_search {
-        metrics.add(metrics.search_native, 1);
-    }
-    count_loop(metrics, analysis);
-    metrics.add(metrics.unknown_tools, analysis.unknown.len());
-    Ok(Filtered {
-        outcome: Outcome::Filtered {
-            kept,
-            total,
-            ranked,
-            search: analysis.native_search.then_some("native"),
-            kept_names,
-            denied: analysis.access.as_ref().map(|g| g.denied),
-            evicted: analysis.evicted.clone(),
-            detected: loops_detected(analysis),
-            remembered: Vec::new(),
-            noted: noted_tools(analysis),
-            unknown: analysis.unknown.clone(),
-            shadow,
-        },
-        watch,
-        tokens: format!("{tokens_before}/{tokens_after}"),
-    })
-}
-
-/// `shadow`, as the selection is written: a shadowed request (`drawn` true) keeps every tool
-/// its caller may see, and the answer of any ranked request is watched. Returns the watch
-/// and, when shadowed, how many tools the selection would have kept.
-fn watch_answer(
-    shared: &Shared,
-    drawn: Option<bool>,
-    analysis: &mut Analysis,
-) -> (Option<crate::shadow::Watch>, Option<usize>) {
-    let (Some(drawn), Some(dialect)) = (drawn, analysis.dialect()) else {
-        return (None, None);
-    };
-    // The provider's own search gets every allowed tool anyway: no cut to measure.
-    let top_k = shared.engine.try_borrow().map(|e| e.config.top_k);
-    let (false, Ok(top_k)) = (analysis.native_search, top_k) else {
-        return (None, None);
-    };
-    let (card, would_keep) = if drawn {
-        let would = analysis.shadow();
-        shared.metrics.add(shared.metrics.shadow_requests, 1);
-        let card = crate::shadow::Scorecard::new(analysis, &would, true, top_k);
-        (card, Some(would.kept_count()))
-    } else {
-        let card = crate::shadow::Scorecard::new(analysis, &analysis.selection, false, top_k);
-        (card, None)
-    };
-    (Some(crate::shadow::Watch::new(card, dialect)), would_keep)
-}
-
-/// A shadowed request that went upstream as sent (`shadow` off the request's path), from its
-/// queueing to its ranking. Shared by the request (which reads the result with the answer's
-/// headers) and the worker's queue (whose tick ranks it while the model answers).
-pub(super) struct Later(LaterState);
-
-enum LaterState {
-    Queued { dialect: Dialect, body: Vec<u8> },
-    Ranked(Result<Filtered, Skipped>),
-    Taken,
-}
-
-impl Later {
-    /// Ranks the request if it still waits; its result, once (later calls get `None`).
-    fn rank(&mut self, shared: &Shared) {
-        if let LaterState::Queued { dialect, body } =
-            std::mem::replace(&mut self.0, LaterState::Taken)
-        {
-            self.0 = LaterState::Ranked(rank_shadowed(shared, dialect, &body));
-        }
-    }
-
-    fn take(&mut self) -> Option<Result<Filtered, Skipped>> {
-        match std::mem::replace(&mut self.0, LaterState::Taken) {
-            LaterState::Ranked(result) => Some(result),
-            _ => None,
-        }
-    }
-}
-
-/// On the root context's tick: ranks the shadowed requests queued since the last one.
-pub(super) fn rank_later(shared: &Shared) {
-    let Ok(mut queue) = shared.later.try_borrow_mut() else {
-        return;
-    };
-    for later in std::mem::take(&mut *queue) {
-        // A stream that ended before its tick has nobody to report to.
-        if Rc::strong_count(&later) < 2 {
-            continue;
-        }
-        if let Ok(mut later) = later.try_borrow_mut() {
-            later.rank(shared);
-        }
-    }
-}
-
-/// A shadowed request's body, ranked as filter mode would have (keyword ranking, no access
-/// rules: see [`crate::config::Config::shadow_off_path`]), without writing anything.
-fn rank_shadowed(shared: &Shared, dialect: Dialect, body: &[u8]) -> Result<Filtered, Skipped> {
-    let metrics = &shared.metrics;
-    let started = now();
-    let (mut analysis, debug) = {
-        let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
-        (engine.analyse_as(dialect, body, None)?, engine.config.debug)
-    };
-    count_analysis(metrics, &analysis, started);
-    let filtered = filter_mode(
-        shared,
-        debug,
-        &mut analysis,
-        None,
-        Ranked::Keyword,
-        Some(true),
-    );
-    metrics.since(metrics.filter_time_us, started);
-    filtered
-}
-
-/// How long the analysis took, and whether the catalog was cached.
-fn count_analysis(
-    metrics: &super::metrics::Metrics,
-    analysis: &Analysis,
-    started: Option<SystemTime>,
-) {
-    metrics.since(
-        if analysis.cache_hit {
-            metrics.phase_analyse_us
-        } else {
-            metrics.phase_assemble_us
-        },
-        started,
-    );
-    metrics.add(
-        if analysis.cache_hit {
-            metrics.catalog_cache_hits
-        } else {
-            metrics.catalog_cache_misses
-        },
-        1,
-    );
 }
 
 /// The tools whose guidance note went upstream.

@@ -114,9 +114,6 @@ pub struct Metrics {
     pub shadow_unreadable: u32,
     pub shadow_call_rank: u32,
     pub filtered_call_rank: u32,
-    /// Shadowed requests passed as sent (`shadow` off the request's path) whose answer began
-    /// before the worker's tick had ranked them: ranked then, before the answer went on.
-    pub shadow_ranked_late: u32,
 }
 
 impl Metrics {
@@ -167,7 +164,6 @@ impl Metrics {
             shadow_kept: counter("toolsift.shadow.kept")?,
             shadow_missed: counter("toolsift.shadow.missed")?,
             shadow_unreadable: counter("toolsift.shadow.unreadable")?,
-            shadow_ranked_late: counter("toolsift.shadow.ranked_late")?,
             shadow_call_rank: histogram("toolsift.shadow.call_rank")?,
             filtered_call_rank: histogram("toolsift.filtered.call_rank")?,
             requests: counter("toolsift.requests")?,

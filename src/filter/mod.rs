@@ -51,8 +51,6 @@ pub(crate) struct Shared {
     suggestions: RefCell<Option<crate::mcp::suggestions::Refresh>>,
     /// `shadow`: which requests this worker shadows.
     sampler: RefCell<crate::shadow::Sampler>,
-    /// `shadow` off the request's path: shadowed requests waiting for the tick to rank them.
-    later: RefCell<Vec<Rc<RefCell<http::Later>>>>,
 }
 
 impl Shared {
@@ -262,18 +260,15 @@ impl RootContext for Root {
             backfill: RefCell::default(),
             watchdog: RefCell::default(),
             sampler: RefCell::new(crate::shadow::Sampler::new(sampler_seed(self.context_id))),
-            later: RefCell::default(),
         }));
         true
     }
 
-    /// Ranks the shadowed requests that went upstream as sent, sends the background calls
-    /// requests queued, and resumes held requests that stalled.
+    /// Sends the background calls requests queued, and resumes held requests that stalled.
     fn on_tick(&mut self) {
         let Some(shared) = self.shared.clone() else {
             return;
         };
-        http::rank_later(&shared);
         if let (Ok(engine), Ok(mut backfill)) =
             (shared.engine.try_borrow(), shared.backfill.try_borrow_mut())
         {
