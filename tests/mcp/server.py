@@ -17,6 +17,8 @@ Options a test turns on:
 - `--annotate NAME:HINT` (repeatable): tool NAME declares the MCP annotation HINT
   (`destructiveHint`, `readOnlyHint`, `openWorldHint`, `idempotentHint`) true.
 - `--list-delay-ms`: each `tools/list` answers this late (a slow catalog).
+- `--only GLOB` (repeatable) and `--without NAME` (repeatable): of those tools, serve only
+  the ones whose name matches a GLOB and is no NAME (one caller's share of a catalog).
 - `--header-param NAME:PROPERTY:TOKEN` (repeatable): tool NAME's top-level PROPERTY declares
   `"x-mcp-header": TOKEN` (2026-07-28: a client mirrors that argument into `Mcp-Param-TOKEN`,
   and this server refuses a `tools/call` whose header disagrees with the body).
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
 import json
 import re
 import socket
@@ -231,6 +234,13 @@ def build(args: argparse.Namespace) -> Server:
         name, prop, token = spec.split(":", 2)
         header_params.setdefault(name, {})[prop] = token
     tools = load_tools(args.dataset, args.start, args.count, annotate, header_params)
+    if args.only or args.without:
+        tools = [
+            t
+            for t in tools
+            if (not args.only or any(fnmatch.fnmatchcase(t.name, g) for g in args.only))
+            and t.name not in args.without
+        ]
     extra = load_tools(args.dataset, args.start + args.count, args.toolset) if args.toolset else []
     rules = json.loads(Path(args.gating).read_text()) if args.gating else None
     state: dict[str, Any] = {"calls": [], "lists": 0, "gating": 0}
@@ -323,6 +333,8 @@ def main() -> None:
     parser.add_argument("--cache-scope", choices=["public", "private"], default="public")
     parser.add_argument("--page-size", type=int, default=100)
     parser.add_argument("--annotate", action="append", default=[])
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--without", action="append", default=[])
     parser.add_argument("--list-delay-ms", type=int, default=0)
     parser.add_argument("--header-param", action="append", default=[])
     args = parser.parse_args()

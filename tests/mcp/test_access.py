@@ -407,3 +407,33 @@ def test_without_the_catalog_nothing_passes_ungoverned(slow, issuer, mode):
     assert "cannot read the server's tools" in out["allowed_by_name"].message
     assert isinstance(out["denied_by_name"], MCPError) and out["denied_by_name"].code == -32003
     assert server.calls() == []
+
+
+def test_a_callers_find_tools_scores_are_those_of_a_server_with_only_its_tools(server, issuer):
+    """`find_tools` under access rules ranks by the statistics of the caller's tools alone: for
+    group `finance` (the `get_*` tools but the destructive `get_cashflow`), the tools found and
+    their scores are those of a gateway whose server only ever listed those tools."""
+    governed = Envoy(
+        "envoy-mcp.yaml",
+        {"mcp": {"paths": ["/mcp"]}, "access": access("hidden")},
+        {18200: server.port},
+        edit=with_jwt_authn(issuer.jwks),
+    )
+    share = McpServer("--count", "250", "--only", "get_*", "--without", "get_cashflow")
+    alone = Envoy("envoy-mcp.yaml", {"mcp": {"paths": ["/mcp"]}}, {18200: share.port})
+    try:
+
+        async def find(envoy: Envoy, token: str | None) -> list[tuple[str, float]]:
+            async with client(envoy, "legacy", token) as c:
+                found = await c.call_tool(
+                    "find_tools", {"query": "stock price history and dividends of a company", "limit": 10}
+                )
+                return [(t["name"], t["score"]) for t in found.structured_content["tools"]]
+
+        seen = run(find(governed, issuer.token(["finance"])))
+        assert len(seen) > 3 and all(name.startswith("get_") for name, _ in seen), seen
+        assert seen == run(find(alone, None))
+    finally:
+        alone.stop()
+        share.stop()
+        governed.stop()
