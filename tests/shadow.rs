@@ -375,7 +375,7 @@ fn a_replayed_dataset_is_measured_as_explain_ranks_it() {
         // What `toolsift explain` says of the same request.
         let file = scratch.join(format!("{i}.json"));
         std::fs::write(&file, body.to_string()).unwrap();
-        let out = std::process::Command::new(common::repo().join("target/release/toolsift"))
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolsift"))
             .args(["explain", "--json", "--path", "/v1/chat/completions"])
             .arg(&file)
             .output()

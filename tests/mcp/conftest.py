@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
 WASM = REPO / "target/wasm32-wasip1/release/toolsift.wasm"
+# The native binaries: `make build`'s, or under `make test` the test profile's (the Makefile says).
+BIN_DIR = REPO / os.environ.get("TOOLSIFT_BIN_DIR", "target/release")
 SERVER = REPO / "tests/mcp/server.py"
 SCRATCH = REPO / "target/test-scratch"
 
@@ -61,6 +64,13 @@ def render(template: str, config: dict[str, Any] | None, ports: dict[int, int]) 
     return "\n".join(out) + "\n"
 
 
+def taken(log: Path) -> bool:
+    """Whether the process logging to `log` exited because a port it was given had been taken
+    since [`free_port`] found it free (another suite runs beside this one): then it starts again
+    on other ports."""
+    return "address already in use" in log.read_text().lower()
+
+
 class Process:
     def __init__(self, args: list[str], log: Path):
         self.log = log
@@ -81,17 +91,21 @@ class McpServer(Process):
     """tests/mcp/server.py on a free port, with `args` (see its docstring)."""
 
     def __init__(self, *args: str):
-        self.port = free_port()
         SCRATCH.mkdir(parents=True, exist_ok=True)
-        log = SCRATCH / f"mcp-server-{self.port}.log"
-        super().__init__([sys.executable, str(SERVER), "--port", str(self.port), *args], log)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if "listening on" in log.read_text():
-                return
-            if self.proc.poll() is not None:
+        for attempt in range(3):
+            self.port = free_port()
+            log = SCRATCH / f"mcp-server-{self.port}.log"
+            super().__init__([sys.executable, str(SERVER), "--port", str(self.port), *args], log)
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                if "listening on" in log.read_text():
+                    return
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+            self.stop()
+            if not (attempt < 2 and taken(log)):
                 break
-            time.sleep(0.05)
         raise AssertionError(f"the MCP server did not start:\n{log.read_text()}")
 
     def get(self, path: str) -> Any:
@@ -117,31 +131,35 @@ class Envoy(Process):
     def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], edit=None):
         for piece in (ENVOY, WASM):
             assert piece.exists(), f"{piece} not found: run `make mcp-test` (make test does it)"
-        self.port, self.admin = free_port(), free_port()
-        ports = {10000: self.port, 9901: self.admin, **upstreams}
-        yaml = render(template, config, ports)
-        if edit is not None:
-            yaml = edit(yaml, ports)
         SCRATCH.mkdir(parents=True, exist_ok=True)
-        path = SCRATCH / f"envoy-mcp-{self.port}.yaml"
-        path.write_text(yaml)
-        log = SCRATCH / f"envoy-mcp-{self.port}.log"
-        super().__init__(
-            [str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-             "--log-level", "warn", "--file-flush-interval-msec", "50"],
-            log,
-        )
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
+        for attempt in range(3):
+            self.port, self.admin = free_port(), free_port()
+            ports = {10000: self.port, 9901: self.admin, **upstreams}
+            yaml = render(template, config, ports)
+            if edit is not None:
+                yaml = edit(yaml, ports)
+            path = SCRATCH / f"envoy-mcp-{self.port}.yaml"
+            path.write_text(yaml)
+            log = SCRATCH / f"envoy-mcp-{self.port}.log"
+            super().__init__(
+                [str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+                 "--log-level", "warn", "--file-flush-interval-msec", "50"],
+                log,
+            )
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/ready", timeout=1) as r:
+                        if r.status == 200:
+                            return
+                except OSError:
+                    pass
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+            self.stop()
+            if not (attempt < 2 and taken(log)):
                 break
-            time.sleep(0.05)
         raise AssertionError(f"Envoy did not become ready:\n{log.read_text()}")
 
     @property

@@ -9,11 +9,10 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import time
 import urllib.request
 
 import pytest
-from conftest import REPO, SCRATCH, Envoy, McpServer, free_port, with_cluster
+from conftest import BIN_DIR, REPO, SCRATCH, Envoy, McpServer, free_port, with_cluster
 
 RULES = [
     {"match": "crashing", "exclude": ["update_salesforce_opportunity", "send_email"]},
@@ -23,20 +22,17 @@ REQUEST = json.loads((REPO / "examples/chat-60-tools.json").read_text())
 
 
 class DemoUpstream:
+    """The demo upstream on a port it picks itself (it names it on stderr)."""
+
     def __init__(self):
-        binary = REPO / "target/release/toolsift-demo-upstream"
-        assert binary.exists(), f"{binary} not found: run `make build` (make test does it)"
-        self.port = free_port()
-        self.proc = subprocess.Popen([str(binary), "--listen", f"127.0.0.1:{self.port}"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=1).read()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("the demo upstream did not start")
+        binary = BIN_DIR / "toolsift-demo-upstream"
+        assert binary.exists(), f"{binary} not found: run `make mcp-test` (make test does it)"
+        self.proc = subprocess.Popen([str(binary), "--listen", "127.0.0.1:0"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # "demo upstream listening on 127.0.0.1:PORT", once it listens.
+        line = self.proc.stderr.readline().decode()
+        assert "listening on" in line, f"the demo upstream did not start: {line!r}"
+        self.port = int(line.rsplit(":", 1)[1])
 
     def stop(self):
         self.proc.terminate()

@@ -19,7 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
 WASM = REPO / "target/wasm32-wasip1/release/toolsift.wasm"
-UPSTREAM = REPO / "target/release/toolsift-demo-upstream"
+# The native binaries: `make build`'s, or under `make test` the test profile's (the Makefile says).
+UPSTREAM = REPO / os.environ.get("TOOLSIFT_BIN_DIR", "target/release") / "toolsift-demo-upstream"
 
 QUESTION = "What is the current weather in Paris?"
 WANT = "get_current_weather"
@@ -67,20 +68,27 @@ class Gateway:
         # "demo upstream listening on 127.0.0.1:PORT"
         line = self.upstream.stderr.readline().decode()
         self.upstream_port = int(line.rsplit(":", 1)[1])
-        self.port, self.admin = free_port(), free_port()
         scratch.mkdir(parents=True, exist_ok=True)
         yaml = scratch / "envoy.yaml"
-        yaml.write_text(render_envoy_yaml(config, self.port, self.admin, self.upstream_port))
         self.log = scratch / "envoy.log"
-        self.envoy = subprocess.Popen(
-            [ENVOY, "-c", yaml, "--concurrency", "1", "--disable-hot-restart", "--log-level", "info",
-             "--log-path", self.log],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while not self._ready():
-            assert time.monotonic() < deadline, f"Envoy did not become ready:\n{self.log_text()}"
-            time.sleep(0.05)
+        # A free port is free only until another process binds it (the cargo and MCP suites run
+        # beside this one): Envoy then exits, and starts again on other ports (three times at most).
+        for attempt in range(3):
+            self.port, self.admin = free_port(), free_port()
+            yaml.write_text(render_envoy_yaml(config, self.port, self.admin, self.upstream_port))
+            self.envoy = subprocess.Popen(
+                [ENVOY, "-c", yaml, "--concurrency", "1", "--disable-hot-restart", "--log-level", "info",
+                 "--log-path", self.log],
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 30
+            while not self._ready() and self.envoy.poll() is None:
+                assert time.monotonic() < deadline, f"Envoy did not become ready:\n{self.log_text()}"
+                time.sleep(0.05)
+            if self.envoy.poll() is None:
+                break
+            assert attempt < 2 and "Address already in use" in self.log_text(), \
+                f"Envoy exited before it was ready:\n{self.log_text()}"
         self.url = f"http://127.0.0.1:{self.port}"
 
     def _ready(self):
