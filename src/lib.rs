@@ -40,6 +40,7 @@ pub mod gating;
 pub mod glob;
 pub mod index;
 pub mod json;
+pub mod lifecycle;
 pub mod loop_guard;
 pub mod mcp;
 pub mod metadata;

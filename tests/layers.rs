@@ -30,6 +30,7 @@ const LAYERED: &[&str] = &[
     "glob",
     "index",
     "json",
+    "lifecycle",
     "loop_guard",
     "metadata",
     "pairs",
