@@ -125,9 +125,14 @@ impl Filter {
         let now = host::now_seconds();
         let read = self
             .core
-            .on_body(&mut engine, reader, &mut body, &vectors::SharedData, now)?;
+            .on_body(&mut engine, reader, &mut body, &vectors::SharedData, now);
         let (actions, analysis) = match read {
             lifecycle::Read::Analysed { actions, analysis } => (actions, analysis),
+            lifecycle::Read::Skipped { actions, skipped } => {
+                drop(engine);
+                self.perform(shared, actions)?;
+                return Err(skipped);
+            }
             lifecycle::Read::Answered(actions) => {
                 drop(engine);
                 return match self.perform(shared, actions)? {
@@ -689,29 +694,28 @@ impl HttpContext for Filter {
         if let (Some(shared), Some(mcp)) = (self.shared.clone(), self.mcp.as_mut()) {
             return mcp.on_body(&shared, body_size, end_of_stream);
         }
-        let (Some(shared), Some(reader)) = (self.shared.clone(), self.core.buffering) else {
+        let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        if self.headers_held {
+        if self.headers_held && self.core.buffering.is_some() {
             // Still held, unless the root context had to resume them (see `hold_headers`).
             self.headers_held = shared
                 .watchdog
                 .try_borrow_mut()
                 .is_ok_and(|mut w| w.body_arrived(self.context_id));
         }
-        // `body_size` is the size of everything buffered so far, not of this chunk.
-        let too_large = shared
-            .engine
-            .try_borrow()
-            .map_or(true, |e| body_size > e.config.max_body_bytes);
-        if too_large {
-            // Continue releases what was buffered and streams the rest through.
-            return self.skip(&shared, Skip::TooLarge.into());
+        let chunk = match shared.engine.try_borrow() {
+            Ok(engine) => self
+                .core
+                .on_body_chunk(Some(&engine.config), body_size, end_of_stream),
+            Err(_) => self.core.on_body_chunk(None, body_size, end_of_stream),
+        };
+        match chunk {
+            lifecycle::Chunk::Pass => Action::Continue,
+            lifecycle::Chunk::Buffer => Action::Pause,
+            lifecycle::Chunk::Skip(actions) => self.act(&shared, actions),
+            lifecycle::Chunk::Read(reader) => self.finish(&shared, reader, body_size),
         }
-        if !end_of_stream {
-            return Action::Pause;
-        }
-        self.finish(&shared, reader, body_size)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {

@@ -23,9 +23,49 @@ pub enum Read {
     },
     /// Refused whole by access rules: answered, nothing goes upstream.
     Answered(Vec<Action>),
+    /// Not filtered (`skipped`, [`Request::skip`]), once `actions` (the body as rewritten
+    /// before its tools were read) are done.
+    Skipped {
+        actions: Vec<Action>,
+        skipped: Skipped,
+    },
+}
+
+/// What a request body callback comes to.
+pub enum Chunk {
+    /// Not a request toolsift reads: the body passes.
+    Pass,
+    /// More is to come: buffered.
+    Buffer,
+    /// Let through unread (too large), or answered: perform these.
+    Skip(Vec<Action>),
+    /// The whole body is in: read it with this reader ([`Request::on_body`]).
+    Read(Reader),
 }
 
 impl Request {
+    /// A request body callback; `buffered`: the size of everything buffered so far (Envoy's
+    /// count is cumulative, not this chunk's). `config`: `None` when it cannot be had (the
+    /// request then goes on unread).
+    pub fn on_body_chunk(
+        &mut self,
+        config: Option<&Config>,
+        buffered: usize,
+        end_of_stream: bool,
+    ) -> Chunk {
+        let Some(reader) = self.buffering else {
+            return Chunk::Pass;
+        };
+        if config.is_none_or(|c| buffered > c.max_body_bytes) {
+            // Going on releases what was buffered and streams the rest through.
+            return Chunk::Skip(self.skip(config, Skip::TooLarge.into()));
+        }
+        if !end_of_stream {
+            return Chunk::Buffer;
+        }
+        Chunk::Read(reader)
+    }
+
     /// The whole request body (`body`, as Envoy gave it), read by `reader`. `aliases`: where
     /// search mode's Responses id aliases live; `now`: seconds since the epoch.
     pub fn on_body<S: SharedBytes>(
@@ -35,9 +75,28 @@ impl Request {
         body: &mut Vec<u8>,
         aliases: &S,
         now: u64,
-    ) -> Result<Read, Skipped> {
+    ) -> Read {
         self.buffering = None;
         let mut actions = Vec::new();
+        match self.read_body(engine, reader, body, aliases, now, &mut actions) {
+            Ok(Some(analysis)) => Read::Analysed { actions, analysis },
+            Ok(None) => Read::Answered(actions),
+            // A body rewritten before its tools were read goes on rewritten (a resolved
+            // alias must reach the provider even when there is nothing to filter).
+            Err(skipped) => Read::Skipped { actions, skipped },
+        }
+    }
+
+    /// [`Request::on_body`]'s steps, each adding to `actions`; `None`: answered.
+    fn read_body<S: SharedBytes>(
+        &mut self,
+        engine: &mut Engine,
+        reader: Reader,
+        body: &mut Vec<u8>,
+        aliases: &S,
+        now: u64,
+        actions: &mut Vec<Action>,
+    ) -> Result<Option<Analysis>, Skipped> {
         let sent = body.len();
         let mut changed = false;
         if let Some(resolved) = self.resolve_alias(reader, body, aliases, now)? {
@@ -45,7 +104,8 @@ impl Request {
             changed = true;
         }
         if let Some(answered) = self.govern_outside(reader, body, &mut changed)? {
-            return Ok(Read::Answered(answered));
+            *actions = answered;
+            return Ok(None);
         }
         if changed {
             actions.push(Action::ReplaceBody {
@@ -73,13 +133,13 @@ impl Request {
                 governed.denial = None;
             }
         }
-        if let Some(refused) = self.refuse(&analysis) {
-            return refused.map(|mut answered| {
-                actions.append(&mut answered);
-                Read::Answered(actions)
-            });
+        match self.refuse(&analysis) {
+            Some(refused) => {
+                actions.append(&mut refused?);
+                Ok(None)
+            }
+            None => Ok(Some(analysis)),
         }
-        Ok(Read::Analysed { actions, analysis })
     }
 
     /// In search mode (and filter mode's follow-ups), an OpenAI Responses body whose

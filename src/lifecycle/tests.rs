@@ -350,7 +350,7 @@ fn read(engine: &mut Engine, request: &mut Request, sent: &[u8]) -> (Vec<u8>, Re
     let mut body = sent.to_vec();
     let store = crate::embeddings::MemoryBytes::default();
     let read = request.on_body(engine, reader, &mut body, &store, 1_000);
-    (body, read.unwrap_or_else(|s| panic!("skipped: {s:?}")))
+    (body, read)
 }
 
 /// Filter mode from the request's headers to the answer's: the body the upstream gets carries
@@ -514,4 +514,76 @@ fn an_answer_calling_a_denied_tool_is_refused() {
         1,
         "{client}"
     );
+}
+
+/// The body is buffered until its end, and a body larger than `max_body_bytes` goes on unread
+/// (counted, and said in the answer's headers).
+#[test]
+fn the_body_is_buffered_to_its_end_unless_too_large() {
+    let engine = engine(r#"{"top_k":2,"max_body_bytes":2000}"#);
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let config = Some(&engine.config);
+    assert!(matches!(
+        request.on_body_chunk(config, 600, false),
+        Chunk::Buffer
+    ));
+    assert!(matches!(
+        request.on_body_chunk(config, 900, true),
+        Chunk::Read(Reader::Dialect(Dialect::OpenaiChat))
+    ));
+    let Chunk::Skip(actions) = request.on_body_chunk(config, 2001, false) else {
+        panic!("too large");
+    };
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Count(Counter::Skipped(Skip::TooLarge), 1)]
+    ));
+    assert!(matches!(
+        request.outcome,
+        Some(Outcome::Skipped(Skipped {
+            reason: Skip::TooLarge,
+            ..
+        }))
+    ));
+    // Let through: the rest of the body passes.
+    assert!(matches!(
+        request.on_body_chunk(config, 3000, true),
+        Chunk::Pass
+    ));
+}
+
+/// Filter mode answering made-up calls: a Responses request naming a response id the client
+/// was shown goes upstream naming the stored one, even with no tools to filter.
+#[test]
+fn a_responses_alias_is_resolved_before_the_tools_are_read() {
+    let mut engine = engine(r#"{"unknown_tools":{"answer":true}}"#);
+    let store = crate::embeddings::MemoryBytes::default();
+    let mut pairs = CHAT.to_vec();
+    pairs[1] = (":path", "/v1/responses");
+    let mut request = Request::new();
+    headers(&engine, &mut request, &pairs);
+    crate::search::alias::remember(
+        &store,
+        "resp_shown",
+        "resp_real",
+        request.alias_owner,
+        1_000,
+    );
+    let sent = br#"{"model":"gpt-4o","previous_response_id":"resp_shown","input":"go on"}"#;
+    let mut body = sent.to_vec();
+    let reader = request.buffering.unwrap();
+    let Read::Skipped { actions, skipped } =
+        request.on_body(&mut engine, reader, &mut body, &store, 1_000)
+    else {
+        panic!("nothing to filter");
+    };
+    assert_eq!(skipped.reason, Skip::NoTools);
+    let mut upstream = Upstream {
+        body: sent.to_vec(),
+        ..Upstream::default()
+    };
+    upstream.perform(actions);
+    let v: serde_json::Value = serde_json::from_slice(&upstream.body).unwrap();
+    assert_eq!(v["previous_response_id"], "resp_real");
 }
