@@ -1,8 +1,11 @@
-//! The proxy-wasm adapter: Envoy's callbacks in, [`crate::pipeline`] out. Kept thin: it reads
-//! headers and the buffered body through [`host`] (the ABI called directly: the SDK's own host
-//! calls panic on non-UTF-8 headers and unexpected statuses, and a panic traps the VM for every
-//! request on the worker), hands the bytes to the engine, and writes back the body, the header
-//! and the stats.
+//! The proxy-wasm adapter: Envoy's callbacks in, [`crate::lifecycle`] decides, the actions it
+//! returns performed here. Kept thin: it reads headers and the buffered body through [`host`]
+//! (the ABI called directly: the SDK's own host calls panic on non-UTF-8 headers and
+//! unexpected statuses, and a panic traps the VM for every request on the worker), hands them
+//! to the core, and writes back the body, the headers and the stats. Its modules import
+//! downwards only: this root context and `http` on top, the hosts of the core's response
+//! machines (`search`, `mcp`) below, and `callout`, `shared`, `metrics`, `vectors`, `host`
+//! as leaves.
 
 mod audit;
 mod callout;
