@@ -270,15 +270,23 @@ impl Filter {
         }
         let started = now();
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let actions = self.core.apply(&engine.config, analysis, body, ranked)?;
+        let mut actions = self.core.apply(&engine.config, analysis, body, ranked)?;
         drop(engine);
-        let written = actions
+        // `toolsift.phase.write_us` is the rewrite and its write into Envoy's buffer, as it
+        // was before the core decided it: the counters and the access log's filter state that
+        // follow the body's replacement are not part of it.
+        let replaced = actions
             .iter()
-            .any(|a| matches!(a, lifecycle::Action::ReplaceBody { .. }));
+            .position(|a| matches!(a, lifecycle::Action::ReplaceBody { .. }));
+        let after_write = match replaced {
+            Some(at) => actions.split_off(at.saturating_add(1).min(actions.len())),
+            None => Vec::new(),
+        };
         self.perform(shared, actions)?;
-        if written {
+        if replaced.is_some() {
             metrics.since(metrics.phase_write_us, started);
         }
+        self.perform(shared, after_write)?;
         Ok(())
     }
 
