@@ -268,25 +268,23 @@ impl Filter {
                 return Ok(());
             }
         }
+        // `toolsift.phase.write_us`: the rewrite and its write into Envoy's buffer, not the
+        // counts and the access log's filter state recorded after it.
         let started = now();
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let mut actions = self.core.apply(&engine.config, analysis, body, ranked)?;
+        let (write, written) = self.core.write(&engine.config, analysis, body)?;
         drop(engine);
-        // `toolsift.phase.write_us` is the rewrite and its write into Envoy's buffer, as it
-        // was before the core decided it: the counters and the access log's filter state that
-        // follow the body's replacement are not part of it.
-        let replaced = actions
+        let replaced = write
             .iter()
-            .position(|a| matches!(a, lifecycle::Action::ReplaceBody { .. }));
-        let after_write = match replaced {
-            Some(at) => actions.split_off(at.saturating_add(1).min(actions.len())),
-            None => Vec::new(),
-        };
-        self.perform(shared, actions)?;
-        if replaced.is_some() {
+            .any(|a| matches!(a, lifecycle::Action::ReplaceBody { .. }));
+        self.perform(shared, write)?;
+        if replaced {
             metrics.since(metrics.phase_write_us, started);
         }
-        self.perform(shared, after_write)?;
+        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+        let record = self.core.record(&engine.config, analysis, ranked, written);
+        drop(engine);
+        self.perform(shared, record)?;
         Ok(())
     }
 

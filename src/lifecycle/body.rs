@@ -227,8 +227,8 @@ impl Request {
     }
 
     /// Filter mode: writes the selected tools into the body (`body`: as the analysis read it)
-    /// and records what was done. Shadow ranking measures what the selection keeps instead of
-    /// applying it.
+    /// and records what was done ([`Request::write`], then [`Request::record`]). Shadow
+    /// ranking measures what the selection keeps instead of applying it.
     pub fn apply(
         &mut self,
         config: &Config,
@@ -236,11 +236,24 @@ impl Request {
         body: &[u8],
         ranked: Ranked,
     ) -> Result<Vec<Action>, Skipped> {
+        let (mut actions, written) = self.write(config, analysis, body)?;
+        actions.extend(self.record(config, analysis, ranked, written));
+        Ok(actions)
+    }
+
+    /// Filter mode's write: the body's replacement (or that it goes on unchanged), and shadow's
+    /// start. Apart from [`Request::record`] so that the adapter times the write alone
+    /// (`toolsift.phase.write_us`).
+    pub fn write(
+        &mut self,
+        config: &Config,
+        analysis: &mut Analysis,
+        body: &[u8],
+    ) -> Result<(Vec<Action>, Written), Skipped> {
         let mut actions = Vec::new();
-        let debug = config.debug;
         // Debug names the tools a shadowed request's selection would have kept.
         let would_keep_names =
-            (debug && self.shadow_drawn == Some(true)).then(|| analysis.explain_kept());
+            (config.debug && self.shadow_drawn == Some(true)).then(|| analysis.explain_kept());
         let shadow = self.start_shadow(config.top_k, analysis, &mut actions);
         let (kept, total) = (analysis.kept(), analysis.total());
         match rewritten(analysis, body)? {
@@ -250,6 +263,32 @@ impl Request {
             }
             None => actions.push(Action::Count(Counter::Unchanged, 1)),
         }
+        let written = Written {
+            would_keep_names,
+            shadow,
+            kept,
+            total,
+        };
+        Ok((actions, written))
+    }
+
+    /// Filter mode's record of what [`Request::write`] did: the counts, the access log's
+    /// tokens, and the outcome the answer's headers report.
+    pub fn record(
+        &mut self,
+        config: &Config,
+        analysis: &mut Analysis,
+        ranked: Ranked,
+        written: Written,
+    ) -> Vec<Action> {
+        let Written {
+            would_keep_names,
+            shadow,
+            kept,
+            total,
+        } = written;
+        let debug = config.debug;
+        let mut actions = Vec::new();
         let (tokens_before, tokens_after) = analysis.tokens_before_after();
         // For the access log (`toolsift report`): the tools' tokens as sent and as forwarded.
         actions.push(Action::RecordFilterState {
@@ -310,7 +349,7 @@ impl Request {
         });
         actions.extend(loop_counts(analysis));
         actions.push(Action::Count(Counter::UnknownTools, analysis.unknown.len()));
-        Ok(actions)
+        actions
     }
 
     /// `shadow`, as the selection is written: a shadowed request keeps every tool its caller
@@ -347,6 +386,15 @@ impl Request {
 /// of the tools array are written: Envoy's `set_buffer` at offset 0 drains the given length
 /// and puts the new bytes before what remains, so the rest of the body never leaves Envoy's
 /// buffer.
+/// What filter mode's write leaves for its record: shadow's count of what the selection would
+/// have kept, the names debug shows, and the tools kept of all.
+pub struct Written {
+    would_keep_names: Option<String>,
+    shadow: Option<usize>,
+    kept: usize,
+    total: usize,
+}
+
 fn rewritten(analysis: &Analysis, body: &[u8]) -> Result<Option<(Vec<u8>, usize)>, Skipped> {
     let Some(head) = analysis.rewrite_head(body) else {
         // Tools were dropped but could not be cut out (a custom shape's text tags whose cut

@@ -25,7 +25,7 @@ use crate::pairs::HeaderMap;
 use crate::pipeline::{Engine, RequestHeaders, Skip, Skipped, error_body};
 use crate::search::round::Session;
 use crate::shadow::Sampler;
-pub use body::{Chunk, Read, loop_counts, loops_detected, noted_tools};
+pub use body::{Chunk, Read, Written, loop_counts, loops_detected, noted_tools};
 pub use outcome::{Outcome, Ranked};
 
 /// Which machine a request goes to.
