@@ -12,7 +12,8 @@
 //!
 //! [`pipeline`] runs those steps for one body; it is pure Rust and shared by the
 //! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI. Search mode ([`search`])
-//! and MCP ([`mcp`]) build on it.
+//! and MCP ([`mcp`]) build on it. [`lifecycle`] is the core's entry for one request: the
+//! adapter hands it Envoy's events and performs the actions it returns.
 //!
 //! Every module imports only modules below it (`tests/layers.rs` keeps it so):
 //! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`];
@@ -23,7 +24,8 @@
 //! - [`followup`] (on index: what a follow-up turn is ranked with);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
-//!   [`search`], [`eval`], [`mcp`], and the proxy-wasm filter on top;
+//!   [`search`], [`eval`], [`mcp`], [`lifecycle`] (one request's events in, actions out), and
+//!   the proxy-wasm filter on top;
 //! - [`report`] (the access log summed up, for the CLI) stands alone.
 
 pub mod access;
@@ -40,6 +42,7 @@ pub mod gating;
 pub mod glob;
 pub mod index;
 pub mod json;
+pub mod lifecycle;
 pub mod loop_guard;
 pub mod mcp;
 pub mod metadata;

@@ -363,6 +363,27 @@ pub fn now() -> Option<SystemTime> {
     (code == 0).then(|| UNIX_EPOCH + Duration::from_nanos(nanos))
 }
 
+/// Since the epoch by Envoy's clock, in the units the core takes (0 if it cannot be read: the
+/// core's clocks only age entries, and a stopped clock ages nothing).
+fn since_epoch() -> Duration {
+    now()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .unwrap_or(Duration::ZERO)
+}
+
+pub fn now_seconds() -> u64 {
+    since_epoch().as_secs()
+}
+
+pub fn now_millis() -> u64 {
+    u64::try_from(since_epoch().as_millis()).unwrap_or(u64::MAX)
+}
+
+pub fn now_micros() -> Option<u64> {
+    let since = now()?.duration_since(UNIX_EPOCH).ok()?;
+    u64::try_from(since.as_micros()).ok()
+}
+
 /// Calls the root context's `on_tick` every `period` (zero stops it). Envoy applies a period set
 /// from a request's context to its root context.
 pub fn set_tick_period(period: Duration) -> HostResult<()> {

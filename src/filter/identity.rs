@@ -2,7 +2,8 @@
 //! configured request headers, and the JWT payloads Envoy's `jwt_authn` left in the dynamic
 //! metadata (one read of the whole `metadata` property, decoded by [`crate::metadata`]).
 
-use super::{Shared, host};
+use super::host;
+use super::shared::Shared;
 use crate::access::{Caller, Grant};
 use crate::pairs::HeaderMap;
 

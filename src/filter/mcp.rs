@@ -11,66 +11,17 @@
 //! with the client's headers: its session (`Mcp-Session-Id`), credentials and protocol
 //! version.
 
-use super::Shared;
-use super::host::{self, Buffer, Headers, MetricKind};
+use super::callout;
+use super::host::{self, Buffer, Headers};
+use super::shared::Shared;
 use crate::access::{Caller, Grant};
 use crate::mcp::catalog::CatalogCache;
-use crate::mcp::exchange::{
-    CallAnswer, Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context,
-};
+use crate::mcp::exchange::{Event, Exchange, Head, Host, Hybrid, Settings, Step, auth_context};
 use crate::mcp::govern;
 use crate::mcp::message::{RoutingHeaders, StreamWatch, header_value};
 use crate::search::memory::SessionKey;
 use proxy_wasm::types::Action;
-use std::time::{Duration, UNIX_EPOCH};
-
-/// The MCP stats (docs/book/src/reference/metrics.md lists them).
-pub struct McpMetrics {
-    tools_list: u32,
-    tokens_saved: u32,
-    find_tools: u32,
-    suggested: u32,
-    call_tool: u32,
-    direct: u32,
-    unknown: u32,
-    catalog_hits: u32,
-    catalog_fetches: u32,
-    catalog_pages: u32,
-    catalog_failed: u32,
-    gating_calls: u32,
-    gating_failed: u32,
-    gating_excluded: u32,
-    gating_claimed: u32,
-    gating_answered: u32,
-    list_changed: u32,
-    search_storms: u32,
-}
-
-impl McpMetrics {
-    pub fn define() -> Result<McpMetrics, host::HostError> {
-        let counter = |name: &str| host::define_metric(MetricKind::Counter, name);
-        Ok(McpMetrics {
-            tools_list: counter("toolsift.mcp.tools_list")?,
-            tokens_saved: counter("toolsift.mcp.tokens_saved")?,
-            find_tools: counter("toolsift.mcp.find_tools")?,
-            suggested: counter("toolsift.mcp.suggested")?,
-            call_tool: counter("toolsift.mcp.call_tool")?,
-            direct: counter("toolsift.mcp.direct_calls")?,
-            unknown: counter("toolsift.mcp.unknown_tool")?,
-            catalog_hits: counter("toolsift.mcp.catalog.hits")?,
-            catalog_fetches: counter("toolsift.mcp.catalog.fetches")?,
-            catalog_pages: counter("toolsift.mcp.catalog.pages")?,
-            catalog_failed: counter("toolsift.mcp.catalog.failed")?,
-            gating_calls: counter("toolsift.mcp.gating.calls")?,
-            gating_failed: counter("toolsift.mcp.gating.failed")?,
-            gating_excluded: counter("toolsift.mcp.gating.excluded")?,
-            gating_claimed: counter("toolsift.mcp.gating.claimed")?,
-            gating_answered: counter("toolsift.mcp.gating.answered")?,
-            list_changed: counter("toolsift.mcp.list_changed")?,
-            search_storms: counter("toolsift.mcp.search_storms")?,
-        })
-    }
-}
+use std::time::Duration;
 
 /// Request headers that belong to one connection or one body, or that the gateway sets itself.
 const NOT_FORWARDED: [&str; 10] = [
@@ -212,7 +163,7 @@ impl McpRequest {
         self.buffering = false;
         let body = host::buffer(Buffer::RequestBody, 0, body_size).unwrap_or_default();
         // The route's cluster: Envoy names it from the route entry even before the router ran.
-        let cluster = upstream_cluster().unwrap_or_default();
+        let cluster = callout::upstream_cluster().unwrap_or_default();
         self.server = format!("{cluster}|{}", self.server);
         self.exchange.set_server(&self.server);
         let step = match (
@@ -239,7 +190,7 @@ impl McpRequest {
         num_headers: usize,
         size: usize,
     ) -> bool {
-        let answer = call_answer(num_headers, size);
+        let answer = callout::call_answer(num_headers, size);
         let step = match (
             EnvoyHost::new(shared, &self.headers, self.method_headers),
             shared.mcp_cache.try_borrow_mut(),
@@ -341,39 +292,15 @@ fn unavailable(exchange: &mut Exchange, shared: &Shared) -> Step {
     Step::Answered
 }
 
-/// The answer of the current `on_http_call_response`.
-pub(super) fn call_answer(num_headers: usize, size: usize) -> CallAnswer {
-    CallAnswer {
-        status: super::http::call_status(num_headers).and_then(|s| s.parse().ok()),
-        content_type: (num_headers > 0)
-            .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
-            .flatten()
-            .flatten()
-            .unwrap_or_default(),
-        body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
-    }
-}
-
 /// A stream watched without a body phase (a GET) learns its cluster in the response.
 fn set_server_late(server: &mut String) -> bool {
-    match upstream_cluster() {
+    match callout::upstream_cluster() {
         Some(cluster) => {
             *server = format!("{cluster}|{server}");
             true
         }
         None => false,
     }
-}
-
-/// The upstream cluster of this request: the one the router picked, or, before the router ran
-/// (held by the buffer filter), the route's.
-fn upstream_cluster() -> Option<String> {
-    let property = |path: &[&str]| {
-        host::property(path)
-            .and_then(|c| String::from_utf8(c).ok())
-            .filter(|c| !c.is_empty())
-    };
-    property(&["xds", "cluster_name"]).or_else(|| property(&["cluster_name"]))
 }
 
 /// The shared-data key of a server's tool-list generation.
@@ -472,7 +399,7 @@ impl Host for EnvoyHost<'_> {
         params: &[(String, String)],
         timeout_ms: u64,
     ) -> Option<u32> {
-        let Some(cluster) = upstream_cluster() else {
+        let Some(cluster) = callout::upstream_cluster() else {
             log::warn!("mcp: the request's upstream cluster is unknown");
             return None;
         };
@@ -520,10 +447,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn now_millis(&self) -> u64 {
-        host::now()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .and_then(|d| u64::try_from(d.as_millis()).ok())
-            .unwrap_or(0)
+        host::now_millis()
     }
 
     fn generation(&self, server: &str) -> u64 {
@@ -578,21 +502,6 @@ pub fn cache(config: &crate::config::Config) -> CatalogCache {
     CatalogCache::new(config.mcp.as_ref().map_or(0, |m| m.cache_bytes))
 }
 
-/// The request as an MCP request, when its path is one of `mcp.paths`.
-pub fn route(
-    shared: &Shared,
-    map: &crate::pairs::HeaderMap,
-    end_of_stream: bool,
-    identity: Option<(Grant, Caller)>,
-) -> Option<McpRequest> {
-    let engine = shared.engine.try_borrow().ok()?;
-    let mcp = engine.config.mcp.as_ref()?;
-    let path = std::str::from_utf8(map.get(":path")?).ok()?;
-    let memory = engine.config.search.memory.as_ref();
-    mcp.matches(path)
-        .then(|| McpRequest::new(map, end_of_stream, identity, memory))
-}
-
 /// `gating.mcp` (filter mode): sends the `_tool_gating` call for an LLM request's `text`.
 /// Returns its token; `None` when gating is off or the call cannot be sent (the request goes
 /// on without it).
@@ -624,7 +533,7 @@ pub fn read_gating(
     num_headers: usize,
     size: usize,
 ) -> Option<crate::mcp::gating::Verdict> {
-    let answer = call_answer(num_headers, size);
+    let answer = callout::call_answer(num_headers, size);
     let verdict = crate::mcp::llm::read_answer(answer.status, &answer.content_type, &answer.body);
     if let Some(m) = &shared.mcp_metrics {
         shared.metrics.add(m.gating_calls, 1);

@@ -5,6 +5,7 @@
 use super::host::{self, HostError, MetricKind};
 use crate::access::Surface;
 use crate::embeddings::Fallback;
+use crate::lifecycle::Counter;
 use crate::pipeline::Skip;
 use std::time::{Duration, SystemTime};
 
@@ -268,6 +269,35 @@ impl Metrics {
         }
     }
 
+    /// Counts what the core asked for.
+    pub fn count(&self, counter: Counter, n: usize) {
+        let metric = match counter {
+            Counter::Skipped(reason) => return self.skipped(reason),
+            Counter::SearchNative => self.search_native,
+            Counter::ToolsIn => self.tools_in,
+            Counter::ToolsOut => self.tools_out,
+            Counter::SearchUnsupported => self.search_unsupported,
+            Counter::AccessUnsupportedStream => self.access_unsupported_stream,
+            Counter::AccessUnknownPaths => self.access_unknown_paths,
+            Counter::Denied(surface) => return self.denied(surface, n),
+            Counter::CatalogCacheHits => self.catalog_cache_hits,
+            Counter::CatalogCacheMisses => self.catalog_cache_misses,
+            Counter::Rewritten => self.rewritten,
+            Counter::Unchanged => self.unchanged,
+            Counter::TokensSaved => self.tokens_saved,
+            Counter::RankedHybrid => self.ranked_hybrid,
+            Counter::RankedKeyword => self.ranked_keyword,
+            Counter::Fallback(reason) => return self.fallback(reason),
+            Counter::EmbeddingsIncomplete => self.embeddings_incomplete,
+            Counter::ShadowRequests => self.shadow_requests,
+            Counter::LoopDetected => self.loop_detected,
+            Counter::LoopEvicted => self.loop_evicted,
+            Counter::LoopNoted => self.loop_noted,
+            Counter::UnknownTools => self.unknown_tools,
+        };
+        self.add(metric, n);
+    }
+
     pub fn skipped(&self, reason: Skip) {
         let position = Skip::ALL.iter().position(|s| *s == reason);
         if let Some(&metric) = position.and_then(|p| self.skipped.get(p)) {
@@ -281,3 +311,51 @@ impl Metrics {
 
 /// Envoy's clock, for the filter's time histograms; `None` if the host cannot tell.
 pub use super::host::now;
+
+/// The MCP stats (docs/book/src/reference/metrics.md lists them).
+pub struct McpMetrics {
+    pub tools_list: u32,
+    pub tokens_saved: u32,
+    pub find_tools: u32,
+    pub suggested: u32,
+    pub call_tool: u32,
+    pub direct: u32,
+    pub unknown: u32,
+    pub catalog_hits: u32,
+    pub catalog_fetches: u32,
+    pub catalog_pages: u32,
+    pub catalog_failed: u32,
+    pub gating_calls: u32,
+    pub gating_failed: u32,
+    pub gating_excluded: u32,
+    pub gating_claimed: u32,
+    pub gating_answered: u32,
+    pub list_changed: u32,
+    pub search_storms: u32,
+}
+
+impl McpMetrics {
+    pub fn define() -> Result<McpMetrics, host::HostError> {
+        let counter = |name: &str| host::define_metric(MetricKind::Counter, name);
+        Ok(McpMetrics {
+            tools_list: counter("toolsift.mcp.tools_list")?,
+            tokens_saved: counter("toolsift.mcp.tokens_saved")?,
+            find_tools: counter("toolsift.mcp.find_tools")?,
+            suggested: counter("toolsift.mcp.suggested")?,
+            call_tool: counter("toolsift.mcp.call_tool")?,
+            direct: counter("toolsift.mcp.direct_calls")?,
+            unknown: counter("toolsift.mcp.unknown_tool")?,
+            catalog_hits: counter("toolsift.mcp.catalog.hits")?,
+            catalog_fetches: counter("toolsift.mcp.catalog.fetches")?,
+            catalog_pages: counter("toolsift.mcp.catalog.pages")?,
+            catalog_failed: counter("toolsift.mcp.catalog.failed")?,
+            gating_calls: counter("toolsift.mcp.gating.calls")?,
+            gating_failed: counter("toolsift.mcp.gating.failed")?,
+            gating_excluded: counter("toolsift.mcp.gating.excluded")?,
+            gating_claimed: counter("toolsift.mcp.gating.claimed")?,
+            gating_answered: counter("toolsift.mcp.gating.answered")?,
+            list_changed: counter("toolsift.mcp.list_changed")?,
+            search_storms: counter("toolsift.mcp.search_storms")?,
+        })
+    }
+}

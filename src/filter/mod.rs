@@ -1,26 +1,31 @@
-//! The proxy-wasm adapter: Envoy's callbacks in, [`crate::pipeline`] out. Kept thin: it reads
-//! headers and the buffered body through [`host`] (the ABI called directly: the SDK's own host
-//! calls panic on non-UTF-8 headers and unexpected statuses, and a panic traps the VM for every
-//! request on the worker), hands the bytes to the engine, and writes back the body, the header
-//! and the stats.
+//! The proxy-wasm adapter: Envoy's callbacks in, [`crate::lifecycle`] decides, the actions it
+//! returns performed here. Kept thin: it reads headers and the buffered body through [`host`]
+//! (the ABI called directly: the SDK's own host calls panic on non-UTF-8 headers and
+//! unexpected statuses, and a panic traps the VM for every request on the worker), hands them
+//! to the core, and writes back the body, the headers and the stats. Its modules import
+//! downwards only: this root context and `http` on top, the hosts of the core's response
+//! machines (`search`, `mcp`) below, and `callout`, `shared`, `metrics`, `vectors`, `host`
+//! as leaves.
 
 mod audit;
+mod callout;
 mod host;
 mod http;
 mod identity;
 mod mcp;
 mod metrics;
 mod search;
+mod shared;
 mod suggestions;
 mod vectors;
 
 use crate::config::Config;
 use crate::embeddings::VectorCache;
 use crate::pipeline::Engine;
-use crate::search::hold::Watchdog;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
+use shared::Shared;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -30,50 +35,6 @@ proxy_wasm::main! {{
         Box::new(Root { context_id, shared: None })
     });
 }}
-
-/// What every request on this worker shares: built once in `on_configure`, never cloned.
-pub(crate) struct Shared {
-    engine: RefCell<Engine>,
-    metrics: Metrics,
-    /// Hybrid ranking's vector cache (shared by every worker) and the service's identity in
-    /// its keys; `None` with keyword ranking.
-    vectors: Option<(VectorCache<vectors::SharedData>, String)>,
-    /// New catalogs' tool vectors being fetched by the root context.
-    backfill: RefCell<vectors::Backfill>,
-    /// Search mode's held request headers, and whether Envoy lets them be held.
-    watchdog: RefCell<Watchdog>,
-    /// MCP routes: this worker's server catalogs, and the MCP stats (`None` without `mcp`).
-    mcp_cache: RefCell<crate::mcp::catalog::CatalogCache>,
-    mcp_metrics: Option<mcp::McpMetrics>,
-    /// Under access rules: the audit, shadow and per-rule counters.
-    access_metrics: Option<audit::AccessMetrics>,
-    /// `suggestions.mcp`: when this worker fetches the suggestion server's list next.
-    suggestions: RefCell<Option<crate::mcp::suggestions::Refresh>>,
-    /// `shadow`: which requests this worker shadows.
-    sampler: RefCell<crate::shadow::Sampler>,
-}
-
-impl Shared {
-    /// Where hybrid ranking's vectors come from, with the embeddings settings; `None` with
-    /// keyword ranking.
-    fn hybrid<'a>(
-        &'a self,
-        config: &'a Config,
-    ) -> Option<(
-        crate::embeddings::Source<'a, vectors::SharedData>,
-        &'a crate::config::Embeddings,
-    )> {
-        let (cache, provider) = self.vectors.as_ref()?;
-        let e = config.embeddings.as_ref()?;
-        let source = crate::embeddings::Source {
-            provider,
-            model: &e.model,
-            dimensions: e.dimensions,
-            cache,
-        };
-        Some((source, e))
-    }
-}
 
 struct Root {
     context_id: u32,
@@ -85,7 +46,7 @@ impl Root {
     /// `allow_on_headers_stop_iteration`, and they would hang.
     fn resume_stalled(&self, shared: &Shared) {
         let stalled = match shared.watchdog.try_borrow_mut() {
-            Ok(mut watchdog) => watchdog.stalled(http::now_millis()),
+            Ok(mut watchdog) => watchdog.stalled(host::now_millis()),
             Err(_) => return,
         };
         if stalled.is_empty() {
@@ -144,7 +105,7 @@ impl Context for Root {
                 return false;
             };
             let known = catalog.known_dimensions();
-            match http::read_answer(
+            match callout::read_answer(
                 num_headers,
                 body_size,
                 entries.len(),
@@ -204,7 +165,7 @@ impl RootContext for Root {
             }
         };
         let wanted = config.mcp.is_some() || config.gating.is_some();
-        let mcp_metrics = match wanted.then(mcp::McpMetrics::define) {
+        let mcp_metrics = match wanted.then(metrics::McpMetrics::define) {
             Some(Err(status)) => {
                 log::error!("cannot define the MCP stats: {status:?}");
                 return false;

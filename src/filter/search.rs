@@ -7,14 +7,14 @@
 //! path rewrites, headers the route adds), else as the filter saw them.
 
 use super::host::{self, Buffer, Headers};
-use super::{Shared, vectors};
-use crate::embeddings::SharedBytes;
+use super::shared::Shared;
+use super::{callout, vectors};
 use crate::pipeline::Engine;
 use crate::search::memory::{Memory, SessionKey};
 use crate::search::respond::{Answer, Event, Flow, Head, HeadStep, Host, Hybrid, Responder};
 use proxy_wasm::types::Action;
 use std::cell::Ref;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A request's response side, from its body phase to its last response byte: search mode's
 /// search, filter mode's answers to made-up calls (`unknown_tools.answer`), or the access
@@ -141,7 +141,7 @@ impl Search {
         // The loop ended (before the client has the last byte: its next turn finds it).
         if let Some(r) = self.memory.take() {
             let found = self.responder.session().found();
-            let now = now_seconds();
+            let now = host::now_seconds();
             r.memory
                 .remember(&vectors::SharedData, &r.key, found, &r.evicted, now);
         }
@@ -160,11 +160,8 @@ impl Search {
         size: usize,
     ) -> bool {
         let answer = Answer {
-            status: super::http::call_status(num_headers).and_then(|s| s.parse().ok()),
-            content_type: (num_headers > 0)
-                .then(|| host::header_text(Headers::CallResponse, "content-type").ok())
-                .flatten()
-                .flatten(),
+            status: callout::call_status(num_headers).and_then(|s| s.parse().ok()),
+            content_type: callout::content_type(num_headers),
             body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
         };
         let resume = match EnvoyHost::new(shared, &self.headers, self.owner, self.searches()) {
@@ -232,14 +229,7 @@ impl Host for EnvoyHost<'_> {
 
     fn send_follow_up(&self, body: &str) -> Option<u32> {
         // The upstream cluster the router picked for this request.
-        let property = |path: &[&str]| {
-            host::property(path)
-                .and_then(|c| String::from_utf8(c).ok())
-                .filter(|c| !c.is_empty())
-        };
-        let Some(cluster) =
-            property(&["xds", "cluster_name"]).or_else(|| property(&["cluster_name"]))
-        else {
+        let Some(cluster) = callout::upstream_cluster() else {
             log::warn!("search follow-up: the request's upstream cluster is unknown");
             return None;
         };
@@ -316,8 +306,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn now_micros(&self) -> Option<u64> {
-        let since = host::now()?.duration_since(UNIX_EPOCH).ok()?;
-        u64::try_from(since.as_micros()).ok()
+        host::now_micros()
     }
 
     fn hybrid(&self) -> Option<Hybrid<'_, Self::Store>> {
@@ -331,20 +320,8 @@ impl Host for EnvoyHost<'_> {
 
     fn remember_alias(&self, shown: &str, real: &str) {
         let store = vectors::SharedData;
-        crate::search::alias::remember(&store, shown, real, self.owner, now_seconds());
+        crate::search::alias::remember(&store, shown, real, self.owner, host::now_seconds());
     }
-}
-
-/// Seconds since the epoch, by Envoy's clock (0 if it cannot be read).
-pub fn now_seconds() -> u64 {
-    host::now()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs())
-}
-
-/// The store the aliases of [`crate::search::alias`] live in.
-pub fn alias_store() -> impl SharedBytes {
-    vectors::SharedData
 }
 
 /// The headers of `headers` a follow-up carries.

@@ -2,8 +2,8 @@
 //! when Envoy starts and every `refresh_seconds`, on its ticks; the answer's tools join the
 //! inline ones in the engine. When to fetch is [`Refresh`]'s; this adds the calls.
 
-use super::Shared;
-use super::host;
+use super::shared::Shared;
+use super::{callout, host};
 use crate::mcp::suggestions::RefreshStep;
 use crate::suggestions::SuggestionServer;
 use std::time::Duration;
@@ -30,7 +30,7 @@ pub fn tick(shared: &Shared) {
     let Some(refresh) = refresh.as_mut() else {
         return;
     };
-    let now = super::http::now_millis();
+    let now = host::now_millis();
     if refresh.due(now) {
         refresh.sent(now, send(server, None));
     }
@@ -44,10 +44,10 @@ pub fn answered(shared: &Shared, token: u32, num_headers: usize, body_size: usiz
     let Some(refresh) = refresh.as_mut().filter(|r| r.waits_for(token)) else {
         return false;
     };
-    let answer = super::mcp::call_answer(num_headers, body_size);
+    let answer = callout::call_answer(num_headers, body_size);
     let page =
         crate::mcp::suggestions::read_list(answer.status, &answer.content_type, &answer.body);
-    let now = super::http::now_millis();
+    let now = host::now_millis();
     let Ok(mut engine) = shared.engine.try_borrow_mut() else {
         // A request holds the engine (it cannot, between callbacks): try again later.
         refresh.sent(now, None);

@@ -1,0 +1,589 @@
+//! The core's lifecycle driven event by event, as the adapter drives it, without Envoy.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use super::*;
+use crate::config::Config;
+
+fn engine(config: &str) -> Engine {
+    Engine::new(Config::from_json(config.as_bytes()).unwrap())
+}
+
+fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+    HeaderMap::new(crate::pairs::encode(pairs))
+}
+
+const CHAT: &[(&str, &str)] = &[
+    (":method", "POST"),
+    (":path", "/v1/chat/completions"),
+    (":authority", "api.openai.com"),
+    ("content-type", "application/json"),
+    ("content-length", "1234"),
+    ("accept-encoding", "gzip"),
+];
+
+/// The headers phase of `pairs` under `engine`, with the caller named by `x-group` when the
+/// configuration has access rules (as the adapter reads it).
+fn headers(engine: &Engine, request: &mut Request, pairs: &[(&str, &str)]) -> Vec<Action> {
+    let headers = map(pairs);
+    let identity = engine.policy().map(|policy| {
+        let caller = policy.caller(|n| headers.get(n), |_, _| Vec::new());
+        (policy.grant(&caller), caller)
+    });
+    let head = Head {
+        headers: &headers,
+        end_of_stream: false,
+        identity,
+    };
+    let mut sampler = Sampler::new(7);
+    request.on_headers(engine, head, Some(&mut sampler))
+}
+
+fn removed(actions: &[Action]) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RemoveRequestHeader { name, .. } => Some(*name),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reply(actions: &[Action]) -> Option<(u16, &str)> {
+    actions.iter().find_map(|a| match a {
+        Action::Reply { status, body } => Some((*status, body.as_str())),
+        _ => None,
+    })
+}
+
+#[test]
+fn an_llm_request_is_buffered_without_content_length() {
+    let engine = engine(r#"{"top_k":2}"#);
+    let mut request = Request::new();
+    let actions = headers(&engine, &mut request, CHAT);
+    assert_eq!(removed(&actions), ["content-length"]);
+    assert!(matches!(
+        actions.first(),
+        Some(Action::RemoveRequestHeader { required: true, .. })
+    ));
+    assert_eq!(
+        request.buffering,
+        Some(Reader::Dialect(Dialect::OpenaiChat))
+    );
+    assert!(reply(&actions).is_none());
+    // Nothing decided yet: nothing to say in the answer's headers.
+    assert!(request.on_response_headers(Some(&engine.config)).is_empty());
+}
+
+#[test]
+fn a_get_passes_uncounted_as_not_llm() {
+    let engine = engine(r#"{"top_k":2}"#);
+    let mut request = Request::new();
+    let actions = headers(&engine, &mut request, &[(":method", "GET"), (":path", "/")]);
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Count(Counter::Skipped(Skip::NotLlm), 1)]
+    ));
+    assert_eq!(request.buffering, None);
+    assert_eq!(request.outcome, None);
+}
+
+#[test]
+fn a_compressed_request_is_rejected_under_on_error_reject() {
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("content-encoding", "gzip"));
+    for (config, rejected) in [
+        (r#"{"top_k":2}"#, false),
+        (r#"{"top_k":2,"on_error":"reject"}"#, true),
+    ] {
+        let engine = engine(config);
+        let mut request = Request::new();
+        let actions = headers(&engine, &mut request, &pairs);
+        assert_eq!(reply(&actions).map(|(s, _)| s), rejected.then_some(400));
+        assert!(matches!(request.outcome, Some(Outcome::Skipped(_))));
+        let said = request.on_response_headers(Some(&engine.config));
+        assert!(matches!(
+            said.as_slice(),
+            [Action::RecordFilterState { name: "toolsift", value }, Action::AddResponseHeader { name: "x-toolsift", .. }]
+                if value == "skipped=compressed"
+        ));
+    }
+}
+
+#[test]
+fn the_response_header_is_left_out_when_configured_off() {
+    let engine = engine(r#"{"top_k":2,"response_header":false}"#);
+    let mut request = Request::new();
+    request.outcome = Some(Outcome::Denied {
+        total: 3,
+        denied: 3,
+    });
+    let said = request.on_response_headers(Some(&engine.config));
+    assert!(matches!(
+        said.as_slice(),
+        [Action::RecordFilterState {
+            name: "toolsift",
+            ..
+        }]
+    ));
+}
+
+const ACCESS: &str = r#"{"top_k":2,"access":{"identity":[{"header":"x-group"}],"default":"deny",
+    "rules":[{"when":["sre"],"allow":["get_*"]}],"unknown_paths":"deny"}}"#;
+
+#[test]
+fn under_access_rules_the_answer_is_guarded_and_asked_uncompressed() {
+    let engine = engine(ACCESS);
+    let mut request = Request::new();
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("x-group", "sre"));
+    let actions = headers(&engine, &mut request, &pairs);
+    assert_eq!(removed(&actions), ["content-length", "accept-encoding"]);
+    assert!(actions.iter().any(|a| matches!(a, Action::Guard(_))));
+    assert!(request.grant.is_some());
+}
+
+#[test]
+fn under_access_rules_an_unknown_path_is_answered() {
+    let engine = engine(ACCESS);
+    let mut request = Request::new();
+    let pairs = [(":method", "POST"), (":path", "/v1/unheard_of")];
+    let actions = headers(&engine, &mut request, &pairs);
+    assert!(matches!(
+        actions.first(),
+        Some(Action::Count(Counter::AccessUnknownPaths, 1))
+    ));
+    let (status, body) = reply(&actions).unwrap();
+    assert_eq!(status, 404);
+    assert!(body.contains("unknown_path"));
+    assert_eq!(
+        request.outcome,
+        Some(Outcome::Denied {
+            total: 0,
+            denied: 0
+        })
+    );
+}
+
+#[test]
+fn under_access_rules_an_unreadable_stream_is_refused() {
+    let engine = engine(ACCESS);
+    let mut request = Request::new();
+    let pairs = [
+        (":method", "POST"),
+        (
+            ":path",
+            "/v1beta/models/gemini-2.0-flash:streamGenerateContent",
+        ),
+        ("content-type", "application/json"),
+        ("x-group", "sre"),
+    ];
+    let actions = headers(&engine, &mut request, &pairs);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Count(Counter::AccessUnsupportedStream, 1)))
+    );
+    assert_eq!(reply(&actions).map(|(s, _)| s), Some(400));
+    assert_eq!(request.buffering, None);
+}
+
+#[test]
+fn search_mode_keeps_the_headers_for_its_follow_ups_and_holds_them() {
+    let engine = engine(
+        r#"{"mode":"search","search":{"hold_headers":true,"memory":{"session":{"header":"x-session"}}}}"#,
+    );
+    let mut request = Request::new();
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("x-session", "s1"));
+    let actions = headers(&engine, &mut request, &pairs);
+    assert_eq!(removed(&actions), ["content-length", "accept-encoding"]);
+    assert!(matches!(actions.last(), Some(Action::HoldHeaders)));
+    let (kept, stream) = request.search_headers.clone().unwrap();
+    assert!(!stream);
+    assert!(kept.iter().any(|(n, v)| n == "x-session" && v == "s1"));
+    assert_eq!(request.session_header.as_deref(), Some(&b"s1"[..]));
+    assert_ne!(request.alias_owner, 0);
+    assert!(request.answer_headers.is_none());
+}
+
+#[test]
+fn search_mode_counts_an_answer_it_cannot_follow_up() {
+    let engine = engine(r#"{"mode":"search"}"#);
+    let mut request = Request::new();
+    // A header value that is not text: the follow-ups could not carry it.
+    let bytes = crate::pairs::encode(&[
+        (&b":method"[..], &b"POST"[..]),
+        (b":path", b"/v1/chat/completions"),
+        (b"content-type", b"application/json"),
+        (b"x-odd", b"\xff"),
+    ]);
+    let headers = HeaderMap::new(bytes);
+    let head = Head {
+        headers: &headers,
+        end_of_stream: false,
+        identity: None,
+    };
+    let actions = request.on_headers(&engine, head, None);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Count(Counter::SearchUnsupported, 1)))
+    );
+    assert!(request.search_headers.is_none());
+    assert!(!actions.iter().any(|a| matches!(a, Action::HoldHeaders)));
+}
+
+#[test]
+fn unknown_tools_answer_keeps_the_headers_in_filter_mode() {
+    let engine = engine(r#"{"unknown_tools":{"answer":true}}"#);
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    assert!(request.answer_headers.is_some());
+    assert!(request.search_headers.is_none());
+}
+
+#[test]
+fn shadow_draws_with_the_headers() {
+    let engine = engine(r#"{"shadow":{"sample":1.0}}"#);
+    let mut request = Request::new();
+    let actions = headers(&engine, &mut request, CHAT);
+    assert_eq!(request.shadow_drawn, Some(true));
+    assert_eq!(removed(&actions), ["content-length", "accept-encoding"]);
+}
+
+#[test]
+fn mcp_paths_go_to_the_mcp_machine() {
+    let engine = engine(r#"{"mcp":{"paths":["/mcp"]}}"#);
+    let route_of = |path| {
+        route(
+            &engine.config,
+            &map(&[(":method", "POST"), (":path", path)]),
+        )
+    };
+    assert_eq!(route_of("/mcp"), Route::Mcp);
+    assert_eq!(route_of("/mcp?x=1"), Route::Mcp);
+    assert_eq!(route_of("/v1/chat/completions"), Route::Llm);
+}
+
+/// A chat request with `tools`, its user asking `question`.
+fn chat(tools: &[&str], question: &str) -> Vec<u8> {
+    let tools: Vec<_> = tools
+        .iter()
+        .map(|name| {
+            serde_json::json!({"type": "function", "function": {
+                "name": name, "description": format!("{} things", name.replace('_', " ")),
+                "parameters": {"type": "object", "properties": {}}}})
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": question}],
+        "tools": tools,
+    }))
+    .unwrap()
+}
+
+const TOOLS: &[&str] = &[
+    "get_weather",
+    "get_forecast",
+    "send_email",
+    "create_invoice",
+    "list_pods",
+    "scale_deployment",
+    "query_database",
+    "read_file",
+];
+
+/// What the adapter does with a body phase's actions, on an Envoy that is a byte buffer: the
+/// body as the upstream gets it, the local reply if any, and the counts.
+#[derive(Default)]
+struct Upstream {
+    body: Vec<u8>,
+    reply: Option<(u16, String)>,
+    counts: Vec<(Counter, usize)>,
+    state: Vec<(&'static str, String)>,
+}
+
+impl Upstream {
+    fn perform(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Count(counter, n) => self.counts.push((counter, n)),
+                Action::ReplaceBody { drain, bytes } => {
+                    self.body.splice(..drain, bytes);
+                }
+                Action::Reply { status, body } => self.reply = Some((status, body)),
+                Action::RecordFilterState { name, value } => self.state.push((name, value)),
+                Action::AddResponseHeader { name, value } => self.state.push((name, value)),
+                _ => {}
+            }
+        }
+    }
+
+    fn counted(&self, counter: Counter) -> usize {
+        self.counts
+            .iter()
+            .filter(|(c, _)| *c == counter)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn tools(&self) -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// The body phase's first step: `sent` read as the headers phase said, with no alias stored.
+fn read(engine: &mut Engine, request: &mut Request, sent: &[u8]) -> (Vec<u8>, Read) {
+    let reader = request.buffering.expect("the body is buffered");
+    let mut body = sent.to_vec();
+    let store = crate::embeddings::MemoryBytes::default();
+    let read = request.on_body(engine, reader, &mut body, &store, 1_000);
+    (body, read)
+}
+
+/// Filter mode from the request's headers to the answer's: the body the upstream gets carries
+/// the `top_k` tools the question needs, and the answer's headers say so.
+#[test]
+fn filter_mode_lifecycle() {
+    let mut engine = engine(r#"{"top_k":2,"min_tools":3,"debug":true}"#);
+    let mut request = Request::new();
+    let actions = headers(&engine, &mut request, CHAT);
+    let mut upstream = Upstream::default();
+    upstream.perform(actions);
+    let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
+    upstream.body = sent.clone();
+    let (
+        body,
+        Read::Analysed {
+            actions,
+            mut analysis,
+        },
+    ) = read(&mut engine, &mut request, &sent)
+    else {
+        panic!("analysed");
+    };
+    assert_eq!(request.buffering, None);
+    upstream.perform(actions);
+    assert_eq!(
+        upstream.body, sent,
+        "nothing rewritten before the tools are read"
+    );
+    let actions = request
+        .apply(&engine.config, &mut analysis, &body, Ranked::Keyword)
+        .unwrap();
+    upstream.perform(actions);
+    let kept = upstream.tools();
+    assert_eq!(kept.len(), 2);
+    assert!(kept.iter().any(|t| t == "get_forecast"), "{kept:?}");
+    assert_eq!(upstream.counted(Counter::Rewritten), 1);
+    assert_eq!(upstream.counted(Counter::ToolsIn), TOOLS.len());
+    assert_eq!(upstream.counted(Counter::ToolsOut), 2);
+    assert_eq!(upstream.counted(Counter::CatalogCacheMisses), 1);
+    assert!(upstream.state.iter().any(|(n, _)| *n == "toolsift_tokens"));
+    upstream.perform(request.on_response_headers(Some(&engine.config)));
+    let header = |name| {
+        upstream
+            .state
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let total = TOOLS.len();
+    assert_eq!(
+        header("x-toolsift").as_deref(),
+        Some(format!("kept=2 total={total}").as_str())
+    );
+    assert_eq!(header("toolsift"), header("x-toolsift"));
+    assert!(header("x-toolsift-tools").unwrap().contains("get_forecast"));
+
+    // The same tools again: the catalog is cached.
+    let mut again = Request::new();
+    headers(&engine, &mut again, CHAT);
+    let (_, Read::Analysed { actions, .. }) = read(&mut engine, &mut again, &sent) else {
+        panic!("analysed");
+    };
+    let mut upstream = Upstream::default();
+    upstream.perform(actions);
+    assert_eq!(upstream.counted(Counter::CatalogCacheHits), 1);
+}
+
+/// Under access rules a caller that may see none of the request's tools is answered with a
+/// 403, and nothing goes upstream.
+#[test]
+fn a_request_with_no_tool_its_caller_may_see_is_refused() {
+    let mut engine = engine(ACCESS);
+    let mut request = Request::new();
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("x-group", "finance"));
+    headers(&engine, &mut request, &pairs);
+    let sent = chat(TOOLS, "what is the weather?");
+    let (_, Read::Answered(actions)) = read(&mut engine, &mut request, &sent) else {
+        panic!("refused");
+    };
+    let mut upstream = Upstream::default();
+    upstream.perform(actions);
+    assert_eq!(upstream.reply.as_ref().map(|(s, _)| *s), Some(403));
+    assert_eq!(
+        upstream.counted(Counter::Denied(crate::access::Surface::Request)),
+        1
+    );
+    assert!(matches!(request.outcome, Some(Outcome::Denied { .. })));
+}
+
+/// Under access rules, filter mode: the caller's allowed tools go upstream, and the model's
+/// answer passes the guard the headers phase set up, which replaces a call of a tool the
+/// caller may not use with a refusal.
+#[test]
+fn an_answer_calling_a_denied_tool_is_refused() {
+    use crate::search::respond::{Flow, Head as AnswerHead, Responder};
+    use crate::search::respond_model::Envoy;
+    let mut engine = engine(ACCESS);
+    let mut request = Request::new();
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("x-group", "sre"));
+    let actions = headers(&engine, &mut request, &pairs);
+    let session = actions.into_iter().find_map(|a| match a {
+        Action::Guard(session) => Some(session),
+        _ => None,
+    });
+    let mut guard = Responder::new(*session.unwrap(), false, false);
+    let sent = chat(TOOLS, "what is the weather?");
+    let (
+        body,
+        Read::Analysed {
+            actions,
+            mut analysis,
+        },
+    ) = read(&mut engine, &mut request, &sent)
+    else {
+        panic!("analysed");
+    };
+    let mut upstream = Upstream {
+        body: sent,
+        ..Upstream::default()
+    };
+    upstream.perform(actions);
+    upstream.perform(
+        request
+            .apply(&engine.config, &mut analysis, &body, Ranked::Keyword)
+            .unwrap(),
+    );
+    assert!(upstream.tools().iter().all(|t| t.starts_with("get_")));
+    assert_eq!(
+        upstream.counted(Counter::Denied(crate::access::Surface::Tools)),
+        TOOLS.len() - 2
+    );
+    // The model calls `send_email` all the same.
+    let answer = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "send_email", "arguments": "{}"}}]}}]
+    })
+    .to_string();
+    let envoy = Envoy::default();
+    let head = AnswerHead {
+        status: Some("200".into()),
+        content_type: Some("application/json".into()),
+        content_encoding: None,
+        end_of_stream: false,
+    };
+    assert_eq!(guard.on_headers(&envoy, &head).flow, Flow::Continue);
+    envoy.feed(&mut guard, answer.as_bytes(), true);
+    let client = envoy.client_text();
+    assert!(!client.contains("\"send_email\""), "{client}");
+    assert!(
+        client.contains("send_email"),
+        "the refusal names it: {client}"
+    );
+    assert_eq!(
+        envoy.counted(crate::search::respond::Event::Refused(1)),
+        1,
+        "{client}"
+    );
+}
+
+/// The body is buffered until its end, and a body larger than `max_body_bytes` goes on unread
+/// (counted, and said in the answer's headers).
+#[test]
+fn the_body_is_buffered_to_its_end_unless_too_large() {
+    let engine = engine(r#"{"top_k":2,"max_body_bytes":2000}"#);
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let config = Some(&engine.config);
+    assert!(matches!(
+        request.on_body_chunk(config, 600, false),
+        Chunk::Buffer
+    ));
+    assert!(matches!(
+        request.on_body_chunk(config, 900, true),
+        Chunk::Read(Reader::Dialect(Dialect::OpenaiChat))
+    ));
+    let Chunk::Skip(actions) = request.on_body_chunk(config, 2001, false) else {
+        panic!("too large");
+    };
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::Count(Counter::Skipped(Skip::TooLarge), 1)]
+    ));
+    assert!(matches!(
+        request.outcome,
+        Some(Outcome::Skipped(Skipped {
+            reason: Skip::TooLarge,
+            ..
+        }))
+    ));
+    // Let through: the rest of the body passes.
+    assert!(matches!(
+        request.on_body_chunk(config, 3000, true),
+        Chunk::Pass
+    ));
+}
+
+/// Filter mode answering made-up calls: a Responses request naming a response id the client
+/// was shown goes upstream naming the stored one, even with no tools to filter.
+#[test]
+fn a_responses_alias_is_resolved_before_the_tools_are_read() {
+    let mut engine = engine(r#"{"unknown_tools":{"answer":true}}"#);
+    let store = crate::embeddings::MemoryBytes::default();
+    let mut pairs = CHAT.to_vec();
+    pairs[1] = (":path", "/v1/responses");
+    let mut request = Request::new();
+    headers(&engine, &mut request, &pairs);
+    crate::search::alias::remember(
+        &store,
+        "resp_shown",
+        "resp_real",
+        request.alias_owner,
+        1_000,
+    );
+    let sent = br#"{"model":"gpt-4o","previous_response_id":"resp_shown","input":"go on"}"#;
+    let mut body = sent.to_vec();
+    let reader = request.buffering.unwrap();
+    let Read::Skipped { actions, skipped } =
+        request.on_body(&mut engine, reader, &mut body, &store, 1_000)
+    else {
+        panic!("nothing to filter");
+    };
+    assert_eq!(skipped.reason, Skip::NoTools);
+    let mut upstream = Upstream {
+        body: sent.to_vec(),
+        ..Upstream::default()
+    };
+    upstream.perform(actions);
+    let v: serde_json::Value = serde_json::from_slice(&upstream.body).unwrap();
+    assert_eq!(v["previous_response_id"], "resp_real");
+}
