@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-all test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -81,17 +81,21 @@ run-search: build $(ENVOY)
 
 # `make test` runs every suite. What they need is built and installed once and shared: the .wasm,
 # one native build (the test profile's: `cargo test` builds the binaries for the integration
-# tests, and the SDK and MCP suites, `validate` and the images run the same ones), the
-# embeddings server, one venv. Steps that do not wait for each other run side by side
-# (-j$(TEST_JOBS)): the compilers, pip, docker and mdbook's install overlap, then the cargo, SDK
-# and MCP suites run together. -O prints each step's output in one piece when it ends.
+# tests, and the SDK and MCP suites, `validate` and the test images run the same ones), the
+# embeddings server, one venv. The steps that prepare them do not wait for each other and run
+# side by side (-j$(TEST_JOBS)): the compilers, pip, docker and mdbook's install overlap on two
+# cores; -O prints each step's output in one piece when it ends. The suites then run one after
+# another (-k: each runs whatever failed before it): several at once loaded two cores enough
+# for the tests with deadlines (hybrid ranking's embeddings timeout) to miss them.
 TEST_JOBS ?= 4
 TEST_BIN  := target/debug
+TEST_VARS := BIN=$(TEST_BIN) BIN_BUILD=test-bins
 
 test:
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O BIN=$(TEST_BIN) BIN_BUILD=test-bins test-all
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_VARS) test-ready
+	@$(MAKE) --no-print-directory -k $(TEST_VARS) test-cargo sdk-test mcp-test
 
-test-all: test-cargo sdk-test mcp-test test-embed validate docs
+test-ready: wasm test-bins $(ENVOY) embed images oci sdk mcp-sdk test-embed validate docs
 
 # The native binaries the suites, `validate` and the images run: `make build`'s release builds,
 # or under `make test` the test profile's (above).
@@ -103,8 +107,9 @@ test-bins:
 	$(CARGO) test --no-run --lib --bins --tests
 
 # The cargo suites: the core's unit tests, the CLI's, and every integration test (the real
-# Envoy, the e2e compose run, the images). cargo-nextest, where it is installed, runs them
-# side by side across test binaries (each test in its own process); cargo test otherwise.
+# Envoy, the e2e compose run, the images). cargo-nextest, where it is installed, runs tests of
+# all binaries side by side (each in its own process, two at a time as cargo test runs those
+# of one binary); cargo test otherwise.
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 test-cargo: wasm test-bins $(ENVOY) embed images oci
 ifeq ($(NEXTEST),yes)
