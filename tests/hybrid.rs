@@ -295,6 +295,65 @@ fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background()
 }
 
 #[test]
+fn a_call_the_filter_gave_up_on_is_never_run_by_the_embeddings_server() {
+    let embed = EmbedServer::start();
+    let g = gateway(&hybrid_config(json!({"timeout_ms": 300})), embed.port);
+    // Seconds of work for the server's one inference thread, sent to it directly: 192 texts of
+    // about 120 word pieces each (a tool text of a few dozen takes some 9 ms).
+    let text = "the nightly build of the payment service failed again in staging ".repeat(10);
+    let busy_inputs = 192;
+    let busy_body = json!({"model": "all-MiniLM-L6-v2", "input": vec![text; busy_inputs]});
+    let port = embed.port;
+    let busy = std::thread::spawn(move || {
+        let headers = [("content-type", "application/json")];
+        common::http(
+            port,
+            "POST",
+            "/v1/embeddings",
+            &headers,
+            busy_body.to_string().as_bytes(),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counts(&embed).0 == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the busy request never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Its body read and its job queued take microseconds after it is counted.
+    std::thread::sleep(Duration::from_millis(100));
+
+    // Queued behind it, the gateway's call (the question and the first 32 tools) outlives
+    // timeout_ms: the request goes on by keyword and Envoy closes the call's connection.
+    let r = chat(&g, "what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=80 ranking=keyword fallback=timeout"),
+        "{}",
+        g.log_text()
+    );
+    assert_eq!(busy.join().unwrap().status, 200);
+
+    // The server skips the abandoned call when its turn comes, then answers the background
+    // fetch of the catalog's tools: what it embedded is the busy texts and the 80 tools, not
+    // the abandoned call's 33 inputs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while g.stat("toolsift.embeddings.backfilled") < 80 {
+        assert!(
+            Instant::now() < deadline,
+            "the tools were never fetched: {}",
+            embed.stats()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = embed.stats();
+    assert_eq!(stats["abandoned"], 1, "{stats}");
+    assert_eq!(stats["inputs"], busy_inputs + 80, "{stats}");
+}
+
+#[test]
 fn the_configured_headers_carry_the_api_key() {
     let g = faulty(json!({
         "path": "/embeddings/auth",

@@ -204,24 +204,49 @@ struct Job {
 #[derive(Clone)]
 struct InferenceQueue {
     jobs: mpsc::Sender<Job>,
+    counts: Arc<InferenceCounts>,
+}
+
+/// What the inference thread did, for `GET /stats`.
+#[derive(Default)]
+struct InferenceCounts {
+    /// Texts embedded.
+    embedded: AtomicU64,
+    /// Jobs not run because their client had gone by their turn.
+    abandoned: AtomicU64,
 }
 
 impl InferenceQueue {
     fn start(mut embedder: Embedder) -> Self {
         let (jobs, mut receiver) = mpsc::channel::<Job>(QUEUE_DEPTH);
+        let counts = Arc::new(InferenceCounts::default());
+        let counted = Arc::clone(&counts);
         std::thread::Builder::new()
             .name("inference".to_owned())
             .spawn(move || {
                 while let Some(job) = receiver.blocking_recv() {
-                    // The client may have gone; its answer is then simply dropped.
-                    let _ = job.reply.send(embedder.embed(&job.inputs));
+                    // A client that gave up (the filter's `timeout_ms` passed, and Envoy closed
+                    // the connection, so hyper dropped the handler and its receiver) gets no
+                    // inference: under load, computing answers nobody waits for would keep
+                    // every later request waiting past its own deadline too.
+                    if job.reply.is_closed() {
+                        counted.abandoned.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let answer = embedder.embed(&job.inputs);
+                    if answer.is_ok() {
+                        let texts = job.inputs.len() as u64;
+                        counted.embedded.fetch_add(texts, Ordering::Relaxed);
+                    }
+                    // The client may have gone meanwhile; its answer is then simply dropped.
+                    let _ = job.reply.send(answer);
                 }
             })
             .map_or_else(
                 |error| log_line!("toolsift-embed: cannot start the inference thread: {error}"),
                 drop,
             );
-        InferenceQueue { jobs }
+        InferenceQueue { jobs, counts }
     }
 
     async fn embed(&self, inputs: Vec<String>) -> Result<Embeddings, ModelError> {
@@ -245,8 +270,6 @@ struct Server {
     /// POST /v1/embeddings received, whatever the outcome: the integration tests prove cache
     /// hits by this count not moving.
     requests: AtomicU64,
-    /// Texts embedded.
-    inputs: AtomicU64,
 }
 
 async fn serve(options: Options, inference: InferenceQueue) -> ExitCode {
@@ -268,7 +291,6 @@ async fn serve(options: Options, inference: InferenceQueue) -> ExitCode {
         inference,
         model_name: options.model_name,
         requests: AtomicU64::new(0),
-        inputs: AtomicU64::new(0),
     });
     let mut stop = pin!(shutdown_signal());
     loop {
@@ -340,7 +362,8 @@ async fn handle(
             StatusCode::OK,
             json!({
                 "requests": server.requests.load(Ordering::Relaxed),
-                "inputs": server.inputs.load(Ordering::Relaxed),
+                "inputs": server.inference.counts.embedded.load(Ordering::Relaxed),
+                "abandoned": server.inference.counts.abandoned.load(Ordering::Relaxed),
             })
             .to_string(),
         ),
@@ -398,7 +421,6 @@ async fn embeddings(request: Request<Incoming>, server: &Server) -> Response<Ful
         Ok(request) => request,
         Err(error) => return error_response(StatusCode::BAD_REQUEST, &error),
     };
-    let count = inputs.len() as u64;
     let started = Instant::now();
     let embeddings = match server.inference.embed(inputs).await {
         Ok(embeddings) => embeddings,
@@ -416,7 +438,6 @@ async fn embeddings(request: Request<Incoming>, server: &Server) -> Response<Ful
         }
     };
     let elapsed = started.elapsed();
-    server.inputs.fetch_add(count, Ordering::Relaxed);
     let body = api::response_body(
         &embeddings.vectors,
         &server.model_name,

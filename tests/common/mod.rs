@@ -172,7 +172,8 @@ impl EmbedServer {
         format!("http://127.0.0.1:{}/v1/embeddings", self.port)
     }
 
-    /// `{"requests": N, "inputs": M}`: embeddings calls and texts embedded so far.
+    /// `{"requests": N, "inputs": M, "abandoned": A}`: embeddings calls, texts embedded, and
+    /// calls skipped because their client had gone (see embed/README.md).
     pub fn stats(&self) -> Value {
         http(self.port, "GET", "/stats", &[], b"").json()
     }

@@ -389,15 +389,22 @@ impl Drop for Project {
 
 /// Polls `ready` every 100 ms for up to 3 minutes (a restarted gateway fetches its tool
 /// vectors again while the load goes on: about a minute on two cores).
-pub fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, ready: impl FnMut() -> bool) {
+    if !ready_within_deadline(ready) {
+        panic!("e2e: timed out waiting for {what}");
+    }
+}
+
+/// [`wait_for`]'s polling, for callers that say more than its panic when `ready` never is.
+pub fn ready_within_deadline(mut ready: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(180);
     while Instant::now() < deadline {
         if ready() {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("e2e: timed out waiting for {what}");
+    false
 }
 
 /// `12.5MiB`, `1.2GiB`, `900KiB`, `512B` → MiB.

@@ -25,7 +25,7 @@ mod traffic;
 
 use std::time::{Duration, Instant};
 
-use compose::{Project, wait_for};
+use compose::{Project, ready_within_deadline, wait_for};
 use traffic::{DIALECTS, Request};
 
 pub const TOP_K: usize = 5;
@@ -179,7 +179,8 @@ fn search_mode_answered(project: &Project) {
 /// keyword while the tools are embedded in the background, then requests are ranked hybrid.
 pub fn hybrid_ranking_through_the_cluster(project: &Project) {
     let mut attempt = 0;
-    wait_for("a request ranked hybrid", || {
+    let mut last = String::new();
+    let hybrid = ready_within_deadline(|| {
         attempt += 1;
         let request = Request::new("openai_chat", &format!("{WEATHER} ({attempt})"), false);
         let Ok(response) = http::post(project.ports.hybrid, request.path, &[ECHO], &request.body())
@@ -189,14 +190,21 @@ pub fn hybrid_ranking_through_the_cluster(project: &Project) {
         request
             .check_echo(&response, TOP_K)
             .unwrap_or_else(|e| panic!("hybrid: {e}"));
-        let hybrid = response
-            .header("x-toolsift")
-            .is_some_and(|h| h.contains("ranking=hybrid"));
+        last = response.header("x-toolsift").unwrap_or("").to_owned();
+        let hybrid = last.contains("ranking=hybrid");
         if !hybrid {
             std::thread::sleep(Duration::from_millis(200));
         }
         hybrid
     });
+    assert!(
+        hybrid,
+        "e2e: timed out waiting for a request ranked hybrid; the last answered with \
+         x-toolsift: {last}; Envoy counted embeddings calls={} backfilled={} fallbacks {}",
+        stat(project, "toolsift.embeddings.calls"),
+        stat(project, "toolsift.embeddings.backfilled"),
+        fallback_delta(&[0; FALLBACK_REASONS.len()], &fallbacks(project)),
+    );
     assert!(stat(project, "toolsift.embeddings.calls") > 0);
     assert!(stat(project, "toolsift.embeddings.backfilled") > 0);
 }
