@@ -13,12 +13,10 @@ use super::metrics::now;
 use super::search::Search;
 use super::shared::Shared;
 use super::{callout, vectors};
-use crate::access::Surface;
 use crate::dialects::{Dialect, Reader};
 use crate::embeddings::{Fallback, Gathered, Slot, Source};
 use crate::lifecycle::{self, Outcome, Ranked};
-use crate::pipeline::{Analysis, Skip, Skipped, body_text};
-use crate::search::memory::{Memory, SessionKey};
+use crate::pipeline::{Analysis, Skip, Skipped};
 use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -238,35 +236,21 @@ impl Filter {
         ranked: Ranked,
     ) -> Result<(), Skipped> {
         let metrics = &shared.metrics;
-        if let Some((headers, path_stream)) = self.core.search_headers.take() {
-            // Search mode reads the whole request as text (it builds the follow-ups from it).
-            let text = body_text(body)?;
-            if let Some(planned) =
-                self.plan_search(shared, analysis, text, body.len(), headers, path_stream)?
-            {
-                self.core.outcome = Some(Outcome::Filtered {
-                    kept: planned.shown,
-                    total: analysis.total(),
-                    ranked,
-                    search: Some(planned.kind),
-                    kept_names: String::new(),
-                    denied: analysis.access.as_ref().map(|g| g.denied),
-                    evicted: analysis.evicted.clone(),
-                    detected: lifecycle::loops_detected(analysis),
-                    remembered: planned.remembered,
-                    noted: lifecycle::noted_tools(analysis),
-                    // Search mode answers made-up names itself (`x-toolsift-search`).
-                    unknown: Vec::new(),
-                    shadow: None,
-                });
-                let mut counts = Vec::from(lifecycle::loop_counts(analysis));
-                counts.push(lifecycle::Action::Count(
-                    lifecycle::Counter::Denied(Surface::Tools),
-                    analysis.denied(),
-                ));
-                self.perform(shared, counts)?;
-                return Ok(());
-            }
+        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+        let searched = self.core.plan_search(
+            &engine,
+            analysis,
+            body,
+            ranked,
+            self.headers_held,
+            &vectors::SharedData,
+            host::now_seconds(),
+        )?;
+        drop(engine);
+        if let lifecycle::Searched::Planned { actions, search } = searched {
+            self.perform(shared, actions)?;
+            self.search = search.map(Search::from_loop);
+            return Ok(());
         }
         // `toolsift.phase.write_us`: the rewrite and its write into Envoy's buffer, not the
         // counts and the access log's filter state recorded after it.
@@ -286,93 +270,6 @@ impl Filter {
         drop(engine);
         self.perform(shared, record)?;
         Ok(())
-    }
-
-    /// Search mode's first request: the meta-tool and the pinned tools instead of the
-    /// catalog. Returns what was shown, or `None` when the request is filtered instead.
-    fn plan_search(
-        &mut self,
-        shared: &Shared,
-        analysis: &Analysis,
-        text: &str,
-        body_len: usize,
-        headers: Vec<(String, String)>,
-        path_stream: bool,
-    ) -> Result<Option<SearchPlanned>, Skipped> {
-        let metrics = &shared.metrics;
-        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let config = &engine.config;
-        let beta = headers
-            .iter()
-            .find(|(n, _)| n == "anthropic-beta")
-            .map_or("", |(_, v)| v.as_str());
-        let room = crate::search::plan::HeaderRoom {
-            held: self.headers_held,
-            anthropic_beta: beta,
-        };
-        // The session's memory of found tools, read once here and written when the loop ends.
-        let memory = config.search.memory.as_ref().and_then(|m| {
-            let key = SessionKey::of_request(
-                m,
-                self.core.alias_owner,
-                self.core.session_header.as_deref(),
-                analysis.session.as_deref(),
-            )?;
-            Some((Memory::new(m), key))
-        });
-        let remembered = memory.as_ref().map_or_else(Vec::new, |(m, key)| {
-            m.recall(&vectors::SharedData, key, host::now_seconds())
-        });
-        let planned =
-            crate::search::plan::plan_remembering(config, analysis, text, room, &remembered);
-        let only = |shown: usize, kind: &'static str| SearchPlanned {
-            shown,
-            kind,
-            remembered: Vec::new(),
-        };
-        match planned {
-            Some(crate::search::plan::Planned::Native(without_denied)) => {
-                metrics.add(metrics.search_native, 1);
-                let denied = analysis.access.as_ref().map_or(0, |g| g.denied_functions);
-                let shown = analysis.total().saturating_sub(denied);
-                match without_denied {
-                    Some(body) => replace_request_body(shared, analysis, body_len, &body, shown)?,
-                    None => metrics.add(metrics.unchanged, 1),
-                }
-                Ok(Some(only(shown, "native")))
-            }
-            Some(crate::search::plan::Planned::Provider(plan)) => {
-                replace_request_body(shared, analysis, body_len, &plan.body, plan.shown)?;
-                if let Some(beta) = &plan.beta {
-                    add_anthropic_beta(beta);
-                }
-                metrics.add(metrics.search_provider, 1);
-                Ok(Some(only(plan.shown, "provider")))
-            }
-            Some(crate::search::plan::Planned::Search(plan)) => {
-                let shown = analysis.total() - plan.deferred(analysis);
-                replace_request_body(shared, analysis, body_len, &plan.body, shown)?;
-                let remembered = plan.remembered.clone();
-                metrics.add(metrics.search_remembered, remembered.len());
-                let session = crate::search::round::Session::new(config, analysis, text, plan)
-                    .with_suggestions(engine.suggestions().cloned());
-                metrics.add(metrics.search_requests, 1);
-                let stream = analysis.stream || path_stream;
-                // Response headers are held only where holding request headers proved to work.
-                let responder = Responder::new(session, stream, self.headers_held);
-                let mut search = Search::new(responder, headers, self.core.alias_owner);
-                if let Some((memory, key)) = memory {
-                    search.remember_in(memory, key, analysis.evicted.clone());
-                }
-                self.search = Some(search);
-                Ok(Some(SearchPlanned {
-                    shown,
-                    kind: "search",
-                    remembered,
-                }))
-            }
-            None => Ok(None),
-        }
     }
 
     /// The embeddings call answered (or Envoy gave up on it): rank with what it brought, or by
@@ -512,20 +409,16 @@ impl Filter {
                 lifecycle::Action::AddResponseHeader { name, value } => {
                     add_response_header(name, &value);
                 }
+                lifecycle::Action::SetRequestHeader { name, value } => {
+                    if let Err(status) = host::set_header(Headers::Request, name, value.as_bytes())
+                    {
+                        log::warn!("cannot set {name} (are the request headers held?): {status:?}");
+                    }
+                }
             }
         }
         Ok(flow)
     }
-}
-
-/// What search mode made of a request, for the `x-toolsift` header.
-struct SearchPlanned {
-    /// Function tools shown.
-    shown: usize,
-    /// The header's `search=` value: `search`, `provider` or `native`.
-    kind: &'static str,
-    /// Tools shown because the session's memory offered them.
-    remembered: Vec<String>,
 }
 
 /// How a hybrid-ranked request starts.
@@ -1026,46 +919,6 @@ impl Filter {
             log::debug!("cannot record the shadow ranks for the access log: {status:?}");
         }
         log::debug!("toolsift: {value}");
-    }
-}
-
-/// Search mode's request body in place of the client's, counted: `shown` of the request's
-/// function tools are visible to the model.
-fn replace_request_body(
-    shared: &Shared,
-    analysis: &Analysis,
-    body_len: usize,
-    body: &str,
-    shown: usize,
-) -> Result<(), Skipped> {
-    host::set_buffer(Buffer::RequestBody, 0, body_len, body.as_bytes())
-        .map_err(|_| Skip::Internal)?;
-    let metrics = &shared.metrics;
-    metrics.add(metrics.rewritten, 1);
-    metrics.add(metrics.tools_in, analysis.total());
-    metrics.add(metrics.tools_out, shown);
-    Ok(())
-}
-
-/// Adds `beta` to the request's `anthropic-beta` list (comma-separated), unless it is there.
-/// Only possible while the request headers are held (see `on_http_request_headers`).
-fn add_anthropic_beta(beta: &str) {
-    const HEADER: &str = "anthropic-beta";
-    let current = match host::header_text(Headers::Request, HEADER) {
-        Ok(current) => current.unwrap_or_default(),
-        // Not text: leave the client's header as it is.
-        Err(()) => return,
-    };
-    if current.split(',').any(|b| b.trim() == beta) {
-        return;
-    }
-    let value = if current.trim().is_empty() {
-        beta.to_owned()
-    } else {
-        format!("{current},{beta}")
-    };
-    if let Err(status) = host::set_header(Headers::Request, HEADER, value.as_bytes()) {
-        log::warn!("cannot add {beta} to {HEADER} (are the request headers held?): {status:?}");
     }
 }
 

@@ -274,6 +274,9 @@ impl Metrics {
         let metric = match counter {
             Counter::Skipped(reason) => return self.skipped(reason),
             Counter::SearchNative => self.search_native,
+            Counter::SearchProvider => self.search_provider,
+            Counter::SearchRequests => self.search_requests,
+            Counter::SearchRemembered => self.search_remembered,
             Counter::ToolsIn => self.tools_in,
             Counter::ToolsOut => self.tools_out,
             Counter::SearchUnsupported => self.search_unsupported,

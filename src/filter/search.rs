@@ -9,8 +9,8 @@
 use super::host::{self, Buffer, Headers};
 use super::shared::Shared;
 use super::{callout, vectors};
+use crate::lifecycle::{Remembering, SearchLoop};
 use crate::pipeline::Engine;
-use crate::search::memory::{Memory, SessionKey};
 use crate::search::respond::{Answer, Event, Flow, Head, HeadStep, Host, Hybrid, Responder};
 use proxy_wasm::types::Action;
 use std::cell::Ref;
@@ -30,14 +30,6 @@ pub struct Search {
     owner: u64,
     /// `search.memory`: where the tools this loop finds are remembered once it ends.
     memory: Option<Remembering>,
-}
-
-/// The session whose memory a search loop adds to.
-struct Remembering {
-    memory: Memory,
-    key: SessionKey,
-    /// Tools the loop guard took out of the request: forgotten unless found again.
-    evicted: Vec<String>,
 }
 
 /// Request headers that belong to one connection or one body, not to the follow-ups.
@@ -62,13 +54,18 @@ impl Search {
         }
     }
 
-    /// Remembers, when the loop ends, what it found in `key`'s session of `memory`.
-    pub fn remember_in(&mut self, memory: Memory, key: SessionKey, evicted: Vec<String>) {
-        self.memory = Some(Remembering {
+    /// Search mode's loop, as the core planned it ([`crate::lifecycle::Request::plan_search`]).
+    pub fn from_loop(planned: Box<SearchLoop>) -> Search {
+        let SearchLoop {
+            responder,
+            headers,
+            owner,
             memory,
-            key,
-            evicted,
-        });
+        } = *planned;
+        Search {
+            memory,
+            ..Search::new(responder, headers, owner)
+        }
     }
 
     pub fn token(&self) -> Option<u32> {

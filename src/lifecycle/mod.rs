@@ -10,13 +10,15 @@
 //! phase ([`Request::on_headers`]: screening, the access rules' refusals and guard, shadow's
 //! draw, search mode's and `unknown_tools.answer`'s follow-up headers), a request let through
 //! or rejected ([`Request::skip`]) and what the answer's headers say ([`Request::on_response_headers`]).
-//! The body is read and analysed ([`Request::on_body`]) and, in filter mode, the selection
-//! written ([`Request::apply`]) here too; between the two, hybrid ranking's embeddings call,
-//! `_tool_gating` and search mode's plan still run in the adapter, which reads what was
-//! decided from [`Request`]'s fields.
+//! The body is read and analysed ([`Request::on_body`]), and then, in filter mode, the
+//! selection written ([`Request::apply`]), or search mode's first request planned and its loop
+//! handed over ([`Request::plan_search`]), here too; between the two, hybrid ranking's
+//! embeddings call and `_tool_gating` still run in the adapter, which reads what was decided
+//! from [`Request`]'s fields.
 
 mod body;
 pub mod outcome;
+mod search;
 
 use crate::access::{Caller, Grant};
 use crate::config::{Config, Mode, OnError};
@@ -27,6 +29,7 @@ use crate::search::round::Session;
 use crate::shadow::Sampler;
 pub use body::{Chunk, Read, Written, loop_counts, loops_detected, noted_tools};
 pub use outcome::{Outcome, Ranked};
+pub use search::{Remembering, SearchLoop, Searched};
 
 /// Which machine a request goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +59,12 @@ pub enum Counter {
     Skipped(Skip),
     /// `toolsift.search.native`: a request carrying the provider's own tool search.
     SearchNative,
+    /// `toolsift.search.provider`: a `search.native_search` rule handed the search over.
+    SearchProvider,
+    /// `toolsift.search.requests`: search loops started.
+    SearchRequests,
+    /// `toolsift.search.remembered`: tools shown because the session's memory offered them.
+    SearchRemembered,
     ToolsIn,
     ToolsOut,
     /// `toolsift.search.unsupported`: search mode cannot follow this request's answer up.
@@ -119,6 +128,11 @@ pub enum Action {
         value: String,
     },
     AddResponseHeader {
+        name: &'static str,
+        value: String,
+    },
+    /// Sets a request header (only while the request headers are held).
+    SetRequestHeader {
         name: &'static str,
         value: String,
     },

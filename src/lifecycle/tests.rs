@@ -334,13 +334,7 @@ impl Upstream {
     }
 
     fn tools(&self) -> Vec<String> {
-        let v: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
-        v["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-            .collect()
+        offered(std::str::from_utf8(&self.body).unwrap())
     }
 }
 
@@ -447,7 +441,7 @@ fn a_request_with_no_tool_its_caller_may_see_is_refused() {
 /// caller may not use with a refusal.
 #[test]
 fn an_answer_calling_a_denied_tool_is_refused() {
-    use crate::search::respond::{Flow, Head as AnswerHead, Responder};
+    use crate::search::respond::{Flow, Responder};
     use crate::search::respond_model::Envoy;
     let mut engine = engine(ACCESS);
     let mut request = Request::new();
@@ -495,12 +489,7 @@ fn an_answer_calling_a_denied_tool_is_refused() {
     })
     .to_string();
     let envoy = Envoy::default();
-    let head = AnswerHead {
-        status: Some("200".into()),
-        content_type: Some("application/json".into()),
-        content_encoding: None,
-        end_of_stream: false,
-    };
+    let head = json_head();
     assert_eq!(guard.on_headers(&envoy, &head).flow, Flow::Continue);
     envoy.feed(&mut guard, answer.as_bytes(), true);
     let client = envoy.client_text();
@@ -586,4 +575,127 @@ fn a_responses_alias_is_resolved_before_the_tools_are_read() {
     upstream.perform(actions);
     let v: serde_json::Value = serde_json::from_slice(&upstream.body).unwrap();
     assert_eq!(v["previous_response_id"], "resp_real");
+}
+
+/// A chat answer calling `name` with `arguments`.
+fn chat_call(id: &str, name: &str, arguments: &str) -> String {
+    serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": id, "type": "function",
+                "function": {"name": name, "arguments": arguments}}]}}]
+    })
+    .to_string()
+}
+
+/// The function names a chat request body offers the model.
+fn offered(body: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Search mode from the request's headers to the client's answer, over several rounds: the
+/// upstream sees only `find_tools`; the model searches twice, each search answered by a
+/// follow-up that offers what it found; its third turn calls a found tool, which is what the
+/// client gets.
+#[test]
+fn search_mode_lifecycle_over_several_rounds() {
+    use crate::search::respond::{Answer, Flow};
+    use crate::search::respond_model::Envoy;
+    let mut engine = engine(r#"{"mode":"search","top_k":2,"min_tools":3}"#);
+    let mut request = Request::new();
+    let mut upstream = Upstream::default();
+    upstream.perform(headers(&engine, &mut request, CHAT));
+    assert!(request.search_headers.is_some());
+    let sent = chat(
+        TOOLS,
+        "what is the weather forecast for Paris, and mail it to Ann",
+    );
+    upstream.body = sent.clone();
+    let (body, Read::Analysed { actions, analysis }) = read(&mut engine, &mut request, &sent)
+    else {
+        panic!("analysed");
+    };
+    upstream.perform(actions);
+    let store = crate::embeddings::MemoryBytes::default();
+    let Searched::Planned { actions, search } = request
+        .plan_search(
+            &engine,
+            &analysis,
+            &body,
+            Ranked::Keyword,
+            false,
+            &store,
+            1_000,
+        )
+        .unwrap()
+    else {
+        panic!("planned");
+    };
+    upstream.perform(actions);
+    assert_eq!(upstream.tools(), ["find_tools"]);
+    assert_eq!(upstream.counted(Counter::SearchRequests), 1);
+    assert_eq!(upstream.counted(Counter::ToolsIn), TOOLS.len());
+    assert_eq!(upstream.counted(Counter::ToolsOut), 0);
+    upstream.perform(request.on_response_headers(Some(&engine.config)));
+    let said = upstream.state.iter().find(|(n, _)| *n == "x-toolsift");
+    assert_eq!(
+        said.map(|(_, v)| v.as_str()),
+        Some(format!("kept=0 total={} search=search", TOOLS.len()).as_str())
+    );
+
+    // The answer's side: the loop the core handed over.
+    let mut responder = search.expect("a search loop").responder;
+    let envoy = Envoy::default();
+    let head = json_head();
+    responder.on_headers(&envoy, &head);
+    let first = chat_call("c1", "find_tools", r#"{"query":"weather forecast"}"#);
+    assert_eq!(
+        envoy.feed(&mut responder, first.as_bytes(), true),
+        Flow::Pause
+    );
+    let turns = [
+        chat_call("c2", "find_tools", r#"{"query":"send an email"}"#),
+        chat_call("c3", "send_email", r#"{"to":"ann"}"#),
+    ];
+    for turn in turns {
+        let token = responder.token().expect("a follow-up is out");
+        envoy.answer(
+            &mut responder,
+            token,
+            Answer {
+                status: Some(200),
+                content_type: Some("application/json".into()),
+                body: turn.into_bytes(),
+            },
+        );
+    }
+    assert!(responder.token().is_none(), "the loop ended");
+    let follow_ups = envoy.follow_ups.borrow();
+    assert_eq!(follow_ups.len(), 2);
+    assert!(offered(&follow_ups[0]).contains(&"get_forecast".to_owned()));
+    let second = offered(&follow_ups[1]);
+    assert!(
+        second.contains(&"get_forecast".to_owned()) && second.contains(&"send_email".to_owned()),
+        "found tools stay offered: {second:?}"
+    );
+    let client = envoy.client_text();
+    assert!(client.contains("\"send_email\""), "{client}");
+    assert!(!client.contains("find_tools"), "{client}");
+}
+
+/// A whole JSON answer's headers, as the response side reads them.
+fn json_head() -> crate::search::respond::Head {
+    crate::search::respond::Head {
+        status: Some("200".into()),
+        content_type: Some("application/json".into()),
+        content_encoding: None,
+        end_of_stream: false,
+    }
 }
