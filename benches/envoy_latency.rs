@@ -1105,7 +1105,7 @@ mod hybrid {
 }
 
 /// `--search`: the gateway's own time per search round (model time excluded), through the
-/// real Envoy and `.wasm` in search mode (`{"mode":"search"}`, so round 1 shows the model
+/// real Envoy and `.wasm` in search mode ([`search::CONFIG`], so round 1 shows the model
 /// `find_tools` alone), in front of the demo upstream's scripted model.
 ///
 /// For each catalog size, one Envoy (so its histograms cover one size) and three kinds of
@@ -1144,9 +1144,11 @@ mod search {
     pub const ROUNDS: usize = 500;
     /// Unmeasured rounds first.
     const WARM_ROUNDS: usize = 40;
-    /// The plugin configuration: search mode, every other setting at its default (`eager_k`
-    /// 0, `max_search_rounds` 3, `find_tools` limit 5).
-    const CONFIG: &str = r#"{"mode":"search"}"#;
+    /// The plugin configuration: search mode with the request headers held (as the shipped
+    /// envoy-search.yaml does: without it the answer's headers go before the loop ends, so
+    /// there is no `x-toolsift-search` to check), every other setting at its default
+    /// (`eager_k` 0, `max_search_rounds` 3, `find_tools` limit 5).
+    pub const CONFIG: &str = r#"{"mode":"search","search":{"hold_headers":true}}"#;
     const PATH: &str = "/v1/chat/completions";
     /// Wanted tools per size (the rounds cycle through them), chosen among `CANDIDATES` tools
     /// spread over the catalog: those `find_tools` finds in one round with the query built

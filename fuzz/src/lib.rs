@@ -49,6 +49,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("eventstream", eventstream),
     ("memory_set", memory_set),
     ("shadow_answer", shadow_answer),
+    ("lifecycle", lifecycle),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -1112,4 +1113,141 @@ pub fn shadow_answer(data: &[u8]) {
         whole, chunked,
         "calls read in chunks differ from the whole answer's"
     );
+}
+
+/// The paths `lifecycle`'s first byte picks from: one per dialect and shape the headers phase
+/// tells apart (a stream by path, Bedrock's binary stream), and one no dialect claims.
+const LIFECYCLE_PATHS: [&str; 8] = [
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1beta/models/gemini-2.5-flash:generateContent",
+    "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+    "/model/anthropic.claude-sonnet-4/converse",
+    "/api/chat",
+    "/not/an/llm/api",
+];
+
+/// The configurations `lifecycle`'s second byte picks from: filter mode with the loop guard
+/// and the answer to made-up calls, search mode with memory and a native-search rule, and
+/// access rules (the caller from `x-group`).
+const LIFECYCLE_CONFIGS: [&str; 3] = [
+    r#"{"top_k": 1, "min_tools": 0, "debug": true, "shadow": {"sample": 0.5},
+        "loop_guard": {"repeats": 2, "window": 2, "note": {"text": "stop {tool}"}},
+        "unknown_tools": {"answer": true}}"#,
+    r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "hold_headers": true,
+        "memory": {"session": {"header": "x-session"}},
+        "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]}}"#,
+    r#"{"top_k": 2, "min_tools": 0, "access": {"identity": [{"header": "x-group"}],
+        "default": "deny", "unknown_paths": "deny",
+        "rules": [{"when": ["ops"], "allow": ["get_*", "list_*"]},
+                  {"when": ["all"], "allow": ["*"]}]}}"#,
+];
+
+/// One request through the core's entry (`toolsift::lifecycle`), event by event as the adapter
+/// drives it: the headers (path and configuration from the first two bytes, the caller from
+/// the third), the body (the rest), then filter mode's write or search mode's plan, and the
+/// answer's headers. Nothing panics; a body replacement drains no more than the body holds,
+/// and leaves JSON where the client sent JSON; a local reply is a 400, 403 or 404 with a JSON
+/// body; what the answer's headers would say is a valid header value.
+pub fn lifecycle(data: &[u8]) {
+    use toolsift::embeddings::MemoryBytes;
+    use toolsift::lifecycle::{Action, Head, Read, Request, Searched};
+    let [path, config, caller, body @ ..] = data else {
+        return;
+    };
+    let path = LIFECYCLE_PATHS[usize::from(*path) % LIFECYCLE_PATHS.len()];
+    let config = LIFECYCLE_CONFIGS[usize::from(*config) % LIFECYCLE_CONFIGS.len()];
+    let group = ["ops", "all", "nobody"][usize::from(*caller) % 3];
+    let config = Config::from_json(config.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let mut engine = Engine::new(config);
+    let length = body.len().to_string();
+    let headers = HeaderMap::new(toolsift::pairs::encode(&[
+        (&b":method"[..], &b"POST"[..]),
+        (b":path", path.as_bytes()),
+        (b"content-type", b"application/json"),
+        (b"content-length", length.as_bytes()),
+        (b"x-group", group.as_bytes()),
+        (b"x-session", b"s1"),
+    ]));
+    let identity = engine.policy().map(|policy| {
+        let caller = policy.caller(|n| headers.get(n), |_, _| Vec::new());
+        (policy.grant(&caller), caller)
+    });
+    let mut request = Request::new();
+    let mut sampler = toolsift::shadow::Sampler::new(u64::from(*caller));
+    let head = Head {
+        headers: &headers,
+        end_of_stream: body.is_empty(),
+        identity,
+    };
+    let mut upstream = body.to_vec();
+    let was_json = body_text(body).is_ok_and(is_json);
+    let check = |actions: &[Action], upstream: &mut Vec<u8>| {
+        for action in actions {
+            match action {
+                Action::ReplaceBody { drain, bytes } => {
+                    assert!(
+                        *drain <= upstream.len(),
+                        "drains {drain} of {}",
+                        upstream.len()
+                    );
+                    upstream.splice(..*drain, bytes.iter().copied());
+                }
+                Action::Reply { status, body } => {
+                    assert!([400, 403, 404].contains(status), "replied {status}");
+                    assert!(is_json(body), "a reply that is not JSON: {body}");
+                }
+                _ => {}
+            }
+        }
+    };
+    let actions = request.on_headers(&engine, head, Some(&mut sampler));
+    check(&actions, &mut upstream);
+    if let Some(reader) = request.buffering {
+        let store = MemoryBytes::default();
+        let mut read_body = body.to_vec();
+        match request.on_body(&mut engine, reader, &mut read_body, &store, 1_000) {
+            Read::Analysed {
+                actions,
+                mut analysis,
+            } => {
+                check(&actions, &mut upstream);
+                // What the body phase read (a Responses alias may have been resolved in it).
+                upstream.clone_from(&read_body);
+                let ranked = toolsift::lifecycle::Ranked::Keyword;
+                let searched = request
+                    .plan_search(&engine, &analysis, &read_body, ranked, true, &store, 1_000);
+                let actions = match searched {
+                    Ok(Searched::Planned { actions, .. }) => Ok(actions),
+                    Ok(Searched::Filter) => {
+                        request.apply(&engine.config, &mut analysis, &read_body, ranked)
+                    }
+                    Err(skipped) => Ok(request.skip(Some(&engine.config), skipped)),
+                };
+                let actions =
+                    actions.unwrap_or_else(|skipped| request.skip(Some(&engine.config), skipped));
+                check(&actions, &mut upstream);
+                if was_json {
+                    let sent = std::str::from_utf8(&upstream).expect("UTF-8 upstream");
+                    assert!(is_json(sent), "the upstream gets what is not JSON: {sent}");
+                }
+            }
+            Read::Skipped { actions, .. } | Read::Answered(actions) => {
+                check(&actions, &mut upstream);
+            }
+        }
+    }
+    for action in request.on_response_headers(Some(&engine.config)) {
+        if let Action::AddResponseHeader { value, .. } | Action::RecordFilterState { value, .. } =
+            action
+        {
+            assert!(
+                value
+                    .bytes()
+                    .all(|b| b == b'\t' || (b' '..=b'~').contains(&b)),
+                "not a header value: {value:?}"
+            );
+        }
+    }
 }
