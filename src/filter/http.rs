@@ -839,25 +839,19 @@ impl Filter {
     /// them in follow-ups that continue that body. It replaces the access rules' guard, whose
     /// checks it makes as well. A request for the provider's own search is left as it is.
     fn answer_unknown(&mut self, shared: &Shared, analysis: &Analysis) {
-        let Some((headers, path_stream)) = self.core.answer_headers.take() else {
+        if self.core.answer_headers.is_none() {
             return;
-        };
-        let (Reader::Dialect(dialect), false) = (analysis.reader, analysis.native_search) else {
-            return;
-        };
+        }
         let Ok(engine) = shared.engine.try_borrow() else {
             return;
         };
         let sent = host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
-        let Ok(sent) = String::from_utf8(sent) else {
-            return;
-        };
-        let session =
-            crate::search::round::Session::answering(&engine.config, analysis, dialect, sent);
-        let stream = analysis.stream || path_stream;
-        // Response headers are held only where holding request headers proved to work.
-        let responder = Responder::new(session, stream, self.headers_held);
-        self.search = Some(Search::new(responder, headers, self.core.alias_owner));
+        let answering = self
+            .core
+            .answer_unknown(&engine.config, analysis, sent, self.headers_held);
+        if let Some(answering) = answering {
+            self.search = Some(Search::from_loop(answering));
+        }
     }
 
     /// Applies the `_tool_gating` verdict, if any, to the selection.

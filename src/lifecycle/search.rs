@@ -1,9 +1,11 @@
 //! Search mode's first request ([`Request::plan_search`]): the meta-tool and the pinned tools
 //! instead of the catalog, the provider's own search, or the request as it came; and the
-//! response side that runs the loop from the answer's headers on ([`SearchLoop`]).
+//! response side that runs the loop from the answer's headers on ([`SearchLoop`]), which
+//! filter mode runs too to answer calls of made-up tools ([`Request::answer_unknown`]).
 
 use super::{Action, Counter, Outcome, Ranked, Request, loop_counts, loops_detected, noted_tools};
 use crate::access::Surface;
+use crate::dialects::Reader;
 use crate::embeddings::SharedBytes;
 use crate::pipeline::{Analysis, Engine, Skipped, body_text};
 use crate::search::memory::{Memory, SessionKey};
@@ -170,6 +172,36 @@ impl Request {
             analysis.denied(),
         ));
         Ok(Searched::Planned { actions, search })
+    }
+}
+
+impl Request {
+    /// Filter mode with `unknown_tools.answer`, once the body went on: the loop that answers
+    /// the model's calls of tools the request did not carry (`sent`: the body as the upstream
+    /// got it, read back from Envoy). `None` when no such loop runs: the option is off, the
+    /// request is a custom shape's or asks for the provider's own search, or `sent` is not
+    /// text.
+    pub fn answer_unknown(
+        &mut self,
+        config: &crate::config::Config,
+        analysis: &Analysis,
+        sent: Vec<u8>,
+        headers_held: bool,
+    ) -> Option<Box<SearchLoop>> {
+        let (headers, path_stream) = self.answer_headers.take()?;
+        let (Reader::Dialect(dialect), false) = (analysis.reader, analysis.native_search) else {
+            return None;
+        };
+        let sent = String::from_utf8(sent).ok()?;
+        let session = Session::answering(config, analysis, dialect, sent);
+        let stream = analysis.stream || path_stream;
+        Some(Box::new(SearchLoop {
+            // Response headers are held only where holding request headers proved to work.
+            responder: Responder::new(session, stream, headers_held),
+            headers,
+            owner: self.alias_owner,
+            memory: None,
+        }))
     }
 }
 

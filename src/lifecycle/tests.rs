@@ -699,3 +699,90 @@ fn json_head() -> crate::search::respond::Head {
         end_of_stream: false,
     }
 }
+
+/// Filter mode with `unknown_tools.answer`: the request goes upstream filtered, and the
+/// answer's call of a tool the request never carried is answered to the model in a follow-up
+/// that continues what the upstream got; the client gets the model's next turn instead.
+#[test]
+fn a_made_up_call_is_answered_to_the_model_not_the_client() {
+    use crate::search::respond::{Answer, Flow};
+    use crate::search::respond_model::Envoy;
+    let mut engine = engine(r#"{"top_k":2,"min_tools":3,"unknown_tools":{"answer":true}}"#);
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
+    let (
+        body,
+        Read::Analysed {
+            actions,
+            mut analysis,
+        },
+    ) = read(&mut engine, &mut request, &sent)
+    else {
+        panic!("analysed");
+    };
+    let mut upstream = Upstream {
+        body: sent,
+        ..Upstream::default()
+    };
+    upstream.perform(actions);
+    let store = crate::embeddings::MemoryBytes::default();
+    let searched = request
+        .plan_search(
+            &engine,
+            &analysis,
+            &body,
+            Ranked::Keyword,
+            false,
+            &store,
+            1_000,
+        )
+        .unwrap();
+    assert!(matches!(searched, Searched::Filter), "filter mode writes");
+    upstream.perform(
+        request
+            .apply(&engine.config, &mut analysis, &body, Ranked::Keyword)
+            .unwrap(),
+    );
+    assert_eq!(upstream.tools().len(), 2);
+    let answering = request
+        .answer_unknown(&engine.config, &analysis, upstream.body.clone(), false)
+        .expect("a loop answering made-up calls");
+    let mut responder = answering.responder;
+    let envoy = Envoy::default();
+    responder.on_headers(&envoy, &json_head());
+    let made_up = chat_call("c1", "book_flight", r#"{"to":"Paris"}"#);
+    assert_eq!(
+        envoy.feed(&mut responder, made_up.as_bytes(), true),
+        Flow::Pause
+    );
+    let token = responder
+        .token()
+        .expect("the made-up call answered in a follow-up");
+    let text = serde_json::json!({
+        "id": "chatcmpl-2", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Sunny, 24 degrees."}}]
+    })
+    .to_string();
+    envoy.answer(
+        &mut responder,
+        token,
+        Answer {
+            status: Some(200),
+            content_type: Some("application/json".into()),
+            body: text.into_bytes(),
+        },
+    );
+    let follow_ups = envoy.follow_ups.borrow();
+    assert_eq!(follow_ups.len(), 1);
+    assert!(follow_ups[0].contains("book_flight"), "{}", follow_ups[0]);
+    assert_eq!(
+        offered(&follow_ups[0]),
+        upstream.tools(),
+        "it continues what went upstream"
+    );
+    let client = envoy.client_text();
+    assert!(client.contains("Sunny"), "{client}");
+    assert!(!client.contains("book_flight"), "{client}");
+}
