@@ -347,6 +347,24 @@ fn read(engine: &mut Engine, request: &mut Request, sent: &[u8]) -> (Vec<u8>, Re
     (body, read)
 }
 
+/// The body phase's first step, which must analyse `sent`: the body as read, the analysis,
+/// and the upstream with `sent` in its buffer and the step's actions performed.
+fn analysed(
+    engine: &mut Engine,
+    request: &mut Request,
+    sent: &[u8],
+) -> (Vec<u8>, crate::pipeline::Analysis, Upstream) {
+    let (body, Read::Analysed { actions, analysis }) = read(engine, request, sent) else {
+        panic!("analysed");
+    };
+    let mut upstream = Upstream {
+        body: sent.to_vec(),
+        ..Upstream::default()
+    };
+    upstream.perform(actions);
+    (body, analysis, upstream)
+}
+
 /// Filter mode from the request's headers to the answer's: the body the upstream gets carries
 /// the `top_k` tools the question needs, and the answer's headers say so.
 #[test]
@@ -454,21 +472,7 @@ fn an_answer_calling_a_denied_tool_is_refused() {
     });
     let mut guard = Responder::new(*session.unwrap(), false, false);
     let sent = chat(TOOLS, "what is the weather?");
-    let (
-        body,
-        Read::Analysed {
-            actions,
-            mut analysis,
-        },
-    ) = read(&mut engine, &mut request, &sent)
-    else {
-        panic!("analysed");
-    };
-    let mut upstream = Upstream {
-        body: sent,
-        ..Upstream::default()
-    };
-    upstream.perform(actions);
+    let (body, mut analysis, mut upstream) = analysed(&mut engine, &mut request, &sent);
     upstream.perform(
         request
             .apply(&engine.config, &mut analysis, &body, Ranked::Keyword)
@@ -711,21 +715,7 @@ fn a_made_up_call_is_answered_to_the_model_not_the_client() {
     let mut request = Request::new();
     headers(&engine, &mut request, CHAT);
     let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
-    let (
-        body,
-        Read::Analysed {
-            actions,
-            mut analysis,
-        },
-    ) = read(&mut engine, &mut request, &sent)
-    else {
-        panic!("analysed");
-    };
-    let mut upstream = Upstream {
-        body: sent,
-        ..Upstream::default()
-    };
-    upstream.perform(actions);
+    let (body, mut analysis, mut upstream) = analysed(&mut engine, &mut request, &sent);
     let store = crate::embeddings::MemoryBytes::default();
     let searched = request
         .plan_search(
