@@ -1994,3 +1994,52 @@ fn calls_carry_the_param_headers_the_tools_schema_declares() {
         assert!(only_lists_sent(&host), "{body}");
     }
 }
+
+/// A client's whole find-then-call exchange, event by event: `find_tools` fetches the catalog
+/// and answers with the tool; `call_tool` of what it found is the real call, from the catalog
+/// cached by the first, and the server's answer reaches the client as it was.
+#[test]
+fn find_tools_then_call_tool_of_what_it_found() {
+    let mut s = Setup::new(r#"{"mcp":{}}"#);
+    let host = Mock::default();
+    let find = call(1, "find_tools", r#"{"query":"weather in Paris","limit":1}"#);
+    let (_, step) = s.run(&host, MODERN_REVISION, &find, &[catalog_tools()]);
+    assert_eq!(step, Step::Answered);
+    let (_, answer) = host.answer();
+    let found = answer["result"]["structuredContent"]["tools"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(found, "get_weather");
+    let pages = host.sent.borrow().len();
+    assert_eq!(pages, 1, "one catalog page fetched");
+
+    let arguments = format!(r#"{{"name":"{found}","arguments":{{"city":"Paris"}}}}"#);
+    let (mut exchange, step) = s.run(
+        &host,
+        MODERN_REVISION,
+        &call(2, "call_tool", &arguments),
+        &[],
+    );
+    assert_eq!(step, Step::Wait);
+    assert_eq!(
+        host.sent.borrow().len(),
+        pages + 1,
+        "the catalog came from the cache"
+    );
+    let sent = host.last_sent();
+    assert_eq!(sent["method"], "tools/call");
+    assert_eq!(sent["id"], 2);
+    assert_eq!(sent["params"]["name"], "get_weather");
+    assert_eq!(sent["params"]["arguments"], json!({"city": "Paris"}));
+    let result =
+        r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"Sunny"}]}}"#;
+    let token = exchange.token().unwrap();
+    let settings = s.settings();
+    let mut cache = CatalogCache::new(1);
+    let step = exchange.on_call(&host, &mut cache, &settings, token, sse(&[result.into()]));
+    assert_eq!(step, Step::Answered);
+    let (status, _, answered) = host.answered.borrow().last().cloned().unwrap();
+    assert_eq!(status, 200);
+    assert!(answered.contains("Sunny"), "{answered}");
+}
