@@ -115,6 +115,23 @@ impl Fallback {
     }
 }
 
+/// The vectors of an embeddings call's answer for `inputs` inputs (`status` `None`: no response
+/// at all, a reset before or while answering), or why there are none.
+pub fn answer_vectors(
+    status: Option<u16>,
+    body: &[u8],
+    inputs: usize,
+    dimensions: Option<usize>,
+) -> Result<Vec<Vec<f32>>, Fallback> {
+    let Some(status) = status else {
+        return Err(Fallback::Status);
+    };
+    if let Some(reason) = Fallback::of_status(Some(status)) {
+        return Err(reason);
+    }
+    parse_response(body, inputs, dimensions)
+}
+
 /// Reads the vectors of an embeddings response for `inputs` inputs, in input order, each scaled
 /// to unit length. Every vector must have `dimensions` entries when that is given, and all the
 /// same number otherwise.

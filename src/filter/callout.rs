@@ -4,7 +4,7 @@
 //! another's.
 
 use super::host::{self, Buffer, Headers};
-use crate::embeddings::{Fallback, parse_response};
+use crate::embeddings::{Fallback, answer_vectors};
 use crate::mcp::exchange::CallAnswer;
 
 /// The `:status` of the current `on_http_call_response`, `None` when the call got no response
@@ -27,15 +27,18 @@ pub fn read_answer(
     inputs: usize,
     dimensions: Option<usize>,
 ) -> Result<Vec<Vec<f32>>, Fallback> {
-    let Some(status) = call_status(num_headers) else {
-        // Reset before or while answering: no response at all.
-        return Err(Fallback::Status);
-    };
-    if let Some(reason) = Fallback::of_status(status.parse::<u16>().ok()) {
-        return Err(reason);
+    let answer = embeddings_answer(num_headers, body_size);
+    answer_vectors(answer.status, &answer.body, inputs, dimensions)
+}
+
+/// The embeddings answer of the current `on_http_call_response`: its status and body (its
+/// content type is not asked: the body is parsed as JSON whatever it says).
+pub fn embeddings_answer(num_headers: usize, size: usize) -> CallAnswer {
+    CallAnswer {
+        status: call_status(num_headers).and_then(|s| s.parse().ok()),
+        content_type: String::new(),
+        body: host::buffer(Buffer::CallResponseBody, 0, size).unwrap_or_default(),
     }
-    let answer = host::buffer(Buffer::CallResponseBody, 0, body_size).unwrap_or_default();
-    parse_response(&answer, inputs, dimensions)
 }
 
 /// The answer of the current `on_http_call_response`.

@@ -14,8 +14,8 @@ use super::search::Search;
 use super::shared::Shared;
 use super::{callout, vectors};
 use crate::dialects::{Dialect, Reader};
-use crate::embeddings::{Fallback, Gathered, Slot, Source};
-use crate::lifecycle::{self, Outcome, Ranked};
+use crate::embeddings::Fallback;
+use crate::lifecycle::{self, Outcome, Ranked, hybrid};
 use crate::pipeline::{Analysis, Skip, Skipped};
 use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -61,8 +61,7 @@ struct GatingWait {
 struct Waiting {
     token: u32,
     analysis: Analysis,
-    gathered: Gathered,
-    slots: Vec<Slot>,
+    call: hybrid::Call,
     /// The request body as Envoy gave it.
     body: Vec<u8>,
 }
@@ -199,19 +198,30 @@ impl Filter {
         // A request for the provider's own search keeps every allowed tool: nothing to rank.
         let hybrid = shared.hybrid(config).filter(|_| !analysis.native_search);
         let ranked = match hybrid {
-            Some((source, e)) => match start_hybrid(shared, &source, config, e, &mut analysis) {
-                Start::Ranked(ranked) => ranked,
-                Start::Call(token, gathered, slots) => {
-                    metrics.since(metrics.phase_hybrid_us, started);
-                    drop(engine);
-                    self.waiting = Some(Waiting {
-                        token,
-                        analysis,
-                        gathered,
-                        slots,
-                        body,
-                    });
-                    return Ok(Step::Waiting);
+            Some((source, e)) => match hybrid::start(&source, config, e, &mut analysis) {
+                hybrid::Start::Ranked(ranked) => ranked,
+                hybrid::Start::Call(call) => {
+                    let inputs: Vec<&str> = call.inputs.iter().map(String::as_str).collect();
+                    let timeout = Duration::from_millis(e.timeout_ms as u64);
+                    match vectors::dispatch(e, &inputs, timeout) {
+                        Ok(token) => {
+                            metrics.add(metrics.embeddings_calls, 1);
+                            metrics.add(metrics.embeddings_inputs, inputs.len());
+                            metrics.since(metrics.phase_hybrid_us, started);
+                            drop(engine);
+                            self.waiting = Some(Waiting {
+                                token,
+                                analysis,
+                                call,
+                                body,
+                            });
+                            return Ok(Step::Waiting);
+                        }
+                        Err(status) => {
+                            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+                            Ranked::Fallback(Fallback::Dispatch)
+                        }
+                    }
                 }
             },
             None => Ranked::Keyword,
@@ -284,8 +294,7 @@ impl Filter {
         let started = now();
         let Waiting {
             mut analysis,
-            mut gathered,
-            slots,
+            call,
             body,
             ..
         } = waiting;
@@ -296,29 +305,14 @@ impl Filter {
             let config = &engine.config;
             let ranked = match shared.hybrid(config) {
                 Some((source, e)) => {
-                    let ranked = rank_with_answer(
-                        &source,
-                        config,
-                        e,
-                        &mut analysis,
-                        &mut gathered,
-                        &slots,
-                        Answer {
-                            headers: num_headers,
-                            body_size,
-                        },
-                    );
-                    if ranked == Ranked::Fallback(Fallback::Timeout) {
-                        // Too many tool texts to embed within timeout_ms: the root context
-                        // fetches them without a deadline while requests go on by keyword.
-                        let had_tools = slots.iter().any(|s| matches!(s, Slot::Tool(_)));
-                        if let (true, Ok(mut backfill)) =
-                            (had_tools, shared.backfill.try_borrow_mut())
-                        {
-                            backfill.queue(&analysis.catalog, gathered.missing_tools.clone());
-                        }
+                    let answer = callout::embeddings_answer(num_headers, body_size);
+                    let answered = call.answered(&source, config, e, &mut analysis, &answer);
+                    if let (Some(entries), Ok(mut backfill)) =
+                        (answered.backfill, shared.backfill.try_borrow_mut())
+                    {
+                        backfill.queue(&analysis.catalog, entries);
                     }
-                    ranked
+                    answered.ranked
                 }
                 None => Ranked::Keyword,
             };
@@ -418,93 +412,6 @@ impl Filter {
             }
         }
         Ok(flow)
-    }
-}
-
-/// How a hybrid-ranked request starts.
-enum Start {
-    /// Ranked already: every vector was known, or it goes on by keyword (and why).
-    Ranked(Ranked),
-    /// An embeddings call is out (its token), for these slots of what was gathered.
-    Call(u32, Gathered, Vec<Slot>),
-}
-
-/// Ranks `analysis` with the embeddings if every vector is known; otherwise sends the call for
-/// the missing ones.
-fn start_hybrid(
-    shared: &Shared,
-    source: &Source<'_, vectors::SharedData>,
-    config: &crate::config::Config,
-    e: &crate::config::Embeddings,
-    analysis: &mut Analysis,
-) -> Start {
-    let gathered = source.gather(&analysis.catalog, &analysis.query);
-    if let Some((query, tools)) = gathered.complete() {
-        analysis.rank_hybrid(config, &query, &tools);
-        return Start::Ranked(Ranked::Hybrid);
-    }
-    let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
-    if inputs.is_empty() {
-        return Start::Ranked(if analysis.catalog.fetching() {
-            // The question is known; the tools are still coming in the background.
-            Ranked::Incomplete
-        } else {
-            // Everything is known but the sizes disagree: cached under another model.
-            Ranked::Fallback(Fallback::Dimensions)
-        });
-    }
-    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-    let timeout = Duration::from_millis(e.timeout_ms as u64);
-    match vectors::dispatch(e, &refs, timeout) {
-        Ok(token) => {
-            let metrics = &shared.metrics;
-            metrics.add(metrics.embeddings_calls, 1);
-            metrics.add(metrics.embeddings_inputs, inputs.len());
-            Start::Call(token, gathered, slots)
-        }
-        Err(status) => {
-            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
-            Start::Ranked(Ranked::Fallback(Fallback::Dispatch))
-        }
-    }
-}
-
-/// What `on_http_call_response` says of the answer: its header count (0: no response) and
-/// body size.
-#[derive(Clone, Copy)]
-struct Answer {
-    headers: usize,
-    body_size: usize,
-}
-
-/// Reads the embeddings answer of the current `on_http_call_response` and ranks with it.
-fn rank_with_answer(
-    source: &Source<'_, vectors::SharedData>,
-    config: &crate::config::Config,
-    e: &crate::config::Embeddings,
-    analysis: &mut Analysis,
-    gathered: &mut Gathered,
-    slots: &[Slot],
-    answer: Answer,
-) -> Ranked {
-    // Vectors must match the configured size, or the size of the ones already known: a
-    // wrong-sized answer is never cached.
-    let expected = e.dimensions.or_else(|| gathered.known_dimensions());
-    let vectors =
-        match callout::read_answer(answer.headers, answer.body_size, slots.len(), expected) {
-            Ok(vectors) => vectors,
-            Err(reason) => return Ranked::Fallback(reason),
-        };
-    source.fill(&analysis.catalog, gathered, slots, vectors);
-    if !gathered.missing_tools.is_empty() {
-        return Ranked::Incomplete;
-    }
-    match gathered.complete() {
-        Some((query, tools)) => {
-            analysis.rank_hybrid(config, &query, &tools);
-            Ranked::Hybrid
-        }
-        None => Ranked::Fallback(Fallback::Dimensions),
     }
 }
 

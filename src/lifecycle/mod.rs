@@ -12,11 +12,12 @@
 //! or rejected ([`Request::skip`]) and what the answer's headers say ([`Request::on_response_headers`]).
 //! The body is read and analysed ([`Request::on_body`]), and then, in filter mode, the
 //! selection written ([`Request::apply`]), or search mode's first request planned and its loop
-//! handed over ([`Request::plan_search`]), here too; between the two, hybrid ranking's
-//! embeddings call and `_tool_gating` still run in the adapter, which reads what was decided
-//! from [`Request`]'s fields.
+//! handed over ([`Request::plan_search`]), here too; between the two, hybrid ranking says
+//! which texts to embed and ranks with the answer ([`hybrid`]), and `_tool_gating` still runs
+//! in the adapter, which reads what was decided from [`Request`]'s fields.
 
 mod body;
+pub mod hybrid;
 pub mod outcome;
 mod search;
 

@@ -776,3 +776,106 @@ fn a_made_up_call_is_answered_to_the_model_not_the_client() {
     assert!(client.contains("Sunny"), "{client}");
     assert!(!client.contains("book_flight"), "{client}");
 }
+
+/// An embeddings answer for `inputs`: one vector per text, a hashed bag of its words (texts
+/// that share words are near), as the OpenAI embeddings API shapes it.
+fn embeddings_answer(inputs: &[String]) -> crate::mcp::exchange::CallAnswer {
+    let bag = |text: &str| {
+        let mut v = vec![0.01f32; 8];
+        for word in text.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
+            if !word.is_empty() {
+                v[xxhash_rust::xxh3::xxh3_64(word.as_bytes()) as usize % 8] += 1.0;
+            }
+        }
+        v
+    };
+    let data: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| serde_json::json!({"index": index, "embedding": bag(text)}))
+        .collect();
+    crate::mcp::exchange::CallAnswer {
+        status: Some(200),
+        content_type: "application/json".into(),
+        body: serde_json::json!({ "data": data }).to_string().into_bytes(),
+    }
+}
+
+/// Hybrid ranking in the body phase: a new catalog's first request asks for its question's
+/// and its tools' vectors in one call and is ranked with the answer; the next request with
+/// the same tools is ranked from the cache at once; a call that timed out with tools in it
+/// leaves them to the background fetch, and the request goes on by keyword.
+#[test]
+fn hybrid_ranking_waits_for_one_call_then_ranks_from_the_cache() {
+    use crate::embeddings::{MemoryBytes, Source, VectorCache};
+    let config = r#"{"top_k":2,"min_tools":3,"ranking":"hybrid",
+        "embeddings":{"cluster":"e","model":"m","max_batch":32}}"#;
+    let mut engine = engine(config);
+    let e = engine.config.embeddings.clone().unwrap();
+    let cache = VectorCache::new(MemoryBytes::default(), 1000, "v.");
+    let source = Source {
+        provider: "test",
+        model: &e.model,
+        dimensions: e.dimensions,
+        cache: &cache,
+    };
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
+    let (_, mut analysis, _) = analysed(&mut engine, &mut request, &sent);
+    let hybrid::Start::Call(call) = hybrid::start(&source, &engine.config, &e, &mut analysis)
+    else {
+        panic!("nothing cached: a call");
+    };
+    assert_eq!(call.inputs.len(), 1 + TOOLS.len(), "{:?}", call.inputs);
+    let answer = embeddings_answer(&call.inputs);
+    let answered = call.answered(&source, &engine.config, &e, &mut analysis, &answer);
+    assert_eq!(answered.ranked, Ranked::Hybrid);
+    assert!(answered.backfill.is_none());
+
+    // Another question, the same tools: only the question is missing.
+    let mut again = Request::new();
+    headers(&engine, &mut again, CHAT);
+    let sent = chat(TOOLS, "scale the checkout deployment to five pods");
+    let (_, mut analysis, _) = analysed(&mut engine, &mut again, &sent);
+    let hybrid::Start::Call(call) = hybrid::start(&source, &engine.config, &e, &mut analysis)
+    else {
+        panic!("the question is new: a call");
+    };
+    assert_eq!(call.inputs.len(), 1, "{:?}", call.inputs);
+    let answer = embeddings_answer(&call.inputs);
+    let answered = call.answered(&source, &engine.config, &e, &mut analysis, &answer);
+    assert_eq!(answered.ranked, Ranked::Hybrid);
+    // The same question again: everything is cached, no call.
+    let mut third = Request::new();
+    headers(&engine, &mut third, CHAT);
+    let (_, mut analysis, _) = analysed(&mut engine, &mut third, &sent);
+    assert!(matches!(
+        hybrid::start(&source, &engine.config, &e, &mut analysis),
+        hybrid::Start::Ranked(Ranked::Hybrid)
+    ));
+
+    // New tools whose call times out (Envoy answers 504): keyword, and the tools are left to
+    // the background fetch.
+    let mut other = Request::new();
+    headers(&engine, &mut other, CHAT);
+    let renamed: Vec<String> = TOOLS.iter().map(|t| format!("{t}_v2")).collect();
+    let renamed: Vec<&str> = renamed.iter().map(String::as_str).collect();
+    let sent = chat(&renamed, "what is the weather forecast for Paris tomorrow?");
+    let (_, mut analysis, _) = analysed(&mut engine, &mut other, &sent);
+    let hybrid::Start::Call(call) = hybrid::start(&source, &engine.config, &e, &mut analysis)
+    else {
+        panic!("new tools: a call");
+    };
+    let timeout = crate::mcp::exchange::CallAnswer {
+        status: Some(504),
+        content_type: String::new(),
+        body: Vec::new(),
+    };
+    let answered = call.answered(&source, &engine.config, &e, &mut analysis, &timeout);
+    assert_eq!(
+        answered.ranked,
+        Ranked::Fallback(crate::embeddings::Fallback::Timeout)
+    );
+    assert_eq!(answered.backfill.map(|b| b.len()), Some(TOOLS.len()));
+}

@@ -1,0 +1,105 @@
+//! Hybrid ranking's step of an LLM request's body phase: ranked at once when every vector is
+//! cached ([`start`]), else the texts whose vectors are missing go to the embeddings cluster
+//! (the adapter sends the call, within `embeddings.timeout_ms`) and the request is ranked with
+//! the answer ([`Call::answered`]), or by keyword with the reason.
+
+use super::Ranked;
+use crate::config::{Config, Embeddings};
+use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, answer_vectors};
+use crate::mcp::exchange::CallAnswer;
+use crate::pipeline::Analysis;
+
+/// How a hybrid-ranked request starts.
+pub enum Start {
+    /// Ranked already: every vector was known, or it goes on by keyword (and why).
+    Ranked(Ranked),
+    /// The request waits for an embeddings call of these texts.
+    Call(Call),
+}
+
+/// An embeddings call a request waits for.
+pub struct Call {
+    /// The texts to embed, in the order the answer's vectors fill the slots.
+    pub inputs: Vec<String>,
+    gathered: Gathered,
+    slots: Vec<Slot>,
+}
+
+/// What the call's answer came to.
+pub struct Answered {
+    pub ranked: Ranked,
+    /// The call timed out with tool texts in it (too many to embed within `timeout_ms`): the
+    /// catalog entries still without a vector, for the worker's calls without a deadline
+    /// (`embeddings::BackfillQueue`) while requests go on by keyword.
+    pub backfill: Option<Vec<usize>>,
+}
+
+/// Ranks `analysis` with the cached vectors if every one is known; otherwise says which texts
+/// to embed (the question's first, then up to `max_batch` tools unless the catalog's tools are
+/// being fetched in the background already).
+pub fn start<S: SharedBytes>(
+    source: &Source<'_, S>,
+    config: &Config,
+    e: &Embeddings,
+    analysis: &mut Analysis,
+) -> Start {
+    let gathered = source.gather(&analysis.catalog, &analysis.query);
+    if let Some((query, tools)) = gathered.complete() {
+        analysis.rank_hybrid(config, &query, &tools);
+        return Start::Ranked(Ranked::Hybrid);
+    }
+    let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
+    if inputs.is_empty() {
+        return Start::Ranked(if analysis.catalog.fetching() {
+            // The question is known; the tools are still coming in the background.
+            Ranked::Incomplete
+        } else {
+            // Everything is known but the sizes disagree: cached under another model.
+            Ranked::Fallback(Fallback::Dimensions)
+        });
+    }
+    Start::Call(Call {
+        inputs,
+        gathered,
+        slots,
+    })
+}
+
+impl Call {
+    /// The call's answer as Envoy gave it (`status` `None`: no response, a reset): its
+    /// vectors cached and the request ranked with them, or by keyword with the reason. Vectors
+    /// must have the configured size, or the size of those already known: a wrong-sized
+    /// answer is never cached.
+    pub fn answered<S: SharedBytes>(
+        mut self,
+        source: &Source<'_, S>,
+        config: &Config,
+        e: &Embeddings,
+        analysis: &mut Analysis,
+        answer: &CallAnswer,
+    ) -> Answered {
+        let expected = e.dimensions.or_else(|| self.gathered.known_dimensions());
+        let vectors = answer_vectors(answer.status, &answer.body, self.slots.len(), expected);
+        let ranked = match vectors {
+            Err(reason) => Ranked::Fallback(reason),
+            Ok(vectors) => {
+                source.fill(&analysis.catalog, &mut self.gathered, &self.slots, vectors);
+                if self.gathered.missing_tools.is_empty() {
+                    match self.gathered.complete() {
+                        Some((query, tools)) => {
+                            analysis.rank_hybrid(config, &query, &tools);
+                            Ranked::Hybrid
+                        }
+                        None => Ranked::Fallback(Fallback::Dimensions),
+                    }
+                } else {
+                    Ranked::Incomplete
+                }
+            }
+        };
+        let had_tools = self.slots.iter().any(|s| matches!(s, Slot::Tool(_)));
+        let backfill = (ranked == Ranked::Fallback(Fallback::Timeout) && had_tools)
+            .then_some(self.gathered.missing_tools);
+        Answered { ranked, backfill }
+    }
+}
