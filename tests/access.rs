@@ -11,7 +11,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::jwt::{self, SigningKey};
 use common::{DIALECTS, Gateway, Response, tools_for};

@@ -13,7 +13,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log};
 use common::{Gateway, Response, http};

@@ -11,7 +11,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::DIALECTS;
 use common::llm::{request, tool_names, upstream_log};

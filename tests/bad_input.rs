@@ -13,7 +13,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{Gateway, Response, read_response, tools_for};

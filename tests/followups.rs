@@ -10,7 +10,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::llm::{QUESTION, request, tool_names, with_calls};
 use common::{DIALECTS, Gateway};

@@ -6,7 +6,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::{DIALECTS, Gateway, Response, envoy_refuses, tools_for};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! crate::rank::Catalog;`, `crate::text::terms(…)`, `use crate::{a, b};`).
 //!
 //! The modules of [`LAYERED`] are part of no import circle, and no circle appears beyond the
-//! known ones of [`KNOWN_CIRCLES`]. `cargo test --test layers -- --nocapture` prints the graph
+//! known ones of [`KNOWN_CIRCLES`]. `cargo test --test integration layers:: -- --nocapture` prints the graph
 //! and its circles.
 #![allow(
     clippy::unwrap_used,

@@ -13,7 +13,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::llm::upstream_log;
 use common::{Gateway, http};

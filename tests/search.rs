@@ -10,7 +10,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log};
 use common::{EmbedServer, Gateway, Response};

@@ -11,7 +11,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log};
 use common::{DIALECTS, Gateway, Response, access_log_lines, access_log_to_file};

@@ -11,7 +11,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log, with_calls};
 use common::{DIALECTS, Gateway, Response};

@@ -30,7 +30,7 @@ const INTRO: &str = "\
 
 <!-- Generated: `toolsift schema --markdown > docs/book/src/reference/configuration.md`. Do not
 edit; the descriptions are the doc comments of the configuration types (src/config.rs and the
-types of its sections), and `cargo test --test schema` fails when this page differs from them. -->
+types of its sections), and `cargo test --test integration schema::` fails when this page differs from them. -->
 
 The plugin configuration is JSON, in the `configuration` StringValue of the Envoy Wasm filter
 (Istio's `pluginConfig`, Envoy Gateway's `wasm[].config`). Unknown keys and wrong types stop
