@@ -332,10 +332,18 @@ fn the_front_envoy_keeps_a_session_on_its_replica_and_losing_it_loses_only_memor
         (i, Turn { response, log })
     };
     // Every session's turns land on one replica, and its second turn is remembered; the
-    // sessions spread over both replicas.
-    let sessions: Vec<String> = (0..8).map(|i| format!("agent-{i}")).collect();
+    // sessions spread over both replicas. Where a session lands is the ring hash's choice, and
+    // the replicas' places on the ring follow their ports, drawn anew each run: sessions are
+    // added until both replicas have one (8 all on one replica happened about once in 128 runs).
+    let mut sessions: Vec<String> = Vec::new();
     let mut home = Vec::new();
-    for s in &sessions {
+    while sessions.len() < 8 || !(home.contains(&0) && home.contains(&1)) {
+        assert!(
+            sessions.len() < 40,
+            "the ring hash sent 40 sessions to one replica: {home:?}"
+        );
+        sessions.push(format!("agent-{}", sessions.len()));
+        let s = sessions.last().unwrap();
         let (first, t1) = through_front(s, &replicas);
         assert_eq!(t1.log.len(), 2, "{s}: searched");
         let (second, t2) = through_front(s, &replicas);

@@ -115,17 +115,17 @@ fn direct(gw: &Gateway, dialect: &str, stream: bool, path: &str, call: &str) -> 
     )
 }
 
-/// `body` with the demo model's creation times (OpenAI's `"created"` seconds, Ollama's
-/// `"created_at"` date) blanked: two answers to the same request made a second apart differ
-/// there and nowhere else. A body that is not text (Bedrock's binary event stream, which has
-/// no such field) stays as it is.
+/// `body` with the demo model's creation times (OpenAI Chat's `"created"` and Responses'
+/// `"created_at"` seconds, Ollama's `"created_at"` date) blanked: two answers to the same
+/// request made a second apart differ there and nowhere else. A body that is not text
+/// (Bedrock's binary event stream, which has no such field) stays as it is.
 fn clock_free(body: &[u8]) -> Vec<u8> {
     let Ok(text) = std::str::from_utf8(body) else {
         return body.to_vec();
     };
-    let seconds = regex_lite::Regex::new(r#""created":\d+"#).unwrap();
+    let seconds = regex_lite::Regex::new(r#""(created|created_at)":\d+"#).unwrap();
     let date = regex_lite::Regex::new(r#""created_at":"[^"]*""#).unwrap();
-    let text = seconds.replace_all(text, r#""created":0"#);
+    let text = seconds.replace_all(text, r#""${1}":0"#);
     date.replace_all(&text, r#""created_at":"""#)
         .into_owned()
         .into_bytes()
