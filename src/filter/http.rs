@@ -13,9 +13,10 @@ use super::metrics::now;
 use super::search::Search;
 use super::shared::Shared;
 use super::{callout, vectors};
-use crate::dialects::{Dialect, Reader};
+use crate::dialects::Reader;
 use crate::embeddings::Fallback;
-use crate::lifecycle::{self, Outcome, Ranked, hybrid};
+use crate::lifecycle::{self, Ranked, gating, hybrid};
+use crate::mcp::exchange::CallAnswer;
 use crate::pipeline::{Analysis, Skip, Skipped};
 use crate::search::respond::Responder;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -38,11 +39,8 @@ pub struct Filter {
     search: Option<Search>,
     /// A request on an MCP route (`mcp.paths`).
     mcp: Option<super::mcp::McpRequest>,
-    /// `gating.mcp`: the gating server was asked (once per request), the request waiting for
-    /// its verdict, the verdict, and what it did.
-    gating_asked: bool,
+    /// `gating.mcp`: the request waiting for the gating server's verdict.
     gating: Option<GatingWait>,
-    verdict: Option<crate::mcp::gating::Verdict>,
     /// Bytes at the start of Envoy's response buffer already given to `shadow` (the buffer
     /// keeps them while the response is paused).
     shadow_fed: usize,
@@ -51,7 +49,7 @@ pub struct Filter {
 /// A request waiting for its `_tool_gating` verdict.
 struct GatingWait {
     token: u32,
-    dialect: Dialect,
+    reader: Reader,
     analysis: Analysis,
     /// The request body as Envoy gave it.
     body: Vec<u8>,
@@ -85,9 +83,7 @@ impl Filter {
             waiting: None,
             search: None,
             mcp: None,
-            gating_asked: false,
             gating: None,
-            verdict: None,
             shadow_fed: 0,
         }
     }
@@ -146,40 +142,72 @@ impl Filter {
         };
         metrics.since(phase, started);
         self.perform(shared, actions)?;
-        // `gating.mcp` (filter mode): the MCP server's `_tool_gating` has its say first.
-        // Custom requests have no `tool_choice` a claim could name. A request for the
-        // provider's own search loses only what access rules deny.
-        if let (false, None, Reader::Dialect(dialect), false) = (
-            self.gating_asked,
-            &self.core.search_headers,
-            reader,
-            analysis.native_search,
-        ) {
-            self.gating_asked = true;
-            // `gating.rules` decide at once; a gating server, if any, is asked as well, and
-            // the two verdicts merged when it answers.
-            let local = engine.gating_verdict(&analysis);
-            if let Some(v) = &local {
-                super::mcp::count_verdict(shared, v);
+        let gate = self.core.gate(&engine, &analysis, reader, &body);
+        drop(engine);
+        self.after_gate(shared, gate, reader, analysis, body)
+    }
+
+    /// Goes on as `_tool_gating` decided: the gating server asked, the request answered here,
+    /// or ranked and written.
+    fn after_gate(
+        &mut self,
+        shared: &Shared,
+        gate: gating::Gate,
+        reader: Reader,
+        analysis: Analysis,
+        body: Vec<u8>,
+    ) -> Result<Step, Skipped> {
+        match gate {
+            gating::Gate::Rank(actions) => {
+                self.perform(shared, actions)?;
+                self.rank_and_apply(shared, reader, analysis, body)
             }
-            if let Some(token) = super::mcp::send_gating(&engine.config, &analysis.query) {
-                drop(engine);
-                self.verdict = local;
-                self.gating = Some(GatingWait {
-                    token,
-                    dialect,
-                    analysis,
-                    body,
-                });
-                return Ok(Step::Waiting);
-            }
-            if local.is_some() {
-                drop(engine);
-                return self.with_verdict(shared, dialect, analysis, body, local);
+            gating::Gate::Answered(actions) => match self.perform(shared, actions)? {
+                Action::Pause => Ok(Step::Answered),
+                // The reply could not be sent: the request goes on with the verdict.
+                _ => self.rank_and_apply(shared, reader, analysis, body),
+            },
+            gating::Gate::Ask(actions, call) => {
+                self.perform(shared, actions)?;
+                let headers = call
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                match host::dispatch(&call.cluster, headers, call.body.as_bytes(), call.timeout) {
+                    Ok(token) => {
+                        self.gating = Some(GatingWait {
+                            token,
+                            reader,
+                            analysis,
+                            body,
+                        });
+                        Ok(Step::Waiting)
+                    }
+                    Err(status) => {
+                        log::debug!("gating call to {} failed: {status:?}", call.cluster);
+                        self.gated(shared, None, reader, analysis, body)
+                    }
+                }
             }
         }
-        drop(engine);
-        self.rank_and_apply(shared, reader, analysis, body)
+    }
+
+    /// The gating server's answer (`None`: the call could not be sent) handed to the core.
+    fn gated(
+        &mut self,
+        shared: &Shared,
+        answer: Option<&CallAnswer>,
+        reader: Reader,
+        analysis: Analysis,
+        body: Vec<u8>,
+    ) -> Result<Step, Skipped> {
+        let gate = {
+            let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
+            self.core
+                .gating_answered(&engine.config, &analysis, reader, &body, answer)
+        };
+        self.after_gate(shared, gate, reader, analysis, body)
     }
 
     /// Ranks (hybrid when configured, which may wait for an embeddings call) and writes the
@@ -229,10 +257,10 @@ impl Filter {
         if ranked != Ranked::Keyword {
             metrics.since(metrics.phase_hybrid_us, started);
         }
-        self.gate(config, &mut analysis);
+        self.core.apply_verdict(config, &mut analysis);
         drop(engine);
         self.apply(shared, &mut analysis, &body, ranked)?;
-        self.claim_tool_choice(reader);
+        self.claim_tool_choice(shared, reader);
         self.answer_unknown(shared, &analysis);
         Ok(Step::Done)
     }
@@ -316,11 +344,11 @@ impl Filter {
                 }
                 None => Ranked::Keyword,
             };
-            self.gate(config, &mut analysis);
+            self.core.apply_verdict(config, &mut analysis);
             ranked
         };
         let result = self.apply(shared, &mut analysis, &body, ranked);
-        self.claim_tool_choice(analysis.reader);
+        self.claim_tool_choice(shared, analysis.reader);
         if result.is_ok() {
             self.answer_unknown(shared, &analysis);
         }
@@ -362,7 +390,7 @@ impl Filter {
         let mut flow = Action::Continue;
         for action in actions {
             match action {
-                lifecycle::Action::Count(counter, n) => shared.metrics.count(counter, n),
+                lifecycle::Action::Count(counter, n) => shared.count(counter, n),
                 lifecycle::Action::RemoveRequestHeader { name, required } => {
                     if let Err(status) = host::remove_header(Headers::Request, name) {
                         if required {
@@ -684,60 +712,17 @@ impl Filter {
         body_size: usize,
     ) -> Action {
         let GatingWait {
-            dialect,
+            reader,
             analysis,
             body,
             ..
         } = wait;
-        let server = super::mcp::read_gating(shared, num_headers, body_size);
-        let verdict = crate::mcp::gating::merge(self.verdict.take(), server);
-        match self.with_verdict(shared, dialect, analysis, body, verdict) {
+        let answer = callout::call_answer(num_headers, body_size);
+        match self.gated(shared, Some(&answer), reader, analysis, body) {
             Ok(Step::Done) => Action::Continue,
             Ok(Step::Waiting | Step::Answered) => Action::Pause,
             Err(skipped) => self.skip(shared, skipped),
         }
-    }
-
-    /// Goes on with the `_tool_gating` verdict (of the server, of `gating.rules`, or both). A
-    /// claim under `gating.claim: "answer"` is answered here, without the model.
-    fn with_verdict(
-        &mut self,
-        shared: &Shared,
-        dialect: Dialect,
-        analysis: Analysis,
-        body: Vec<u8>,
-        verdict: Option<crate::mcp::gating::Verdict>,
-    ) -> Result<Step, Skipped> {
-        let answer = shared.engine.try_borrow().is_ok_and(|e| {
-            e.config
-                .gating
-                .as_ref()
-                .is_some_and(|g| g.claim == crate::config::ClaimMode::Answer)
-        });
-        let claim = verdict.as_ref().and_then(|v| v.claim.as_ref()).filter(|c| {
-            answer
-                && !analysis.stream
-                && analysis.may_see(&c.name)
-                && (0..analysis.catalog.draft.entries.len())
-                    .any(|e| analysis.catalog.name(e) == Some(c.name.as_str()))
-        });
-        if let Some(claim) = claim {
-            let model = crate::mcp::llm::model_of(std::str::from_utf8(&body).unwrap_or_default());
-            let reply = crate::mcp::llm::claimed_answer(dialect, claim, &model);
-            let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
-            if host::send_response(200, &headers, reply.as_bytes()).is_ok() {
-                super::mcp::count_claim(shared);
-                self.core.gated = Some(crate::mcp::llm::Gated {
-                    excluded: 0,
-                    claimed: Some(claim.clone()),
-                });
-                let denied = analysis.access.as_ref().map(|g| g.denied);
-                self.core.outcome = Some(Outcome::filtered(0, analysis.total(), denied));
-                return Ok(Step::Answered);
-            }
-        }
-        self.verdict = verdict;
-        self.rank_and_apply(shared, Reader::Dialect(dialect), analysis, body)
     }
 
     /// Filter mode with `unknown_tools.answer`: once the body that goes upstream is written
@@ -761,36 +746,14 @@ impl Filter {
         }
     }
 
-    /// Applies the `_tool_gating` verdict, if any, to the selection.
-    fn gate(&mut self, config: &crate::config::Config, analysis: &mut Analysis) {
-        if let Some(verdict) = &self.verdict {
-            self.core.gated = Some(crate::mcp::llm::apply(analysis, config, verdict));
-        }
-    }
-
-    /// A claim (`gating.claim: "tool_choice"`, or a stream under `"answer"`): `tool_choice`
-    /// names the claimed tool in the body the upstream gets.
-    fn claim_tool_choice(&self, reader: Reader) {
-        let Some(claim) = self.core.gated.as_ref().and_then(|g| g.claimed.as_ref()) else {
-            return;
-        };
-        // Only a dialect's requests are gated.
-        let Reader::Dialect(dialect) = reader else {
-            return;
-        };
-        let body = host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
-        let Ok(text) = std::str::from_utf8(&body) else {
-            return;
-        };
-        match dialect.codec().with_tool_choice(text, &claim.name) {
-            Some(chosen) => {
-                if let Err(status) =
-                    host::set_buffer(Buffer::RequestBody, 0, body.len(), chosen.as_bytes())
-                {
-                    log::warn!("cannot write the claimed tool_choice: {status:?}");
-                }
+    /// A claim's `tool_choice` written into the body that goes upstream (the core says
+    /// whether and what).
+    fn claim_tool_choice(&mut self, shared: &Shared, reader: Reader) {
+        let written = || host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
+        if let Some(write) = self.core.claimed_tool_choice(reader, written) {
+            if self.perform(shared, vec![write]).is_err() {
+                log::warn!("cannot write the claimed tool_choice");
             }
-            None => log::debug!("gating: no tool_choice could be written for the claim"),
         }
     }
 }

@@ -297,6 +297,12 @@ impl Metrics {
             Counter::LoopEvicted => self.loop_evicted,
             Counter::LoopNoted => self.loop_noted,
             Counter::UnknownTools => self.unknown_tools,
+            // Without the MCP stats (no `gating` section) nothing gates: nothing to count.
+            Counter::GatingCalls
+            | Counter::GatingFailed
+            | Counter::GatingExcluded
+            | Counter::GatingClaimed
+            | Counter::GatingAnswered => return,
         };
         self.add(metric, n);
     }
@@ -338,6 +344,18 @@ pub struct McpMetrics {
 }
 
 impl McpMetrics {
+    /// The stat of one of `_tool_gating`'s counters; `None` for the others.
+    pub fn gating(&self, counter: Counter) -> Option<u32> {
+        match counter {
+            Counter::GatingCalls => Some(self.gating_calls),
+            Counter::GatingFailed => Some(self.gating_failed),
+            Counter::GatingExcluded => Some(self.gating_excluded),
+            Counter::GatingClaimed => Some(self.gating_claimed),
+            Counter::GatingAnswered => Some(self.gating_answered),
+            _ => None,
+        }
+    }
+
     pub fn define() -> Result<McpMetrics, host::HostError> {
         let counter = |name: &str| host::define_metric(MetricKind::Counter, name);
         Ok(McpMetrics {

@@ -33,6 +33,15 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Counts for the core: `_tool_gating`'s counters are among the MCP stats (defined with
+    /// `mcp` or `gating`), the rest are `toolsift.*`.
+    pub(super) fn count(&self, counter: crate::lifecycle::Counter, n: usize) {
+        match self.mcp_metrics.as_ref().map(|m| m.gating(counter)) {
+            Some(Some(metric)) => self.metrics.add(metric, n),
+            _ => self.metrics.count(counter, n),
+        }
+    }
+
     /// Where hybrid ranking's vectors come from, with the embeddings settings; `None` with
     /// keyword ranking.
     pub(super) fn hybrid<'a>(

@@ -12,11 +12,12 @@
 //! or rejected ([`Request::skip`]) and what the answer's headers say ([`Request::on_response_headers`]).
 //! The body is read and analysed ([`Request::on_body`]), and then, in filter mode, the
 //! selection written ([`Request::apply`]), or search mode's first request planned and its loop
-//! handed over ([`Request::plan_search`]), here too; between the two, hybrid ranking says
-//! which texts to embed and ranks with the answer ([`hybrid`]), and `_tool_gating` still runs
-//! in the adapter, which reads what was decided from [`Request`]'s fields.
+//! handed over ([`Request::plan_search`]), here too; between the two, `_tool_gating` has its
+//! say ([`gating`]: the call to send, a claim answered, the verdict applied) and hybrid
+//! ranking says which texts to embed and ranks with the answer ([`hybrid`]).
 
 mod body;
+pub mod gating;
 pub mod hybrid;
 pub mod outcome;
 mod search;
@@ -92,6 +93,14 @@ pub enum Counter {
     LoopEvicted,
     LoopNoted,
     UnknownTools,
+    /// `toolsift.mcp.gating.*` (the MCP stats, defined with `mcp` or `gating`): gating calls
+    /// answered, those without a verdict, tools excluded, tools claimed, claims answered
+    /// without the model.
+    GatingCalls,
+    GatingFailed,
+    GatingExcluded,
+    GatingClaimed,
+    GatingAnswered,
 }
 
 /// What the adapter does for an event, in order.
@@ -180,6 +189,10 @@ pub struct Request {
     pub shadow_drawn: Option<bool>,
     /// What `_tool_gating` did, for the response headers.
     pub gated: Option<crate::mcp::llm::Gated>,
+    /// `_tool_gating` had its say (once per request), and the verdict it left for the
+    /// selection ([`gating`]).
+    gating_asked: bool,
+    verdict: Option<crate::gating::Verdict>,
     /// Under access rules: the request's connectors and namespace functions its caller may
     /// not see ([`crate::connectors`]), taken out before its tools were read, and those it
     /// may see.

@@ -336,6 +336,12 @@ impl Upstream {
     fn tools(&self) -> Vec<String> {
         offered(std::str::from_utf8(&self.body).unwrap())
     }
+
+    /// The first value recorded or added under `name` (a filter state, a response header).
+    fn recorded(&self, name: &str) -> Option<&str> {
+        let found = self.state.iter().find(|(n, _)| *n == name);
+        found.map(|(_, v)| v.as_str())
+    }
 }
 
 /// The body phase's first step: `sent` read as the headers phase said, with no alias stored.
@@ -878,4 +884,136 @@ fn hybrid_ranking_waits_for_one_call_then_ranks_from_the_cache() {
         Ranked::Fallback(crate::embeddings::Fallback::Timeout)
     );
     assert_eq!(answered.backfill.map(|b| b.len()), Some(TOOLS.len()));
+}
+
+/// The gating server's answer to the call `gate` asked for: a JSON-RPC result whose
+/// `structuredContent` is `verdict`.
+fn gating_answer(verdict: serde_json::Value) -> crate::mcp::exchange::CallAnswer {
+    let id: u64 = crate::mcp::exchange::GATING_ID.parse().unwrap();
+    crate::mcp::exchange::CallAnswer {
+        status: Some(200),
+        content_type: "application/json".to_owned(),
+        body: serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "result": {"content": [], "structuredContent": verdict}
+        }))
+        .unwrap(),
+    }
+}
+
+/// `_tool_gating` in filter mode: `gating.rules` decide at once, the gating server is asked
+/// once, both verdicts shape the selection, and the claimed tool is named by `tool_choice` in
+/// the body the upstream gets.
+#[test]
+fn gating_lifecycle_asks_the_server_once_and_writes_the_claim() {
+    let mut engine = engine(
+        r#"{"top_k":3,"min_tools":3,"gating":{"mcp":{"cluster":"gating","path":"/mcp"},
+            "claim":"tool_choice","rules":[{"when":{"words":["weather"]},"exclude":["get_*"]}]}}"#,
+    );
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let sent = chat(TOOLS, "email the weather forecast to the team");
+    let (body, mut analysis, mut upstream) = analysed(&mut engine, &mut request, &sent);
+    let reader = analysis.reader;
+    let gating::Gate::Ask(actions, call) = request.gate(&engine, &analysis, reader, &body) else {
+        panic!("the gating server is asked");
+    };
+    upstream.perform(actions);
+    assert_eq!(upstream.counted(Counter::GatingExcluded), 2, "the rule's");
+    assert_eq!(call.cluster, "gating");
+    assert!(
+        call.headers
+            .contains(&(":path".to_owned(), "/mcp".to_owned()))
+    );
+    assert!(call.body.contains("email the weather forecast to the team"));
+    // Asked once per request.
+    assert!(matches!(
+        request.gate(&engine, &analysis, reader, &body),
+        gating::Gate::Rank(a) if a.is_empty()
+    ));
+
+    let answer =
+        gating_answer(serde_json::json!({"exclude": ["list_pods"], "claim": "send_email"}));
+    let gate = request.gating_answered(&engine.config, &analysis, reader, &body, Some(&answer));
+    let gating::Gate::Rank(actions) = gate else {
+        panic!("ranked with the verdict");
+    };
+    upstream.perform(actions);
+    assert_eq!(upstream.counted(Counter::GatingCalls), 1);
+    assert_eq!(upstream.counted(Counter::GatingFailed), 0);
+    assert_eq!(upstream.counted(Counter::GatingExcluded), 3);
+    assert_eq!(upstream.counted(Counter::GatingClaimed), 1);
+
+    request.apply_verdict(&engine.config, &mut analysis);
+    let actions = request
+        .apply(&engine.config, &mut analysis, &body, Ranked::Keyword)
+        .unwrap();
+    upstream.perform(actions);
+    let written = upstream.body.clone();
+    let choice = request.claimed_tool_choice(reader, || written);
+    upstream.perform(choice.into_iter().collect());
+    let kept = upstream.tools();
+    assert!(kept.iter().any(|t| t == "send_email"), "{kept:?}");
+    for excluded in ["get_weather", "get_forecast", "list_pods"] {
+        assert!(
+            !kept.iter().any(|t| t == excluded),
+            "{excluded} in {kept:?}"
+        );
+    }
+    let sent_upstream: serde_json::Value = serde_json::from_slice(&upstream.body).unwrap();
+    assert_eq!(
+        sent_upstream["tool_choice"]["function"]["name"], "send_email",
+        "{sent_upstream}"
+    );
+    upstream.perform(request.on_response_headers(Some(&engine.config)));
+    let header = upstream.recorded("x-toolsift").unwrap();
+    assert!(
+        header.ends_with("gating=excluded:3,claimed:send_email"),
+        "{header}"
+    );
+}
+
+/// Under `gating.claim: "answer"` a claim of one of the request's tools is answered at once,
+/// in the dialect's answer, and nothing goes upstream; a gating call that fails leaves the
+/// request to the rules alone.
+#[test]
+fn a_claim_under_answer_is_answered_without_the_model() {
+    let mut engine = engine(
+        r#"{"min_tools":3,"gating":{"mcp":{"cluster":"gating","path":"/mcp"},"claim":"answer",
+            "rules":[{"when":{"words":["page"]},"claim":"send_email","arguments":{"to":"oncall"}}]}}"#,
+    );
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let sent = chat(TOOLS, "page the on-call engineer");
+    let (body, analysis, mut upstream) = analysed(&mut engine, &mut request, &sent);
+    let reader = analysis.reader;
+    let gating::Gate::Ask(actions, _) = request.gate(&engine, &analysis, reader, &body) else {
+        panic!("the gating server is asked");
+    };
+    upstream.perform(actions);
+    // The call could not be sent: the rules' verdict stands alone, uncounted as a call.
+    let gate = request.gating_answered(&engine.config, &analysis, reader, &body, None);
+    let gating::Gate::Answered(actions) = gate else {
+        panic!("answered");
+    };
+    upstream.perform(actions);
+    assert_eq!(upstream.counted(Counter::GatingCalls), 0);
+    assert_eq!(upstream.counted(Counter::GatingClaimed), 1);
+    assert_eq!(upstream.counted(Counter::GatingAnswered), 1);
+    assert_eq!(
+        upstream.body, sent,
+        "nothing rewritten: nothing goes upstream"
+    );
+    let (status, answer) = upstream.reply.clone().unwrap();
+    assert_eq!(status, 200);
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let call = &answer["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "send_email", "{answer}");
+    assert_eq!(call["arguments"], r#"{"to":"oncall"}"#, "{answer}");
+    assert_eq!(answer["model"], "gpt-4o");
+    upstream.perform(request.on_response_headers(Some(&engine.config)));
+    let total = TOOLS.len();
+    assert_eq!(
+        upstream.recorded("x-toolsift"),
+        Some(format!("kept=0 total={total} gating=excluded:0,claimed:send_email").as_str())
+    );
 }
