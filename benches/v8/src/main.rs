@@ -7,7 +7,10 @@
 //! - `analyse`: what the filter does with the body, `Engine::analyse` with the default
 //!   configuration (the catalog cache fills up, then evicts as in Envoy);
 //! - `floor`: the least any ranking of those tools needs: find the items, read each tool's
-//!   entry, tokenise and hash its text, keep nothing.
+//!   entry, tokenise and hash its text, keep nothing;
+//! - `same`: `Engine::analyse` of the same tools array every request, as an agent loop sends
+//!   it (the Envoy benchmark's "same" row: 64 bodies cycled, each with its own question), so
+//!   every request after the first is a catalog-cache hit.
 //!
 //! Prints one table row: work, tools, and the minimum, median and 90th percentile in ms of the
 //! requests after the first quarter (the cache's filling and V8's tiering up).
@@ -69,18 +72,32 @@ fn floor(container: &str) -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, datasets, tools, requests, work] = &args[..] else {
-        panic!("usage: toolsift-v8-bench <datasets> <tools> <requests> analyse|floor");
+        panic!("usage: toolsift-v8-bench <datasets> <tools> <requests> analyse|floor|same");
     };
     let (n, requests): (usize, usize) = (tools.parse().unwrap(), requests.parse().unwrap());
     let pool = pool(datasets);
     let tools = pool[..n].join(",");
     let mut engine = Engine::new(Config::default());
     let mut times = Vec::with_capacity(requests);
+    // The same row's bodies: one tools array, as the Envoy benchmark joins it.
+    let same: Vec<String> = (0..64)
+        .map(|i| chat_body(&format!("[{}]", pool[..n].join(",\n")), i))
+        .collect();
     for i in 0..requests {
-        let container = never_seen(&tools, i);
-        let body = chat_body(&container, i);
+        // The same row reads only its prepared bodies.
+        let (container, body) = if work == "same" {
+            (String::new(), String::new())
+        } else {
+            let container = never_seen(&tools, i);
+            let body = chat_body(&container, i);
+            (container, body)
+        };
         let start = Instant::now();
         match work.as_str() {
+            "same" => {
+                let analysis = engine.analyse(Dialect::OpenaiChat, same[i % same.len()].as_bytes());
+                assert!(analysis.is_ok(), "request {i} not analysed");
+            }
             "analyse" => {
                 let analysis = engine.analyse(Dialect::OpenaiChat, body.as_bytes());
                 assert!(analysis.is_ok(), "request {i} not analysed");
@@ -94,7 +111,7 @@ fn main() {
     after.sort_by(f64::total_cmp);
     let at = |q: f64| after[((after.len() - 1) as f64 * q) as usize];
     println!(
-        "| {work} | {n} | {:.2} | {:.2} | {:.2} |",
+        "| {work} | {n} | {:.4} | {:.4} | {:.4} |",
         at(0.0),
         at(0.5),
         at(0.9)
