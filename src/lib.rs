@@ -56,6 +56,7 @@ pub mod search;
 pub mod select;
 pub mod shadow;
 pub mod sse;
+pub mod stats;
 pub mod suggestions;
 pub mod text;
 

@@ -329,3 +329,69 @@ fn heading_ids_are_mdbooks() {
     let ids = anchors("# A\n\n```\n# not a heading\n```\n## A\n");
     assert_eq!(ids, BTreeSet::from(["a".to_owned(), "a-1".to_owned()]));
 }
+
+/// The names of the stats table of `docs/book/src/reference/metrics.md`, written out: a row's
+/// first cell names one or more stats separated by ` / `, each in full (`toolsift.search.held`)
+/// or as a replacement of the previous name's last segments (`.released`, `.shadow.would_allow.<surface>`).
+/// A segment `<…>` stands for a family's member (`toolsift.skipped.<reason>`).
+fn documented_stats() -> Vec<String> {
+    let page = std::fs::read_to_string(src().join("reference/metrics.md")).unwrap();
+    let mut names = Vec::new();
+    for row in page.lines().filter(|l| l.starts_with("| `")) {
+        let cell = row.split(" | ").next().unwrap().trim_start_matches("| ");
+        let mut previous: Option<String> = None;
+        for part in cell.split(" / ") {
+            let part = part.trim().trim_matches('`');
+            let name = match (part.strip_prefix('.'), &previous) {
+                (Some(relative), Some(before)) => {
+                    let replaced = relative.split('.').count();
+                    let kept: Vec<&str> = before.split('.').collect();
+                    let kept = &kept[..kept.len() - replaced];
+                    format!("{}.{relative}", kept.join("."))
+                }
+                (Some(_), None) => panic!("metrics.md: {part} follows no full name"),
+                (None, _) => part.to_owned(),
+            };
+            names.push(name.clone());
+            previous = Some(name);
+        }
+    }
+    names
+}
+
+/// Whether the stat `name` is an instance of the documented `pattern`.
+fn is_instance(name: &str, pattern: &str) -> bool {
+    let (n, p): (Vec<&str>, Vec<&str>) = (name.split('.').collect(), pattern.split('.').collect());
+    n.len() == p.len()
+        && n.iter()
+            .zip(&p)
+            .all(|(n, p)| n == p || (p.starts_with('<') && p.ends_with('>')))
+}
+
+#[test]
+fn the_metrics_reference_lists_every_stat_and_no_other() {
+    let documented = documented_stats();
+    let defined: Vec<String> = toolsift::stats::Stat::all()
+        .map(|s| s.name().into_owned())
+        .collect();
+    for name in &defined {
+        assert!(
+            documented.iter().any(|p| is_instance(name, p)),
+            "{name} is not in docs/book/src/reference/metrics.md"
+        );
+    }
+    // The access rules' audit, shadow and per-rule stats are named after the rules
+    // (src/filter/audit.rs), not in the core's table.
+    let per_rule = [
+        "toolsift.access.would_deny.",
+        "toolsift.access.shadow.",
+        "toolsift.access.rule.",
+    ];
+    for pattern in &documented {
+        assert!(
+            defined.iter().any(|n| is_instance(n, pattern))
+                || per_rule.iter().any(|p| pattern.starts_with(p)),
+            "metrics.md lists {pattern}, which no stat is"
+        );
+    }
+}

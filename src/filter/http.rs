@@ -19,6 +19,7 @@ use crate::lifecycle::{self, Ranked, gating, hybrid};
 use crate::mcp::exchange::CallAnswer;
 use crate::pipeline::{Analysis, Skip, Skipped};
 use crate::search::respond::Responder;
+use crate::stats::Fixed;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -94,7 +95,7 @@ impl Filter {
         self.core.buffering = None;
         let started = now();
         let result = self.filter_body(shared, reader, body_size, started);
-        shared.metrics.since(shared.metrics.filter_time_us, started);
+        shared.metrics.since(Fixed::FilterTimeUs, started);
         match result {
             Ok(Step::Done) => Action::Continue,
             Ok(Step::Waiting | Step::Answered) => Action::Pause,
@@ -113,7 +114,7 @@ impl Filter {
         let mut body =
             host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
         // Each phase starts when the last one ended: one clock read less per phase.
-        let started = metrics.since(metrics.phase_read_us, started);
+        let started = metrics.since(Fixed::PhaseReadUs, started);
         let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         let now = host::now_seconds();
         let read = self
@@ -136,9 +137,9 @@ impl Filter {
             }
         };
         let phase = if analysis.cache_hit {
-            metrics.phase_analyse_us
+            Fixed::PhaseAnalyseUs
         } else {
-            metrics.phase_assemble_us
+            Fixed::PhaseAssembleUs
         };
         metrics.since(phase, started);
         self.perform(shared, actions)?;
@@ -233,9 +234,8 @@ impl Filter {
                     let timeout = Duration::from_millis(e.timeout_ms as u64);
                     match vectors::dispatch(e, &inputs, timeout) {
                         Ok(token) => {
-                            metrics.add(metrics.embeddings_calls, 1);
-                            metrics.add(metrics.embeddings_inputs, inputs.len());
-                            metrics.since(metrics.phase_hybrid_us, started);
+                            metrics.event(crate::stats::embeddings_call(inputs.len()));
+                            metrics.since(Fixed::PhaseHybridUs, started);
                             drop(engine);
                             self.waiting = Some(Waiting {
                                 token,
@@ -255,7 +255,7 @@ impl Filter {
             None => Ranked::Keyword,
         };
         if ranked != Ranked::Keyword {
-            metrics.since(metrics.phase_hybrid_us, started);
+            metrics.since(Fixed::PhaseHybridUs, started);
         }
         self.core.apply_verdict(config, &mut analysis);
         drop(engine);
@@ -301,7 +301,7 @@ impl Filter {
             .any(|a| matches!(a, lifecycle::Action::ReplaceBody { .. }));
         self.perform(shared, write)?;
         if replaced {
-            metrics.since(metrics.phase_write_us, started);
+            metrics.since(Fixed::PhaseWriteUs, started);
         }
         let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let record = self.core.record(&engine.config, analysis, ranked, written);
@@ -352,9 +352,7 @@ impl Filter {
         if result.is_ok() {
             self.answer_unknown(shared, &analysis);
         }
-        shared
-            .metrics
-            .since(shared.metrics.phase_answer_us, started);
+        shared.metrics.since(Fixed::PhaseAnswerUs, started);
         match result {
             Ok(()) => Action::Continue,
             Err(skipped) => self.skip(shared, skipped),
@@ -495,7 +493,7 @@ impl HttpContext for Filter {
         let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        shared.metrics.add(shared.metrics.requests, 1);
+        shared.metrics.add(Fixed::Requests, 1);
         let pairs = host::headers(Headers::Request);
         let identity = super::identity::grant(&shared, &pairs);
         let Ok(engine) = shared.engine.try_borrow() else {
@@ -776,7 +774,7 @@ impl Filter {
             return;
         }
         let record = watch.finish();
-        shared.metrics.shadow(&record);
+        shared.metrics.counts(crate::stats::shadow(&record));
         let value = record.log_value();
         // For the access log: `%FILTER_STATE(wasm.toolsift_shadow:PLAIN)%`.
         if let Err(status) = host::set_property("toolsift_shadow", value.as_bytes()) {

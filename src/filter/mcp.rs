@@ -242,9 +242,9 @@ impl McpRequest {
             if self.server.contains('|') || set_server_late(&mut self.server) {
                 bump_generation(&self.server);
             }
-            if let Some(m) = &shared.mcp_metrics {
-                shared.metrics.add(m.list_changed, 1);
-            }
+            shared
+                .metrics
+                .event(crate::mcp::exchange::Event::ListChanged.counts());
         }
         Action::Continue
     }
@@ -282,7 +282,9 @@ fn unavailable(exchange: &mut Exchange, shared: &Shared) -> Step {
         return Step::Pass;
     };
     log::warn!("mcp: {}", answer.message);
-    shared.metrics.denied(answer.surface, 1);
+    shared
+        .metrics
+        .add(crate::stats::Stat::Denied(answer.surface), 1);
     let body = govern::error_body("null", answer.code, &answer.message);
     let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
     // Held either way: what cannot be checked never goes upstream.
@@ -459,41 +461,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn count(&self, event: Event) {
-        // Defined whenever `mcp` is configured, so on every MCP route.
-        let (Some(m), metrics) = (&self.shared.mcp_metrics, &self.shared.metrics) else {
-            return;
-        };
-        match event {
-            Event::Listed { tokens_saved } => {
-                metrics.add(m.tools_list, 1);
-                metrics.add(m.tokens_saved, tokens_saved);
-            }
-            Event::FindTools => metrics.add(m.find_tools, 1),
-            Event::Suggested(tools) => metrics.add(m.suggested, tools),
-            Event::CallTool => metrics.add(m.call_tool, 1),
-            Event::Direct => metrics.add(m.direct, 1),
-            Event::Unknown => metrics.add(m.unknown, 1),
-            Event::CatalogHit => metrics.add(m.catalog_hits, 1),
-            Event::CatalogFetched(pages) => {
-                metrics.add(m.catalog_fetches, 1);
-                metrics.add(m.catalog_pages, pages);
-            }
-            Event::CatalogFailed => metrics.add(m.catalog_failed, 1),
-            Event::GatingCalled => metrics.add(m.gating_calls, 1),
-            Event::GatingFailed => metrics.add(m.gating_failed, 1),
-            Event::Excluded(n) => metrics.add(m.gating_excluded, n),
-            Event::Claimed => metrics.add(m.gating_claimed, 1),
-            Event::ListChanged => metrics.add(m.list_changed, 1),
-            Event::RankedHybrid => metrics.add(metrics.ranked_hybrid, 1),
-            Event::RankedKeyword => metrics.add(metrics.ranked_keyword, 1),
-            Event::EmbeddingsCall(inputs) => {
-                metrics.add(metrics.embeddings_calls, 1);
-                metrics.add(metrics.embeddings_inputs, inputs);
-            }
-            Event::Fallback(reason) => metrics.fallback(reason),
-            Event::Denied(surface, n) => metrics.denied(surface, n),
-            Event::SearchStorm => metrics.add(m.search_storms, 1),
-        }
+        self.shared.metrics.event(event.counts());
     }
 }
 

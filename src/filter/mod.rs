@@ -22,6 +22,7 @@ mod vectors;
 use crate::config::Config;
 use crate::embeddings::VectorCache;
 use crate::pipeline::Engine;
+use crate::stats::Fixed;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -73,7 +74,7 @@ impl Root {
         );
         shared
             .metrics
-            .add(shared.metrics.search_headers_not_held, stalled.len());
+            .add(Fixed::SearchHeadersNotHeld, stalled.len());
     }
 }
 
@@ -115,12 +116,12 @@ impl Context for Root {
                     source.fill_tools(&catalog, &entries, vectors);
                     shared
                         .metrics
-                        .add(shared.metrics.embeddings_backfilled, entries.len());
+                        .add(Fixed::EmbeddingsBackfilled, entries.len());
                     true
                 }
                 Err(reason) => {
                     log::debug!("background embeddings call: {}", reason.name());
-                    shared.metrics.fallback(reason);
+                    shared.metrics.add(crate::stats::Stat::Fallback(reason), 1);
                     false
                 }
             }
@@ -157,21 +158,14 @@ impl RootContext for Root {
                 return false;
             }
         };
-        let metrics = match Metrics::define() {
+        // The MCP stats only with `mcp` or `gating` (`_tool_gating`'s counters are among them).
+        let mcp = config.mcp.is_some() || config.gating.is_some();
+        let metrics = match Metrics::define(mcp) {
             Ok(metrics) => metrics,
             Err(status) => {
                 log::error!("cannot define stats: {status:?}");
                 return false;
             }
-        };
-        let wanted = config.mcp.is_some() || config.gating.is_some();
-        let mcp_metrics = match wanted.then(metrics::McpMetrics::define) {
-            Some(Err(status)) => {
-                log::error!("cannot define the MCP stats: {status:?}");
-                return false;
-            }
-            Some(Ok(m)) => Some(m),
-            None => None,
         };
         let policy = config.policy().ok().flatten();
         let access_metrics = match policy.as_ref().map(audit::AccessMetrics::define) {
@@ -213,7 +207,6 @@ impl RootContext for Root {
         self.shared = Some(Rc::new(Shared {
             suggestions: RefCell::new(refresh),
             mcp_cache,
-            mcp_metrics,
             access_metrics,
             engine: RefCell::new(Engine::new(config)),
             metrics,
@@ -235,8 +228,8 @@ impl RootContext for Root {
         {
             if let Some(e) = &engine.config.embeddings {
                 let (calls, inputs) = backfill.send(e);
-                shared.metrics.add(shared.metrics.embeddings_calls, calls);
-                shared.metrics.add(shared.metrics.embeddings_inputs, inputs);
+                shared.metrics.add(Fixed::EmbeddingsCalls, calls);
+                shared.metrics.add(Fixed::EmbeddingsInputs, inputs);
             }
         }
         self.resume_stalled(&shared);

@@ -258,48 +258,7 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn count(&self, event: Event) {
-        let m = &self.shared.metrics;
-        if !self.searches {
-            // Filter mode's follow-ups answering made-up calls (and a guard's checks).
-            match event {
-                Event::Round(_) => m.add(m.unknown_tools_rounds, 1),
-                Event::Failed => m.add(m.unknown_tools_failed, 1),
-                Event::Unreadable => m.add(m.unknown_tools_unreadable, 1),
-                Event::UnknownTools(calls) => m.add(m.unknown_tools_caught, calls),
-                Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
-                Event::ConnectorCalls(calls) => m.add(m.access_connector_calls, calls),
-                Event::Unchecked => m.add(m.access_unchecked, 1),
-                // Search mode's alone.
-                _ => {}
-            }
-            return;
-        }
-        match event {
-            Event::Held => m.add(m.search_held, 1),
-            Event::Released => m.add(m.search_released, 1),
-            Event::Round(elapsed) => {
-                m.add(m.search_rounds, 1);
-                if let Some(micros) = elapsed {
-                    m.record(m.search_round_time_us, micros);
-                }
-            }
-            Event::Answered => m.add(m.search_answered, 1),
-            Event::Failed => m.add(m.search_failed, 1),
-            Event::Unreadable => m.add(m.search_unreadable, 1),
-            Event::Hybrid => m.add(m.search_hybrid, 1),
-            Event::EmbeddingsIncomplete => m.add(m.embeddings_incomplete, 1),
-            Event::EmbeddingsCall(inputs) => {
-                m.add(m.embeddings_calls, 1);
-                m.add(m.embeddings_inputs, inputs);
-            }
-            Event::Fallback(reason) => m.fallback(reason),
-            Event::Refused(calls) => m.denied(crate::access::Surface::Call, calls),
-            Event::ConnectorCalls(calls) => m.add(m.access_connector_calls, calls),
-            Event::Unchecked => m.add(m.access_unchecked, 1),
-            Event::UnknownTools(calls) => m.add(m.search_unknown_tools, calls),
-            Event::SearchStorm => m.add(m.search_storms, 1),
-            Event::Suggested(tools) => m.add(m.search_suggested, tools),
-        }
+        self.shared.metrics.event(event.counts(self.searches));
     }
 
     fn now_micros(&self) -> Option<u64> {

@@ -2,7 +2,7 @@
 //! of the adapter: the request's modules read it, it reads none of them.
 
 use super::audit::AccessMetrics;
-use super::metrics::{McpMetrics, Metrics};
+use super::metrics::Metrics;
 use super::vectors;
 use crate::config::Config;
 use crate::embeddings::VectorCache;
@@ -21,9 +21,8 @@ pub struct Shared {
     pub(super) backfill: RefCell<vectors::Backfill>,
     /// Search mode's held request headers, and whether Envoy lets them be held.
     pub(super) watchdog: RefCell<Watchdog>,
-    /// MCP routes: this worker's server catalogs, and the MCP stats (`None` without `mcp`).
+    /// MCP routes: this worker's server catalogs.
     pub(super) mcp_cache: RefCell<crate::mcp::catalog::CatalogCache>,
-    pub(super) mcp_metrics: Option<McpMetrics>,
     /// Under access rules: the audit, shadow and per-rule counters.
     pub(super) access_metrics: Option<AccessMetrics>,
     /// `suggestions.mcp`: when this worker fetches the suggestion server's list next.
@@ -33,13 +32,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Counts for the core: `_tool_gating`'s counters are among the MCP stats (defined with
-    /// `mcp` or `gating`), the rest are `toolsift.*`.
+    /// Counts what the core asked for.
     pub(super) fn count(&self, counter: crate::lifecycle::Counter, n: usize) {
-        match self.mcp_metrics.as_ref().map(|m| m.gating(counter)) {
-            Some(Some(metric)) => self.metrics.add(metric, n),
-            _ => self.metrics.count(counter, n),
-        }
+        self.metrics.count(counter, n);
     }
 
     /// Where hybrid ranking's vectors come from, with the embeddings settings; `None` with

@@ -5,6 +5,7 @@
 use super::shared::Shared;
 use super::{callout, host};
 use crate::mcp::suggestions::RefreshStep;
+use crate::stats::Fixed;
 use crate::suggestions::SuggestionServer;
 use std::time::Duration;
 
@@ -67,7 +68,7 @@ pub fn answered(shared: &Shared, token: u32, num_headers: usize, body_size: usiz
             let tools: usize = pages.iter().map(|p| p.tools.len()).sum();
             log::info!("suggestions: {tools} tools from the suggestion server");
             engine.set_fetched_suggestions(crate::mcp::suggestions::tools(pages));
-            shared.metrics.add(shared.metrics.suggestions_fetched, 1);
+            shared.metrics.add(Fixed::SuggestionsFetched, 1);
         }
         RefreshStep::Failed => {
             log::warn!(
@@ -75,7 +76,7 @@ pub fn answered(shared: &Shared, token: u32, num_headers: usize, body_size: usiz
                  the tools there were",
                 answer.status
             );
-            shared.metrics.add(shared.metrics.suggestions_failed, 1);
+            shared.metrics.add(Fixed::SuggestionsFailed, 1);
         }
     }
     true

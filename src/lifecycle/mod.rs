@@ -103,6 +103,50 @@ pub enum Counter {
     GatingAnswered,
 }
 
+impl Counter {
+    /// The stats this counts in, `n` times (a skip once, with `toolsift.errors` when it is
+    /// an error).
+    pub fn counts(self, n: usize) -> crate::stats::Counts {
+        use crate::stats::{Fixed, Stat, one, two};
+        let fixed = match self {
+            Counter::Skipped(reason) => {
+                let error = reason.is_error().then_some((Fixed::Errors, 1));
+                return two((Stat::Skipped(reason), 1), error);
+            }
+            Counter::Denied(surface) => return one(Stat::Denied(surface), n),
+            Counter::Fallback(reason) => return one(Stat::Fallback(reason), n),
+            Counter::SearchNative => Fixed::SearchNative,
+            Counter::SearchProvider => Fixed::SearchProvider,
+            Counter::SearchRequests => Fixed::SearchRequests,
+            Counter::SearchRemembered => Fixed::SearchRemembered,
+            Counter::ToolsIn => Fixed::ToolsIn,
+            Counter::ToolsOut => Fixed::ToolsOut,
+            Counter::SearchUnsupported => Fixed::SearchUnsupported,
+            Counter::AccessUnsupportedStream => Fixed::AccessUnsupportedStream,
+            Counter::AccessUnknownPaths => Fixed::AccessUnknownPaths,
+            Counter::CatalogCacheHits => Fixed::CatalogCacheHits,
+            Counter::CatalogCacheMisses => Fixed::CatalogCacheMisses,
+            Counter::Rewritten => Fixed::Rewritten,
+            Counter::Unchanged => Fixed::Unchanged,
+            Counter::TokensSaved => Fixed::TokensSaved,
+            Counter::RankedHybrid => Fixed::RankedHybrid,
+            Counter::RankedKeyword => Fixed::RankedKeyword,
+            Counter::EmbeddingsIncomplete => Fixed::EmbeddingsIncomplete,
+            Counter::ShadowRequests => Fixed::ShadowRequests,
+            Counter::LoopDetected => Fixed::LoopDetected,
+            Counter::LoopEvicted => Fixed::LoopEvicted,
+            Counter::LoopNoted => Fixed::LoopNoted,
+            Counter::UnknownTools => Fixed::UnknownTools,
+            Counter::GatingCalls => Fixed::McpGatingCalls,
+            Counter::GatingFailed => Fixed::McpGatingFailed,
+            Counter::GatingExcluded => Fixed::McpGatingExcluded,
+            Counter::GatingClaimed => Fixed::McpGatingClaimed,
+            Counter::GatingAnswered => Fixed::McpGatingAnswered,
+        };
+        one(fixed, n)
+    }
+}
+
 /// What the adapter does for an event, in order.
 pub enum Action {
     Count(Counter, usize),

@@ -112,7 +112,7 @@ pub trait Host {
     fn store(&self) -> &Self::Store;
 }
 
-/// What the gateway counts.
+/// What the gateway counts ([`Event::counts`] says in which stats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// `tools/list` answered by the gateway; the estimated tokens it saved the client.
@@ -150,6 +150,41 @@ pub enum Event {
     Suggested(usize),
     /// A session's `find_tools` refused for going past `search.max_searches`.
     SearchStorm,
+}
+
+impl Event {
+    /// The stats this counts in.
+    pub fn counts(self) -> crate::stats::Counts {
+        use crate::stats::{Fixed, Stat, one, two};
+        match self {
+            Event::Listed { tokens_saved } => two(
+                (Fixed::McpToolsList, 1),
+                Some((Fixed::McpTokensSaved, tokens_saved as u64)),
+            ),
+            Event::FindTools => one(Fixed::McpFindTools, 1),
+            Event::Suggested(tools) => one(Fixed::McpSuggested, tools),
+            Event::CallTool => one(Fixed::McpCallTool, 1),
+            Event::Direct => one(Fixed::McpDirectCalls, 1),
+            Event::Unknown => one(Fixed::McpUnknownTool, 1),
+            Event::CatalogHit => one(Fixed::McpCatalogHits, 1),
+            Event::CatalogFetched(pages) => two(
+                (Fixed::McpCatalogFetches, 1),
+                Some((Fixed::McpCatalogPages, pages as u64)),
+            ),
+            Event::CatalogFailed => one(Fixed::McpCatalogFailed, 1),
+            Event::GatingCalled => one(Fixed::McpGatingCalls, 1),
+            Event::GatingFailed => one(Fixed::McpGatingFailed, 1),
+            Event::Excluded(n) => one(Fixed::McpGatingExcluded, n),
+            Event::Claimed => one(Fixed::McpGatingClaimed, 1),
+            Event::ListChanged => one(Fixed::McpListChanged, 1),
+            Event::RankedHybrid => one(Fixed::RankedHybrid, 1),
+            Event::RankedKeyword => one(Fixed::RankedKeyword, 1),
+            Event::EmbeddingsCall(inputs) => crate::stats::embeddings_call(inputs),
+            Event::Fallback(reason) => one(Stat::Fallback(reason), 1),
+            Event::Denied(surface, n) => one(Stat::Denied(surface), n),
+            Event::SearchStorm => one(Fixed::McpSearchStorms, 1),
+        }
+    }
 }
 
 /// The request's headers that matter here.

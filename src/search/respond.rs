@@ -62,7 +62,7 @@ pub struct Hybrid<'a, S> {
     pub config: &'a Config,
 }
 
-/// What the response side counts (the filter maps each to its stat).
+/// What the response side counts ([`Event::counts`] says in which stats).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Event {
     /// A response held (or a watched stream held again at a meta-tool call).
@@ -100,6 +100,43 @@ pub enum Event {
     SearchStorm,
     /// Tools suggested (`suggestions`) in a search's result.
     Suggested(usize),
+}
+
+impl Event {
+    /// The stats this counts in: search mode's (`searches`), or else those of filter mode's
+    /// follow-ups answering made-up calls and of the access rules' guard (where search mode's
+    /// own events count nowhere).
+    pub fn counts(self, searches: bool) -> crate::stats::Counts {
+        use crate::access::Surface;
+        use crate::stats::{Fixed, Stat, one, two};
+        let none = [None, None];
+        match self {
+            Event::Refused(calls) => one(Stat::Denied(Surface::Call), calls),
+            Event::ConnectorCalls(calls) => one(Fixed::AccessConnectorCalls, calls),
+            Event::Unchecked => one(Fixed::AccessUnchecked, 1),
+            Event::Round(_) if !searches => one(Fixed::UnknownToolsRounds, 1),
+            Event::Failed if !searches => one(Fixed::UnknownToolsFailed, 1),
+            Event::Unreadable if !searches => one(Fixed::UnknownToolsUnreadable, 1),
+            Event::UnknownTools(calls) if !searches => one(Fixed::UnknownToolsCaught, calls),
+            _ if !searches => none,
+            Event::Held => one(Fixed::SearchHeld, 1),
+            Event::Released => one(Fixed::SearchReleased, 1),
+            Event::Round(elapsed) => two(
+                (Fixed::SearchRounds, 1),
+                elapsed.map(|micros| (Fixed::SearchRoundTimeUs, micros)),
+            ),
+            Event::Answered => one(Fixed::SearchAnswered, 1),
+            Event::Failed => one(Fixed::SearchFailed, 1),
+            Event::Unreadable => one(Fixed::SearchUnreadable, 1),
+            Event::Hybrid => one(Fixed::SearchHybrid, 1),
+            Event::EmbeddingsIncomplete => one(Fixed::EmbeddingsIncomplete, 1),
+            Event::EmbeddingsCall(inputs) => crate::stats::embeddings_call(inputs),
+            Event::Fallback(reason) => one(Stat::Fallback(reason), 1),
+            Event::UnknownTools(calls) => one(Fixed::SearchUnknownTools, calls),
+            Event::SearchStorm => one(Fixed::SearchStorms, 1),
+            Event::Suggested(tools) => one(Fixed::SearchSuggested, tools),
+        }
+    }
 }
 
 /// What a callback returns to Envoy.
