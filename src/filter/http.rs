@@ -406,7 +406,11 @@ impl Filter {
                     let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
                     match host::send_response(u32::from(status), &headers, body.as_bytes()) {
                         Ok(()) => flow = Action::Pause,
-                        Err(e) => log::warn!("cannot answer the request ({status}): {e:?}"),
+                        Err(e) => {
+                            // What follows a reply counts it: not sent, not counted.
+                            log::warn!("cannot answer the request ({status}): {e:?}");
+                            return Ok(flow);
+                        }
                     }
                 }
                 lifecycle::Action::Guard(session) => {

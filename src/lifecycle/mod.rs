@@ -165,7 +165,9 @@ pub enum Action {
         bytes: Vec<u8>,
     },
     /// Answers the request with this status and JSON body: nothing goes upstream. Envoy runs
-    /// the local reply through the response callbacks, which report it like any answer.
+    /// the local reply through the response callbacks, which report it like any answer. The
+    /// actions after it in the same list follow from the reply (its counts): when it cannot be
+    /// sent, the adapter performs none of them.
     Reply {
         status: u16,
         body: String,

@@ -995,6 +995,12 @@ fn a_claim_under_answer_is_answered_without_the_model() {
     let gating::Gate::Answered(actions) = gate else {
         panic!("answered");
     };
+    // The answer is counted after the reply: an adapter that cannot send it counts nothing.
+    let at = |wanted: fn(&Action) -> bool| actions.iter().position(wanted).unwrap();
+    assert!(
+        at(|a| matches!(a, Action::Reply { .. }))
+            < at(|a| matches!(a, Action::Count(Counter::GatingAnswered, _)))
+    );
     upstream.perform(actions);
     assert_eq!(upstream.counted(Counter::GatingCalls), 0);
     assert_eq!(upstream.counted(Counter::GatingClaimed), 1);
