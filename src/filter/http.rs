@@ -388,7 +388,7 @@ impl Filter {
         let mut flow = Action::Continue;
         for action in actions {
             match action {
-                lifecycle::Action::Count(counter, n) => shared.count(counter, n),
+                lifecycle::Action::Count(counter, n) => shared.metrics.count(counter, n),
                 lifecycle::Action::RemoveRequestHeader { name, required } => {
                     if let Err(status) = host::remove_header(Headers::Request, name) {
                         if required {

@@ -32,11 +32,6 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Counts what the core asked for.
-    pub(super) fn count(&self, counter: crate::lifecycle::Counter, n: usize) {
-        self.metrics.count(counter, n);
-    }
-
     /// Where hybrid ranking's vectors come from, with the embeddings settings; `None` with
     /// keyword ranking.
     pub(super) fn hybrid<'a>(
