@@ -112,6 +112,18 @@ pub fn encode<N: AsRef<[u8]>, V: AsRef<[u8]>>(pairs: &[(N, V)]) -> Vec<u8> {
     out
 }
 
+/// Request headers that belong to one connection or one body: a request the gateway sends
+/// itself with a client's headers (search mode's follow-ups, MCP's own calls) never carries them.
+pub const PER_CONNECTION: [&str; 7] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "expect",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -571,11 +571,7 @@ impl HttpContext for Filter {
         };
         self.report_access(&shared);
         if let Some(mcp) = self.mcp.as_mut() {
-            let response_header = shared
-                .engine
-                .try_borrow()
-                .is_ok_and(|e| e.config.response_header);
-            mcp.on_response_headers(response_header);
+            mcp.on_response_headers(&shared);
             return Action::Continue;
         }
         let actions = match shared.engine.try_borrow() {

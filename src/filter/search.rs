@@ -10,6 +10,7 @@ use super::host::{self, Buffer, Headers};
 use super::shared::Shared;
 use super::{callout, vectors};
 use crate::lifecycle::{Remembering, SearchLoop};
+use crate::pairs::PER_CONNECTION;
 use crate::pipeline::Engine;
 use crate::search::respond::{Answer, Event, Flow, Head, HeadStep, Host, Hybrid, Responder};
 use proxy_wasm::types::Action;
@@ -31,17 +32,6 @@ pub struct Search {
     /// `search.memory`: where the tools this loop finds are remembered once it ends.
     memory: Option<Remembering>,
 }
-
-/// Request headers that belong to one connection or one body, not to the follow-ups.
-const NOT_FORWARDED: [&str; 7] = [
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "te",
-    "upgrade",
-    "expect",
-];
 
 impl Search {
     pub fn new(responder: Responder, headers: Vec<(String, String)>, owner: u64) -> Search {
@@ -284,6 +274,6 @@ impl Host for EnvoyHost<'_> {
 fn forwarded(headers: Vec<(String, String)>) -> Vec<(String, String)> {
     headers
         .into_iter()
-        .filter(|(name, _)| !NOT_FORWARDED.contains(&name.to_ascii_lowercase().as_str()))
+        .filter(|(name, _)| !PER_CONNECTION.contains(&name.to_ascii_lowercase().as_str()))
         .collect()
 }

@@ -110,6 +110,13 @@ pub trait Host {
     fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>>;
     /// The store shared by every worker, where `search.memory` keeps sessions.
     fn store(&self) -> &Self::Store;
+    /// The first `len` bytes of the request body buffered so far (all of them for
+    /// `usize::MAX`).
+    fn request_body(&self, len: usize) -> Vec<u8>;
+    /// The first `len` bytes of the response body chunk passing.
+    fn response_body(&self, len: usize) -> Vec<u8>;
+    /// The cluster the route sends the request to, when it is known.
+    fn upstream_cluster(&self) -> Option<String>;
 }
 
 /// What the gateway counts ([`Event::counts`] says in which stats).

@@ -8,7 +8,8 @@
 //! [`param_headers`] gives the `Mcp-Param-*` headers of the calls the gateway sends,
 //! [`catalog`] the server's `tools/list` pages and the cache, [`gating`] the `_tool_gating`
 //! convention, [`govern`] what access rules make the gateway answer, and [`exchange`] is one
-//! client request's state machine behind a host trait;
+//! client message's state machine behind a host trait, which [`request`] drives from the
+//! request's headers to its last response byte;
 //! [`llm`] applies `_tool_gating` to LLM requests (`gating.mcp`).
 //! Pure Rust, no proxy-wasm: `filter/mcp.rs` is the adapter.
 
@@ -19,6 +20,7 @@ pub mod govern;
 pub mod llm;
 pub mod message;
 pub mod param_headers;
+pub mod request;
 pub mod suggestions;
 
 #[cfg(test)]
