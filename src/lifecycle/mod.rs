@@ -14,12 +14,14 @@
 //! selection written ([`Request::apply`]), or search mode's first request planned and its loop
 //! handed over ([`Request::plan_search`]), here too; between the two, `_tool_gating` has its
 //! say ([`gating`]: the call to send, a claim answered, the verdict applied) and hybrid
-//! ranking says which texts to embed and ranks with the answer ([`hybrid`]).
+//! ranking says which texts to embed and ranks with the answer ([`hybrid`]). The response side
+//! around the search loop, the guard or the answers to made-up calls is [`Response`].
 
 mod body;
 pub mod gating;
 pub mod hybrid;
 pub mod outcome;
+mod response;
 mod search;
 
 use crate::access::{Caller, Grant};
@@ -31,6 +33,7 @@ use crate::search::round::Session;
 use crate::shadow::Sampler;
 pub use body::{Chunk, Read, Written, loop_counts, loops_detected, noted_tools};
 pub use outcome::{Outcome, Ranked};
+pub use response::{FollowUps, Response};
 pub use search::{Remembering, SearchLoop, Searched};
 
 /// Which machine a request goes to.

@@ -700,6 +700,102 @@ fn search_mode_lifecycle_over_several_rounds() {
     assert!(!client.contains("find_tools"), "{client}");
 }
 
+/// The response side around the search loop ([`super::Response`]): the follow-ups carry the
+/// client's headers less those of one connection or one body (or the routed ones, when they
+/// can be read); once the loop ends, what it found is remembered for the session (the next
+/// turn's plan shows it) and the loop is recorded for the access log, once.
+#[test]
+fn an_ended_search_loop_is_remembered_and_recorded_once() {
+    use super::Response;
+    use crate::search::respond::{Answer, Flow};
+    use crate::search::respond_model::Envoy;
+    let config = r#"{"mode":"search","top_k":2,"min_tools":3,
+        "search":{"memory":{"session":{"header":"x-session"}}}}"#;
+    let mut engine = engine(config);
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("x-session", "s1"));
+    let envoy = Envoy {
+        now_seconds: 1_000,
+        ..Envoy::default()
+    };
+    let plan = |engine: &mut Engine, text: &str| {
+        let mut request = Request::new();
+        headers(engine, &mut request, &pairs);
+        let sent = chat(TOOLS, text);
+        let (body, Read::Analysed { analysis, .. }) = read(engine, &mut request, &sent) else {
+            panic!("analysed");
+        };
+        let planned = request.plan_search(
+            engine,
+            &analysis,
+            &body,
+            Ranked::Keyword,
+            false,
+            &envoy.store,
+            envoy.now_seconds,
+        );
+        let Ok(Searched::Planned { actions, search }) = planned else {
+            panic!("planned");
+        };
+        (actions, search.expect("a search loop"))
+    };
+    let (_, search) = plan(&mut engine, "what is the weather forecast for Paris");
+    let (mut response, follow_ups) = Response::from_loop(*search);
+    let seen = follow_ups.headers(None);
+    assert!(seen.iter().any(|(n, v)| n == "x-session" && v == "s1"));
+    assert!(!seen.iter().any(|(n, _)| n == "content-length"), "{seen:?}");
+    let routed = vec![
+        (":path".to_owned(), "/v2/chat".to_owned()),
+        ("Content-Length".to_owned(), "10".to_owned()),
+    ];
+    assert_eq!(
+        follow_ups.headers(Some(routed)),
+        [(":path".to_owned(), "/v2/chat".to_owned())],
+        "the routed headers, when they can be read"
+    );
+    assert!(response.searches());
+
+    response.on_headers(&envoy, &json_head());
+    let first = chat_call("c1", "find_tools", r#"{"query":"weather forecast"}"#);
+    envoy
+        .buffer
+        .borrow_mut()
+        .extend_from_slice(first.as_bytes());
+    let size = envoy.buffer.borrow().len();
+    assert_eq!(response.on_body(Some(&envoy), size, true), Flow::Pause);
+    assert!(
+        envoy.recorded.borrow().is_empty(),
+        "not before the loop ends"
+    );
+    let token = response.token().expect("a follow-up is out");
+    let last = chat_call("c2", "get_forecast", r#"{"city":"Paris"}"#);
+    let answer = Answer {
+        status: Some(200),
+        content_type: Some("application/json".into()),
+        body: last.into_bytes(),
+    };
+    assert!(response.on_call(Some(&envoy), token, answer));
+    assert!(response.token().is_none(), "the loop ended");
+    let recorded = envoy.recorded.borrow().clone();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(recorded[0].contains("rounds=1"), "{recorded:?}");
+    assert_eq!(response.on_trailers(Some(&envoy)), Flow::Continue);
+    assert_eq!(envoy.recorded.borrow().len(), 1, "recorded once");
+
+    // The session's next turn: what the loop found is shown before any search.
+    let (actions, _) = plan(&mut engine, "and tomorrow?");
+    let mut upstream = Upstream {
+        body: chat(TOOLS, "and tomorrow?"),
+        ..Upstream::default()
+    };
+    upstream.perform(actions);
+    assert!(
+        upstream.tools().contains(&"get_forecast".to_owned()),
+        "{:?}",
+        upstream.tools()
+    );
+}
+
 /// A whole JSON answer's headers, as the response side reads them.
 fn json_head() -> crate::search::respond::Head {
     crate::search::respond::Head {

@@ -53,6 +53,12 @@ pub trait Host {
     /// The client was shown the response id `shown` for the response stored as `real`: a later
     /// request naming `shown` (OpenAI Responses' `previous_response_id`) must name `real`.
     fn remember_alias(&self, shown: &str, real: &str);
+    /// The store shared by every worker, where `search.memory` keeps sessions.
+    fn store(&self) -> &Self::Store;
+    /// Seconds since the epoch.
+    fn now_seconds(&self) -> u64;
+    /// Records the ended loop for the access log: `%FILTER_STATE(wasm.toolsift_search:PLAIN)%`.
+    fn record_search(&self, value: &str);
 }
 
 /// What hybrid ranking of the model's search queries needs.

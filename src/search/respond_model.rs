@@ -23,6 +23,11 @@ pub struct Envoy {
     pub read: Cell<usize>,
     /// Refuse to send follow-ups (a cluster that does not exist).
     pub refuse_calls: bool,
+    /// The store shared by every worker (`search.memory`'s sessions), and its clock.
+    pub store: MemoryBytes,
+    pub now_seconds: u64,
+    /// What was recorded for the access log.
+    pub recorded: RefCell<Vec<String>>,
 }
 
 impl Host for Envoy {
@@ -79,6 +84,18 @@ impl Host for Envoy {
         self.aliases
             .borrow_mut()
             .push((shown.to_owned(), real.to_owned()));
+    }
+
+    fn store(&self) -> &Self::Store {
+        &self.store
+    }
+
+    fn now_seconds(&self) -> u64 {
+        self.now_seconds
+    }
+
+    fn record_search(&self, value: &str) {
+        self.recorded.borrow_mut().push(value.to_owned());
     }
 }
 
