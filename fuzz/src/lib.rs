@@ -50,6 +50,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("memory_set", memory_set),
     ("shadow_answer", shadow_answer),
     ("lifecycle", lifecycle),
+    ("mcp_route", mcp_route),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -1249,5 +1250,228 @@ pub fn lifecycle(data: &[u8]) {
                 "not a header value: {value:?}"
             );
         }
+    }
+}
+
+/// The configurations an MCP route's request is driven under: plain, with access rules
+/// (callers from `x-group`) and `search.memory`, and with `gating.rules`.
+const MCP_ROUTE_CONFIGS: [&str; 3] = [
+    r#"{"mcp": {}, "response_header": true, "always_include": ["get_*"]}"#,
+    r#"{"mcp": {}, "response_header": true, "max_body_bytes": 4096,
+        "search": {"memory": {}},
+        "access": {"identity": [{"header": "x-group"}], "default": "deny",
+        "rules": [{"when": ["ops"], "allow": ["get_*", "list_*"]},
+                  {"when": ["all"], "allow": ["*"]}]}}"#,
+    r#"{"mcp": {}, "gating": {"rules": [{"when": {"words": ["weather"]}, "exclude": ["send_*"]}]}}"#,
+];
+
+/// The adapter's side of an MCP route's request, recorded: what the server and the client
+/// would get.
+#[derive(Default)]
+struct McpEnvoy {
+    store: toolsift::embeddings::MemoryBytes,
+    request_body: Vec<u8>,
+    response_body: Vec<u8>,
+    /// The server's answer to every call the gateway sends.
+    server_answer: Vec<u8>,
+    sent: std::cell::RefCell<Vec<String>>,
+    answered: std::cell::RefCell<Vec<(u16, String, Vec<u8>)>>,
+    changed: std::cell::RefCell<Vec<String>>,
+}
+
+impl toolsift::mcp::exchange::Host for McpEnvoy {
+    type Store = toolsift::embeddings::MemoryBytes;
+
+    fn send(
+        &self,
+        body: &str,
+        _method: &str,
+        _name: Option<&str>,
+        _params: &[(String, String)],
+        _timeout_ms: u64,
+    ) -> Option<u32> {
+        let mut sent = self.sent.borrow_mut();
+        sent.push(body.to_owned());
+        Some(sent.len() as u32)
+    }
+    fn respond(&self, status: u16, content_type: &str, body: &[u8]) {
+        self.answered
+            .borrow_mut()
+            .push((status, content_type.to_owned(), body.to_vec()));
+    }
+    fn now_millis(&self) -> u64 {
+        1_000
+    }
+    fn generation(&self, _server: &str) -> u64 {
+        0
+    }
+    fn tools_changed(&self, server: &str) {
+        self.changed.borrow_mut().push(server.to_owned());
+    }
+    fn count(&self, _event: toolsift::mcp::exchange::Event) {}
+    fn hybrid(&self) -> Option<toolsift::mcp::exchange::Hybrid<'_, Self::Store>> {
+        None
+    }
+    fn send_embeddings(&self, _inputs: &[&str]) -> Option<u32> {
+        None
+    }
+    fn suggestions(&self) -> Option<std::rc::Rc<toolsift::suggestions::Suggestions>> {
+        None
+    }
+    fn store(&self) -> &Self::Store {
+        &self.store
+    }
+    fn request_body(&self, len: usize) -> Vec<u8> {
+        self.request_body[..len.min(self.request_body.len())].to_vec()
+    }
+    fn response_body(&self, len: usize) -> Vec<u8> {
+        self.response_body[..len.min(self.response_body.len())].to_vec()
+    }
+    fn upstream_cluster(&self) -> Option<String> {
+        Some("mcp".to_owned())
+    }
+}
+
+/// One request on an MCP route, driven as the adapter drives it (`mcp::request`): the first
+/// byte picks the configuration, the second the caller, the method and the protocol revision;
+/// the rest is the client's body, the server's answer to each call the gateway sends, and the
+/// answer's event stream, split at 0xFF bytes. Nothing panics; a refusal is a JSON-RPC error
+/// with a 4xx or 5xx; what the gateway answers itself (not relaying the server's answer to a
+/// call it made for the client) is JSON or an event stream; the
+/// gateway's own requests are JSON and carry none of one connection's headers; what
+/// `x-toolsift` would say is a valid header value.
+pub fn mcp_route(data: &[u8]) {
+    use toolsift::mcp::catalog::CatalogCache;
+    use toolsift::mcp::exchange::Settings;
+    use toolsift::mcp::request::{Context, Flow, McpRequest};
+    let [config, who, rest @ ..] = data else {
+        return;
+    };
+    let config = MCP_ROUTE_CONFIGS[usize::from(*config) % MCP_ROUTE_CONFIGS.len()];
+    let config = Config::from_json(config.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let engine = Engine::new(config);
+    let mut parts = rest.split(|b| *b == 0xFF);
+    let body = parts.next().unwrap_or_default();
+    let envoy = McpEnvoy {
+        request_body: body.to_vec(),
+        server_answer: parts.next().unwrap_or_default().to_vec(),
+        response_body: parts.next().unwrap_or_default().to_vec(),
+        ..McpEnvoy::default()
+    };
+    let group = ["ops", "all", "nobody"][usize::from(*who) % 3];
+    let method = if who & 0x10 == 0 { "POST" } else { "GET" };
+    let revision = if who & 0x20 == 0 {
+        "2025-11-25"
+    } else {
+        "2026-07-28"
+    };
+    let mut pairs: Vec<(&str, &str)> = vec![
+        (":method", method),
+        (":authority", "tools.internal"),
+        (":path", "/mcp"),
+        ("content-type", "application/json"),
+        ("content-length", "10"),
+        ("connection", "keep-alive"),
+        ("x-group", group),
+        ("mcp-session-id", "s-1"),
+        ("mcp-protocol-version", revision),
+    ];
+    if who & 0x40 != 0 {
+        pairs.extend([("mcp-method", "tools/call"), ("mcp-name", "find_tools")]);
+    }
+    let headers = HeaderMap::new(toolsift::pairs::encode(&pairs));
+    let identity = engine.policy().map(|policy| {
+        let caller = policy.caller(|n| headers.get(n), |_, _| Vec::new());
+        (policy.grant(&caller), caller)
+    });
+    let memory = engine.config.search.memory.as_ref();
+    let (mut request, outgoing) = McpRequest::new(&headers, body.is_empty(), identity, memory);
+    let config = &engine.config;
+    let mcp = config.mcp.clone().unwrap_or_default();
+    let rules = engine.gating_rules();
+    let settings = Settings {
+        config,
+        mcp: &mcp,
+        gating: Some(rules).filter(|r| !r.is_empty()),
+    };
+    let mut cache = CatalogCache::new(1 << 20);
+    let refused = |flow: &Flow| {
+        if let Flow::Refuse(refusal) = flow {
+            assert!((400..600).contains(&refusal.status), "{}", refusal.status);
+            assert!(is_json(&refusal.body), "a refusal that is not JSON");
+        }
+    };
+    let flow = request.on_headers(Some(&envoy));
+    refused(&flow);
+    // The body in two callbacks: half of it buffered, then all of it.
+    let half = body.len() / 2;
+    for (size, end) in [(half, false), (body.len(), true)] {
+        let context = Context {
+            host: &envoy,
+            cache: &mut cache,
+            settings: &settings,
+        };
+        refused(&request.on_body(size, end, Some(context)));
+    }
+    // Every call the gateway sent answered by the same server bytes, a few rounds at most.
+    for _ in 0..6 {
+        let Some(token) = request.token() else {
+            break;
+        };
+        let answer = toolsift::mcp::exchange::CallAnswer {
+            status: Some(200),
+            content_type: if envoy.server_answer.starts_with(b"event:") {
+                "text/event-stream".to_owned()
+            } else {
+                "application/json".to_owned()
+            },
+            body: envoy.server_answer.clone(),
+        };
+        let context = Context {
+            host: &envoy,
+            cache: &mut cache,
+            settings: &settings,
+        };
+        refused(&request.on_call(token, answer, Some(context)));
+    }
+    for (status, content_type, answer) in envoy.answered.borrow().iter() {
+        assert!((200..600).contains(status), "answered {status}");
+        // `call_tool`'s real call: the server's answer is the client's, byte for byte.
+        if *answer == envoy.server_answer {
+            continue;
+        }
+        let text = std::str::from_utf8(answer).expect("a UTF-8 answer");
+        match content_type.as_str() {
+            "application/json" => assert!(is_json(text), "answered what is not JSON: {text}"),
+            "text/event-stream" => assert!(text.starts_with("event:"), "{text}"),
+            other => panic!("answered as {other}"),
+        }
+    }
+    for sent in envoy.sent.borrow().iter() {
+        assert!(is_json(sent), "sent the server what is not JSON: {sent}");
+    }
+    let own = outgoing.headers("tools/list", Some("x\r\ny"), &[]);
+    for per_connection in toolsift::pairs::PER_CONNECTION {
+        assert!(
+            !own.iter().any(|(n, _)| n == per_connection),
+            "{per_connection}"
+        );
+    }
+    for (name, value) in &own {
+        assert!(
+            !value.contains(['\r', '\n']),
+            "a header the gateway sends: {name}: {value:?}"
+        );
+    }
+    let report = request.on_response_headers(Some(config), Some(b"text/event-stream"));
+    if let Some(said) = report.header {
+        assert!(
+            said.bytes().all(|b| (0x20..0x7f).contains(&b)),
+            "x-toolsift: {said:?}"
+        );
+    }
+    request.on_response_body(&envoy, envoy.response_body.len());
+    for server in envoy.changed.borrow().iter() {
+        assert_eq!(server, "mcp|tools.internal");
     }
 }
