@@ -1,25 +1,26 @@
-//! One HTTP request through the filter.
+//! One HTTP request through the filter: Envoy's callbacks handed to the core's
+//! [`lifecycle::Request`] (an LLM route) or [`super::mcp::McpRequest`] (an MCP route), and what
+//! they ask performed.
 //!
-//! Headers phase: decide whether the request is ours (POST to an LLM path, JSON, not
-//! compressed, not too large) and, if so, drop `content-length` (the body may shrink and Envoy
-//! does not fix the header; the upstream would wait for bytes that never come) and buffer.
-//! Body phase: at the end of the stream, run the pipeline and replace the body. With hybrid
-//! ranking, a request whose vectors are not all cached waits (paused) for one embeddings call,
-//! at most `timeout_ms`, and is finished in `on_http_call_response` (by keyword if the call
-//! failed). Response headers: report what was done.
+//! Headers phase: the core decides whether the request is read (POST to an LLM path, JSON, not
+//! compressed, not too large); the body callbacks buffer it. Body phase: at the end of the
+//! stream the core runs its steps ([`lifecycle::Request::on_body_end`]); one that waits for a
+//! call (the gating server, the embeddings) leaves the request paused, and the call's answer
+//! in `on_http_call_response` takes it on. Response side: the headers report what was done,
+//! and a search loop, the guard or the answers to made-up calls watch the answer.
 
 use super::host::{self, Buffer, Headers};
 use super::metrics::now;
 use super::search::Search;
 use super::shared::Shared;
 use super::{callout, vectors};
+use crate::config::Embeddings;
 use crate::dialects::Reader;
-use crate::embeddings::Fallback;
-use crate::lifecycle::{self, Ranked, gating, hybrid};
-use crate::mcp::exchange::CallAnswer;
-use crate::pipeline::{Analysis, Skip, Skipped};
+use crate::lifecycle::{self, Flow, gating::GatingCall};
+use crate::pipeline::{Skip, Skipped};
+use crate::rank::Catalog;
 use crate::search::respond::Responder;
-use crate::stats::Fixed;
+use crate::stats::{Counts, Fixed};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -27,334 +28,77 @@ use std::time::{Duration, SystemTime};
 
 pub struct Filter {
     shared: Option<Rc<Shared>>,
-    /// This stream's context id (the root context resumes a stalled held request by it).
-    context_id: u32,
     /// The core's side of the request: what its headers phase decided, and what became of it.
     core: lifecycle::Request,
-    /// Search mode held the request headers (`search.hold_headers`), and they still are.
-    headers_held: bool,
-    /// A request waiting for its embeddings call.
-    waiting: Option<Waiting>,
-    /// The request's response side: search mode's search, filter mode's follow-ups for
-    /// made-up calls, or the access rules' guard.
-    search: Option<Search>,
+    /// What the core's actions leave on the adapter's side.
+    effects: Effects,
     /// A request on an MCP route (`mcp.paths`).
     mcp: Option<super::mcp::McpRequest>,
-    /// `gating.mcp`: the request waiting for the gating server's verdict.
-    gating: Option<GatingWait>,
     /// Bytes at the start of Envoy's response buffer already given to `shadow` (the buffer
     /// keeps them while the response is paused).
     shadow_fed: usize,
 }
 
-/// A request waiting for its `_tool_gating` verdict.
-struct GatingWait {
-    token: u32,
-    reader: Reader,
-    analysis: Analysis,
-    /// The request body as Envoy gave it.
-    body: Vec<u8>,
-}
-
-/// Everything a paused request needs when its embeddings arrive.
-struct Waiting {
-    token: u32,
-    analysis: Analysis,
-    call: hybrid::Call,
-    /// The request body as Envoy gave it.
-    body: Vec<u8>,
-}
-
-/// What the body phase did.
-enum Step {
-    Done,
-    /// An embeddings call is out; the request stays paused until it answers.
-    Waiting,
-    /// Answered locally (a refusal, a claimed call): nothing goes upstream.
-    Answered,
+/// The request's state on the adapter's side that the core's actions change.
+struct Effects {
+    /// This stream's context id (the root context resumes a stalled held request by it).
+    context_id: u32,
+    /// Search mode held the request headers (`search.hold_headers`), and they still are.
+    headers_held: bool,
+    /// The request's response side: search mode's search, filter mode's follow-ups for
+    /// made-up calls, or the access rules' guard.
+    search: Option<Search>,
 }
 
 impl Filter {
     pub fn new(shared: Option<Rc<Shared>>, context_id: u32) -> Filter {
         Filter {
             shared,
-            context_id,
             core: lifecycle::Request::new(),
-            headers_held: false,
-            waiting: None,
-            search: None,
+            effects: Effects {
+                context_id,
+                headers_held: false,
+                search: None,
+            },
             mcp: None,
-            gating: None,
             shadow_fed: 0,
         }
     }
 
-    /// Runs the pipeline over the buffered body and replaces it. Returns the action for the
-    /// body or trailers callback.
+    /// The whole body is in: the core's body phase. Returns the action for the body or
+    /// trailers callback.
     fn finish(&mut self, shared: &Shared, reader: Reader, body_size: usize) -> Action {
-        self.core.buffering = None;
-        let started = now();
-        let result = self.filter_body(shared, reader, body_size, started);
-        shared.metrics.since(Fixed::FilterTimeUs, started);
-        match result {
-            Ok(Step::Done) => Action::Continue,
-            Ok(Step::Waiting | Step::Answered) => Action::Pause,
-            Err(skipped) => self.skip(shared, skipped),
-        }
+        self.body_phase(shared, |core, host, worker| {
+            core.on_body_end(host, worker, reader, body_size)
+        })
     }
 
-    fn filter_body(
-        &mut self,
-        shared: &Shared,
-        reader: Reader,
-        body_size: usize,
-        started: Option<SystemTime>,
-    ) -> Result<Step, Skipped> {
-        let metrics = &shared.metrics;
-        let mut body =
-            host::buffer(Buffer::RequestBody, 0, body_size).map_err(|_| Skip::Internal)?;
-        // Each phase starts when the last one ended: one clock read less per phase.
-        let started = metrics.since(Fixed::PhaseReadUs, started);
-        let mut engine = shared.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
-        let now = host::now_seconds();
-        let read = self
-            .core
-            .on_body(&mut engine, reader, &mut body, &vectors::SharedData, now);
-        let (actions, analysis) = match read {
-            lifecycle::Read::Analysed { actions, analysis } => (actions, analysis),
-            lifecycle::Read::Skipped { actions, skipped } => {
-                drop(engine);
-                self.perform(shared, actions)?;
-                return Err(skipped);
-            }
-            lifecycle::Read::Answered(actions) => {
-                drop(engine);
-                return match self.perform(shared, actions)? {
-                    Action::Pause => Ok(Step::Answered),
-                    // The refusal could not be sent: never let the request go as it is.
-                    _ => Err(Skip::Internal.into()),
-                };
-            }
-        };
-        let phase = if analysis.cache_hit {
-            Fixed::PhaseAnalyseUs
-        } else {
-            Fixed::PhaseAssembleUs
-        };
-        metrics.since(phase, started);
-        self.perform(shared, actions)?;
-        let gate = self.core.gate(&engine, &analysis, reader, &body);
-        drop(engine);
-        self.after_gate(shared, gate, reader, analysis, body)
+    /// The answer of the call the body phase waits for: the body phase goes on.
+    fn on_body_call(&mut self, shared: &Shared, num_headers: usize, body_size: usize) -> Action {
+        let answer = callout::call_answer(num_headers, body_size);
+        self.body_phase(shared, |core, host, worker| {
+            core.call_answered(host, worker, &answer)
+        })
     }
 
-    /// Goes on as `_tool_gating` decided: the gating server asked, the request answered here,
-    /// or ranked and written.
-    fn after_gate(
+    /// Runs `event` of the core's body phase with Envoy as its host.
+    fn body_phase(
         &mut self,
         shared: &Shared,
-        gate: gating::Gate,
-        reader: Reader,
-        analysis: Analysis,
-        body: Vec<u8>,
-    ) -> Result<Step, Skipped> {
-        match gate {
-            gating::Gate::Rank(actions) => {
-                self.perform(shared, actions)?;
-                self.rank_and_apply(shared, reader, analysis, body)
-            }
-            gating::Gate::Answered(actions) => match self.perform(shared, actions)? {
-                Action::Pause => Ok(Step::Answered),
-                // The reply could not be sent: the request goes on with the verdict.
-                _ => self.rank_and_apply(shared, reader, analysis, body),
-            },
-            gating::Gate::Ask(actions, call) => {
-                self.perform(shared, actions)?;
-                let headers = call
-                    .headers
-                    .iter()
-                    .map(|(n, v)| (n.as_str(), v.as_str()))
-                    .collect();
-                match host::dispatch(&call.cluster, headers, call.body.as_bytes(), call.timeout) {
-                    Ok(token) => {
-                        self.gating = Some(GatingWait {
-                            token,
-                            reader,
-                            analysis,
-                            body,
-                        });
-                        Ok(Step::Waiting)
-                    }
-                    Err(status) => {
-                        log::debug!("gating call to {} failed: {status:?}", call.cluster);
-                        self.gated(shared, None, reader, analysis, body)
-                    }
-                }
-            }
-        }
-    }
-
-    /// The gating server's answer (`None`: the call could not be sent) handed to the core.
-    fn gated(
-        &mut self,
-        shared: &Shared,
-        answer: Option<&CallAnswer>,
-        reader: Reader,
-        analysis: Analysis,
-        body: Vec<u8>,
-    ) -> Result<Step, Skipped> {
-        let gate = {
-            let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-            self.core
-                .gating_answered(&engine.config, &analysis, reader, &body, answer)
-        };
-        self.after_gate(shared, gate, reader, analysis, body)
-    }
-
-    /// Ranks (hybrid when configured, which may wait for an embeddings call) and writes the
-    /// selection into the body.
-    fn rank_and_apply(
-        &mut self,
-        shared: &Shared,
-        reader: Reader,
-        mut analysis: Analysis,
-        body: Vec<u8>,
-    ) -> Result<Step, Skipped> {
-        let metrics = &shared.metrics;
-        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let config = &engine.config;
-        let started = now();
-        // A request for the provider's own search keeps every allowed tool: nothing to rank.
-        let hybrid = shared.hybrid(config).filter(|_| !analysis.native_search);
-        let ranked = match hybrid {
-            Some((source, e)) => match hybrid::start(&source, config, e, &mut analysis) {
-                hybrid::Start::Ranked(ranked) => ranked,
-                hybrid::Start::Call(call) => {
-                    let inputs: Vec<&str> = call.inputs.iter().map(String::as_str).collect();
-                    let timeout = Duration::from_millis(e.timeout_ms as u64);
-                    match vectors::dispatch(e, &inputs, timeout) {
-                        Ok(token) => {
-                            metrics.event(crate::stats::embeddings_call(inputs.len()));
-                            metrics.since(Fixed::PhaseHybridUs, started);
-                            drop(engine);
-                            self.waiting = Some(Waiting {
-                                token,
-                                analysis,
-                                call,
-                                body,
-                            });
-                            return Ok(Step::Waiting);
-                        }
-                        Err(status) => {
-                            log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
-                            Ranked::Fallback(Fallback::Dispatch)
-                        }
-                    }
-                }
-            },
-            None => Ranked::Keyword,
-        };
-        if ranked != Ranked::Keyword {
-            metrics.since(Fixed::PhaseHybridUs, started);
-        }
-        self.core.apply_verdict(config, &mut analysis);
-        drop(engine);
-        self.apply(shared, &mut analysis, &body, ranked)?;
-        self.claim_tool_choice(shared, reader);
-        self.answer_unknown(shared, &analysis);
-        Ok(Step::Done)
-    }
-
-    /// Writes the selected tools into the body and records what was done.
-    fn apply(
-        &mut self,
-        shared: &Shared,
-        analysis: &mut Analysis,
-        body: &[u8],
-        ranked: Ranked,
-    ) -> Result<(), Skipped> {
-        let metrics = &shared.metrics;
-        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let searched = self.core.plan_search(
-            &engine,
-            analysis,
-            body,
-            ranked,
-            self.headers_held,
-            &vectors::SharedData,
-            host::now_seconds(),
-        )?;
-        drop(engine);
-        if let lifecycle::Searched::Planned { actions, search } = searched {
-            self.perform(shared, actions)?;
-            self.search = search.map(Search::from_loop);
-            return Ok(());
-        }
-        // `toolsift.phase.write_us`: the rewrite and its write into Envoy's buffer, not the
-        // counts and the access log's filter state recorded after it.
-        let started = now();
-        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let (write, written) = self.core.write(&engine.config, analysis, body)?;
-        drop(engine);
-        let replaced = write
-            .iter()
-            .any(|a| matches!(a, lifecycle::Action::ReplaceBody { .. }));
-        self.perform(shared, write)?;
-        if replaced {
-            metrics.since(Fixed::PhaseWriteUs, started);
-        }
-        let engine = shared.engine.try_borrow().map_err(|_| Skip::Internal)?;
-        let record = self.core.record(&engine.config, analysis, ranked, written);
-        drop(engine);
-        self.perform(shared, record)?;
-        Ok(())
-    }
-
-    /// The embeddings call answered (or Envoy gave up on it): rank with what it brought, or by
-    /// keyword, finish the body, and let the request go on.
-    fn resume(
-        &mut self,
-        shared: &Shared,
-        waiting: Waiting,
-        num_headers: usize,
-        body_size: usize,
+        event: impl FnOnce(
+            &mut lifecycle::Request,
+            &mut BodyEnvoy<'_>,
+            &lifecycle::Worker<'_, vectors::SharedData>,
+        ) -> Result<lifecycle::Step, Skipped>,
     ) -> Action {
-        let started = now();
-        let Waiting {
-            mut analysis,
-            call,
-            body,
-            ..
-        } = waiting;
-        let ranked = {
-            let Ok(engine) = shared.engine.try_borrow() else {
-                return self.skip(shared, Skip::Internal.into());
-            };
-            let config = &engine.config;
-            let ranked = match shared.hybrid(config) {
-                Some((source, e)) => {
-                    let answer = callout::embeddings_answer(num_headers, body_size);
-                    let answered = call.answered(&source, config, e, &mut analysis, &answer);
-                    if let (Some(entries), Ok(mut backfill)) =
-                        (answered.backfill, shared.backfill.try_borrow_mut())
-                    {
-                        backfill.queue(&analysis.catalog, entries);
-                    }
-                    answered.ranked
-                }
-                None => Ranked::Keyword,
-            };
-            self.core.apply_verdict(config, &mut analysis);
-            ranked
+        let mut host = BodyEnvoy {
+            shared,
+            effects: &mut self.effects,
+            alias_owner: self.core.alias_owner,
         };
-        let result = self.apply(shared, &mut analysis, &body, ranked);
-        self.claim_tool_choice(shared, analysis.reader);
-        if result.is_ok() {
-            self.answer_unknown(shared, &analysis);
-        }
-        shared.metrics.since(Fixed::PhaseAnswerUs, started);
-        match result {
-            Ok(()) => Action::Continue,
+        match event(&mut self.core, &mut host, &shared.worker()) {
+            Ok(lifecycle::Step::Done) => Action::Continue,
+            Ok(lifecycle::Step::Waiting | lifecycle::Step::Answered) => Action::Pause,
             Err(skipped) => self.skip(shared, skipped),
         }
     }
@@ -371,21 +115,32 @@ impl Filter {
     /// Carries out what the core asked for; when Envoy refuses what the request's body needs,
     /// the request goes on unread.
     fn act(&mut self, shared: &Shared, actions: Vec<lifecycle::Action>) -> Action {
-        match self.perform(shared, actions) {
-            Ok(flow) => flow,
+        match self.effects.perform(shared, actions, self.core.alias_owner) {
+            Ok(flow) => action(flow),
             Err(skipped) => self.skip(shared, skipped),
         }
     }
+}
 
+fn action(flow: Flow) -> Action {
+    match flow {
+        Flow::Continue => Action::Continue,
+        Flow::Pause => Action::Pause,
+    }
+}
+
+impl Effects {
     /// Carries out what the core asked for. `Pause` when the request was answered here (the
     /// local reply ends the stream; nothing more goes upstream) or its headers are held; an
     /// error when Envoy refused a change the body needs (the actions after it are not done).
+    /// `alias_owner`: whose Responses id aliases a guard may follow.
     fn perform(
         &mut self,
         shared: &Shared,
         actions: Vec<lifecycle::Action>,
-    ) -> Result<Action, Skipped> {
-        let mut flow = Action::Continue;
+        alias_owner: u64,
+    ) -> Result<Flow, Skipped> {
+        let mut flow = Flow::Continue;
         for action in actions {
             match action {
                 lifecycle::Action::Count(counter, n) => shared.metrics.count(counter, n),
@@ -405,7 +160,7 @@ impl Filter {
                 lifecycle::Action::Reply { status, body } => {
                     let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
                     match host::send_response(u32::from(status), &headers, body.as_bytes()) {
-                        Ok(()) => flow = Action::Pause,
+                        Ok(()) => flow = Flow::Pause,
                         Err(e) => {
                             // What follows a reply counts it: not sent, not counted.
                             log::warn!("cannot answer the request ({status}): {e:?}");
@@ -417,12 +172,15 @@ impl Filter {
                     self.search = Some(Search::new(
                         Responder::new(*session, false, false),
                         Vec::new(),
-                        self.core.alias_owner,
+                        alias_owner,
                     ));
+                }
+                lifecycle::Action::Watch(search) => {
+                    self.search = search.map(Search::from_loop);
                 }
                 lifecycle::Action::HoldHeaders => {
                     if self.hold_headers(shared) {
-                        flow = Action::Pause;
+                        flow = Flow::Pause;
                     }
                 }
                 lifecycle::Action::RecordFilterState { name, value } => {
@@ -443,6 +201,101 @@ impl Filter {
         }
         Ok(flow)
     }
+
+    /// Search mode with `search.hold_headers`: holds the request headers until the body is read,
+    /// so a `native_search` rule can add `anthropic-beta` (only the body names the model) and
+    /// the follow-ups can copy the request as the router rewrote it (a header map that was held
+    /// stays readable). That needs Envoy's `allow_on_headers_stop_iteration: true`; whether it
+    /// is set shows in the traffic (`crate::search::hold`): until a held request has shown it,
+    /// the root context's tick resumes any held request whose body does not come.
+    fn hold_headers(&mut self, shared: &Shared) -> bool {
+        let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() else {
+            return false;
+        };
+        if !watchdog.may_hold() {
+            return false;
+        }
+        if watchdog.held(self.context_id, host::now_millis()) {
+            let tick = Duration::from_millis(crate::search::hold::TICK_MS);
+            if let Err(status) = host::set_tick_period(tick) {
+                // Without the tick nothing could resume a stalled request: do not hold.
+                log::warn!("cannot start the tick that watches held requests: {status:?}");
+                watchdog.ended(self.context_id);
+                return false;
+            }
+        }
+        self.headers_held = true;
+        true
+    }
+}
+
+/// The body phase's host: Envoy's buffer, clock, stats and calls.
+struct BodyEnvoy<'a> {
+    shared: &'a Shared,
+    effects: &'a mut Effects,
+    alias_owner: u64,
+}
+
+impl lifecycle::BodyHost for BodyEnvoy<'_> {
+    type Store = vectors::SharedData;
+
+    fn request_body(&self, size: usize) -> Option<Vec<u8>> {
+        host::buffer(Buffer::RequestBody, 0, size).ok()
+    }
+
+    fn store(&self) -> &Self::Store {
+        &vectors::SharedData
+    }
+
+    fn now_seconds(&self) -> u64 {
+        host::now_seconds()
+    }
+
+    fn clock(&self) -> Option<SystemTime> {
+        now()
+    }
+
+    fn phase(&self, stat: Fixed, started: Option<SystemTime>) -> Option<SystemTime> {
+        self.shared.metrics.since(stat, started)
+    }
+
+    fn count(&self, counts: Counts) {
+        self.shared.metrics.event(counts);
+    }
+
+    fn perform(&mut self, actions: Vec<lifecycle::Action>) -> Result<Flow, Skipped> {
+        self.effects.perform(self.shared, actions, self.alias_owner)
+    }
+
+    fn headers_held(&self) -> bool {
+        self.effects.headers_held
+    }
+
+    fn embed(&mut self, e: &Embeddings, inputs: &[&str]) -> Option<u32> {
+        let timeout = Duration::from_millis(e.timeout_ms as u64);
+        vectors::dispatch(e, inputs, timeout)
+            .inspect_err(|status| {
+                log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
+            })
+            .ok()
+    }
+
+    fn ask(&mut self, call: &GatingCall) -> Option<u32> {
+        let headers = call
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        host::dispatch(&call.cluster, headers, call.body.as_bytes(), call.timeout)
+            .inspect_err(|status| log::debug!("gating call to {} failed: {status:?}", call.cluster))
+            .ok()
+    }
+
+    fn backfill(&mut self, catalog: &Rc<Catalog>, entries: Vec<usize>) {
+        if let Ok(mut backfill) = self.shared.backfill.try_borrow_mut() {
+            backfill.queue(catalog, entries);
+        }
+    }
 }
 
 impl Context for Filter {
@@ -456,8 +309,8 @@ impl Context for Filter {
         let Some(shared) = self.shared.clone() else {
             return;
         };
-        if let Some(wait) = self.gating.take_if(|g| g.token == token_id) {
-            if self.on_gating(&shared, wait, num_headers, body_size) == Action::Continue {
+        if self.core.waits_for(token_id) {
+            if self.on_body_call(&shared, num_headers, body_size) == Action::Continue {
                 if let Err(status) = host::resume(host::Stream::Request) {
                     log::warn!("cannot resume the request: {status:?}");
                 }
@@ -472,7 +325,12 @@ impl Context for Filter {
             }
             return;
         }
-        if let Some(search) = self.search.as_mut().filter(|s| s.token() == Some(token_id)) {
+        if let Some(search) = self
+            .effects
+            .search
+            .as_mut()
+            .filter(|s| s.token() == Some(token_id))
+        {
             if search.on_call(&shared, token_id, num_headers, body_size) {
                 if let Err(status) = host::resume(host::Stream::Response) {
                     log::warn!("cannot resume the response: {status:?}");
@@ -480,15 +338,7 @@ impl Context for Filter {
             }
             return;
         }
-        let Some(waiting) = self.waiting.take_if(|w| w.token == token_id) else {
-            log::debug!("unexpected http call response {token_id}");
-            return;
-        };
-        if self.resume(&shared, waiting, num_headers, body_size) == Action::Continue {
-            if let Err(status) = host::resume(host::Stream::Request) {
-                log::warn!("cannot resume the request: {status:?}");
-            }
-        }
+        log::debug!("unexpected http call response {token_id}");
     }
 }
 
@@ -533,12 +383,12 @@ impl HttpContext for Filter {
         let Some(shared) = self.shared.clone() else {
             return Action::Continue;
         };
-        if self.headers_held && self.core.buffering.is_some() {
+        if self.effects.headers_held && self.core.buffering.is_some() {
             // Still held, unless the root context had to resume them (see `hold_headers`).
-            self.headers_held = shared
+            self.effects.headers_held = shared
                 .watchdog
                 .try_borrow_mut()
-                .is_ok_and(|mut w| w.body_arrived(self.context_id));
+                .is_ok_and(|mut w| w.body_arrived(self.effects.context_id));
         }
         let chunk = match shared.engine.try_borrow() {
             Ok(engine) => self
@@ -600,7 +450,7 @@ impl HttpContext for Filter {
         }
         // Search mode's response side never depends on `response_header`: with it off, the
         // client would get the model's `find_tools` call.
-        match self.search.as_mut() {
+        match self.effects.search.as_mut() {
             Some(search) => search.on_response_headers(&shared, end_of_stream),
             None => Action::Continue,
         }
@@ -620,7 +470,7 @@ impl HttpContext for Filter {
             return Action::Continue;
         };
         self.feed_shadow(&shared, self.shadow_fed, true);
-        let action = match self.search.as_mut() {
+        let action = match self.effects.search.as_mut() {
             Some(search) => search.on_response_trailers(&shared),
             None => Action::Continue,
         };
@@ -634,9 +484,9 @@ impl HttpContext for Filter {
         if let Some(shared) = self.shared.clone() {
             self.report_access(&shared);
         }
-        if let (true, Some(shared)) = (self.headers_held, &self.shared) {
+        if let (true, Some(shared)) = (self.effects.headers_held, &self.shared) {
             if let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() {
-                watchdog.ended(self.context_id);
+                watchdog.ended(self.effects.context_id);
             }
         }
     }
@@ -651,7 +501,7 @@ impl Filter {
             return Action::Continue;
         };
         self.feed_shadow(&shared, body_size, end_of_stream);
-        let action = match self.search.as_mut() {
+        let action = match self.effects.search.as_mut() {
             Some(search) => search.on_response_body(&shared, body_size, end_of_stream),
             None => Action::Continue,
         };
@@ -669,89 +519,6 @@ impl Filter {
     fn report_access(&self, shared: &Shared) {
         if let Some(grant) = &self.core.grant {
             super::audit::report(shared.access_metrics.as_ref(), grant);
-        }
-    }
-
-    /// Search mode with `search.hold_headers`: holds the request headers until the body is read,
-    /// so a `native_search` rule can add `anthropic-beta` (only the body names the model) and
-    /// the follow-ups can copy the request as the router rewrote it (a header map that was held
-    /// stays readable). That needs Envoy's `allow_on_headers_stop_iteration: true`; whether it
-    /// is set shows in the traffic (`crate::search::hold`): until a held request has shown it,
-    /// the root context's tick resumes any held request whose body does not come.
-    fn hold_headers(&mut self, shared: &Shared) -> bool {
-        let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() else {
-            return false;
-        };
-        if !watchdog.may_hold() {
-            return false;
-        }
-        if watchdog.held(self.context_id, host::now_millis()) {
-            let tick = Duration::from_millis(crate::search::hold::TICK_MS);
-            if let Err(status) = host::set_tick_period(tick) {
-                // Without the tick nothing could resume a stalled request: do not hold.
-                log::warn!("cannot start the tick that watches held requests: {status:?}");
-                watchdog.ended(self.context_id);
-                return false;
-            }
-        }
-        self.headers_held = true;
-        true
-    }
-}
-
-impl Filter {
-    /// `gating.mcp`: the verdict came (or the call failed: the request goes on without it, or
-    /// with the verdict of `gating.rules`).
-    fn on_gating(
-        &mut self,
-        shared: &Shared,
-        wait: GatingWait,
-        num_headers: usize,
-        body_size: usize,
-    ) -> Action {
-        let GatingWait {
-            reader,
-            analysis,
-            body,
-            ..
-        } = wait;
-        let answer = callout::call_answer(num_headers, body_size);
-        match self.gated(shared, Some(&answer), reader, analysis, body) {
-            Ok(Step::Done) => Action::Continue,
-            Ok(Step::Waiting | Step::Answered) => Action::Pause,
-            Err(skipped) => self.skip(shared, skipped),
-        }
-    }
-
-    /// Filter mode with `unknown_tools.answer`: once the body that goes upstream is written
-    /// (kept tools, the loop guard's notes, a claimed `tool_choice`), the response side
-    /// watches the model's answer for calls of tools the request does not carry and answers
-    /// them in follow-ups that continue that body. It replaces the access rules' guard, whose
-    /// checks it makes as well. A request for the provider's own search is left as it is.
-    fn answer_unknown(&mut self, shared: &Shared, analysis: &Analysis) {
-        if self.core.answer_headers.is_none() {
-            return;
-        }
-        let Ok(engine) = shared.engine.try_borrow() else {
-            return;
-        };
-        let sent = host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
-        let answering = self
-            .core
-            .answer_unknown(&engine.config, analysis, sent, self.headers_held);
-        if let Some(answering) = answering {
-            self.search = Some(Search::from_loop(answering));
-        }
-    }
-
-    /// A claim's `tool_choice` written into the body that goes upstream (the core says
-    /// whether and what).
-    fn claim_tool_choice(&mut self, shared: &Shared, reader: Reader) {
-        let written = || host::buffer(Buffer::RequestBody, 0, usize::MAX).unwrap_or_default();
-        if let Some(write) = self.core.claimed_tool_choice(reader, written) {
-            if self.perform(shared, vec![write]).is_err() {
-                log::warn!("cannot write the claimed tool_choice");
-            }
         }
     }
 }

@@ -41,14 +41,14 @@ impl Shared {
         crate::embeddings::Source<'a, vectors::SharedData>,
         &'a crate::config::Embeddings,
     )> {
-        let (cache, provider) = self.vectors.as_ref()?;
-        let e = config.embeddings.as_ref()?;
-        let source = crate::embeddings::Source {
-            provider,
-            model: &e.model,
-            dimensions: e.dimensions,
-            cache,
-        };
-        Some((source, e))
+        crate::lifecycle::hybrid::source(self.vectors.as_ref(), config)
+    }
+
+    /// What the body phase reads of this worker ([`crate::lifecycle::Worker`]).
+    pub(super) fn worker(&self) -> crate::lifecycle::Worker<'_, vectors::SharedData> {
+        crate::lifecycle::Worker {
+            engine: &self.engine,
+            vectors: self.vectors.as_ref(),
+        }
     }
 }

@@ -5,7 +5,9 @@
 
 use super::Ranked;
 use crate::config::{Config, Embeddings};
-use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, answer_vectors};
+use crate::embeddings::{
+    Fallback, Gathered, SharedBytes, Slot, Source, VectorCache, answer_vectors,
+};
 use crate::mcp::exchange::CallAnswer;
 use crate::pipeline::Analysis;
 
@@ -32,6 +34,24 @@ pub struct Answered {
     /// catalog entries still without a vector, for the worker's calls without a deadline
     /// (`embeddings::BackfillQueue`) while requests go on by keyword.
     pub backfill: Option<Vec<usize>>,
+}
+
+/// Where hybrid ranking's vectors come from under `config` (`vectors`: the worker's cache and
+/// the service's identity in its keys), with the embeddings settings; `None` with keyword
+/// ranking.
+pub fn source<'a, S>(
+    vectors: Option<&'a (VectorCache<S>, String)>,
+    config: &'a Config,
+) -> Option<(Source<'a, S>, &'a Embeddings)> {
+    let (cache, provider) = vectors?;
+    let e = config.embeddings.as_ref()?;
+    let source = Source {
+        provider,
+        model: &e.model,
+        dimensions: e.dimensions,
+        cache,
+    };
+    Some((source, e))
 }
 
 /// Ranks `analysis` with the cached vectors if every one is known; otherwise says which texts

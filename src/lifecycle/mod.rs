@@ -23,6 +23,7 @@ pub mod hybrid;
 pub mod outcome;
 mod response;
 mod search;
+mod steps;
 
 use crate::access::{Caller, Grant};
 use crate::config::{Config, Mode, OnError};
@@ -35,6 +36,7 @@ pub use body::{Chunk, Read, Written, loop_counts, loops_detected, noted_tools};
 pub use outcome::{Outcome, Ranked};
 pub use response::{FollowUps, Response};
 pub use search::{Remembering, SearchLoop, Searched};
+pub use steps::{BodyHost, Flow, Step, Worker};
 
 /// Which machine a request goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +180,9 @@ pub enum Action {
     /// Under access rules: every call in the answer is checked by this response-side machine
     /// ([`crate::search::respond`]) before the client gets it.
     Guard(Box<Session>),
+    /// The answer's side is this loop's from now on (search mode's, or the one answering calls
+    /// of made-up tools): it replaces the guard. `None`: nothing watches the answer.
+    Watch(Option<Box<SearchLoop>>),
     /// Holds the request headers until the body is read (`search.hold_headers`), where Envoy
     /// lets them be held ([`crate::search::hold`]).
     HoldHeaders,
@@ -249,6 +254,8 @@ pub struct Request {
     outside_kept: usize,
     /// `shadow`: the answer's calls measured against the request's ranking.
     pub shadow: Option<crate::shadow::Watch>,
+    /// Paused until a call (the gating server's, the embeddings) answers ([`steps`]).
+    pending: Option<Box<steps::Pending>>,
 }
 
 impl Request {

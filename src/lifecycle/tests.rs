@@ -1119,3 +1119,246 @@ fn a_claim_under_answer_is_answered_without_the_model() {
         Some(format!("kept=0 total={total} gating=excluded:0,claimed:send_email").as_str())
     );
 }
+
+/// The adapter's part in the body phase ([`BodyHost`]) on an Envoy that is a byte buffer: the
+/// body as the upstream gets it, the calls sent, the phases timed, the loop left watching.
+struct BodyEnvoy {
+    upstream: Upstream,
+    store: crate::embeddings::MemoryBytes,
+    /// Whether a call can be sent (Envoy refuses a dispatch to an unknown cluster).
+    sends: bool,
+    asked: Vec<String>,
+    embedded: Vec<Vec<String>>,
+    phases: std::cell::RefCell<Vec<crate::stats::Fixed>>,
+    watching: Option<Option<Box<SearchLoop>>>,
+    backfilled: usize,
+}
+
+impl BodyEnvoy {
+    fn new(sent: &[u8]) -> BodyEnvoy {
+        BodyEnvoy {
+            upstream: Upstream {
+                body: sent.to_vec(),
+                ..Upstream::default()
+            },
+            store: crate::embeddings::MemoryBytes::default(),
+            sends: true,
+            asked: Vec::new(),
+            embedded: Vec::new(),
+            phases: std::cell::RefCell::default(),
+            watching: None,
+            backfilled: 0,
+        }
+    }
+
+    fn timed(&self, phase: crate::stats::Fixed) -> bool {
+        self.phases.borrow().contains(&phase)
+    }
+}
+
+impl BodyHost for BodyEnvoy {
+    type Store = crate::embeddings::MemoryBytes;
+
+    fn request_body(&self, size: usize) -> Option<Vec<u8>> {
+        let body = &self.upstream.body;
+        Some(body.get(..size.min(body.len()))?.to_vec())
+    }
+
+    fn store(&self) -> &Self::Store {
+        &self.store
+    }
+
+    fn now_seconds(&self) -> u64 {
+        1_000
+    }
+
+    fn clock(&self) -> Option<std::time::SystemTime> {
+        Some(std::time::SystemTime::UNIX_EPOCH)
+    }
+
+    fn phase(
+        &self,
+        stat: crate::stats::Fixed,
+        started: Option<std::time::SystemTime>,
+    ) -> Option<std::time::SystemTime> {
+        self.phases.borrow_mut().push(stat);
+        started
+    }
+
+    fn count(&self, _counts: crate::stats::Counts) {}
+
+    fn perform(&mut self, actions: Vec<Action>) -> Result<Flow, Skipped> {
+        let mut flow = Flow::Continue;
+        for action in actions {
+            match action {
+                Action::Watch(search) => self.watching = Some(search),
+                Action::Reply { .. } => {
+                    flow = Flow::Pause;
+                    self.upstream.perform(vec![action]);
+                }
+                other => self.upstream.perform(vec![other]),
+            }
+        }
+        Ok(flow)
+    }
+
+    fn headers_held(&self) -> bool {
+        false
+    }
+
+    fn embed(&mut self, _e: &crate::config::Embeddings, inputs: &[&str]) -> Option<u32> {
+        self.embedded
+            .push(inputs.iter().map(|s| (*s).to_owned()).collect());
+        self.sends.then_some(10 + self.embedded.len() as u32)
+    }
+
+    fn ask(&mut self, call: &gating::GatingCall) -> Option<u32> {
+        self.asked.push(call.cluster.clone());
+        self.sends.then_some(1)
+    }
+
+    fn backfill(&mut self, _catalog: &std::rc::Rc<crate::rank::Catalog>, entries: Vec<usize>) {
+        self.backfilled += entries.len();
+    }
+}
+
+const GATED_HYBRID: &str = r#"{"top_k":3,"min_tools":3,"ranking":"hybrid",
+    "embeddings":{"cluster":"e","model":"m","max_batch":32},
+    "gating":{"mcp":{"cluster":"gating","path":"/mcp"},"claim":"tool_choice"}}"#;
+
+/// The body phase in one pass from the adapter's side: the whole body in, the gating server
+/// asked and the request paused; its verdict in, the embeddings asked and the request paused
+/// again; their answer in, the tools ranked with them and written with the claimed
+/// `tool_choice`; and the answer's headers say so. Each call's answer goes back to the step
+/// that sent it, in order.
+#[test]
+fn the_body_phase_waits_for_the_gating_server_then_the_embeddings() {
+    use crate::embeddings::{MemoryBytes, VectorCache};
+    let engine = std::cell::RefCell::new(engine(GATED_HYBRID));
+    let vectors = (
+        VectorCache::new(MemoryBytes::default(), 1000, "v."),
+        "test".to_owned(),
+    );
+    let worker = Worker {
+        engine: &engine,
+        vectors: Some(&vectors),
+    };
+    let mut request = Request::new();
+    let mut host = BodyEnvoy::new(b"");
+    host.upstream
+        .perform(headers(&engine.borrow(), &mut request, CHAT));
+    let sent = chat(TOOLS, "email the weather forecast to the team");
+    host.upstream.body = sent.clone();
+    let reader = request.buffering.unwrap();
+
+    let step = request.on_body_end(&mut host, &worker, reader, sent.len());
+    assert_eq!(step.ok(), Some(Step::Waiting));
+    assert_eq!(host.asked, ["gating"]);
+    assert!(host.embedded.is_empty(), "ranking waits for the verdict");
+    assert!(request.waits_for(1) && !request.waits_for(2));
+    assert_eq!(host.upstream.body, sent, "nothing written while waiting");
+
+    let verdict =
+        gating_answer(serde_json::json!({"exclude": ["list_pods"], "claim": "send_email"}));
+    let step = request.call_answered(&mut host, &worker, &verdict);
+    assert_eq!(step.ok(), Some(Step::Waiting));
+    assert_eq!(host.asked.len(), 1, "asked once");
+    assert_eq!(host.embedded.len(), 1);
+    assert_eq!(
+        host.embedded[0].len(),
+        1 + TOOLS.len(),
+        "the question and every tool"
+    );
+    assert!(request.waits_for(11) && !request.waits_for(1));
+
+    let vectors_answer = embeddings_answer(&host.embedded[0]);
+    let step = request.call_answered(&mut host, &worker, &vectors_answer);
+    assert_eq!(step.ok(), Some(Step::Done));
+    assert!(!request.waits_for(11), "nothing pending once done");
+    assert_eq!(host.upstream.counted(Counter::RankedHybrid), 1);
+    assert_eq!(host.upstream.counted(Counter::GatingCalls), 1);
+    assert_eq!(host.upstream.counted(Counter::Rewritten), 1);
+    let kept = host.upstream.tools();
+    assert!(kept.iter().any(|t| t == "send_email"), "{kept:?}");
+    assert!(!kept.iter().any(|t| t == "list_pods"), "{kept:?}");
+    let written: serde_json::Value = serde_json::from_slice(&host.upstream.body).unwrap();
+    assert_eq!(written["tool_choice"]["function"]["name"], "send_email");
+    assert!(
+        host.watching.is_none(),
+        "filter mode leaves the answer to the guard"
+    );
+    use crate::stats::Fixed;
+    for phase in [
+        Fixed::FilterTimeUs,
+        Fixed::PhaseReadUs,
+        Fixed::PhaseAssembleUs,
+        Fixed::PhaseHybridUs,
+        Fixed::PhaseWriteUs,
+        Fixed::PhaseAnswerUs,
+    ] {
+        assert!(host.timed(phase), "{phase:?} timed");
+    }
+    host.upstream
+        .perform(request.on_response_headers(Some(&engine.borrow().config)));
+    let header = host.upstream.recorded("x-toolsift").unwrap();
+    assert!(
+        header.contains("gating=excluded:1,claimed:send_email"),
+        "{header}"
+    );
+
+    // The same tools, another question, calls Envoy cannot send: one pass, no wait: the rules'
+    // verdict alone (none) and keyword ranking, with why.
+    let mut again = Request::new();
+    let mut host = BodyEnvoy::new(b"");
+    host.sends = false;
+    host.upstream
+        .perform(headers(&engine.borrow(), &mut again, CHAT));
+    let sent = chat(TOOLS, "scale the checkout deployment to five pods");
+    host.upstream.body = sent.clone();
+    let step = again.on_body_end(&mut host, &worker, reader, sent.len());
+    assert_eq!(step.ok(), Some(Step::Done));
+    assert_eq!((host.asked.len(), host.embedded.len()), (1, 1));
+    assert_eq!(host.upstream.counted(Counter::GatingCalls), 0);
+    assert_eq!(
+        host.upstream
+            .counted(Counter::Fallback(crate::embeddings::Fallback::Dispatch)),
+        1
+    );
+    assert_eq!(host.upstream.tools().len(), 3);
+}
+
+/// Search mode's body phase ends with its loop left watching the answer (it replaces the
+/// guard); filter mode with `unknown_tools.answer` ends with the loop answering made-up calls,
+/// built from the body as it went upstream.
+#[test]
+fn the_body_phase_leaves_the_loop_that_watches_the_answer() {
+    for (config, watching) in [
+        (r#"{"mode":"search","top_k":2,"min_tools":3}"#, true),
+        (
+            r#"{"top_k":2,"min_tools":3,"unknown_tools":{"answer":true}}"#,
+            true,
+        ),
+        (r#"{"top_k":2,"min_tools":3}"#, false),
+    ] {
+        let engine = std::cell::RefCell::new(engine(config));
+        let worker: Worker<'_, crate::embeddings::MemoryBytes> = Worker {
+            engine: &engine,
+            vectors: None,
+        };
+        let mut request = Request::new();
+        let mut host = BodyEnvoy::new(b"");
+        host.upstream
+            .perform(headers(&engine.borrow(), &mut request, CHAT));
+        let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
+        host.upstream.body = sent.clone();
+        let reader = request.buffering.unwrap();
+        let step = request.on_body_end(&mut host, &worker, reader, sent.len());
+        assert_eq!(step.ok(), Some(Step::Done), "{config}");
+        assert_eq!(
+            host.watching.as_ref().is_some_and(|w| w.is_some()),
+            watching,
+            "{config}"
+        );
+        assert_ne!(host.upstream.body, sent, "{config}: written");
+    }
+}
