@@ -1,7 +1,8 @@
 //! An LLM route's body phase: the body read ([`Request::on_body`]: a Responses id alias
 //! resolved, the request's connectors governed, its tools analysed, a request refused whole by
 //! access rules answered) and the selection written ([`Request::apply`], filter mode). Between
-//! the two the adapter ranks: hybrid ranking and `_tool_gating` may wait for a call.
+//! the two come `_tool_gating` and ranking, either of which may wait for a call; `steps.rs`
+//! runs them in order.
 
 use super::{Action, Counter, Outcome, Ranked, Request};
 use crate::access::Surface;

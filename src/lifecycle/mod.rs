@@ -14,7 +14,9 @@
 //! selection written ([`Request::apply`]), or search mode's first request planned and its loop
 //! handed over ([`Request::plan_search`]), here too; between the two, `_tool_gating` has its
 //! say ([`gating`]: the call to send, a claim answered, the verdict applied) and hybrid
-//! ranking says which texts to embed and ranks with the answer ([`hybrid`]). The response side
+//! ranking says which texts to embed and ranks with the answer ([`hybrid`]).
+//! [`Request::on_body_end`] runs these steps in order, paused while a call is out and taken on
+//! by its answer ([`Request::call_answered`]). The response side
 //! around the search loop, the guard or the answers to made-up calls is [`Response`].
 
 mod body;
