@@ -111,10 +111,7 @@ fn recorded_shapes_pass_untouched_in_every_mode() {
 #[test]
 fn without_the_search_tool_the_request_is_filtered() {
     let gw = Gateway::start(r#"{"top_k":1,"min_tools":0}"#);
-    let (path, _, body) = fixtures()
-        .into_iter()
-        .find(|(_, name, _)| name == "native-search-regex.request.json")
-        .unwrap();
+    let (path, body) = fixture("native-search-regex.request.json");
     let mut plain: Value = serde_json::from_str(&body).unwrap();
     plain["tools"].as_array_mut().unwrap().remove(0);
     let r = gw.post(
@@ -126,26 +123,35 @@ fn without_the_search_tool_the_request_is_filtered() {
     assert_eq!(gw.stat("toolsift.skipped.native_search"), 0);
 }
 
+/// The recorded native-search request `name`: its API path and body.
+fn fixture(name: &str) -> (&'static str, String) {
+    let (path, _, body) = fixtures().into_iter().find(|(_, n, _)| n == name).unwrap();
+    (path, body)
+}
+
+/// A gateway in `mode` under access rules whose `weather` group (`x-group`) may use
+/// Anthropic's regex search and `get_weather`, nothing else.
+fn weather_caller_gateway(mode: &str) -> Gateway {
+    let config = json!({
+        "mode": mode,
+        "min_tools": 0,
+        "access": {
+            "identity": [{"header": "x-group"}],
+            "default": "deny",
+            "rules": [{"when": ["weather"], "allow": ["tool_search_tool_regex", "get_weather"]}]
+        }
+    });
+    Gateway::start(&config.to_string())
+}
+
 /// Under access rules a denied tool never reaches the model, native search or not: it leaves
 /// the request, and every other byte (the provider's search tool, the deferred tools the
 /// caller may use, the history) is the client's. Filter and search mode alike.
 #[test]
 fn access_rules_still_remove_denied_tools() {
-    let (path, _, body) = fixtures()
-        .into_iter()
-        .find(|(_, name, _)| name == "native-search-server-result.request.json")
-        .unwrap();
+    let (path, body) = fixture("native-search-server-result.request.json");
     for mode in ["filter", "search"] {
-        let config = json!({
-            "mode": mode,
-            "min_tools": 0,
-            "access": {
-                "identity": [{"header": "x-group"}],
-                "default": "deny",
-                "rules": [{"when": ["weather"], "allow": ["tool_search_tool_regex", "get_weather"]}]
-            }
-        });
-        let gw = Gateway::start(&config.to_string());
+        let gw = weather_caller_gateway(mode);
         http(gw.upstream.port, "POST", "/scripted/log/reset", &[], b"");
         let headers = [
             ("x-demo-model", "scripted"),
@@ -171,5 +177,36 @@ fn access_rules_still_remove_denied_tools() {
         assert_eq!(gw.stat("toolsift.search.native"), 1, "{mode}");
         assert_eq!(gw.stat("toolsift.access.denied.tools"), 1, "{mode}");
         assert_eq!(gw.stat("toolsift.skipped.native_search"), 0, "{mode}");
+    }
+}
+
+/// Under access rules the answer to a request that carries the provider's own tool search is
+/// checked like any other: a model's call of a tool its caller may not use (one a history
+/// suggests, or made up: the scripted model's `x-demo-call`) is taken out before the client
+/// gets it. Filter and search mode alike: search mode hands such a request to the
+/// provider and runs no loop of its own, so the access rules' guard stays on the answer.
+#[test]
+fn a_denied_call_in_a_native_search_answer_is_refused() {
+    let (path, body) = fixture("native-search-regex.request.json");
+    for mode in ["filter", "search"] {
+        let gw = weather_caller_gateway(mode);
+        let headers = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", "get_weather"),
+            ("x-demo-call", "get_weather,search_files"),
+            ("x-group", "weather"),
+        ];
+        let r = gw.post(path, &headers, body.as_bytes());
+        assert_eq!(r.status, 200, "{mode}: {}", r.text());
+        let answer: Value = serde_json::from_slice(&r.body).unwrap();
+        let called: Vec<&str> = answer["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|block| block["type"] == "tool_use")
+            .filter_map(|block| block["name"].as_str())
+            .collect();
+        assert_eq!(called, ["get_weather"], "{mode}: {answer}");
+        assert_eq!(gw.stat("toolsift.access.denied.call"), 1, "{mode}");
     }
 }

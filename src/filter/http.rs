@@ -176,7 +176,7 @@ impl Effects {
                     ));
                 }
                 lifecycle::Action::Watch(search) => {
-                    self.search = search.map(Search::from_loop);
+                    self.search = Some(Search::from_loop(search));
                 }
                 lifecycle::Action::HoldHeaders => {
                     if self.hold_headers(shared) {

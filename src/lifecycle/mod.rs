@@ -183,8 +183,8 @@ pub enum Action {
     /// ([`crate::search::respond`]) before the client gets it.
     Guard(Box<Session>),
     /// The answer's side is this loop's from now on (search mode's, or the one answering calls
-    /// of made-up tools): it replaces the guard. `None`: nothing watches the answer.
-    Watch(Option<Box<SearchLoop>>),
+    /// of made-up tools): it replaces the guard, whose checks it makes as well.
+    Watch(Box<SearchLoop>),
     /// Holds the request headers until the body is read (`search.hold_headers`), where Envoy
     /// lets them be held ([`crate::search::hold`]).
     HoldHeaders,

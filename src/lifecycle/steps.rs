@@ -328,9 +328,12 @@ impl Request {
         drop(engine);
         if let Searched::Planned { actions, search } = searched {
             host.perform(actions)?;
-            // Search mode's machine replaces the access rules' guard. When the provider
-            // searches (`search` is `None`), nothing watches the answer, the guard included.
-            host.perform(vec![Action::Watch(search)])?;
+            // Search mode's own loop replaces the access rules' guard (it checks calls the
+            // same way). When the provider searches there is no loop: the guard, if any,
+            // stays on the answer.
+            if let Some(search) = search {
+                host.perform(vec![Action::Watch(search)])?;
+            }
             return Ok(());
         }
         // `toolsift.phase.write_us`: the rewrite and its write into Envoy's buffer, not the
@@ -384,7 +387,7 @@ impl Request {
         if let Some(answering) = self.answer_unknown(&engine.config, analysis, sent, held) {
             drop(engine);
             // Watching cannot fail: nothing of Envoy's is changed.
-            let _ = host.perform(vec![Action::Watch(Some(answering))]);
+            let _ = host.perform(vec![Action::Watch(answering)]);
         }
     }
 }
