@@ -1130,38 +1130,151 @@ const LIFECYCLE_PATHS: [&str; 8] = [
 ];
 
 /// The configurations `lifecycle`'s second byte picks from: filter mode with the loop guard
-/// and the answer to made-up calls, search mode with memory and a native-search rule, and
-/// access rules (the caller from `x-group`).
-const LIFECYCLE_CONFIGS: [&str; 3] = [
-    r#"{"top_k": 1, "min_tools": 0, "debug": true, "shadow": {"sample": 0.5},
+/// and the answer to made-up calls, search mode with memory and a native-search rule, access
+/// rules (the caller from `x-group`), hybrid ranking after a gating server's verdict with a
+/// rule's, and a gating server whose claims the gateway answers itself. With each, whether a
+/// local 200 may answer the request (a claim answered without the model).
+const LIFECYCLE_CONFIGS: [(&str, bool); 5] = [
+    (
+        r#"{"top_k": 1, "min_tools": 0, "debug": true, "shadow": {"sample": 0.5},
         "loop_guard": {"repeats": 2, "window": 2, "note": {"text": "stop {tool}"}},
         "unknown_tools": {"answer": true}}"#,
-    r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "hold_headers": true,
+        false,
+    ),
+    (
+        r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "hold_headers": true,
         "memory": {"session": {"header": "x-session"}},
         "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]}}"#,
-    r#"{"top_k": 2, "min_tools": 0, "access": {"identity": [{"header": "x-group"}],
+        false,
+    ),
+    (
+        r#"{"top_k": 2, "min_tools": 0, "access": {"identity": [{"header": "x-group"}],
         "default": "deny", "unknown_paths": "deny",
         "rules": [{"when": ["ops"], "allow": ["get_*", "list_*"]},
                   {"when": ["all"], "allow": ["*"]}]}}"#,
+        false,
+    ),
+    (
+        r#"{"top_k": 2, "min_tools": 0, "ranking": "hybrid",
+        "embeddings": {"cluster": "embeddings", "model": "m", "max_batch": 4},
+        "gating": {"mcp": {"cluster": "gating", "path": "/mcp"}, "claim": "tool_choice",
+        "rules": [{"when": {"words": ["weather"]}, "exclude": ["get_*"]}]}}"#,
+        false,
+    ),
+    (
+        r#"{"min_tools": 0, "unknown_tools": {"answer": true},
+        "gating": {"mcp": {"cluster": "gating", "path": "/mcp"}, "claim": "answer"}}"#,
+        true,
+    ),
 ];
+
+/// The adapter's side of an LLM route's body phase, recorded: the body the upstream would
+/// get, checked at every change, and the calls sent.
+struct LifecycleEnvoy {
+    upstream: Vec<u8>,
+    store: toolsift::embeddings::MemoryBytes,
+    /// Statuses a local reply may have under the configuration.
+    replies: &'static [u16],
+    replied: bool,
+    calls: u32,
+}
+
+impl LifecycleEnvoy {
+    /// Performs `actions` on the recorded upstream: a body replacement drains no more than
+    /// the body holds; a local reply has an expected status and a JSON body.
+    fn check(&mut self, actions: &[toolsift::lifecycle::Action]) {
+        use toolsift::lifecycle::Action;
+        for action in actions {
+            match action {
+                Action::ReplaceBody { drain, bytes } => {
+                    let held = self.upstream.len();
+                    assert!(*drain <= held, "drains {drain} of {held}");
+                    self.upstream.splice(..*drain, bytes.iter().copied());
+                }
+                Action::Reply { status, body } => {
+                    assert!(self.replies.contains(status), "replied {status}");
+                    assert!(is_json(body), "a reply that is not JSON: {body}");
+                    self.replied = true;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl toolsift::lifecycle::BodyHost for LifecycleEnvoy {
+    type Store = toolsift::embeddings::MemoryBytes;
+
+    fn request_body(&self, size: usize) -> Option<Vec<u8>> {
+        Some(self.upstream[..size.min(self.upstream.len())].to_vec())
+    }
+    fn store(&self) -> &Self::Store {
+        &self.store
+    }
+    fn now_seconds(&self) -> u64 {
+        1_000
+    }
+    fn clock(&self) -> Option<std::time::SystemTime> {
+        None
+    }
+    fn phase(
+        &self,
+        _stat: toolsift::stats::Fixed,
+        _started: Option<std::time::SystemTime>,
+    ) -> Option<std::time::SystemTime> {
+        None
+    }
+    fn count(&self, _counts: toolsift::stats::Counts) {}
+    fn perform(
+        &mut self,
+        actions: Vec<toolsift::lifecycle::Action>,
+    ) -> Result<toolsift::lifecycle::Flow, toolsift::pipeline::Skipped> {
+        self.check(&actions);
+        Ok(if self.replied {
+            toolsift::lifecycle::Flow::Pause
+        } else {
+            toolsift::lifecycle::Flow::Continue
+        })
+    }
+    fn headers_held(&self) -> bool {
+        true
+    }
+    fn embed(&mut self, _e: &toolsift::config::Embeddings, inputs: &[&str]) -> Option<u32> {
+        assert!(!inputs.is_empty(), "an embeddings call of nothing");
+        self.calls += 1;
+        Some(self.calls)
+    }
+    fn ask(&mut self, call: &toolsift::lifecycle::gating::GatingCall) -> Option<u32> {
+        assert!(is_json(&call.body), "a gating call that is not JSON");
+        self.calls += 1;
+        Some(self.calls)
+    }
+    fn backfill(&mut self, _catalog: &std::rc::Rc<toolsift::rank::Catalog>, _entries: Vec<usize>) {}
+}
 
 /// One request through the core's entry (`toolsift::lifecycle`), event by event as the adapter
 /// drives it: the headers (path and configuration from the first two bytes, the caller from
-/// the third), the body (the rest), then filter mode's write or search mode's plan, and the
-/// answer's headers. Nothing panics; a body replacement drains no more than the body holds,
-/// and leaves JSON where the client sent JSON; a local reply is a 400, 403 or 404 with a JSON
-/// body; what the answer's headers would say is a valid header value.
+/// the third), the whole body (the rest up to a 0xFF byte), the body phase
+/// (`Request::on_body_end`) and, while it waits for a call (the gating server, the
+/// embeddings), the call's answer (the next part after a 0xFF; none left: no response), then
+/// the answer's headers. Nothing panics; a body replacement drains no more than the body
+/// holds, and leaves JSON where the client sent JSON; a local reply is a 400, 403 or 404 (or a
+/// claim's 200) with a JSON body; the calls sent are JSON; what the answer's headers would say
+/// is a valid header value.
 pub fn lifecycle(data: &[u8]) {
-    use toolsift::embeddings::MemoryBytes;
-    use toolsift::lifecycle::{Action, Head, Read, Request, Searched};
-    let [path, config, caller, body @ ..] = data else {
+    use toolsift::embeddings::{MemoryBytes, VectorCache};
+    use toolsift::lifecycle::{Action, Head, Request, Step, Worker};
+    use toolsift::mcp::exchange::CallAnswer;
+    let [path, config, caller, rest @ ..] = data else {
         return;
     };
+    let mut parts = rest.split(|b| *b == 0xFF);
+    let body = parts.next().unwrap_or_default();
     let path = LIFECYCLE_PATHS[usize::from(*path) % LIFECYCLE_PATHS.len()];
-    let config = LIFECYCLE_CONFIGS[usize::from(*config) % LIFECYCLE_CONFIGS.len()];
+    let (config, claims) = LIFECYCLE_CONFIGS[usize::from(*config) % LIFECYCLE_CONFIGS.len()];
     let group = ["ops", "all", "nobody"][usize::from(*caller) % 3];
     let config = Config::from_json(config.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    let mut engine = Engine::new(config);
+    let engine = std::cell::RefCell::new(Engine::new(config));
     let length = body.len().to_string();
     let headers = HeaderMap::new(toolsift::pairs::encode(&[
         (&b":method"[..], &b"POST"[..]),
@@ -1171,7 +1284,7 @@ pub fn lifecycle(data: &[u8]) {
         (b"x-group", group.as_bytes()),
         (b"x-session", b"s1"),
     ]));
-    let identity = engine.policy().map(|policy| {
+    let identity = engine.borrow().policy().map(|policy| {
         let caller = policy.caller(|n| headers.get(n), |_, _| Vec::new());
         (policy.grant(&caller), caller)
     });
@@ -1182,64 +1295,61 @@ pub fn lifecycle(data: &[u8]) {
         end_of_stream: body.is_empty(),
         identity,
     };
-    let mut upstream = body.to_vec();
-    let was_json = body_text(body).is_ok_and(is_json);
-    let check = |actions: &[Action], upstream: &mut Vec<u8>| {
-        for action in actions {
-            match action {
-                Action::ReplaceBody { drain, bytes } => {
-                    assert!(
-                        *drain <= upstream.len(),
-                        "drains {drain} of {}",
-                        upstream.len()
-                    );
-                    upstream.splice(..*drain, bytes.iter().copied());
-                }
-                Action::Reply { status, body } => {
-                    assert!([400, 403, 404].contains(status), "replied {status}");
-                    assert!(is_json(body), "a reply that is not JSON: {body}");
-                }
-                _ => {}
-            }
-        }
+    let mut host = LifecycleEnvoy {
+        upstream: body.to_vec(),
+        store: MemoryBytes::default(),
+        replies: if claims {
+            &[200, 400, 403, 404]
+        } else {
+            &[400, 403, 404]
+        },
+        replied: false,
+        calls: 0,
     };
-    let actions = request.on_headers(&engine, head, Some(&mut sampler));
-    check(&actions, &mut upstream);
+    let was_json = body_text(body).is_ok_and(is_json);
+    let actions = request.on_headers(&engine.borrow(), head, Some(&mut sampler));
+    host.check(&actions);
     if let Some(reader) = request.buffering {
-        let store = MemoryBytes::default();
-        let mut read_body = body.to_vec();
-        match request.on_body(&mut engine, reader, &mut read_body, &store, 1_000) {
-            Read::Analysed {
-                actions,
-                mut analysis,
-            } => {
-                check(&actions, &mut upstream);
-                // What the body phase read (a Responses alias may have been resolved in it).
-                upstream.clone_from(&read_body);
-                let ranked = toolsift::lifecycle::Ranked::Keyword;
-                let searched = request
-                    .plan_search(&engine, &analysis, &read_body, ranked, true, &store, 1_000);
-                let actions = match searched {
-                    Ok(Searched::Planned { actions, .. }) => Ok(actions),
-                    Ok(Searched::Filter) => {
-                        request.apply(&engine.config, &mut analysis, &read_body, ranked)
-                    }
-                    Err(skipped) => Ok(request.skip(Some(&engine.config), skipped)),
-                };
-                let actions =
-                    actions.unwrap_or_else(|skipped| request.skip(Some(&engine.config), skipped));
-                check(&actions, &mut upstream);
-                if was_json {
-                    let sent = std::str::from_utf8(&upstream).expect("UTF-8 upstream");
-                    assert!(is_json(sent), "the upstream gets what is not JSON: {sent}");
-                }
+        let vectors = (
+            VectorCache::new(MemoryBytes::default(), 1 << 20, "v."),
+            "fuzz".to_owned(),
+        );
+        let worker = Worker {
+            engine: &engine,
+            vectors: Some(&vectors),
+        };
+        let mut step = request.on_body_end(&mut host, &worker, reader, body.len());
+        // At most a gating call and an embeddings call.
+        for _ in 0..2 {
+            if !matches!(step, Ok(Step::Waiting)) {
+                break;
             }
-            Read::Skipped { actions, .. } | Read::Answered(actions) => {
-                check(&actions, &mut upstream);
-            }
+            assert!(request.waits_for(host.calls), "waits for the call it sent");
+            let answer = match parts.next() {
+                Some(bytes) => CallAnswer {
+                    status: Some(200),
+                    content_type: "application/json".to_owned(),
+                    body: bytes.to_vec(),
+                },
+                None => CallAnswer {
+                    status: None,
+                    content_type: String::new(),
+                    body: Vec::new(),
+                },
+            };
+            step = request.call_answered(&mut host, &worker, &answer);
+        }
+        assert!(!matches!(step, Ok(Step::Waiting)), "waits for a third call");
+        if let Err(skipped) = step {
+            let actions = request.skip(Some(&engine.borrow().config), skipped);
+            host.check(&actions);
+        }
+        if was_json && !host.replied {
+            let sent = std::str::from_utf8(&host.upstream).expect("UTF-8 upstream");
+            assert!(is_json(sent), "the upstream gets what is not JSON: {sent}");
         }
     }
-    for action in request.on_response_headers(Some(&engine.config)) {
+    for action in request.on_response_headers(Some(&engine.borrow().config)) {
         if let Action::AddResponseHeader { value, .. } | Action::RecordFilterState { value, .. } =
             action
         {
