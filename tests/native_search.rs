@@ -182,8 +182,8 @@ fn access_rules_still_remove_denied_tools() {
 
 /// Under access rules the answer to a request that carries the provider's own tool search is
 /// checked like any other: a model's call of a tool its caller may not use (one a history
-/// suggests, or made up: the scripted model's `x-demo-call`) is taken out before the client
-/// gets it. Filter and search mode alike: search mode hands such a request to the
+/// suggests, or made up: the scripted model's `x-demo-call`) is replaced by a refusal in words
+/// before the client gets it. Filter and search mode alike: search mode hands such a request to the
 /// provider and runs no loop of its own, so the access rules' guard stays on the answer.
 #[test]
 fn a_denied_call_in_a_native_search_answer_is_refused() {
@@ -207,6 +207,10 @@ fn a_denied_call_in_a_native_search_answer_is_refused() {
             .filter_map(|block| block["name"].as_str())
             .collect();
         assert_eq!(called, ["get_weather"], "{mode}: {answer}");
+        assert!(
+            r.text().contains("Tool `search_files` is not available."),
+            "{mode}: {answer}"
+        );
         assert_eq!(gw.stat("toolsift.access.denied.call"), 1, "{mode}");
     }
 }
