@@ -509,6 +509,31 @@ impl BackfillQueue {
         Some((catalog, entries))
     }
 
+    /// Sends every call the caps allow ([`BackfillQueue::next_call`]) through `dispatch`,
+    /// which gets a call's texts and returns its token (`None`: it could not be sent, and the
+    /// catalog's fetch ends). Returns how many calls and texts were sent.
+    pub fn send(
+        &mut self,
+        max_calls: usize,
+        max_batch: usize,
+        mut dispatch: impl FnMut(&[&str]) -> Option<u32>,
+    ) -> (usize, usize) {
+        let (mut calls, mut inputs) = (0, 0);
+        while let Some((catalog, entries)) = self.next_call(max_calls, max_batch) {
+            let texts = tool_texts(&catalog, &entries);
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            match dispatch(&refs) {
+                Some(token) => {
+                    calls += 1;
+                    inputs += refs.len();
+                    self.sent(token, catalog, entries);
+                }
+                None => self.not_sent(&catalog),
+            }
+        }
+        (calls, inputs)
+    }
+
     /// The call for `entries` of `catalog` went out as `token`.
     pub fn sent(&mut self, token: u32, catalog: Rc<Catalog>, entries: Vec<usize>) {
         self.in_flight.insert(token, (catalog, entries));
@@ -786,6 +811,32 @@ mod tests {
         let (fifth, e5) = q.next_call(2, 32).unwrap();
         assert!(Rc::ptr_eq(&fifth, &a) && e5.len() == 6);
         assert!(q.pending(9).is_none());
+    }
+
+    /// What the root context sends on its tick: every call the caps allow, each with its
+    /// tools' texts; a call that cannot be sent ends its catalog's fetch.
+    #[test]
+    fn the_queue_sends_what_the_caps_allow() {
+        let (a, b) = (Rc::new(catalog(40)), Rc::new(catalog(3)));
+        let mut q = BackfillQueue::default();
+        assert!(q.queue(&a, (0..40).collect()));
+        assert!(q.queue(&b, (0..3).collect()));
+        let mut sent = Vec::new();
+        let (calls, inputs) = q.send(2, 32, |texts| {
+            sent.push(texts.len());
+            Some(sent.len() as u32)
+        });
+        assert_eq!((calls, inputs), (2, 35));
+        assert_eq!(sent, [32, 3]);
+        assert_eq!(q.pending(2).map(|(_, e)| e), Some(vec![0, 1, 2]));
+        assert_eq!(q.send(2, 32, |_| Some(9)), (0, 0), "two in flight: the cap");
+        assert!(q.answered(1, true), "a's last 8 wait");
+        assert_eq!(q.send(2, 32, |_| None), (0, 0));
+        assert!(
+            !q.answered(2, true),
+            "a's fetch ended when its call could not be sent"
+        );
+        assert!(!a.fetching() && !b.fetching());
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! another's.
 
 use super::host::{self, Buffer, Headers};
-use crate::embeddings::{Fallback, answer_vectors};
 use crate::mcp::exchange::CallAnswer;
 
 /// The `:status` of the current `on_http_call_response`, `None` when the call got no response
@@ -17,18 +16,6 @@ pub fn call_status(num_headers: usize) -> Option<String> {
     host::header_text(Headers::CallResponse, ":status")
         .ok()
         .flatten()
-}
-
-/// The vectors of the embeddings answer of the current `on_http_call_response`, or why there
-/// are none.
-pub fn read_answer(
-    num_headers: usize,
-    body_size: usize,
-    inputs: usize,
-    dimensions: Option<usize>,
-) -> Result<Vec<Vec<f32>>, Fallback> {
-    let answer = embeddings_answer(num_headers, body_size);
-    answer_vectors(answer.status, &answer.body, inputs, dimensions)
 }
 
 /// The embeddings answer of the current `on_http_call_response`: its status and body (its

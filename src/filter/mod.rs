@@ -101,22 +101,14 @@ impl Context for Root {
         else {
             return;
         };
+        let answer = callout::embeddings_answer(num_headers, body_size);
         let ok = shared.engine.try_borrow().is_ok_and(|engine| {
             let Some((source, e)) = shared.hybrid(&engine.config) else {
                 return false;
             };
-            let known = catalog.known_dimensions();
-            match callout::read_answer(
-                num_headers,
-                body_size,
-                entries.len(),
-                e.dimensions.or(known),
-            ) {
-                Ok(vectors) => {
-                    source.fill_tools(&catalog, &entries, vectors);
-                    shared
-                        .metrics
-                        .add(Fixed::EmbeddingsBackfilled, entries.len());
+            match crate::lifecycle::hybrid::backfilled(&source, e, &catalog, &entries, &answer) {
+                Ok(stored) => {
+                    shared.metrics.add(Fixed::EmbeddingsBackfilled, stored);
                     true
                 }
                 Err(reason) => {

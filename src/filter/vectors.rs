@@ -3,7 +3,7 @@
 
 use super::host::{self, HostError, HostResult};
 use crate::config::Embeddings;
-use crate::embeddings::{BackfillQueue, SharedBytes, request_body, tool_texts};
+use crate::embeddings::{BackfillQueue, SharedBytes, request_body};
 use crate::rank::Catalog;
 use std::rc::Rc;
 use std::time::Duration;
@@ -77,27 +77,16 @@ impl Backfill {
     }
 
     /// Sends what the caps allow (on the root context's tick), `max_batch` tools per call.
-    /// Returns how many calls and inputs.
+    /// Returns how many calls and inputs. The root's tick stops unless something else needs
+    /// it: the next one comes when a call answers and frees a slot.
     pub fn send(&mut self, e: &Embeddings) -> (usize, usize) {
-        let (mut calls, mut inputs) = (0, 0);
-        while let Some((catalog, entries)) = self.0.next_call(e.max_background_calls, e.max_batch) {
-            let texts = tool_texts(&catalog, &entries);
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            match dispatch(e, &refs, BACKGROUND_TIMEOUT) {
-                Ok(token) => {
-                    calls += 1;
-                    inputs += refs.len();
-                    self.0.sent(token, catalog, entries);
-                }
-                Err(status) => {
+        self.0.send(e.max_background_calls, e.max_batch, |texts| {
+            dispatch(e, texts, BACKGROUND_TIMEOUT)
+                .inspect_err(|status| {
                     log::debug!("background embeddings call failed: {status:?}");
-                    self.0.not_sent(&catalog);
-                }
-            }
-        }
-        // The root's tick stops unless something else needs it: the next one comes when a
-        // call answers and frees a slot.
-        (calls, inputs)
+                })
+                .ok()
+        })
     }
 
     /// The catalog and tool entries of the call `token`, if it is one of ours.

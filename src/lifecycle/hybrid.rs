@@ -10,6 +10,7 @@ use crate::embeddings::{
 };
 use crate::mcp::exchange::CallAnswer;
 use crate::pipeline::Analysis;
+use crate::rank::Catalog;
 
 /// How a hybrid-ranked request starts.
 pub enum Start {
@@ -52,6 +53,23 @@ pub fn source<'a, S>(
         cache,
     };
     Some((source, e))
+}
+
+/// The answer of a background call (sent on the worker's tick, see
+/// [`crate::embeddings::BackfillQueue`]) for `entries` of `catalog`: their vectors cached
+/// (`Ok`: how many), or why none was. Vectors must have the configured size, or the size of
+/// those the catalog already has.
+pub fn backfilled<S: SharedBytes>(
+    source: &Source<'_, S>,
+    e: &Embeddings,
+    catalog: &Catalog,
+    entries: &[usize],
+    answer: &CallAnswer,
+) -> Result<usize, Fallback> {
+    let expected = e.dimensions.or(catalog.known_dimensions());
+    let vectors = answer_vectors(answer.status, &answer.body, entries.len(), expected)?;
+    source.fill_tools(catalog, entries, vectors);
+    Ok(entries.len())
 }
 
 /// Ranks `analysis` with the cached vectors if every one is known; otherwise says which texts

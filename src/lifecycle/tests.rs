@@ -903,24 +903,47 @@ fn embeddings_answer(inputs: &[String]) -> crate::mcp::exchange::CallAnswer {
     }
 }
 
+/// An engine with hybrid ranking (`top_k` 2; the embeddings settings `cluster` and `model`
+/// with `extra`'s), its embeddings settings, and an empty vector cache.
+fn hybrid_engine(
+    extra: &str,
+) -> (
+    Engine,
+    crate::config::Embeddings,
+    crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
+) {
+    let mut embeddings: serde_json::Value = serde_json::from_str(extra).unwrap();
+    embeddings["cluster"] = "e".into();
+    embeddings["model"] = "m".into();
+    let config = serde_json::json!({"top_k": 2, "min_tools": 3, "ranking": "hybrid",
+        "embeddings": embeddings});
+    let engine = engine(&config.to_string());
+    let e = engine.config.embeddings.clone().unwrap();
+    let cache = crate::embeddings::VectorCache::new(Default::default(), 1000, "v.");
+    (engine, e, cache)
+}
+
+/// Where hybrid ranking's vectors come from, in `cache` under `e`.
+fn vector_source<'a>(
+    e: &'a crate::config::Embeddings,
+    cache: &'a crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
+) -> crate::embeddings::Source<'a, crate::embeddings::MemoryBytes> {
+    crate::embeddings::Source {
+        provider: "test",
+        model: &e.model,
+        dimensions: e.dimensions,
+        cache,
+    }
+}
+
 /// Hybrid ranking in the body phase: a new catalog's first request asks for its question's
 /// and its tools' vectors in one call and is ranked with the answer; the next request with
 /// the same tools is ranked from the cache at once; a call that timed out with tools in it
 /// leaves them to the background fetch, and the request goes on by keyword.
 #[test]
 fn hybrid_ranking_waits_for_one_call_then_ranks_from_the_cache() {
-    use crate::embeddings::{MemoryBytes, Source, VectorCache};
-    let config = r#"{"top_k":2,"min_tools":3,"ranking":"hybrid",
-        "embeddings":{"cluster":"e","model":"m","max_batch":32}}"#;
-    let mut engine = engine(config);
-    let e = engine.config.embeddings.clone().unwrap();
-    let cache = VectorCache::new(MemoryBytes::default(), 1000, "v.");
-    let source = Source {
-        provider: "test",
-        model: &e.model,
-        dimensions: e.dimensions,
-        cache: &cache,
-    };
+    let (mut engine, e, cache) = hybrid_engine(r#"{"max_batch":32}"#);
+    let source = vector_source(&e, &cache);
     let mut request = Request::new();
     headers(&engine, &mut request, CHAT);
     let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
@@ -1357,4 +1380,38 @@ fn the_body_phase_leaves_the_loop_that_watches_the_answer() {
         assert_eq!(host.watching.is_some(), watching, "{config}");
         assert_ne!(host.upstream.body, sent, "{config}: written");
     }
+}
+
+/// A background call's answer for a new catalog's tools: their vectors cached, so that the
+/// catalog's next request needs only its question embedded; an answer of another size is
+/// never cached.
+#[test]
+fn a_background_answer_fills_the_catalogs_tool_vectors() {
+    use crate::embeddings::{Fallback, tool_texts};
+    let (mut engine, e, cache) = hybrid_engine(r#"{"dimensions":8}"#);
+    let source = vector_source(&e, &cache);
+    let mut request = Request::new();
+    headers(&engine, &mut request, CHAT);
+    let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
+    let (_, analysis, _) = analysed(&mut engine, &mut request, &sent);
+    let catalog = &analysis.catalog;
+    let entries: Vec<usize> = (0..TOOLS.len()).collect();
+    let texts = tool_texts(catalog, &entries);
+    let mut nine = embeddings_answer(&texts);
+    let data: Vec<_> = (0..texts.len())
+        .map(|index| serde_json::json!({"index": index, "embedding": vec![0.5; 9]}))
+        .collect();
+    nine.body = serde_json::json!({ "data": data }).to_string().into_bytes();
+    assert_eq!(
+        hybrid::backfilled(&source, &e, catalog, &entries, &nine),
+        Err(Fallback::Dimensions),
+        "nine numbers where eight are configured"
+    );
+    assert_eq!(source.gather(catalog, "q").missing_tools.len(), TOOLS.len());
+    let answer = embeddings_answer(&texts);
+    assert_eq!(
+        hybrid::backfilled(&source, &e, catalog, &entries, &answer),
+        Ok(TOOLS.len())
+    );
+    assert!(source.gather(catalog, "q").missing_tools.is_empty());
 }
