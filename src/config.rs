@@ -826,6 +826,12 @@ impl Config {
             .transpose()
     }
 
+    /// Whether the MCP stats are defined: with `mcp`, or with `gating` (`_tool_gating`'s
+    /// counters are among them).
+    pub fn counts_mcp(&self) -> bool {
+        self.mcp.is_some() || self.gating.is_some()
+    }
+
     /// The `access` section compiled, `None` without one; an error names the field.
     pub fn policy(&self) -> Result<Option<crate::access::Policy>, ConfigError> {
         let policy = self

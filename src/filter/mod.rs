@@ -20,7 +20,6 @@ mod suggestions;
 mod vectors;
 
 use crate::config::Config;
-use crate::embeddings::VectorCache;
 use crate::pipeline::Engine;
 use crate::stats::Fixed;
 use metrics::Metrics;
@@ -150,9 +149,7 @@ impl RootContext for Root {
                 return false;
             }
         };
-        // The MCP stats only with `mcp` or `gating` (`_tool_gating`'s counters are among them).
-        let mcp = config.mcp.is_some() || config.gating.is_some();
-        let metrics = match Metrics::define(mcp) {
+        let metrics = match Metrics::define(config.counts_mcp()) {
             Ok(metrics) => metrics,
             Err(status) => {
                 log::error!("cannot define stats: {status:?}");
@@ -177,13 +174,7 @@ impl RootContext for Root {
             config.min_tools,
             config.ranking
         );
-        let vectors = match (&config.ranking, &config.embeddings) {
-            (crate::config::Ranking::Hybrid, Some(e)) => Some((
-                VectorCache::new(vectors::SharedData, e.cache_size, "toolsift.vectors."),
-                format!("{}|{}|{}", e.cluster, e.authority(), e.path),
-            )),
-            _ => None,
-        };
+        let vectors = crate::lifecycle::hybrid::worker_vectors(&config, vectors::SharedData);
         let mcp_cache = RefCell::new(mcp::cache(&config));
         let refresh = config
             .suggestions

@@ -37,6 +37,22 @@ pub struct Answered {
     pub backfill: Option<Vec<usize>>,
 }
 
+/// A worker's vector cache over `store` and the embeddings service's identity in its keys
+/// (cluster, authority and path: vectors from another service are never mixed in), with
+/// hybrid ranking; `None` with keyword ranking.
+pub fn worker_vectors<S: SharedBytes>(
+    config: &Config,
+    store: S,
+) -> Option<(VectorCache<S>, String)> {
+    match (&config.ranking, &config.embeddings) {
+        (crate::config::Ranking::Hybrid, Some(e)) => Some((
+            VectorCache::new(store, e.cache_size, "toolsift.vectors."),
+            format!("{}|{}|{}", e.cluster, e.authority(), e.path),
+        )),
+        _ => None,
+    }
+}
+
 /// Where hybrid ranking's vectors come from under `config` (`vectors`: the worker's cache and
 /// the service's identity in its keys), with the embeddings settings; `None` with keyword
 /// ranking.

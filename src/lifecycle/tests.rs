@@ -1415,3 +1415,25 @@ fn a_background_answer_fills_the_catalogs_tool_vectors() {
     );
     assert!(source.gather(catalog, "q").missing_tools.is_empty());
 }
+
+/// A worker keeps a vector cache with hybrid ranking only, keyed by the embeddings service it
+/// asks (cluster, authority, path): vectors of another service are never mixed in.
+#[test]
+fn a_worker_keeps_vectors_with_hybrid_ranking_only() {
+    let (engine, e, _) = hybrid_engine(r#"{"path":"/v1/embeddings"}"#);
+    let (_, key) =
+        hybrid::worker_vectors(&engine.config, crate::embeddings::MemoryBytes::default())
+            .expect("hybrid ranking keeps vectors");
+    assert_eq!(key, format!("e|{}|/v1/embeddings", e.authority()));
+    let keyword = self::engine(r#"{"embeddings":{"cluster":"e","model":"m"}}"#);
+    assert!(
+        hybrid::worker_vectors(&keyword.config, crate::embeddings::MemoryBytes::default())
+            .is_none()
+    );
+    assert!(!keyword.config.counts_mcp());
+    assert!(
+        self::engine(r#"{"gating":{"rules":[{"when":{"words":["x"]},"exclude":["y"]}]}}"#)
+            .config
+            .counts_mcp()
+    );
+}
