@@ -272,12 +272,7 @@ impl lifecycle::BodyHost for BodyEnvoy<'_> {
     }
 
     fn embed(&mut self, e: &Embeddings, inputs: &[&str]) -> Option<u32> {
-        let timeout = Duration::from_millis(e.timeout_ms as u64);
-        vectors::dispatch(e, inputs, timeout)
-            .inspect_err(|status| {
-                log::debug!("embeddings call to {} failed: {status:?}", e.cluster);
-            })
-            .ok()
+        vectors::send(e, inputs)
     }
 
     fn ask(&mut self, call: &GatingCall) -> Option<u32> {

@@ -203,7 +203,8 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
-        super::vectors::send(&self.engine.config, inputs)
+        let e = self.engine.config.embeddings.as_ref()?;
+        super::vectors::send(e, inputs)
     }
 
     fn suggestions(&self) -> Option<std::rc::Rc<crate::suggestions::Suggestions>> {

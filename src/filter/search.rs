@@ -176,7 +176,8 @@ impl Host for EnvoyHost<'_> {
     }
 
     fn send_embeddings(&self, inputs: &[&str]) -> Option<u32> {
-        vectors::send(&self.engine.config, inputs)
+        let e = self.engine.config.embeddings.as_ref()?;
+        vectors::send(e, inputs)
     }
 
     fn count(&self, event: Event) {

@@ -33,10 +33,9 @@ impl SharedBytes for SharedData {
 /// it, so it may take as long as a slow model needs.
 pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Sends an embeddings call for `inputs` under `config`'s embeddings settings (bounded by their
-/// `timeout_ms`); `None` when hybrid ranking is off or the call cannot be made.
-pub fn send(config: &crate::config::Config, inputs: &[&str]) -> Option<u32> {
-    let e = config.embeddings.as_ref()?;
+/// Sends an embeddings call for `inputs` under the embeddings settings `e` (bounded by their
+/// `timeout_ms`); `None` when the call cannot be made.
+pub fn send(e: &Embeddings, inputs: &[&str]) -> Option<u32> {
     match dispatch(e, inputs, Duration::from_millis(e.timeout_ms as u64)) {
         Ok(token) => Some(token),
         Err(status) => {

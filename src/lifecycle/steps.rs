@@ -137,13 +137,7 @@ impl Request {
             ..
         } = *pending;
         match call {
-            Waits::Gating => {
-                let gate = {
-                    let engine = worker.engine.try_borrow().map_err(|_| Skip::Internal)?;
-                    self.gating_answered(&engine.config, &analysis, reader, &body, Some(answer))
-                };
-                self.after_gate(host, worker, gate, reader, analysis, body)
-            }
+            Waits::Gating => self.gated(host, worker, Some(answer), reader, analysis, body),
             Waits::Embeddings(call) => {
                 let started = host.clock();
                 let ranked = {
@@ -250,13 +244,27 @@ impl Request {
                     return Ok(Step::Waiting);
                 }
                 // Not sent: the request goes on without the server's verdict.
-                let gate = {
-                    let engine = worker.engine.try_borrow().map_err(|_| Skip::Internal)?;
-                    self.gating_answered(&engine.config, &analysis, reader, &body, None)
-                };
-                self.after_gate(host, worker, gate, reader, analysis, body)
+                self.gated(host, worker, None, reader, analysis, body)
             }
         }
+    }
+
+    /// The gating server's verdict (`None`: the call got no answer, or was not sent) merged
+    /// with that of `gating.rules`; the request goes on with both.
+    fn gated<H: BodyHost>(
+        &mut self,
+        host: &mut H,
+        worker: &Worker<'_, H::Store>,
+        answer: Option<&CallAnswer>,
+        reader: Reader,
+        analysis: Analysis,
+        body: Vec<u8>,
+    ) -> Result<Step, Skipped> {
+        let gate = {
+            let engine = worker.engine.try_borrow().map_err(|_| Skip::Internal)?;
+            self.gating_answered(&engine.config, &analysis, reader, &body, answer)
+        };
+        self.after_gate(host, worker, gate, reader, analysis, body)
     }
 
     /// Ranks (hybrid when configured, which may wait for an embeddings call) and writes the
