@@ -12,8 +12,9 @@
 //!
 //! [`pipeline`] runs those steps for one body; it is pure Rust and shared by the
 //! proxy-wasm adapter ([`filter`], wasm only) and the `toolsift` CLI. Search mode ([`search`])
-//! and MCP ([`mcp`]) build on it. [`lifecycle`] is the core's entry for one request: the
-//! adapter hands it Envoy's events and performs the actions it returns.
+//! and MCP ([`mcp`]) build on it. [`lifecycle`] is the core's one entry for Envoy's callbacks
+//! (a stream's, a worker's): it decides and acts through a `Proxy` trait, Envoy's ABI as bytes
+//! in and out, which the adapter implements once.
 //!
 //! Every module imports only modules below it (`tests/layers.rs` keeps it so):
 //! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`];
@@ -24,7 +25,7 @@
 //! - [`followup`] (on index: what a follow-up turn is ranked with);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
-//!   [`search`], [`eval`], [`mcp`], [`lifecycle`] (one request's events in, actions out), and
+//!   [`search`], [`eval`], [`mcp`], [`lifecycle`] (one stream's callbacks in, through the `Proxy` out), and
 //!   the proxy-wasm filter on top;
 //! - [`report`] (the access log summed up, for the CLI) stands alone.
 

@@ -381,7 +381,7 @@ fn the_metrics_reference_lists_every_stat_and_no_other() {
         );
     }
     // The access rules' audit, shadow and per-rule stats are named after the rules
-    // (src/filter/audit.rs), not in the core's table.
+    // (src/lifecycle/audit.rs), not in the core's table.
     let per_rule = [
         "toolsift.access.would_deny.",
         "toolsift.access.shadow.",

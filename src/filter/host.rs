@@ -115,13 +115,7 @@ unsafe extern "C" {
 }
 
 /// A host status other than `Ok`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostError(pub u32);
-
-impl HostError {
-    /// `set_shared_data` lost a compare-and-swap race.
-    pub const CAS_MISMATCH: HostError = HostError(8);
-}
+pub use crate::lifecycle::proxy::Status as HostError;
 
 pub type HostResult<T> = Result<T, HostError>;
 
@@ -190,14 +184,6 @@ pub fn header(map: Headers, name: &str) -> Option<Vec<u8>> {
     // SAFETY: the host wrote `data`/`size` (or left them null/0).
     let value = unsafe { owned(data, size) };
     (code == 0).then_some(value)
-}
-
-/// The value of header `name` when it is text; `Err(())` when it is present but not UTF-8.
-pub fn header_text(map: Headers, name: &str) -> Result<Option<String>, ()> {
-    match header(map, name) {
-        None => Ok(None),
-        Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| ()),
-    }
 }
 
 /// Every header of `map`, as bytes, read in place; empty when the map cannot be read.
@@ -361,27 +347,6 @@ pub fn now() -> Option<SystemTime> {
     // SAFETY: the out-pointer is a local.
     let code = unsafe { proxy_get_current_time_nanoseconds(&mut nanos) };
     (code == 0).then(|| UNIX_EPOCH + Duration::from_nanos(nanos))
-}
-
-/// Since the epoch by Envoy's clock, in the units the core takes (0 if it cannot be read: the
-/// core's clocks only age entries, and a stopped clock ages nothing).
-fn since_epoch() -> Duration {
-    now()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .unwrap_or(Duration::ZERO)
-}
-
-pub fn now_seconds() -> u64 {
-    since_epoch().as_secs()
-}
-
-pub fn now_millis() -> u64 {
-    u64::try_from(since_epoch().as_millis()).unwrap_or(u64::MAX)
-}
-
-pub fn now_micros() -> Option<u64> {
-    let since = now()?.duration_since(UNIX_EPOCH).ok()?;
-    u64::try_from(since.as_micros()).ok()
 }
 
 /// Calls the root context's `on_tick` every `period` (zero stops it). Envoy applies a period set

@@ -3,9 +3,7 @@
 //! `/stats/prometheus`.
 
 use super::host::{self, HostError, MetricKind};
-use crate::lifecycle::Counter;
-use crate::stats::{Counts, Fixed, Group, Kind, Stat};
-use std::time::{Duration, SystemTime};
+use crate::stats::{Group, Kind, Stat};
 
 /// The Envoy ids of the stats, by [`Stat::index`]; `None` for those not defined (the MCP ones
 /// without `mcp` or `gating`), which count nothing.
@@ -31,65 +29,19 @@ impl Metrics {
         Ok(Metrics { ids })
     }
 
-    fn id(&self, stat: Stat) -> Option<u32> {
-        self.ids.get(stat.index()).copied().flatten()
-    }
-
-    /// Adds to a counter. A failed stats call must never fail a request, so errors are only
-    /// logged.
-    pub fn add(&self, stat: impl Into<Stat>, n: usize) {
-        let Some(metric) = self.id(stat.into()).filter(|_| n > 0) else {
+    /// Adds `n` to a counter, or records `n` in a histogram. A failed stats call must never
+    /// fail a request, so errors are only logged.
+    pub fn count(&self, stat: Stat, n: u64) {
+        let Some(metric) = self.ids.get(stat.index()).copied().flatten() else {
             return;
         };
-        if let Err(status) = host::increment_metric(metric, n as u64) {
-            log::debug!("increment_metric({metric}) failed: {status:?}");
-        }
-    }
-
-    /// Records a value in a histogram.
-    pub fn record(&self, stat: impl Into<Stat>, value: u64) {
-        let Some(metric) = self.id(stat.into()) else {
-            return;
+        let done = match stat.kind() {
+            Kind::Counter if n == 0 => return,
+            Kind::Counter => host::increment_metric(metric, n),
+            Kind::Histogram => host::record_metric(metric, n),
         };
-        if let Err(status) = host::record_metric(metric, value) {
-            log::debug!("record_metric({metric}) failed: {status:?}");
+        if let Err(status) = done {
+            log::debug!("stat {metric} failed: {status:?}");
         }
-    }
-
-    /// Adds (to counters) and records (in histograms) what the core counted.
-    pub fn counts(&self, counts: impl IntoIterator<Item = (Stat, u64)>) {
-        for (stat, n) in counts {
-            match stat.kind() {
-                Kind::Counter => self.add(stat, usize::try_from(n).unwrap_or(usize::MAX)),
-                Kind::Histogram => self.record(stat, n),
-            }
-        }
-    }
-
-    /// What an event of the core counts ([`Counts`]).
-    pub fn event(&self, counts: Counts) {
-        self.counts(counts.into_iter().flatten());
-    }
-
-    /// Counts what the core asked for.
-    pub fn count(&self, counter: Counter, n: usize) {
-        self.event(counter.counts(n));
-    }
-
-    /// Records in the histogram `stat` the µs since `start` (from [`now`]), and returns the
-    /// time it read: the start of the next phase, without another host call.
-    pub fn since(&self, stat: Fixed, start: Option<SystemTime>) -> Option<SystemTime> {
-        let end = now();
-        if let (Some(start), Some(end)) = (start, end) {
-            let micros = end
-                .duration_since(start)
-                .unwrap_or(Duration::ZERO)
-                .as_micros();
-            self.record(stat, u64::try_from(micros).unwrap_or(u64::MAX));
-        }
-        end
     }
 }
-
-/// Envoy's clock, for the filter's time histograms; `None` if the host cannot tell.
-pub use super::host::now;

@@ -157,3 +157,31 @@ impl Call {
         Answered { ranked, backfill }
     }
 }
+
+/// Sends an embeddings call for `inputs` under the settings `e`, bounded by their
+/// `timeout_ms`; its token, `None` when the call cannot be made.
+pub fn send<P: super::proxy::Proxy>(proxy: &P, e: &Embeddings, inputs: &[&str]) -> Option<u32> {
+    let timeout = std::time::Duration::from_millis(e.timeout_ms as u64);
+    dispatch(proxy, e, inputs, timeout)
+        .inspect_err(|status| log::debug!("embeddings call to {} failed: {status:?}", e.cluster))
+        .ok()
+}
+
+/// Sends one embeddings request; the answer comes to the calling context's
+/// `on_http_call_response`, or Envoy answers 504 after `timeout`.
+pub fn dispatch<P: super::proxy::Proxy>(
+    proxy: &P,
+    e: &Embeddings,
+    inputs: &[&str],
+    timeout: std::time::Duration,
+) -> Result<u32, super::proxy::Status> {
+    let body = crate::embeddings::request_body(&e.model, inputs, e.dimensions);
+    let mut headers: Vec<(&str, &str)> = vec![
+        (":method", "POST"),
+        (":path", &e.path),
+        (":authority", e.authority()),
+        ("content-type", "application/json"),
+    ];
+    headers.extend(e.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    proxy.dispatch(&e.cluster, headers, body.as_bytes(), timeout)
+}

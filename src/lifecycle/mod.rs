@@ -1,31 +1,38 @@
-//! One HTTP request's way through toolsift, free of proxy-wasm: what Envoy hands over comes in
-//! as an event (the request headers, the answer's headers), and what to do goes back as
-//! [`Action`]s that the adapter ([`crate`]'s `filter`, wasm only) performs: continue or
-//! stop, reply locally, take out or add a header, count, record filter state. The adapter
-//! reads and writes Envoy; the product's decisions (configuration, modes, access rules) are
-//! made here, where `cargo test` drives them without Envoy (quinn-proto's and h11's "sans-I/O"
-//! shape, `docs/book/src/reference/layout.md`).
+//! One HTTP stream's way through toolsift, free of proxy-wasm. Envoy's callbacks come in to
+//! [`Stream`] (one per HTTP stream) and [`Shared`] (one per worker: its tick, its own calls);
+//! the core decides and acts through [`proxy::Proxy`], Envoy's ABI as bytes in and out, which
+//! the adapter ([`crate`]'s `filter`, wasm only) implements once. The product's decisions
+//! (configuration, modes, access rules), and which host calls carry them out, are made here,
+//! where `cargo test` drives them without Envoy (quinn-proto's and h11's "sans-I/O" shape,
+//! `docs/book/src/reference/layout.md`).
 //!
-//! Decided here so far: which machine a request goes to ([`route`]), an LLM route's headers
-//! phase ([`Request::on_headers`]: screening, the access rules' refusals and guard, shadow's
-//! draw, search mode's and `unknown_tools.answer`'s follow-up headers), a request let through
-//! or rejected ([`Request::skip`]) and what the answer's headers say ([`Request::on_response_headers`]).
+//! An LLM route's request is [`Request`]: which machine a request goes to ([`route`]), the
+//! headers phase ([`Request::on_headers`]: screening, the access rules' refusals and guard,
+//! shadow's draw, search mode's and `unknown_tools.answer`'s follow-up headers), a request let
+//! through or rejected ([`Request::skip`]) and what the answer's headers say
+//! ([`Request::on_response_headers`]), each returning [`Action`]s that [`Stream`] carries out.
 //! The body is read and analysed ([`Request::on_body`]), and then, in filter mode, the
 //! selection written ([`Request::apply`]), or search mode's first request planned and its loop
-//! handed over ([`Request::plan_search`]), here too; between the two, `_tool_gating` has its
-//! say ([`gating`]: the call to send, a claim answered, the verdict applied) and hybrid
-//! ranking says which texts to embed and ranks with the answer ([`hybrid`]).
+//! handed over ([`Request::plan_search`]); between the two, `_tool_gating` has its say
+//! ([`gating`]: the call to send, a claim answered, the verdict applied) and hybrid ranking
+//! says which texts to embed and ranks with the answer ([`hybrid`]).
 //! [`Request::on_body_end`] runs these steps in order, paused while a call is out and taken on
-//! by its answer ([`Request::call_answered`]). The response side
-//! around the search loop, the guard or the answers to made-up calls is [`Response`].
+//! by its answer ([`Request::call_answered`]). The response side around the search loop, the
+//! guard or the answers to made-up calls is [`Response`]; an MCP route's request is
+//! [`crate::mcp::request`]'s.
 
+mod audit;
 mod body;
 pub mod gating;
+mod hosts;
 pub mod hybrid;
 pub mod outcome;
+pub mod proxy;
 mod response;
 mod search;
 mod steps;
+mod stream;
+pub mod worker;
 
 use crate::access::{Caller, Grant};
 use crate::config::{Config, Mode, OnError};
@@ -39,6 +46,8 @@ pub use outcome::{Outcome, Ranked};
 pub use response::{FollowUps, Response};
 pub use search::{Remembering, SearchLoop, Searched};
 pub use steps::{BodyHost, Flow, Step, Worker};
+pub use stream::{Resume, Stream};
+pub use worker::Shared;
 
 /// Which machine a request goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -521,5 +530,7 @@ fn follow_up_headers(
     }
 }
 
+#[cfg(test)]
+mod stream_tests;
 #[cfg(test)]
 mod tests;

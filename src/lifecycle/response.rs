@@ -3,7 +3,7 @@
 //! guard. [`Responder`] decides each chunk and each call's answer; here is what is left of the
 //! lifecycle around it: which of the client's headers the follow-ups carry, and, once the loop
 //! has ended, the tools it found remembered for the session and the loop recorded for the
-//! access log. The adapter (`filter/search.rs`) reads Envoy and performs.
+//! access log. [`super::Stream`] hands it Envoy's callbacks; `hosts.rs` carries out its asks.
 
 use super::search::{Remembering, SearchLoop};
 use crate::pairs::PER_CONNECTION;

@@ -20,13 +20,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::SystemTime;
 
-/// Whether a request goes on once actions are performed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    Continue,
-    /// Answered here (a local reply ends the stream), or its headers held.
-    Pause,
-}
+/// Whether a request goes on once actions are performed (`Pause`: answered here, a local
+/// reply ending the stream, or its headers held), as the response side's callbacks say it.
+pub use crate::search::respond::Flow;
 
 /// What the body phase came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

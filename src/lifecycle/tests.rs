@@ -17,7 +17,7 @@ fn map(pairs: &[(&str, &str)]) -> HeaderMap {
     HeaderMap::new(crate::pairs::encode(pairs))
 }
 
-const CHAT: &[(&str, &str)] = &[
+pub(super) const CHAT: &[(&str, &str)] = &[
     (":method", "POST"),
     (":path", "/v1/chat/completions"),
     (":authority", "api.openai.com"),
@@ -132,7 +132,7 @@ fn the_response_header_is_left_out_when_configured_off() {
     ));
 }
 
-const ACCESS: &str = r#"{"top_k":2,"access":{"identity":[{"header":"x-group"}],"default":"deny",
+pub(super) const ACCESS: &str = r#"{"top_k":2,"access":{"identity":[{"header":"x-group"}],"default":"deny",
     "rules":[{"when":["sre"],"allow":["get_*"]}],"unknown_paths":"deny"}}"#;
 
 #[test]
@@ -271,7 +271,7 @@ fn mcp_paths_go_to_the_mcp_machine() {
 }
 
 /// A chat request with `tools`, its user asking `question`.
-fn chat(tools: &[&str], question: &str) -> Vec<u8> {
+pub(super) fn chat(tools: &[&str], question: &str) -> Vec<u8> {
     let tools: Vec<_> = tools
         .iter()
         .map(|name| {
@@ -288,7 +288,7 @@ fn chat(tools: &[&str], question: &str) -> Vec<u8> {
     .unwrap()
 }
 
-const TOOLS: &[&str] = &[
+pub(super) const TOOLS: &[&str] = &[
     "get_weather",
     "get_forecast",
     "send_email",
@@ -588,7 +588,7 @@ fn a_responses_alias_is_resolved_before_the_tools_are_read() {
 }
 
 /// A chat answer calling `name` with `arguments`.
-fn chat_call(id: &str, name: &str, arguments: &str) -> String {
+pub(super) fn chat_call(id: &str, name: &str, arguments: &str) -> String {
     serde_json::json!({
         "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
         "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -600,7 +600,7 @@ fn chat_call(id: &str, name: &str, arguments: &str) -> String {
 }
 
 /// The function names a chat request body offers the model.
-fn offered(body: &str) -> Vec<String> {
+pub(super) fn offered(body: &str) -> Vec<String> {
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     v["tools"]
         .as_array()

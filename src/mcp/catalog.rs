@@ -5,6 +5,7 @@
 
 use crate::access::{Annotations, Grant};
 use crate::dialects::Dialect;
+use crate::embeddings::SharedBytes;
 use crate::rank::{Catalog, FieldWeights};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -269,6 +270,38 @@ struct Cached {
     expires_at: u64,
     /// The server's list generation when fetched (see [`CatalogCache::get`]).
     generation: u64,
+}
+
+/// The shared-data key of a server's tool-list generation.
+fn generation_key(server: &str) -> String {
+    format!(
+        "toolsift.mcp.generation.{:016x}",
+        xxhash_rust::xxh3::xxh3_64(server.as_bytes())
+    )
+}
+
+/// A server's tool-list generation in the store every worker shares (0 before any change), and
+/// the value's compare-and-swap token.
+pub fn generation(store: &impl SharedBytes, server: &str) -> (u64, Option<u32>) {
+    let (value, cas) = store.get(&generation_key(server));
+    let generation = value
+        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+        .map_or(0, u64::from_le_bytes);
+    (generation, cas)
+}
+
+/// Raises a server's generation, so every worker drops its catalog (retried when another
+/// worker raced it).
+pub fn bump_generation(store: &impl SharedBytes, server: &str) {
+    let key = generation_key(server);
+    for _ in 0..8 {
+        let (generation, cas) = generation(store, server);
+        let next = generation.wrapping_add(1).to_le_bytes();
+        if store.set(&key, &next, cas) {
+            return;
+        }
+    }
+    log::debug!("cannot record the list change of {server}");
 }
 
 /// The catalogs of one worker, most recently used last, bounded in bytes.

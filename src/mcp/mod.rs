@@ -11,7 +11,8 @@
 //! client message's state machine behind a host trait, which [`request`] drives from the
 //! request's headers to its last response byte;
 //! [`llm`] applies `_tool_gating` to LLM requests (`gating.mcp`).
-//! Pure Rust, no proxy-wasm: `filter/mcp.rs` is the adapter.
+//! Pure Rust, no proxy-wasm: `lifecycle/stream.rs` hands it Envoy's callbacks and
+//! `lifecycle/hosts.rs` carries out its asks.
 
 pub mod catalog;
 pub mod exchange;

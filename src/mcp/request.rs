@@ -2,7 +2,7 @@
 //! proxy-wasm: which of the client's headers the gateway's own requests carry, whether and
 //! how far its body is read, the server it goes to, what the access log and `x-toolsift` say,
 //! and a `tools/list_changed` seen in the server's event stream. [`Exchange`] answers the
-//! messages; the adapter (`filter/mcp.rs`) reads Envoy and performs what comes back.
+//! messages; `lifecycle/stream.rs` hands it Envoy's callbacks and carries out what comes back.
 //!
 //! Nothing is held in a headers callback (Istio's `WasmPlugin` and Envoy Gateway cannot allow
 //! it): the request headers go on at once, the body is buffered in the body callbacks, and a

@@ -1,8 +1,7 @@
 //! Search mode's response side, as a state machine: Envoy's response callbacks in, the host
-//! actions to take out, through a small [`Host`] trait (the filter implements it over proxy-wasm;
-//! the tests, over a recording mock). Pure Rust: every decision of the response side is here and
-//! unit-tested natively; `filter/search.rs` only reads what Envoy hands over and does what this
-//! asks.
+//! actions to take out, through a small [`Host`] trait (`lifecycle/hosts.rs` implements it over
+//! the core's `Proxy`; the tests, over a recording mock). Pure Rust: every decision of the
+//! response side is here and unit-tested natively.
 //!
 //! A response is read until the model's turn shows what it did:
 //! - **Held**: a whole response, or a stream whose first output is a tool call, is kept in Envoy's

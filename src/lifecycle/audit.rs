@@ -3,13 +3,13 @@
 //! `toolsift_access` (`%FILTER_STATE(wasm.toolsift_access:PLAIN)%`). The decisions themselves
 //! are made and recorded in [`crate::access`] (a grant's ledger); this only reports them.
 
-use super::host::{self, HostError, MetricKind};
+use super::proxy::{Proxy, Status};
 use crate::access::{Grant, Policy, Record, Surface, Verdict};
 use crate::pipeline::header_safe;
 
-/// The access counters besides `toolsift.access.denied.<surface>`, defined at configure time
-/// (`None` without access rules: nothing to count).
-pub struct AccessMetrics {
+/// The access counters besides `toolsift.access.denied.<surface>`, defined when the worker
+/// starts (none without access rules: nothing to count).
+pub struct AccessStats {
     /// Per surface, in [`Surface::ALL`] order: `would_deny`, `shadow.would_deny`,
     /// `shadow.would_allow`.
     surfaces: Vec<[u32; 3]>,
@@ -17,9 +17,9 @@ pub struct AccessMetrics {
     rules: Vec<(String, u32, u32)>,
 }
 
-impl AccessMetrics {
-    pub fn define(policy: &Policy) -> Result<AccessMetrics, HostError> {
-        let counter = |name: String| host::define_metric(MetricKind::Counter, &name);
+impl AccessStats {
+    pub fn define<P: Proxy>(proxy: &P, policy: &Policy) -> Result<AccessStats, Status> {
+        let counter = |name: String| proxy.define_counter(&name);
         let mut surfaces = Vec::new();
         for s in Surface::ALL {
             let s = s.name();
@@ -37,36 +37,23 @@ impl AccessMetrics {
                 counter(format!("toolsift.access.rule.{name}.would_deny"))?,
             ));
         }
-        Ok(AccessMetrics { surfaces, rules })
+        Ok(AccessStats { surfaces, rules })
     }
 
-    fn count(&self, record: &Record) {
+    /// The counters `record` adds to.
+    fn counters(&self, record: &Record) -> [Option<u32>; 2] {
         let at = Surface::ALL.iter().position(|s| *s == record.surface);
         let surface = at.and_then(|at| self.surfaces.get(at));
         let rule = self.rules.iter().find(|(name, ..)| *name == record.rule);
-        let metric = match record.verdict {
+        match record.verdict {
             // `toolsift.access.denied.<surface>` is counted where the denial is carried out.
-            Verdict::Deny => rule.map(|(_, denied, _)| *denied),
-            Verdict::WouldDeny => {
-                if let Some((_, _, would)) = rule {
-                    increment(*would);
-                }
-                surface.map(|s| s[0])
-            }
-            Verdict::ShadowDeny => surface.map(|s| s[1]),
-            Verdict::ShadowAllow => surface.map(|s| s[2]),
+            Verdict::Deny => [rule.map(|(_, denied, _)| *denied), None],
+            Verdict::WouldDeny => [rule.map(|(_, _, would)| *would), surface.map(|s| s[0])],
+            Verdict::ShadowDeny => [surface.map(|s| s[1]), None],
+            Verdict::ShadowAllow => [surface.map(|s| s[2]), None],
             // Counted per call where the answer is read (`toolsift.access.connector_calls`).
-            Verdict::ConnectorCall => None,
-        };
-        if let Some(metric) = metric {
-            increment(metric);
+            Verdict::ConnectorCall => [None, None],
         }
-    }
-}
-
-fn increment(metric: u32) {
-    if let Err(status) = host::increment_metric(metric, 1) {
-        log::debug!("increment_metric({metric}) failed: {status:?}");
     }
 }
 
@@ -84,19 +71,17 @@ fn item(record: &Record) -> String {
 /// Reports the decisions `grant` recorded since the last report: counted, logged at debug
 /// level, and the request's whole list written for the access log. Nothing to do (and no host
 /// call) when nothing new was recorded.
-pub fn report(metrics: Option<&AccessMetrics>, grant: &Grant) {
+pub fn report<P: Proxy>(proxy: &P, stats: Option<&AccessStats>, grant: &Grant) {
     let new = grant.ledger().take_new();
     if new.is_empty() {
         return;
     }
     for record in &new {
-        if let Some(m) = metrics {
-            m.count(record);
+        for id in stats.iter().flat_map(|s| s.counters(record)).flatten() {
+            proxy.increment(id, 1);
         }
         log::debug!("toolsift: access {}", item(record));
     }
     let all: Vec<String> = grant.ledger().records().iter().map(item).collect();
-    if let Err(status) = host::set_property("toolsift_access", all.join(" ").as_bytes()) {
-        log::debug!("cannot record the access decisions for the access log: {status:?}");
-    }
+    proxy.record("toolsift_access", &all.join(" "));
 }

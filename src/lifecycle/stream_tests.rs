@@ -1,0 +1,412 @@
+//! Whole streams through the core's one entry ([`Stream`], a worker's [`Shared`]) on a
+//! recording [`Proxy`]: Envoy's header maps, buffers, properties, calls, stats and tick as
+//! plain data, so each test drives the callbacks in Envoy's order and reads what Envoy would
+//! hold after them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use super::tests::{ACCESS, CHAT, TOOLS, chat, chat_call, offered};
+use super::*;
+use crate::config::Config;
+use crate::embeddings::MemoryBytes;
+use crate::lifecycle::proxy::{Buffer, Headers, Proxy, Status};
+use crate::stats::{Fixed, Stat};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+type Pairs = Vec<(String, String)>;
+
+/// Envoy as data.
+#[derive(Default)]
+struct FakeEnvoy {
+    maps: RefCell<[Pairs; 3]>,
+    buffers: RefCell<[Vec<u8>; 3]>,
+    /// `xds.cluster_name`: the cluster the router picked.
+    cluster: Option<String>,
+    recorded: RefCell<HashMap<String, String>>,
+    /// Calls sent: cluster, headers, body.
+    calls: RefCell<Vec<(String, Pairs, String)>>,
+    reply: RefCell<Option<(u16, String)>>,
+    /// Counters' sums and histograms' values, by name.
+    stats: RefCell<HashMap<String, Vec<u64>>>,
+    store: MemoryBytes,
+    now_ms: Cell<u64>,
+    tick: Cell<Option<Duration>>,
+}
+
+fn at(map: Headers) -> usize {
+    match map {
+        Headers::Request => 0,
+        Headers::Response => 1,
+        Headers::CallResponse => 2,
+    }
+}
+
+fn slot(buffer: Buffer) -> usize {
+    match buffer {
+        Buffer::RequestBody => 0,
+        Buffer::ResponseBody => 1,
+        Buffer::CallResponseBody => 2,
+    }
+}
+
+impl FakeEnvoy {
+    fn new(cluster: &str) -> FakeEnvoy {
+        FakeEnvoy {
+            cluster: Some(cluster.to_owned()),
+            now_ms: Cell::new(1_000_000),
+            ..FakeEnvoy::default()
+        }
+    }
+
+    fn set_map(&self, map: Headers, pairs: &[(&str, &str)]) {
+        self.maps.borrow_mut()[at(map)] = pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+    }
+
+    fn get(&self, map: Headers, name: &str) -> Option<String> {
+        let maps = self.maps.borrow();
+        let found = maps[at(map)].iter().find(|(n, _)| n == name);
+        found.map(|(_, v)| v.clone())
+    }
+
+    fn set_body(&self, buffer: Buffer, bytes: &[u8]) {
+        self.buffers.borrow_mut()[slot(buffer)] = bytes.to_vec();
+    }
+
+    fn body(&self, buffer: Buffer) -> String {
+        String::from_utf8(self.buffers.borrow()[slot(buffer)].clone()).unwrap()
+    }
+
+    /// A counter's sum, or how many values a histogram has.
+    fn stat(&self, stat: impl Into<Stat>) -> u64 {
+        let stat = stat.into();
+        let stats = self.stats.borrow();
+        let values = stats.get(stat.name().as_ref());
+        match stat.kind() {
+            crate::stats::Kind::Counter => values.map_or(0, |v| v.iter().sum()),
+            crate::stats::Kind::Histogram => values.map_or(0, |v| v.len() as u64),
+        }
+    }
+
+    fn recorded(&self, name: &str) -> Option<String> {
+        self.recorded.borrow().get(name).cloned()
+    }
+}
+
+impl Proxy for FakeEnvoy {
+    type Store = MemoryBytes;
+
+    fn store(&self) -> &MemoryBytes {
+        &self.store
+    }
+
+    fn header(&self, map: Headers, name: &str) -> Option<Vec<u8>> {
+        self.get(map, name).map(String::into_bytes)
+    }
+
+    fn headers(&self, map: Headers) -> HeaderMap {
+        HeaderMap::new(crate::pairs::encode(&self.maps.borrow()[at(map)]))
+    }
+
+    fn set_header(&self, map: Headers, name: &str, value: &[u8]) -> Result<(), Status> {
+        self.remove_header(map, name)?;
+        self.add_header(map, name, value)
+    }
+
+    fn add_header(&self, map: Headers, name: &str, value: &[u8]) -> Result<(), Status> {
+        let value = String::from_utf8_lossy(value).into_owned();
+        self.maps.borrow_mut()[at(map)].push((name.to_owned(), value));
+        Ok(())
+    }
+
+    fn remove_header(&self, map: Headers, name: &str) -> Result<(), Status> {
+        self.maps.borrow_mut()[at(map)].retain(|(n, _)| n != name);
+        Ok(())
+    }
+
+    fn buffer(&self, buffer: Buffer, start: usize, len: usize) -> Result<Vec<u8>, Status> {
+        let buffers = self.buffers.borrow();
+        let bytes = &buffers[slot(buffer)];
+        let start = start.min(bytes.len());
+        Ok(bytes[start..start.saturating_add(len).min(bytes.len())].to_vec())
+    }
+
+    fn set_buffer(
+        &self,
+        buffer: Buffer,
+        start: usize,
+        len: usize,
+        bytes: &[u8],
+    ) -> Result<(), Status> {
+        let mut buffers = self.buffers.borrow_mut();
+        let held = &mut buffers[slot(buffer)];
+        let end = start.saturating_add(len).min(held.len());
+        held.splice(start.min(end)..end, bytes.iter().copied());
+        Ok(())
+    }
+
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        match path {
+            ["xds", "cluster_name"] => self.cluster.clone().map(String::into_bytes),
+            _ => None,
+        }
+    }
+
+    fn set_property(&self, name: &str, value: &[u8]) -> Result<(), Status> {
+        let value = String::from_utf8_lossy(value).into_owned();
+        self.recorded.borrow_mut().insert(name.to_owned(), value);
+        Ok(())
+    }
+
+    fn dispatch(
+        &self,
+        cluster: &str,
+        headers: Vec<(&str, &str)>,
+        body: &[u8],
+        _timeout: Duration,
+    ) -> Result<u32, Status> {
+        let headers = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        let body = String::from_utf8_lossy(body).into_owned();
+        let mut calls = self.calls.borrow_mut();
+        calls.push((cluster.to_owned(), headers, body));
+        Ok(100 + calls.len() as u32)
+    }
+
+    fn send_response(
+        &self,
+        status: u16,
+        _headers: &[(&str, &[u8])],
+        body: &[u8],
+    ) -> Result<(), Status> {
+        let body = String::from_utf8_lossy(body).into_owned();
+        *self.reply.borrow_mut() = Some((status, body));
+        Ok(())
+    }
+
+    fn now(&self) -> Option<SystemTime> {
+        Some(UNIX_EPOCH + Duration::from_millis(self.now_ms.get()))
+    }
+
+    fn set_tick_period(&self, period: Duration) -> Result<(), Status> {
+        self.tick.set(Some(period));
+        Ok(())
+    }
+
+    fn count(&self, stat: Stat, n: u64) {
+        let mut stats = self.stats.borrow_mut();
+        stats.entry(stat.name().into_owned()).or_default().push(n);
+    }
+
+    fn define_counter(&self, name: &str) -> Result<u32, Status> {
+        let mut stats = self.stats.borrow_mut();
+        stats.insert(name.to_owned(), Vec::new());
+        Ok(stats.len() as u32)
+    }
+
+    fn increment(&self, _id: u32, _n: u64) {}
+}
+
+fn worker(envoy: &FakeEnvoy, config: &str) -> Shared<MemoryBytes> {
+    let config = Config::from_json(config.as_bytes()).unwrap();
+    Shared::new(envoy, config, MemoryBytes::default(), 1).unwrap()
+}
+
+/// The request's headers and its whole body, in two body callbacks.
+fn send_request(envoy: &FakeEnvoy, shared: &Shared<MemoryBytes>, stream: &mut Stream, body: &[u8]) {
+    envoy.set_map(Headers::Request, CHAT);
+    assert_eq!(
+        stream.on_request_headers(envoy, shared, false),
+        Flow::Continue
+    );
+    envoy.set_body(Buffer::RequestBody, body);
+    let half = body.len() / 2;
+    assert_eq!(
+        stream.on_request_body(envoy, shared, half, false),
+        Flow::Pause
+    );
+    assert_eq!(
+        stream.on_request_body(envoy, shared, body.len(), true),
+        Flow::Continue
+    );
+}
+
+/// Filter mode, callback by callback: the body Envoy sends upstream carries the tools the
+/// question needs and no `content-length`; the answer's headers and the access log say what
+/// was done, and the stats count it.
+#[test]
+fn a_stream_in_filter_mode_from_headers_to_log() {
+    let envoy = FakeEnvoy::new("openai");
+    let shared = worker(&envoy, r#"{"top_k":2,"min_tools":3}"#);
+    let mut stream = Stream::new(7);
+    let sent = chat(TOOLS, "what is the weather forecast in Paris?");
+    send_request(&envoy, &shared, &mut stream, &sent);
+    assert_eq!(envoy.get(Headers::Request, "content-length"), None);
+    let upstream = offered(&envoy.body(Buffer::RequestBody));
+    assert_eq!(upstream.len(), 2, "{upstream:?}");
+    assert!(
+        upstream.contains(&"get_forecast".to_owned()),
+        "{upstream:?}"
+    );
+
+    envoy.set_map(Headers::Response, &[(":status", "200")]);
+    assert_eq!(
+        stream.on_response_headers(&envoy, &shared, false),
+        Flow::Continue
+    );
+    let said = envoy.get(Headers::Response, "x-toolsift").unwrap();
+    assert!(
+        said.starts_with(&format!("kept=2 total={}", TOOLS.len())),
+        "{said}"
+    );
+    assert_eq!(envoy.recorded("toolsift"), Some(said));
+    assert_eq!(
+        stream.on_response_body(&envoy, &shared, 10, true),
+        Flow::Continue
+    );
+    stream.on_log(&envoy, &shared);
+
+    assert_eq!(envoy.stat(Fixed::Requests), 1);
+    assert_eq!(envoy.stat(Fixed::ToolsIn), TOOLS.len() as u64);
+    assert_eq!(envoy.stat(Fixed::ToolsOut), 2);
+    assert_eq!(envoy.stat(Fixed::CatalogCacheMisses), 1);
+    assert_eq!(envoy.stat(Fixed::FilterTimeUs), 1);
+    assert!(envoy.calls.borrow().is_empty());
+}
+
+/// Search mode, callback by callback: the model sees `find_tools`; its call is answered by a
+/// follow-up to the cluster the router picked, carrying the client's headers; the follow-up's
+/// answer replaces the first in Envoy's buffer, and the response resumes.
+#[test]
+fn a_stream_in_search_mode_answers_find_tools_in_a_follow_up() {
+    let envoy = FakeEnvoy::new("openai");
+    let shared = worker(&envoy, r#"{"mode":"search","top_k":2,"min_tools":3}"#);
+    let mut stream = Stream::new(7);
+    let sent = chat(TOOLS, "what is the weather forecast for Paris?");
+    send_request(&envoy, &shared, &mut stream, &sent);
+    assert_eq!(offered(&envoy.body(Buffer::RequestBody)), ["find_tools"]);
+
+    envoy.set_map(
+        Headers::Response,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    stream.on_response_headers(&envoy, &shared, false);
+    let first = chat_call("c1", "find_tools", r#"{"query":"weather forecast"}"#);
+    envoy.set_body(Buffer::ResponseBody, first.as_bytes());
+    assert_eq!(
+        stream.on_response_body(&envoy, &shared, first.len(), true),
+        Flow::Pause
+    );
+    let (cluster, headers, body) = envoy.calls.borrow().first().cloned().unwrap();
+    assert_eq!(cluster, "openai");
+    assert!(
+        headers
+            .iter()
+            .any(|(n, v)| n == ":path" && v == "/v1/chat/completions")
+    );
+    assert!(
+        offered(&body).contains(&"get_forecast".to_owned()),
+        "{body}"
+    );
+
+    let next = chat_call("c2", "get_forecast", r#"{"city":"Paris"}"#);
+    envoy.set_map(
+        Headers::CallResponse,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    envoy.set_body(Buffer::CallResponseBody, next.as_bytes());
+    let resume = stream.on_call(&envoy, &shared, 101, 2, next.len());
+    assert_eq!(resume, Resume::Response);
+    let client = envoy.body(Buffer::ResponseBody);
+    assert!(
+        client.contains("get_forecast") && !client.contains("find_tools"),
+        "{client}"
+    );
+    assert_eq!(envoy.stat(Fixed::SearchRounds), 1);
+    let search = envoy.recorded("toolsift_search").unwrap();
+    assert!(search.contains("rounds=1"), "{search}");
+}
+
+/// Under access rules, callback by callback: a call of a tool the caller may not use never
+/// reaches the client, and the access log lists the decisions.
+#[test]
+fn a_stream_under_access_rules_refuses_a_denied_call() {
+    let envoy = FakeEnvoy::new("openai");
+    let shared = worker(&envoy, ACCESS);
+    let mut stream = Stream::new(7);
+    let mut pairs = CHAT.to_vec();
+    pairs.push(("x-group", "sre"));
+    envoy.set_map(Headers::Request, &pairs);
+    stream.on_request_headers(&envoy, &shared, false);
+    let sent = chat(TOOLS, "what is the weather?");
+    envoy.set_body(Buffer::RequestBody, &sent);
+    stream.on_request_body(&envoy, &shared, sent.len(), true);
+    let upstream = offered(&envoy.body(Buffer::RequestBody));
+    assert!(
+        upstream.iter().all(|t| t.starts_with("get_")),
+        "{upstream:?}"
+    );
+
+    envoy.set_map(
+        Headers::Response,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    stream.on_response_headers(&envoy, &shared, false);
+    let answer = chat_call("call_1", "send_email", "{}");
+    envoy.set_body(Buffer::ResponseBody, answer.as_bytes());
+    stream.on_response_body(&envoy, &shared, answer.len(), true);
+    stream.on_log(&envoy, &shared);
+    let client = envoy.body(Buffer::ResponseBody);
+    assert!(!client.contains("\"send_email\""), "{client}");
+    assert!(
+        client.contains("send_email"),
+        "the refusal names it: {client}"
+    );
+    assert_eq!(envoy.stat(Stat::Denied(crate::access::Surface::Call)), 1);
+    let access = envoy.recorded("toolsift_access").unwrap();
+    assert!(access.contains("deny:call:"), "{access}");
+}
+
+/// Search mode with `search.hold_headers` where Envoy cannot hold them: the request's headers
+/// are held, its body never comes, and the worker's tick hands it back to be resumed after
+/// the grace time, counts it, and holds no more.
+#[test]
+fn a_worker_resumes_a_held_request_whose_body_never_came() {
+    let envoy = FakeEnvoy::new("openai");
+    let shared = worker(
+        &envoy,
+        r#"{"mode":"search","search":{"hold_headers":true}}"#,
+    );
+    let mut stream = Stream::new(7);
+    envoy.set_map(Headers::Request, CHAT);
+    assert_eq!(
+        stream.on_request_headers(&envoy, &shared, false),
+        Flow::Pause
+    );
+    assert_eq!(
+        envoy.tick.get(),
+        Some(Duration::from_millis(crate::search::hold::TICK_MS))
+    );
+    assert!(shared.on_tick(&envoy).is_empty(), "within the grace time");
+    envoy
+        .now_ms
+        .set(envoy.now_ms.get() + crate::search::hold::GRACE_MS + 1);
+    assert_eq!(shared.on_tick(&envoy), [7]);
+    assert_eq!(envoy.stat(Fixed::SearchHeadersNotHeld), 1);
+    assert_eq!(envoy.tick.get(), Some(Duration::ZERO));
+    let mut next = Stream::new(8);
+    assert_eq!(
+        next.on_request_headers(&envoy, &shared, false),
+        Flow::Continue
+    );
+}
