@@ -1168,103 +1168,54 @@ const LIFECYCLE_CONFIGS: [(&str, bool); 5] = [
     ),
 ];
 
-/// The adapter's side of an LLM route's body phase, recorded: the body the upstream would
-/// get, checked at every change, and the calls sent.
-struct LifecycleEnvoy {
-    upstream: Vec<u8>,
-    store: toolsift::embeddings::MemoryBytes,
-    /// Statuses a local reply may have under the configuration.
-    replies: &'static [u16],
-    replied: bool,
-    calls: u32,
-}
-
-impl LifecycleEnvoy {
-    /// Performs `actions` on the recorded upstream: a body replacement drains no more than
-    /// the body holds; a local reply has an expected status and a JSON body.
-    fn check(&mut self, actions: &[toolsift::lifecycle::Action]) {
-        use toolsift::lifecycle::Action;
-        for action in actions {
-            match action {
-                Action::ReplaceBody { drain, bytes } => {
-                    let held = self.upstream.len();
-                    assert!(*drain <= held, "drains {drain} of {held}");
-                    self.upstream.splice(..*drain, bytes.iter().copied());
-                }
-                Action::Reply { status, body } => {
-                    assert!(self.replies.contains(status), "replied {status}");
-                    assert!(is_json(body), "a reply that is not JSON: {body}");
-                    self.replied = true;
-                }
-                _ => {}
-            }
+/// Answers the call Envoy's model of the core sent last with `part` (a 200 of JSON), or with
+/// no response at all (`None`: a reset); returns the header count and body size Envoy would
+/// hand over.
+fn answer_call(
+    envoy: &toolsift::lifecycle::proxy_model::Envoy,
+    part: Option<&[u8]>,
+) -> (usize, usize) {
+    use toolsift::lifecycle::proxy::{Buffer, Headers};
+    match part {
+        Some(bytes) => {
+            envoy.set_map(
+                Headers::CallResponse,
+                &[(":status", "200"), ("content-type", "application/json")],
+            );
+            envoy.set_body(Buffer::CallResponseBody, bytes);
+            (2, bytes.len())
+        }
+        None => {
+            envoy.set_map(Headers::CallResponse, &[]);
+            envoy.set_body(Buffer::CallResponseBody, b"");
+            (0, 0)
         }
     }
 }
 
-impl toolsift::lifecycle::BodyHost for LifecycleEnvoy {
-    type Store = toolsift::embeddings::MemoryBytes;
-
-    fn request_body(&self, size: usize) -> Option<Vec<u8>> {
-        Some(self.upstream[..size.min(self.upstream.len())].to_vec())
-    }
-    fn store(&self) -> &Self::Store {
-        &self.store
-    }
-    fn now_seconds(&self) -> u64 {
-        1_000
-    }
-    fn clock(&self) -> Option<std::time::SystemTime> {
-        None
-    }
-    fn phase(
-        &self,
-        _stat: toolsift::stats::Fixed,
-        _started: Option<std::time::SystemTime>,
-    ) -> Option<std::time::SystemTime> {
-        None
-    }
-    fn count(&self, _counts: toolsift::stats::Counts) {}
-    fn perform(
-        &mut self,
-        actions: Vec<toolsift::lifecycle::Action>,
-    ) -> Result<toolsift::lifecycle::Flow, toolsift::pipeline::Skipped> {
-        self.check(&actions);
-        Ok(if self.replied {
-            toolsift::lifecycle::Flow::Pause
-        } else {
-            toolsift::lifecycle::Flow::Continue
-        })
-    }
-    fn headers_held(&self) -> bool {
-        true
-    }
-    fn embed(&mut self, _e: &toolsift::config::Embeddings, inputs: &[&str]) -> Option<u32> {
-        assert!(!inputs.is_empty(), "an embeddings call of nothing");
-        self.calls += 1;
-        Some(self.calls)
-    }
-    fn ask(&mut self, call: &toolsift::lifecycle::gating::GatingCall) -> Option<u32> {
-        assert!(is_json(&call.body), "a gating call that is not JSON");
-        self.calls += 1;
-        Some(self.calls)
-    }
-    fn backfill(&mut self, _catalog: &std::rc::Rc<toolsift::rank::Catalog>, _entries: Vec<usize>) {}
+/// A header value or a filter state's: printable ASCII and tabs.
+fn is_header_value(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
-/// One request through the core's entry (`toolsift::lifecycle`), event by event as the adapter
-/// drives it: the headers (path and configuration from the first two bytes, the caller from
-/// the third), the whole body (the rest up to a 0xFF byte), the body phase
-/// (`Request::on_body_end`) and, while it waits for a call (the gating server, the
-/// embeddings), the call's answer (the next part after a 0xFF; none left: no response), then
-/// the answer's headers. Nothing panics; a body replacement drains no more than the body
-/// holds, and leaves JSON where the client sent JSON; a local reply is a 400, 403 or 404 (or a
-/// claim's 200) with a JSON body; the calls sent are JSON; what the answer's headers would say
-/// is a valid header value.
+/// One request through the core's one entry for Envoy's callbacks
+/// (`toolsift::lifecycle::Stream`, on the model of Envoy), callback by callback: the headers
+/// (path and configuration from the first two bytes, the caller from the third), the body
+/// (the rest up to a 0xFF byte) in two chunks; while the body phase waits for a call (the
+/// gating server, the embeddings), the call's answer (the next part after a 0xFF; none left:
+/// no response); then the model's answer (the next part) and the answers of the follow-ups it
+/// leads to (the parts after), and the log. Nothing panics; a buffer replacement reaches no
+/// further than the buffer holds; the body that goes upstream is JSON where the client sent
+/// JSON; a local reply is a 400, 403 or 404 (or a claim's 200) with a JSON body; the calls
+/// sent are JSON; the answer's headers and the access log's filter state are valid header
+/// values.
 pub fn lifecycle(data: &[u8]) {
-    use toolsift::embeddings::{MemoryBytes, VectorCache};
-    use toolsift::lifecycle::{Action, Head, Request, Step, Worker};
-    use toolsift::mcp::exchange::CallAnswer;
+    use toolsift::embeddings::MemoryBytes;
+    use toolsift::lifecycle::proxy::{Buffer, Headers};
+    use toolsift::lifecycle::proxy_model::Envoy as Model;
+    use toolsift::lifecycle::{Flow, Resume, Shared, Stream};
     let [path, config, caller, rest @ ..] = data else {
         return;
     };
@@ -1274,92 +1225,102 @@ pub fn lifecycle(data: &[u8]) {
     let (config, claims) = LIFECYCLE_CONFIGS[usize::from(*config) % LIFECYCLE_CONFIGS.len()];
     let group = ["ops", "all", "nobody"][usize::from(*caller) % 3];
     let config = Config::from_json(config.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    let engine = std::cell::RefCell::new(Engine::new(config));
+    let envoy = Model::new("llm");
+    let shared =
+        Shared::new(&envoy, config, MemoryBytes::default(), u32::from(*caller)).expect("a worker");
     let length = body.len().to_string();
-    let headers = HeaderMap::new(toolsift::pairs::encode(&[
-        (&b":method"[..], &b"POST"[..]),
-        (b":path", path.as_bytes()),
-        (b"content-type", b"application/json"),
-        (b"content-length", length.as_bytes()),
-        (b"x-group", group.as_bytes()),
-        (b"x-session", b"s1"),
-    ]));
-    let identity = engine.borrow().policy().map(|policy| {
-        let caller = policy.caller(|n| headers.get(n), |_, _| Vec::new());
-        (policy.grant(&caller), caller)
-    });
-    let mut request = Request::new();
-    let mut sampler = toolsift::shadow::Sampler::new(u64::from(*caller));
-    let head = Head {
-        headers: &headers,
-        end_of_stream: body.is_empty(),
-        identity,
-    };
-    let mut host = LifecycleEnvoy {
-        upstream: body.to_vec(),
-        store: MemoryBytes::default(),
-        replies: if claims {
-            &[200, 400, 403, 404]
-        } else {
-            &[400, 403, 404]
-        },
-        replied: false,
-        calls: 0,
-    };
+    envoy.set_map(
+        Headers::Request,
+        &[
+            (":method", "POST"),
+            (":path", path),
+            (":authority", "api.example.com"),
+            ("content-type", "application/json"),
+            ("content-length", &length),
+            ("x-group", group),
+            ("x-session", "s1"),
+        ],
+    );
+    envoy.set_body(Buffer::RequestBody, body);
     let was_json = body_text(body).is_ok_and(is_json);
-    let actions = request.on_headers(&engine.borrow(), head, Some(&mut sampler));
-    host.check(&actions);
-    if let Some(reader) = request.buffering {
-        let vectors = (
-            VectorCache::new(MemoryBytes::default(), 1 << 20, "v."),
-            "fuzz".to_owned(),
-        );
-        let worker = Worker {
-            engine: &engine,
-            vectors: Some(&vectors),
+    let mut stream = Stream::new(1);
+    let mut flow = stream.on_request_headers(&envoy, &shared, body.is_empty());
+    if !body.is_empty() {
+        stream.on_request_body(&envoy, &shared, body.len() / 2, false);
+        flow = stream.on_request_body(&envoy, &shared, body.len(), true);
+    }
+    // The body phase waits for at most a gating call and an embeddings call, in turn.
+    let mut answered = 0;
+    while flow == Flow::Pause && envoy.reply.borrow().is_none() {
+        let Some(token) = envoy.last_token().filter(|t| *t > answered) else {
+            break;
         };
-        let mut step = request.on_body_end(&mut host, &worker, reader, body.len());
-        // At most a gating call and an embeddings call.
-        for _ in 0..2 {
-            if !matches!(step, Ok(Step::Waiting)) {
-                break;
-            }
-            assert!(request.waits_for(host.calls), "waits for the call it sent");
-            let answer = match parts.next() {
-                Some(bytes) => CallAnswer {
-                    status: Some(200),
-                    content_type: "application/json".to_owned(),
-                    body: bytes.to_vec(),
-                },
-                None => CallAnswer {
-                    status: None,
-                    content_type: String::new(),
-                    body: Vec::new(),
-                },
+        assert!(token <= 2, "the body phase sent a third call");
+        let (headers, size) = answer_call(&envoy, parts.next());
+        answered = token;
+        flow = match stream.on_call(&envoy, &shared, token, headers, size) {
+            Resume::Request => Flow::Continue,
+            _ => Flow::Pause,
+        };
+    }
+    assert!(
+        !envoy.overreach.get(),
+        "a replacement past the request body"
+    );
+    let reply = envoy.reply.borrow().clone();
+    match &reply {
+        Some((status, body)) => {
+            let allowed: &[u16] = if claims {
+                &[200, 400, 403, 404]
+            } else {
+                &[400, 403, 404]
             };
-            step = request.call_answered(&mut host, &worker, &answer);
+            assert!(allowed.contains(status), "replied {status}");
+            assert!(is_json(body), "a reply that is not JSON: {body}");
         }
-        assert!(!matches!(step, Ok(Step::Waiting)), "waits for a third call");
-        if let Err(skipped) = step {
-            let actions = request.skip(Some(&engine.borrow().config), skipped);
-            host.check(&actions);
+        None if was_json => {
+            let sent = envoy.body(Buffer::RequestBody);
+            assert!(is_json(&sent), "the upstream gets what is not JSON: {sent}");
         }
-        if was_json && !host.replied {
-            let sent = std::str::from_utf8(&host.upstream).expect("UTF-8 upstream");
-            assert!(is_json(sent), "the upstream gets what is not JSON: {sent}");
+        None => {}
+    }
+    // The model's answer (or the local reply, through the response callbacks), then the
+    // follow-ups' answers while the response waits for one.
+    let answer = parts.next().unwrap_or_default();
+    envoy.set_map(
+        Headers::Response,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    envoy.set_body(Buffer::ResponseBody, answer);
+    stream.on_response_headers(&envoy, &shared, false);
+    let mut flow = stream.on_response_body(&envoy, &shared, answer.len(), true);
+    for _ in 0..4 {
+        let Some(token) = envoy.last_token().filter(|t| *t > answered) else {
+            break;
+        };
+        if flow != Flow::Pause {
+            break;
+        }
+        let (headers, size) = answer_call(&envoy, parts.next());
+        answered = token;
+        if stream.on_call(&envoy, &shared, token, headers, size) == Resume::Response {
+            flow = Flow::Continue;
         }
     }
-    for action in request.on_response_headers(Some(&engine.borrow().config)) {
-        if let Action::AddResponseHeader { value, .. } | Action::RecordFilterState { value, .. } =
-            action
-        {
-            assert!(
-                value
-                    .bytes()
-                    .all(|b| b == b'\t' || (b' '..=b'~').contains(&b)),
-                "not a header value: {value:?}"
-            );
-        }
+    stream.on_log(&envoy, &shared);
+    assert!(!envoy.overreach.get(), "a replacement past a buffer");
+    for call in envoy.calls.borrow().iter() {
+        assert!(
+            is_json(&call.body),
+            "a call that is not JSON: {}",
+            call.body
+        );
+    }
+    for (name, value) in envoy.response_headers.borrow().iter() {
+        assert!(is_header_value(value), "{name}: {value:?}");
+    }
+    for (name, value) in envoy.recorded.borrow().iter() {
+        assert!(is_header_value(value), "filter state {name}: {value:?}");
     }
 }
 

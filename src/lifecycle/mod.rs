@@ -28,6 +28,7 @@ mod hosts;
 pub mod hybrid;
 pub mod outcome;
 pub mod proxy;
+pub mod proxy_model;
 mod response;
 mod search;
 mod steps;

@@ -1,7 +1,6 @@
-//! Whole streams through the core's one entry ([`Stream`], a worker's [`Shared`]) on a
-//! recording [`Proxy`]: Envoy's header maps, buffers, properties, calls, stats and tick as
-//! plain data, so each test drives the callbacks in Envoy's order and reads what Envoy would
-//! hold after them.
+//! Whole streams through the core's one entry ([`Stream`], a worker's [`Shared`]) on the
+//! model of Envoy ([`super::proxy_model`]), callback by callback in Envoy's order, reading
+//! what Envoy would hold after them.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,209 +12,10 @@ use super::tests::{ACCESS, CHAT, TOOLS, chat, chat_call, offered};
 use super::*;
 use crate::config::Config;
 use crate::embeddings::MemoryBytes;
-use crate::lifecycle::proxy::{Buffer, Headers, Proxy, Status};
+use crate::lifecycle::proxy::{Buffer, Headers};
+use crate::lifecycle::proxy_model::Envoy as FakeEnvoy;
 use crate::stats::{Fixed, Stat};
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-type Pairs = Vec<(String, String)>;
-
-/// Envoy as data.
-#[derive(Default)]
-struct FakeEnvoy {
-    maps: RefCell<[Pairs; 3]>,
-    buffers: RefCell<[Vec<u8>; 3]>,
-    /// `xds.cluster_name`: the cluster the router picked.
-    cluster: Option<String>,
-    recorded: RefCell<HashMap<String, String>>,
-    /// Calls sent: cluster, headers, body.
-    calls: RefCell<Vec<(String, Pairs, String)>>,
-    reply: RefCell<Option<(u16, String)>>,
-    /// Counters' sums and histograms' values, by name.
-    stats: RefCell<HashMap<String, Vec<u64>>>,
-    store: MemoryBytes,
-    now_ms: Cell<u64>,
-    tick: Cell<Option<Duration>>,
-}
-
-fn at(map: Headers) -> usize {
-    match map {
-        Headers::Request => 0,
-        Headers::Response => 1,
-        Headers::CallResponse => 2,
-    }
-}
-
-fn slot(buffer: Buffer) -> usize {
-    match buffer {
-        Buffer::RequestBody => 0,
-        Buffer::ResponseBody => 1,
-        Buffer::CallResponseBody => 2,
-    }
-}
-
-impl FakeEnvoy {
-    fn new(cluster: &str) -> FakeEnvoy {
-        FakeEnvoy {
-            cluster: Some(cluster.to_owned()),
-            now_ms: Cell::new(1_000_000),
-            ..FakeEnvoy::default()
-        }
-    }
-
-    fn set_map(&self, map: Headers, pairs: &[(&str, &str)]) {
-        self.maps.borrow_mut()[at(map)] = pairs
-            .iter()
-            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-            .collect();
-    }
-
-    fn get(&self, map: Headers, name: &str) -> Option<String> {
-        let maps = self.maps.borrow();
-        let found = maps[at(map)].iter().find(|(n, _)| n == name);
-        found.map(|(_, v)| v.clone())
-    }
-
-    fn set_body(&self, buffer: Buffer, bytes: &[u8]) {
-        self.buffers.borrow_mut()[slot(buffer)] = bytes.to_vec();
-    }
-
-    fn body(&self, buffer: Buffer) -> String {
-        String::from_utf8(self.buffers.borrow()[slot(buffer)].clone()).unwrap()
-    }
-
-    /// A counter's sum, or how many values a histogram has.
-    fn stat(&self, stat: impl Into<Stat>) -> u64 {
-        let stat = stat.into();
-        let stats = self.stats.borrow();
-        let values = stats.get(stat.name().as_ref());
-        match stat.kind() {
-            crate::stats::Kind::Counter => values.map_or(0, |v| v.iter().sum()),
-            crate::stats::Kind::Histogram => values.map_or(0, |v| v.len() as u64),
-        }
-    }
-
-    fn recorded(&self, name: &str) -> Option<String> {
-        self.recorded.borrow().get(name).cloned()
-    }
-}
-
-impl Proxy for FakeEnvoy {
-    type Store = MemoryBytes;
-
-    fn store(&self) -> &MemoryBytes {
-        &self.store
-    }
-
-    fn header(&self, map: Headers, name: &str) -> Option<Vec<u8>> {
-        self.get(map, name).map(String::into_bytes)
-    }
-
-    fn headers(&self, map: Headers) -> HeaderMap {
-        HeaderMap::new(crate::pairs::encode(&self.maps.borrow()[at(map)]))
-    }
-
-    fn set_header(&self, map: Headers, name: &str, value: &[u8]) -> Result<(), Status> {
-        self.remove_header(map, name)?;
-        self.add_header(map, name, value)
-    }
-
-    fn add_header(&self, map: Headers, name: &str, value: &[u8]) -> Result<(), Status> {
-        let value = String::from_utf8_lossy(value).into_owned();
-        self.maps.borrow_mut()[at(map)].push((name.to_owned(), value));
-        Ok(())
-    }
-
-    fn remove_header(&self, map: Headers, name: &str) -> Result<(), Status> {
-        self.maps.borrow_mut()[at(map)].retain(|(n, _)| n != name);
-        Ok(())
-    }
-
-    fn buffer(&self, buffer: Buffer, start: usize, len: usize) -> Result<Vec<u8>, Status> {
-        let buffers = self.buffers.borrow();
-        let bytes = &buffers[slot(buffer)];
-        let start = start.min(bytes.len());
-        Ok(bytes[start..start.saturating_add(len).min(bytes.len())].to_vec())
-    }
-
-    fn set_buffer(
-        &self,
-        buffer: Buffer,
-        start: usize,
-        len: usize,
-        bytes: &[u8],
-    ) -> Result<(), Status> {
-        let mut buffers = self.buffers.borrow_mut();
-        let held = &mut buffers[slot(buffer)];
-        let end = start.saturating_add(len).min(held.len());
-        held.splice(start.min(end)..end, bytes.iter().copied());
-        Ok(())
-    }
-
-    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
-        match path {
-            ["xds", "cluster_name"] => self.cluster.clone().map(String::into_bytes),
-            _ => None,
-        }
-    }
-
-    fn set_property(&self, name: &str, value: &[u8]) -> Result<(), Status> {
-        let value = String::from_utf8_lossy(value).into_owned();
-        self.recorded.borrow_mut().insert(name.to_owned(), value);
-        Ok(())
-    }
-
-    fn dispatch(
-        &self,
-        cluster: &str,
-        headers: Vec<(&str, &str)>,
-        body: &[u8],
-        _timeout: Duration,
-    ) -> Result<u32, Status> {
-        let headers = headers
-            .iter()
-            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-            .collect();
-        let body = String::from_utf8_lossy(body).into_owned();
-        let mut calls = self.calls.borrow_mut();
-        calls.push((cluster.to_owned(), headers, body));
-        Ok(100 + calls.len() as u32)
-    }
-
-    fn send_response(
-        &self,
-        status: u16,
-        _headers: &[(&str, &[u8])],
-        body: &[u8],
-    ) -> Result<(), Status> {
-        let body = String::from_utf8_lossy(body).into_owned();
-        *self.reply.borrow_mut() = Some((status, body));
-        Ok(())
-    }
-
-    fn now(&self) -> Option<SystemTime> {
-        Some(UNIX_EPOCH + Duration::from_millis(self.now_ms.get()))
-    }
-
-    fn set_tick_period(&self, period: Duration) -> Result<(), Status> {
-        self.tick.set(Some(period));
-        Ok(())
-    }
-
-    fn count(&self, stat: Stat, n: u64) {
-        let mut stats = self.stats.borrow_mut();
-        stats.entry(stat.name().into_owned()).or_default().push(n);
-    }
-
-    fn define_counter(&self, name: &str) -> Result<u32, Status> {
-        let mut stats = self.stats.borrow_mut();
-        stats.insert(name.to_owned(), Vec::new());
-        Ok(stats.len() as u32)
-    }
-
-    fn increment(&self, _id: u32, _n: u64) {}
-}
+use std::time::Duration;
 
 fn worker(envoy: &FakeEnvoy, config: &str) -> Shared<MemoryBytes> {
     let config = Config::from_json(config.as_bytes()).unwrap();
@@ -307,16 +107,14 @@ fn a_stream_in_search_mode_answers_find_tools_in_a_follow_up() {
         stream.on_response_body(&envoy, &shared, first.len(), true),
         Flow::Pause
     );
-    let (cluster, headers, body) = envoy.calls.borrow().first().cloned().unwrap();
-    assert_eq!(cluster, "openai");
+    let call = envoy.calls.borrow().first().cloned().unwrap();
+    assert_eq!(call.cluster, "openai");
+    let path = call.headers.iter().find(|(n, _)| n == ":path");
+    assert_eq!(path.map(|(_, v)| v.as_str()), Some("/v1/chat/completions"));
     assert!(
-        headers
-            .iter()
-            .any(|(n, v)| n == ":path" && v == "/v1/chat/completions")
-    );
-    assert!(
-        offered(&body).contains(&"get_forecast".to_owned()),
-        "{body}"
+        offered(&call.body).contains(&"get_forecast".to_owned()),
+        "{}",
+        call.body
     );
 
     let next = chat_call("c2", "get_forecast", r#"{"city":"Paris"}"#);
@@ -325,7 +123,8 @@ fn a_stream_in_search_mode_answers_find_tools_in_a_follow_up() {
         &[(":status", "200"), ("content-type", "application/json")],
     );
     envoy.set_body(Buffer::CallResponseBody, next.as_bytes());
-    let resume = stream.on_call(&envoy, &shared, 101, 2, next.len());
+    let token = envoy.last_token().unwrap();
+    let resume = stream.on_call(&envoy, &shared, token, 2, next.len());
     assert_eq!(resume, Resume::Response);
     let client = envoy.body(Buffer::ResponseBody);
     assert!(
