@@ -152,7 +152,8 @@ impl Request {
                     self.apply_verdict(config, &mut analysis);
                     ranked
                 };
-                let written = self.write_or_plan(host, worker, &mut analysis, &body, ranked);
+                let now = seconds(host, started);
+                let written = self.write_or_plan(host, worker, &mut analysis, &body, ranked, now);
                 self.claim_tool_choice(host, reader);
                 if written.is_ok() {
                     self.watch_unknown(host, worker, &analysis);
@@ -176,7 +177,7 @@ impl Request {
         // Each phase starts when the last one ended: one clock read less per phase.
         let started = host.phase(Fixed::PhaseReadUs, started);
         let mut engine = worker.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
-        let now = host.now_seconds();
+        let now = seconds(host, started);
         let (actions, analysis) =
             match self.on_body(&mut engine, reader, &mut body, host.store(), now) {
                 super::Read::Analysed { actions, analysis } => (actions, analysis),
@@ -308,14 +309,15 @@ impl Request {
         }
         self.apply_verdict(config, &mut analysis);
         drop(engine);
-        self.write_or_plan(host, worker, &mut analysis, &body, ranked)?;
+        let now = seconds(host, started);
+        self.write_or_plan(host, worker, &mut analysis, &body, ranked, now)?;
         self.claim_tool_choice(host, reader);
         self.watch_unknown(host, worker, &analysis);
         Ok(Step::Done)
     }
 
     /// Search mode plans its first request; filter mode writes the selected tools into the
-    /// body and records what was done.
+    /// body and records what was done. `now`: Envoy's clock in seconds.
     fn write_or_plan<H: BodyHost>(
         &mut self,
         host: &mut H,
@@ -323,10 +325,10 @@ impl Request {
         analysis: &mut Analysis,
         body: &[u8],
         ranked: Ranked,
+        now: u64,
     ) -> Result<(), Skipped> {
         let engine = worker.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let held = host.headers_held();
-        let now = host.now_seconds();
         let searched =
             self.plan_search(&engine, analysis, body, ranked, held, host.store(), now)?;
         drop(engine);
@@ -394,4 +396,11 @@ impl Request {
             let _ = host.perform(vec![Action::Watch(answering)]);
         }
     }
+}
+
+/// Seconds since the epoch at `read` (a time the phase clock read already: one host call less
+/// per step), or by the host's clock when there is none.
+fn seconds<H: BodyHost>(host: &H, read: Option<SystemTime>) -> u64 {
+    read.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or_else(|| host.now_seconds(), |d| d.as_secs())
 }
