@@ -209,3 +209,115 @@ fn a_worker_resumes_a_held_request_whose_body_never_came() {
         Flow::Continue
     );
 }
+
+/// A server's `tools/list` answer to the gateway's call `sent` (a JSON-RPC request).
+fn list_answer(envoy: &FakeEnvoy, sent: &str) -> usize {
+    let id = serde_json::from_str::<serde_json::Value>(sent).unwrap()["id"].clone();
+    let tool = |name: &str, description: &str| {
+        serde_json::json!({"name": name, "description": description,
+            "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}})
+    };
+    let answer = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+        tool("get_weather", "Current weather for a city"),
+        tool("send_email", "Send an email message to a recipient"),
+        tool("create_issue", "Create a GitHub issue in a repository"),
+    ]}})
+    .to_string();
+    answer_json(envoy, &answer)
+}
+
+/// A call's answer of JSON in Envoy's call buffer; its size.
+fn answer_json(envoy: &FakeEnvoy, body: &str) -> usize {
+    envoy.set_map(
+        Headers::CallResponse,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    envoy.set_body(Buffer::CallResponseBody, body.as_bytes());
+    body.len()
+}
+
+/// An MCP client's message to the gateway on `/mcp`, through a new stream; its flow.
+fn mcp_message(
+    envoy: &FakeEnvoy,
+    shared: &Shared<MemoryBytes>,
+    stream: &mut Stream,
+    body: &str,
+) -> Flow {
+    envoy.set_map(
+        Headers::Request,
+        &[
+            (":method", "POST"),
+            (":path", "/mcp"),
+            (":authority", "tools.example"),
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            (
+                "mcp-protocol-version",
+                crate::mcp::exchange::MODERN_REVISION,
+            ),
+            ("authorization", "Bearer t"),
+        ],
+    );
+    envoy.set_body(Buffer::RequestBody, body.as_bytes());
+    assert_eq!(
+        stream.on_request_headers(envoy, shared, false),
+        Flow::Continue
+    );
+    stream.on_request_body(envoy, shared, body.len(), true)
+}
+
+/// An MCP client's `find_tools`, then `call_tool`, in two streams on one worker: the first
+/// fetches the server's catalog (to the route's cluster, with the client's credentials) and is
+/// answered by the gateway with the tool it finds; the second, from the cached catalog, goes
+/// to the server as the real call, whose answer the client gets as it was.
+#[test]
+fn an_mcp_client_finds_a_tool_then_calls_it() {
+    let envoy = FakeEnvoy::new("mcp-server");
+    let shared = worker(&envoy, r#"{"mcp":{},"response_header":true}"#);
+    let mut find = Stream::new(7);
+    let body = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"find_tools","arguments":{"query":"weather in Paris","limit":1}}}"#;
+    assert_eq!(mcp_message(&envoy, &shared, &mut find, body), Flow::Pause);
+    let list = envoy.calls.borrow().last().cloned().unwrap();
+    assert_eq!(list.cluster, "mcp-server");
+    let bearer = list.headers.iter().find(|(n, _)| n == "authorization");
+    assert_eq!(bearer.map(|(_, v)| v.as_str()), Some("Bearer t"));
+    let size = list_answer(&envoy, &list.body);
+    let token = envoy.last_token().unwrap();
+    assert_eq!(
+        find.on_call(&envoy, &shared, token, 2, size),
+        Resume::Nothing
+    );
+    let (status, answer) = envoy.reply.borrow_mut().take().unwrap();
+    assert_eq!(status, 200);
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let found = &answer["result"]["structuredContent"]["tools"];
+    assert_eq!(found[0]["name"], "get_weather", "{answer}");
+    envoy.set_map(
+        Headers::Response,
+        &[(":status", "200"), ("content-type", "application/json")],
+    );
+    find.on_response_headers(&envoy, &shared, false);
+    let said = envoy.get(Headers::Response, "x-toolsift").unwrap();
+    assert_eq!(said, "mcp=find_tools found=get_weather total=3");
+    assert_eq!(envoy.recorded("toolsift"), Some(said));
+
+    let mut call = Stream::new(8);
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"call_tool","arguments":{"name":"get_weather","arguments":{"q":"Paris"}}}}"#;
+    assert_eq!(mcp_message(&envoy, &shared, &mut call, body), Flow::Pause);
+    assert_eq!(
+        envoy.calls.borrow().len(),
+        2,
+        "the catalog came from the cache"
+    );
+    let real = envoy.calls.borrow().last().cloned().unwrap();
+    let sent: serde_json::Value = serde_json::from_str(&real.body).unwrap();
+    assert_eq!(sent["params"]["name"], "get_weather");
+    assert_eq!(sent["params"]["arguments"]["q"], "Paris");
+    let server =
+        r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"sunny"}]}}"#;
+    let size = answer_json(&envoy, server);
+    let token = envoy.last_token().unwrap();
+    call.on_call(&envoy, &shared, token, 2, size);
+    let (status, answer) = envoy.reply.borrow_mut().take().unwrap();
+    assert_eq!((status, answer.as_str()), (200, server));
+}
