@@ -321,3 +321,37 @@ fn an_mcp_client_finds_a_tool_then_calls_it() {
     let (status, answer) = envoy.reply.borrow_mut().take().unwrap();
     assert_eq!((status, answer.as_str()), (200, server));
 }
+
+/// `suggestions.mcp`: the worker's tick fetches the suggestion server's `tools/list` from its
+/// cluster, and the answer's tools join the engine's suggestions (counted); an answer to a
+/// call the worker did not send is not its own.
+#[test]
+fn a_worker_fetches_the_suggestion_servers_list_on_its_tick() {
+    use crate::lifecycle::proxy::Proxy;
+    let envoy = FakeEnvoy::new("unused");
+    let shared = worker(&envoy, r#"{"suggestions":{"mcp":{"cluster":"catalog"}}}"#);
+    assert_eq!(envoy.tick.get(), Some(Duration::from_secs(1)));
+    let suggested = |shared: &Shared<MemoryBytes>| {
+        let engine = shared.engine.borrow();
+        let suggestions = engine.suggestions().cloned().unwrap();
+        suggestions
+            .suggest("weather in Paris", |_| false, None)
+            .len()
+    };
+    assert_eq!(suggested(&shared), 0);
+    assert!(shared.on_tick(&envoy).is_empty());
+    let call = envoy.calls.borrow().last().cloned().unwrap();
+    assert_eq!(call.cluster, "catalog");
+    assert!(call.body.contains("\"tools/list\""), "{}", call.body);
+    assert!(!shared.on_call(&envoy, 99, || envoy.call_answer(0, 0)));
+    let size = list_answer(&envoy, &call.body);
+    let token = envoy.last_token().unwrap();
+    assert!(shared.on_call(&envoy, token, || envoy.call_answer(2, size)));
+    assert_eq!(envoy.stat(Fixed::SuggestionsFetched), 1);
+    assert_eq!(suggested(&shared), 1);
+    assert_eq!(
+        envoy.tick.get(),
+        Some(Duration::from_secs(1)),
+        "fetched again later"
+    );
+}
