@@ -7,7 +7,7 @@ use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
-use crate::rewrite::rebuild_container_bytes;
+use crate::rewrite::write_container;
 use crate::select::{Selection, Verdict, all_allowed, select};
 use std::ops::Range;
 use std::rc::Rc;
@@ -393,19 +393,29 @@ impl Analysis {
             let (head, replaced) = edit.rewrite_head(body, &self.selection.keep)?;
             return Some((head.into_bytes(), replaced));
         }
-        let tools = if self.selection.keep.iter().all(|k| *k) {
+        let all_kept = self.selection.keep.iter().all(|k| *k);
+        if self.notes.is_empty() {
+            if all_kept {
+                return None;
+            }
+            // The head and the kept tools written into one buffer, sized for the whole array.
+            let head = body.get(..self.container.start)?;
+            let container = body.get(self.container.clone())?;
+            let mut out = Vec::with_capacity(head.len() + container.len());
+            out.extend_from_slice(head);
+            write_container(
+                container,
+                &self.catalog.draft,
+                &self.selection.keep,
+                &mut out,
+            );
+            return Some((out, self.container.end));
+        }
+        let tools = if all_kept {
             None
         } else {
             Some(self.rebuilt_tools(body)?)
         };
-        if self.notes.is_empty() {
-            let rebuilt = tools?;
-            let head = body.get(..self.container.start)?;
-            let mut out = Vec::with_capacity(head.len() + rebuilt.len());
-            out.extend_from_slice(head);
-            out.extend_from_slice(rebuilt.as_bytes());
-            return Some((out, self.container.end));
-        }
         let mut patches = self.note_patches();
         patches.extend(tools.map(|t| (self.container.clone(), t)));
         let end = patches.iter().map(|(at, _)| at.end).max()?;
@@ -431,13 +441,16 @@ impl Analysis {
 
     /// The tools container with the kept tools only.
     fn rebuilt_tools(&self, body: &[u8]) -> Option<String> {
-        // Only the bytes kept are checked as text: the tools array is the catalog's, byte for
-        // byte (compared on a cache hit, checked when it was read otherwise).
-        rebuild_container_bytes(
-            body.get(self.container.clone())?,
+        let container = body.get(self.container.clone())?;
+        let mut out = Vec::with_capacity(container.len());
+        write_container(
+            container,
             &self.catalog.draft,
             &self.selection.keep,
-        )
+            &mut out,
+        );
+        // The notes' patches are text.
+        String::from_utf8(out).ok()
     }
 }
 
