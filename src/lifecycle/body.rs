@@ -382,11 +382,6 @@ impl Request {
     }
 }
 
-/// The body with the dropped tools spliced out, and how many bytes of the body it replaces;
-/// `None` when every tool is kept (the body goes on as it is). Only the bytes up to the end
-/// of the tools array are written: Envoy's `set_buffer` at offset 0 drains the given length
-/// and puts the new bytes before what remains, so the rest of the body never leaves Envoy's
-/// buffer.
 /// What filter mode's write leaves for its record: shadow's count of what the selection would
 /// have kept, the names debug shows, and the tools kept of all.
 pub struct Written {
@@ -396,6 +391,11 @@ pub struct Written {
     total: usize,
 }
 
+/// The body with the dropped tools spliced out, and how many bytes of the body it replaces;
+/// `None` when every tool is kept (the body goes on as it is). Only the bytes up to the end
+/// of the tools array are written: Envoy's `set_buffer` at offset 0 drains the given length
+/// and puts the new bytes before what remains, so the rest of the body never leaves Envoy's
+/// buffer.
 fn rewritten(analysis: &Analysis, body: &[u8]) -> Result<Option<(Vec<u8>, usize)>, Skipped> {
     let Some(head) = analysis.rewrite_head(body) else {
         // Tools were dropped but could not be cut out (a custom shape's text tags whose cut
