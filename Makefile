@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
 
 all: build
 
@@ -221,7 +221,7 @@ e2e: images
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -258,6 +258,20 @@ bench-search:
 # Native micro-benchmarks (criterion) of catalog reading and assembly, ranking and the cache-hit path.
 bench-micro:
 	$(CARGO) run --release --example micro -- --bench
+
+# The instructions of one catalog-cache hit, counted by callgrind (benches/instructions.rs): the
+# core's analysis and rewrite of the Envoy benchmark's same-catalog bodies (200 tools). The same
+# count on any machine and under any load, for an A/B of the request path's own work, which
+# Envoy's timings cannot resolve below about 10 µs from one run to the next.
+INSTRUCTION_REQUESTS := 2000
+bench-instructions:
+	$(CARGO) build --release --example instructions
+	@target/release/examples/instructions 1 > /dev/null
+	@count() { valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+		target/release/examples/instructions $$1 2>&1 | sed -n 's/.*Collected : //p'; }; \
+	base=$$(count 0); total=$$(count $(INSTRUCTION_REQUESTS)); \
+	test -n "$$base" -a -n "$$total" || { echo "valgrind gave no count"; exit 1; }; \
+	echo "instructions per catalog-cache hit, 200 tools: $$(( (total - base) / $(INSTRUCTION_REQUESTS) ))"
 
 # Never-seen tools in V8 outside Envoy (issue 22 item 2): node runs a wasm32-wasip1 build of
 # the core (benches/v8/) in V8's baseline tier alone (Liftoff), in its default (Liftoff, then

@@ -34,11 +34,14 @@
 
 #[path = "shared/access_rules.rs"]
 mod access_rules;
+#[path = "shared/bodies.rs"]
+mod bodies;
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "shared/listeners.rs"]
 mod listeners;
 
+use bodies::{chat_body, question};
 use common::{Gateway, repo};
 use listeners::listener_copy;
 use serde_json::Value;
@@ -61,7 +64,7 @@ fn main() {
         .iter()
         .position(|a| a == "--sizes")
         .map(|i| args[i + 1].split(',').map(|s| s.parse().unwrap()).collect());
-    let pool = dataset_tools();
+    let pool = bodies::dataset_tools(&repo().join("../shared/datasets"));
     if args.iter().any(|a| a == "--hybrid") {
         let requests = match args.iter().position(|a| a == "--requests") {
             Some(i) => args[i + 1].parse().unwrap(),
@@ -216,15 +219,11 @@ struct Bodies {
 
 impl Bodies {
     fn new(pool: &[String], n: usize, kind: Catalogs) -> Bodies {
-        let question = |i: usize| format!("{} (ticket {i})", QUESTIONS[i % QUESTIONS.len()]);
         match kind {
-            Catalogs::Same => {
-                let tools = pool[..n].join(",\n");
-                Bodies {
-                    prepared: (0..64).map(|i| chat_body(&tools, &question(i))).collect(),
-                    template: None,
-                }
-            }
+            Catalogs::Same => Bodies {
+                prepared: bodies::same_catalog(pool, n),
+                template: None,
+            },
             Catalogs::KnownTools => Bodies {
                 prepared: (0..=KNOWN_WINDOWS)
                     .map(|w| chat_body(&pool[w..w + n].join(",\n"), &question(w)))
@@ -242,57 +241,12 @@ impl Bodies {
         match &self.template {
             Some(tools) => {
                 let renamed = tools.replace("\"name\": \"", &format!("\"name\": \"s{i}_"));
-                let q = QUESTIONS[i % QUESTIONS.len()];
-                chat_body(&renamed, &format!("{q} (ticket {i})"))
+                chat_body(&renamed, &question(i))
             }
             None => self.prepared[i % self.prepared.len()].clone(),
         }
     }
 }
-
-/// Tools sampled evenly from the three shared datasets (OpenAI function format).
-fn dataset_tools() -> Vec<String> {
-    let mut all = Vec::new();
-    for name in ["livemcpbench", "toolbench", "seal_tools"] {
-        let path = repo()
-            .join("../shared/datasets")
-            .join(name)
-            .join("tools.jsonl");
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        all.push(text.lines().map(str::to_owned).collect::<Vec<_>>());
-    }
-    // Interleave so every size mixes the three sources.
-    let longest = all.iter().map(Vec::len).max().unwrap();
-    let mut out = Vec::new();
-    for i in 0..longest {
-        for source in &all {
-            if let Some(t) = source.get(i) {
-                out.push(t.clone());
-            }
-        }
-    }
-    out
-}
-
-/// A Chat Completions request with the tools array `tools` (its items, comma-separated) and the
-/// user message `question` (JSON-safe text).
-fn chat_body(tools: &str, question: &str) -> String {
-    format!(
-        r#"{{"model":"gpt-4.1","messages":[{{"role":"system","content":"You are a helpful agent."}},{{"role":"user","content":"{question}"}}],"tools":[{tools}],"tool_choice":"auto","temperature":0.2}}"#
-    )
-}
-
-const QUESTIONS: [&str; 8] = [
-    "Find the latest news about the football transfer market and send a short summary to my team by email",
-    "What is the weather forecast for Lisbon this weekend",
-    "Look up the stock price of Apple and convert it to euros",
-    "Search for recent papers about protein folding and list their authors",
-    "Translate this customer review from German into English",
-    "Book a table for four at an Italian restaurant near the office tonight",
-    "Create a calendar event for the quarterly planning meeting next Tuesday",
-    "Get the lyrics of the song that is number one in the charts",
-];
 
 fn two_listeners(yaml: String, plain_port: u16) -> String {
     let end = yaml.find("  clusters:").unwrap();
@@ -724,7 +678,7 @@ fn check_ok(head: &str, what: &str) -> Result<()> {
 mod hybrid {
     use super::common::EmbedServer;
     use super::{
-        Client, Gateway, QUESTIONS, Result, chat_body, check_ok, header, listener_copy, percentile,
+        Client, Gateway, Result, chat_body, check_ok, header, listener_copy, percentile, question,
     };
     use serde_json::json;
 
@@ -933,7 +887,7 @@ mod hybrid {
         loop {
             attempts += 1;
             *ticket += 1;
-            let question = format!("{} (ticket {ticket})", QUESTIONS[*ticket % QUESTIONS.len()]);
+            let question = question(*ticket);
             let inputs_before = gw.stat("toolsift.embeddings.inputs");
             let (ms, head) = hybrid.post(&chat_body(&tools, &question));
             check_ok(&head, "hybrid listener")?;
@@ -986,7 +940,7 @@ mod hybrid {
                 ));
             }
             *ticket += 1;
-            let question = format!("{} (ticket {ticket})", QUESTIONS[*ticket % QUESTIONS.len()]);
+            let question = question(*ticket);
             let body = chat_body(&tools, &question);
             let direct_body = embeddings_body(&question);
             for k in 0..MODES.len() {
@@ -1136,7 +1090,7 @@ mod hybrid {
 /// ([`SIZES`], [`ROUNDS`]).
 mod search {
     use super::common::{Gateway, try_http};
-    use super::{Client, QUESTIONS, Result, chat_body, check_ok, header, histogram, percentile};
+    use super::{Client, Result, chat_body, check_ok, header, histogram, percentile};
     use serde_json::Value;
 
     pub const SIZES: [usize; 3] = [50, 200, 1000];
@@ -1231,7 +1185,7 @@ mod search {
 
     fn question(ticket: &mut usize) -> String {
         *ticket += 1;
-        format!("{} (ticket {ticket})", QUESTIONS[*ticket % QUESTIONS.len()])
+        super::question(*ticket)
     }
 
     /// The chat response's tool calls, by name.
@@ -1884,8 +1838,7 @@ mod rotating {
             .into_iter()
             .map(|j| pool[j].as_str())
             .collect();
-        let question = format!("{} (ticket {i})", QUESTIONS[i % QUESTIONS.len()]);
-        chat_body(&tools.join(",\n"), &question)
+        chat_body(&tools.join(",\n"), &question(i))
     }
 
     pub fn run(pool: &[String], counts: &[usize], config: &str) {
