@@ -7,7 +7,7 @@ use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Fused, FusionParams};
 use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
-use crate::rewrite::write_container;
+use crate::rewrite::{rebuild_container_text, write_container};
 use crate::select::{Selection, Verdict, all_allowed, select};
 use std::ops::Range;
 use std::rc::Rc;
@@ -441,16 +441,12 @@ impl Analysis {
 
     /// The tools container with the kept tools only.
     fn rebuilt_tools(&self, body: &[u8]) -> Option<String> {
-        let container = body.get(self.container.clone())?;
-        let mut out = Vec::with_capacity(container.len());
-        write_container(
-            container,
+        // The notes' patches are text.
+        rebuild_container_text(
+            body.get(self.container.clone())?,
             &self.catalog.draft,
             &self.selection.keep,
-            &mut out,
-        );
-        // The notes' patches are text.
-        String::from_utf8(out).ok()
+        )
     }
 }
 

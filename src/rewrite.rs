@@ -11,18 +11,29 @@ pub use crate::json::{ArrayLayout, splice, splice_bytes};
 
 /// The tools container rebuilt with the entries for which `keep[i]` is true.
 pub fn rebuild_container(container: &str, catalog: &CatalogDraft, keep: &[bool]) -> String {
-    let mut out = Vec::with_capacity(container.len());
-    write_container(container.as_bytes(), catalog, keep, &mut out);
     // Pieces of valid text, cut at JSON structure, join into valid text.
-    String::from_utf8(out).unwrap_or_else(|_| container.to_owned())
+    rebuild_container_text(container.as_bytes(), catalog, keep)
+        .unwrap_or_else(|| container.to_owned())
+}
+
+/// [`rebuild_container`] over bytes, for a caller that needs text: only the bytes written
+/// out are checked. `None` if they are not text.
+pub fn rebuild_container_text(
+    container: &[u8],
+    catalog: &CatalogDraft,
+    keep: &[bool],
+) -> Option<String> {
+    let mut out = Vec::with_capacity(container.len());
+    write_container(container, catalog, keep, &mut out);
+    String::from_utf8(out).ok()
 }
 
 /// Appends to `out` the tools container rebuilt with the entries for which `keep[i]` is true:
 /// pieces of `container`, cut at its JSON structure. Nothing is checked as text here: a
 /// request's tools array reached a catalog only as checked text (read, or compared byte for
 /// byte with a catalog's), and the filter's rewrite goes to Envoy as bytes. Checking the kept
-/// tools again was most of what a catalog-cache hit's analysis and rewrite had grown by
-/// since 0b54a9e (2,300 of 2,555 native instructions at 200 tools).
+/// tools again was what had taken a catalog-cache hit's instructions past 0b54a9e's
+/// (docs/BENCHMARKS.md, `make bench-instructions`).
 pub fn write_container(container: &[u8], catalog: &CatalogDraft, keep: &[bool], out: &mut Vec<u8>) {
     let kept = |i: usize| keep.get(i).copied().unwrap_or(true);
     match &catalog.layout {
