@@ -579,6 +579,10 @@ pub struct Config {
     /// Shadow ranking (filter mode): a share of requests goes upstream uncut, and what the cut
     /// would have cost is measured on the model's answers.
     pub shadow: Option<Shadow>,
+    /// Filter mode: keep, per catalog, the fewest tools that hold a target share of the calls
+    /// seen in shadowed answers, instead of `top_k` (which it uses until it has learned
+    /// enough). Needs `shadow`.
+    pub auto_k: Option<crate::auto_k::AutoKConfig>,
 }
 
 impl Default for Config {
@@ -612,6 +616,7 @@ impl Default for Config {
             suggestions: None,
             unknown_tools: UnknownTools::default(),
             shadow: None,
+            auto_k: None,
         }
     }
 }
@@ -646,7 +651,7 @@ pub fn json_schema() -> serde_json::Value {
 
 /// A count: a JSON integer, or a number with no fractional part. Istio hands `pluginConfig` over
 /// as a protobuf Struct, whose numbers are doubles, so `5` may arrive as `5.0`.
-fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+pub(crate) fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     let n = f64::deserialize(d)?;
     if n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
         Ok(n as usize)
@@ -787,6 +792,20 @@ impl Config {
         if let Some(shadow) = &self.shadow {
             if !(shadow.sample.is_finite() && (0.0..=1.0).contains(&shadow.sample)) {
                 return Err(invalid("shadow.sample", "must be a number from 0 to 1"));
+            }
+        }
+        if let Some(auto_k) = &self.auto_k {
+            auto_k
+                .check()
+                .map_err(|(field, why)| invalid(&format!("auto_k.{field}"), why))?;
+            if self.shadow.as_ref().is_none_or(|s| s.sample <= 0.0) {
+                return Err(invalid(
+                    "auto_k",
+                    "needs `shadow` with a `sample` above 0: it learns from shadowed answers",
+                ));
+            }
+            if self.mode != Mode::Filter {
+                return Err(invalid("auto_k", "applies to filter mode only"));
             }
         }
         self.search.check()

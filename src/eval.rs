@@ -698,6 +698,7 @@ pub fn evaluate_with(
 
         let selection = select(
             config,
+            config.top_k,
             &catalog,
             &ranking,
             &Choice::default(),

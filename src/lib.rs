@@ -30,6 +30,7 @@
 //! - [`report`] (the access log summed up, for the CLI) stands alone.
 
 pub mod access;
+pub mod auto_k;
 pub mod config;
 pub mod connectors;
 pub mod custom;

@@ -148,6 +148,10 @@ pub struct Analysis {
     /// The catalog index came from the cache.
     pub cache_hit: bool,
     pub selection: Selection,
+    /// The `top_k` the selection keeps: the configured one, or `auto_k`'s for the catalog.
+    pub top_k: usize,
+    /// With `auto_k`: the k chosen for the catalog, and where it came from.
+    pub auto_k: Option<crate::auto_k::Chosen>,
     /// Where the tools container sits in the body.
     pub container: Range<usize>,
     pub stream: bool,
@@ -287,6 +291,7 @@ impl Analysis {
     pub fn select(&self, config: &Config, ranking: &[crate::rank::Scored]) -> Selection {
         select_for(
             config,
+            self.top_k,
             &self.catalog,
             ranking,
             &self.choice,
@@ -506,8 +511,10 @@ fn unknown_calls(latest: &[String], catalog: &Catalog) -> Vec<String> {
 }
 
 /// [`select`] with what the caller may see.
+#[allow(clippy::too_many_arguments)] // the selection's whole setting, spelled out
 fn select_for(
     config: &Config,
+    top_k: usize,
     catalog: &Catalog,
     ranking: &[crate::rank::Scored],
     choice: &Choice,
@@ -516,7 +523,9 @@ fn select_for(
     evicted: &[String],
 ) -> Selection {
     let allowed = access.map(|g| &*g.allowed);
-    select(config, catalog, ranking, choice, called, allowed, evicted)
+    select(
+        config, top_k, catalog, ranking, choice, called, allowed, evicted,
+    )
 }
 
 /// What `grant` lets its caller see of `catalog`, and whether the request is refused: decided,
@@ -819,6 +828,8 @@ pub struct Engine {
     loop_guard: Option<crate::loop_guard::LoopGuard>,
     /// The `suggestions` catalog: its inline tools, and the suggestion server's once fetched.
     suggestions: Option<Rc<crate::suggestions::Suggestions>>,
+    /// `auto_k`: this worker's side of the VM's calibration, and the period's table it read.
+    pub auto_k: Option<crate::auto_k::AutoK>,
 }
 
 impl Engine {
@@ -837,6 +848,9 @@ impl Engine {
             .suggestions
             .as_ref()
             .map(|s| Rc::new(crate::suggestions::Suggestions::new(s, Vec::new())));
+        let auto_k = config.auto_k.as_ref().map(|a| {
+            crate::auto_k::AutoK::new(a.clone(), config.top_k, &crate::auto_k::plugin(&config))
+        });
         Engine {
             config,
             weights: FieldWeights::default(),
@@ -846,6 +860,7 @@ impl Engine {
             gating_rules,
             loop_guard,
             suggestions,
+            auto_k,
         }
     }
 
@@ -1097,11 +1112,20 @@ impl Engine {
         let query = crate::followup::query(&request.query, &request.earlier, &catalog.index);
         let ranking = catalog.rank(&query);
         let allowed = access.as_ref().map(|g| &*g.allowed);
-        let selection = if allowed_functions <= self.config.min_tools || native_search {
+        let every_tool = allowed_functions <= self.config.min_tools || native_search;
+        // `auto_k`: the k this period's table gives the catalog, for a selection by rank.
+        let auto_k = self
+            .auto_k
+            .as_ref()
+            .filter(|_| !every_tool)
+            .map(|a| a.chosen(catalog.id()));
+        let top_k = auto_k.map_or(self.config.top_k, |c| c.k);
+        let selection = if every_tool {
             all_allowed(&catalog, &ranking, allowed, &evicted)
         } else {
             select_for(
                 &self.config,
+                top_k,
                 &catalog,
                 &ranking,
                 &request.choice,
@@ -1117,6 +1141,8 @@ impl Engine {
             catalog,
             cache_hit,
             selection,
+            top_k,
+            auto_k,
             container,
             stream: request.stream,
             choice: request.choice,

@@ -69,6 +69,9 @@ pub struct Catalog {
     /// Whether an entry hands the tools to the provider's own search, read the first time a
     /// request asks.
     native_search: OnceCell<bool>,
+    /// Its function tools' names as shadow ranking and `auto_k` name the catalog
+    /// ([`crate::shadow::catalog_id`]), hashed the first time they ask.
+    id: OnceCell<u32>,
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
     fetching: Cell<bool>,
@@ -176,6 +179,7 @@ impl Catalog {
             rule_matches: RuleMatches::default(),
             builtin_names: OnceCell::new(),
             native_search: OnceCell::new(),
+            id: OnceCell::new(),
             fetching: Cell::new(false),
             weights,
             allowed_index: RefCell::new(None),
@@ -389,6 +393,16 @@ impl Catalog {
     /// The size of the tool vectors already known, if any.
     pub fn known_dimensions(&self) -> Option<usize> {
         self.parts.iter().find_map(|p| p.vector()).map(<[f32]>::len)
+    }
+
+    /// The catalog's id: [`crate::shadow::catalog_id`] of its function tools' names, the same
+    /// for the same tools in any order.
+    pub fn id(&self) -> u32 {
+        *self.id.get_or_init(|| {
+            crate::shadow::catalog_id(
+                (0..self.draft.entries.len()).filter_map(|entry| self.name(entry)),
+            )
+        })
     }
 
     pub fn function_count(&self) -> usize {

@@ -117,12 +117,15 @@ impl Selection {
     }
 }
 
-/// Decides, for a ranking of `catalog`, which tools go upstream. With access rules,
+/// Decides, for a ranking of `catalog`, which tools go upstream: the `top_k` best (the
+/// configured `top_k`, or `auto_k`'s for the catalog) and the pinned ones. With access rules,
 /// `allowed` says per catalog entry whether the caller may see it: a denied tool is never
 /// kept, pinned or counted towards `top_k`. An `evicted` tool (the loop guard's) is neither,
 /// unless `tool_choice` names it.
+#[allow(clippy::too_many_arguments)] // the selection's whole setting, spelled out
 pub fn select(
     config: &Config,
+    top_k: usize,
     catalog: &Catalog,
     ranking: &[Scored],
     choice: &Choice,
@@ -168,12 +171,12 @@ pub fn select(
             (None, Some(why)) => why,
             (pinned, _) => match pinned {
                 Some(v) => {
-                    if ranked_kept < config.top_k {
+                    if ranked_kept < top_k {
                         ranked_kept += 1;
                     }
                     v
                 }
-                None if ranked_kept >= config.top_k => Verdict::BelowTopK,
+                None if ranked_kept >= top_k => Verdict::BelowTopK,
                 // The first kept tool is exempt from min_score and the budget: never zero tools.
                 None if kept > 0 && config.min_score.is_some_and(|m| scored.score < m) => {
                     Verdict::BelowMinScore
@@ -335,6 +338,7 @@ mod tests {
         };
         let s = select(
             &config(r#"{"top_k":2,"always_include":["search_*"]}"#),
+            2,
             &c,
             &ranking,
             &choice,
@@ -372,10 +376,20 @@ mod tests {
         let c = catalog(&["alpha", "beta", "gamma", "delta"]);
         let ranking = c.index.rank("gamma delta");
         let cfg = config(r#"{"top_k":2}"#);
-        let before = select(&cfg, &c, &ranking, &Choice::default(), &[], None, &[]);
+        let before = select(
+            &cfg,
+            cfg.top_k,
+            &c,
+            &ranking,
+            &Choice::default(),
+            &[],
+            None,
+            &[],
+        );
         // The model calls one of the tools it was shown: the next turn keeps the same tools.
         let after = select(
             &cfg,
+            cfg.top_k,
             &c,
             &ranking,
             &Choice::default(),
@@ -397,6 +411,7 @@ mod tests {
         let called = ["gamma".to_owned()];
         let s = select(
             &cfg,
+            cfg.top_k,
             &c,
             &ranking,
             &Choice::default(),
@@ -414,6 +429,7 @@ mod tests {
         let ranking = c.index.rank("nothing relevant");
         let s = select(
             &config(r#"{"min_score":5}"#),
+            5,
             &c,
             &ranking,
             &Choice::default(),
@@ -432,7 +448,16 @@ mod tests {
         let each = c.tokens[0];
         let ranking = c.index.rank("delta gamma");
         let cfg = config(&format!(r#"{{"max_tool_tokens":{}}}"#, each * 2));
-        let s = select(&cfg, &c, &ranking, &Choice::default(), &[], None, &[]);
+        let s = select(
+            &cfg,
+            cfg.top_k,
+            &c,
+            &ranking,
+            &Choice::default(),
+            &[],
+            None,
+            &[],
+        );
         let verdicts: Vec<Verdict> = s.decisions.iter().map(|d| d.verdict).collect();
         assert_eq!(
             verdicts,

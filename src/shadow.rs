@@ -13,7 +13,7 @@
 use crate::dialects::Dialect;
 use crate::pipeline::{Analysis, header_safe};
 use crate::rank::Catalog;
-use crate::select::{Decision, Selection};
+use crate::select::{Decision, Selection, Verdict};
 use std::rc::Rc;
 
 /// Which requests are shadowed: a pseudo-random sequence per worker (xorshift64*), seeded once
@@ -66,19 +66,27 @@ pub struct CallRank {
     pub rank: Option<usize>,
     /// The selection keeps it (a filtered request), or would have (a shadowed one).
     pub kept: bool,
+    /// The `top_k` that keeps it: its place among the tools the caller may see that the loop
+    /// guard left (each of them, pinned or ranked, takes a place as [`crate::select`] counts
+    /// them), and 1 for a pinned tool, which any k keeps. What `auto_k` learns from a
+    /// shadowed call.
+    pub slot: Option<usize>,
 }
 
 /// What one request's answer showed, for the stats and the access log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     /// Shadowed (every tool forwarded), or filtered as usual.
     pub sampled: bool,
     pub calls: Vec<CallRank>,
+    /// The `top_k` the selection had: the configured one, or `auto_k`'s.
     pub top_k: usize,
+    /// With `auto_k`: where `top_k` came from, and whether it was capped.
+    pub auto_k: Option<crate::auto_k::Chosen>,
     /// Function tools in the request.
     pub tools: usize,
-    /// A short name of the catalog: see [`catalog_name`].
-    pub catalog: String,
+    /// The catalog: see [`catalog_id`].
+    pub catalog: u32,
     /// The answer could not be read (an error status, a compressed or cut-off body, an
     /// unknown shape): no calls were seen.
     pub unreadable: bool,
@@ -101,7 +109,8 @@ impl Record {
 
     /// The access log's `toolsift_shadow`:
     /// `shadow=get_pod_logs@3,post_update@14 missed=1 top_k=5 tools=200 catalog=3fa2b1c0`
-    /// (`filtered=…` when not sampled; `name@-` for a tool the ranking does not hold).
+    /// (`filtered=…` when not sampled; `name@-` for a tool the ranking does not hold; with
+    /// `auto_k`, ` k=auto`, `pooled` or `default` after it: where `top_k` came from).
     pub fn log_value(&self) -> String {
         let calls: Vec<String> = self
             .calls
@@ -118,8 +127,15 @@ impl Record {
             self.missed(),
             self.top_k,
             self.tools,
-            self.catalog,
+            catalog_name(self.catalog),
         );
+        if let Some(chosen) = self.auto_k {
+            out.push_str(" k=");
+            out.push_str(chosen.source.name());
+            if let Some(share) = chosen.capped {
+                out.push_str(&format!(" capped={share:.3}"));
+            }
+        }
         if self.unreadable {
             out.push_str(" unreadable=1");
         }
@@ -127,9 +143,10 @@ impl Record {
     }
 }
 
-/// A short name of a catalog: the first 8 hex digits of SHA-256 over its function tools' names,
-/// sorted and joined by newlines, so the same tools in another order are the same catalog.
-pub fn catalog_name<'a>(names: impl Iterator<Item = &'a str>) -> String {
+/// A catalog's id: the first 4 bytes of SHA-256 over its function tools' names, sorted and
+/// joined by newlines, so the same tools in another order are the same catalog. Its name in
+/// the access log is the 8 hex digits ([`catalog_name`]).
+pub fn catalog_id<'a>(names: impl Iterator<Item = &'a str>) -> u32 {
     use sha2::{Digest, Sha256};
     let mut names: Vec<&str> = names.collect();
     names.sort_unstable();
@@ -140,12 +157,17 @@ pub fn catalog_name<'a>(names: impl Iterator<Item = &'a str>) -> String {
         }
         hasher.update(name.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .take(4)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let digest = hasher.finalize();
+    let mut head = [0u8; 4];
+    for (to, from) in head.iter_mut().zip(digest.iter()) {
+        *to = *from;
+    }
+    u32::from_be_bytes(head)
+}
+
+/// A catalog's short name: its [`catalog_id`] in 8 hex digits.
+pub fn catalog_name(id: u32) -> String {
+    format!("{id:08x}")
 }
 
 /// What the answer's calls are measured against: the request's ranking and what the selection
@@ -157,17 +179,19 @@ pub struct Scorecard {
     decisions: Vec<Decision>,
     sampled: bool,
     top_k: usize,
+    auto_k: Option<crate::auto_k::Chosen>,
 }
 
 impl Scorecard {
     /// For a request filtered as usual (`sampled` false), or shadowed, given the selection that
-    /// would have been applied.
-    pub fn new(analysis: &Analysis, selection: &Selection, sampled: bool, top_k: usize) -> Self {
+    /// would have been applied (with the analysis's k).
+    pub fn new(analysis: &Analysis, selection: &Selection, sampled: bool) -> Self {
         Scorecard {
             catalog: Rc::clone(&analysis.catalog),
             decisions: selection.decisions.clone(),
             sampled,
-            top_k,
+            top_k: analysis.top_k,
+            auto_k: analysis.auto_k,
         }
     }
 
@@ -178,27 +202,45 @@ impl Scorecard {
     /// Where a call of `name` stands. The first of several tools of one name ranks (the one a
     /// provider would resolve the name to is not knowable; names are unique in practice).
     pub fn call(&self, name: &str) -> CallRank {
-        let found = self
+        let at = self
             .decisions
             .iter()
-            .find(|d| self.catalog.name(d.entry) == Some(name));
+            .position(|d| self.catalog.name(d.entry) == Some(name));
+        let found = at.and_then(|at| self.decisions.get(at));
         let kept = found.is_some_and(|d| d.verdict.kept());
+        // A filtered request's model was shown the kept tools alone: a call of another one is
+        // a name it made up, not a rank the cut missed.
+        let ranked = found.filter(|_| kept || self.sampled);
+        let takes_place = |d: &Decision| !matches!(d.verdict, Verdict::Denied | Verdict::Evicted);
+        let pinned = |d: &Decision| {
+            matches!(
+                d.verdict,
+                Verdict::ToolChoice | Verdict::Called | Verdict::AlwaysInclude
+            )
+        };
+        let slot = match (ranked, at) {
+            // Kept whatever the k: as if it ranked first.
+            (Some(d), _) if pinned(d) => Some(1),
+            (Some(d), Some(at)) if takes_place(d) => Some(
+                self.decisions
+                    .iter()
+                    .take(at + 1)
+                    .filter(|d| takes_place(d))
+                    .count(),
+            ),
+            _ => None,
+        };
         CallRank {
             name: name.to_owned(),
-            // A filtered request's model was shown the kept tools alone: a call of another
-            // one is a name it made up, not a rank the cut missed.
-            rank: found.filter(|_| kept || self.sampled).map(|d| d.rank),
+            rank: ranked.map(|d| d.rank),
             kept,
+            slot,
         }
     }
 
     /// The record of an answer that made `calls` (`None`: it could not be read).
     pub fn record(&self, calls: Option<Vec<String>>) -> Record {
         let unreadable = calls.is_none();
-        let names = self
-            .decisions
-            .iter()
-            .filter_map(|d| self.catalog.name(d.entry));
         Record {
             sampled: self.sampled,
             calls: calls
@@ -207,8 +249,9 @@ impl Scorecard {
                 .map(|n| self.call(n))
                 .collect(),
             top_k: self.top_k,
+            auto_k: self.auto_k,
             tools: self.decisions.len(),
-            catalog: catalog_name(names),
+            catalog: self.catalog.id(),
             unreadable,
         }
     }
@@ -420,11 +463,12 @@ mod tests {
 
     #[test]
     fn catalog_names_ignore_order() {
-        let a = catalog_name(["b", "a", "c"].into_iter());
-        let b = catalog_name(["c", "b", "a"].into_iter());
+        let a = catalog_id(["b", "a", "c"].into_iter());
+        let b = catalog_id(["c", "b", "a"].into_iter());
         assert_eq!(a, b);
-        assert_eq!(a.len(), 8);
-        assert_ne!(a, catalog_name(["a", "b"].into_iter()));
+        assert_eq!(catalog_name(a).len(), 8);
+        assert_eq!(catalog_name(0x3fa2_b1c0), "3fa2b1c0");
+        assert_ne!(a, catalog_id(["a", "b"].into_iter()));
     }
 
     #[test]
@@ -436,21 +480,25 @@ mod tests {
                     name: "get_pod_logs".into(),
                     rank: Some(3),
                     kept: true,
+                    slot: Some(3),
                 },
                 CallRank {
                     name: "post update".into(),
                     rank: Some(14),
                     kept: false,
+                    slot: Some(14),
                 },
                 CallRank {
                     name: "web_search".into(),
                     rank: None,
                     kept: false,
+                    slot: None,
                 },
             ],
             top_k: 5,
+            auto_k: None,
             tools: 200,
-            catalog: "3fa2b1c0".into(),
+            catalog: 0x3fa2_b1c0,
             unreadable: false,
         };
         assert_eq!(record.missed(), 1);

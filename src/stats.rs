@@ -153,6 +153,18 @@ fixed! {
     ShadowUnreadable: Counter Always "toolsift.shadow.unreadable",
     ShadowCallRank: Histogram Always "toolsift.shadow.call_rank",
     FilteredCallRank: Histogram Always "toolsift.filtered.call_rank",
+    /// `auto_k` ([`crate::auto_k`]): requests selected with their catalog's own k, with the
+    /// pooled k, with `top_k` (too little data); those whose k is capped at `max_k`; the k
+    /// each request got; shadowed calls learned, and those the VM's shared data kept out;
+    /// ks changed when a period's table was decided.
+    AutoKCalibrated: Counter Always "toolsift.auto_k.calibrated",
+    AutoKPooled: Counter Always "toolsift.auto_k.pooled",
+    AutoKDefault: Counter Always "toolsift.auto_k.default",
+    AutoKCapped: Counter Always "toolsift.auto_k.capped",
+    AutoKChosen: Histogram Always "toolsift.auto_k.k",
+    AutoKLearned: Counter Always "toolsift.auto_k.learned",
+    AutoKLost: Counter Always "toolsift.auto_k.lost",
+    AutoKChanges: Counter Always "toolsift.auto_k.changes",
     /// MCP: `tools/list` answered by the gateway and the tokens it saved, `find_tools`
     /// answered, tools suggested, calls sent, direct calls, calls of unknown tools refused.
     McpToolsList: Counter Mcp "toolsift.mcp.tools_list",

@@ -173,7 +173,9 @@ fn catalog_name() -> String {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
         .collect();
-    toolsift::shadow::catalog_name(names.iter().map(String::as_str))
+    toolsift::shadow::catalog_name(toolsift::shadow::catalog_id(
+        names.iter().map(String::as_str),
+    ))
 }
 
 fn shadow_lines(log: &Path, n: usize) -> Vec<String> {

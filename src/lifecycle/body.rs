@@ -255,7 +255,7 @@ impl Request {
         // Debug names the tools a shadowed request's selection would have kept.
         let would_keep_names =
             (config.debug && self.shadow_drawn == Some(true)).then(|| analysis.explain_kept());
-        let shadow = self.start_shadow(config.top_k, analysis, &mut actions);
+        let shadow = self.start_shadow(analysis, &mut actions);
         let (kept, total) = (analysis.kept(), analysis.total());
         match rewritten(analysis, body)? {
             Some((bytes, drain)) => {
@@ -347,7 +347,14 @@ impl Request {
             noted: noted_tools(analysis),
             unknown: analysis.unknown.clone(),
             shadow,
+            auto_k: analysis.auto_k,
         });
+        if let Some(chosen) = analysis.auto_k {
+            actions.push(Action::Count(Counter::AutoK(chosen.source), chosen.k));
+            if chosen.capped.is_some() {
+                actions.push(Action::Count(Counter::AutoKCapped, 1));
+            }
+        }
         actions.extend(loop_counts(analysis));
         actions.push(Action::Count(Counter::UnknownTools, analysis.unknown.len()));
         actions
@@ -358,7 +365,6 @@ impl Request {
     /// many tools the selection would have kept.
     fn start_shadow(
         &mut self,
-        top_k: usize,
         analysis: &mut Analysis,
         actions: &mut Vec<Action>,
     ) -> Option<usize> {
@@ -371,10 +377,10 @@ impl Request {
         let (card, would_keep) = if drawn {
             let would = analysis.shadow();
             actions.push(Action::Count(Counter::ShadowRequests, 1));
-            let card = crate::shadow::Scorecard::new(analysis, &would, true, top_k);
+            let card = crate::shadow::Scorecard::new(analysis, &would, true);
             (card, Some(would.kept_count()))
         } else {
-            let card = crate::shadow::Scorecard::new(analysis, &analysis.selection, false, top_k);
+            let card = crate::shadow::Scorecard::new(analysis, &analysis.selection, false);
             (card, None)
         };
         self.shadow = Some(crate::shadow::Watch::new(card, dialect));

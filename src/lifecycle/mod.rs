@@ -118,6 +118,11 @@ pub enum Counter {
     GatingExcluded,
     GatingClaimed,
     GatingAnswered,
+    /// `auto_k`: a request selected with a k of this source (`toolsift.auto_k.calibrated`,
+    /// `.pooled`, `.default`), counted with `n`, the k, in `toolsift.auto_k.k`.
+    AutoK(crate::auto_k::Source),
+    /// `toolsift.auto_k.capped`: its k was capped at `max_k`.
+    AutoKCapped,
 }
 
 impl Counter {
@@ -132,6 +137,15 @@ impl Counter {
             }
             Counter::Denied(surface) => return one(Stat::Denied(surface), n),
             Counter::Fallback(reason) => return one(Stat::Fallback(reason), n),
+            Counter::AutoK(source) => {
+                let counter = match source {
+                    crate::auto_k::Source::Calibrated => Fixed::AutoKCalibrated,
+                    crate::auto_k::Source::Pooled => Fixed::AutoKPooled,
+                    crate::auto_k::Source::Default => Fixed::AutoKDefault,
+                };
+                return two((counter, 1), Some((Fixed::AutoKChosen, n as u64)));
+            }
+            Counter::AutoKCapped => Fixed::AutoKCapped,
             Counter::SearchNative => Fixed::SearchNative,
             Counter::SearchProvider => Fixed::SearchProvider,
             Counter::SearchRequests => Fixed::SearchRequests,

@@ -7,6 +7,9 @@ use crate::mcp::llm::Gated;
 use crate::pipeline::{Skipped, header_safe, header_value};
 
 /// What happened to the request, for the response headers.
+// One per request, kept until its answer's headers: boxing the large variant would only add an
+// allocation to the request's path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Filtered {
@@ -34,6 +37,8 @@ pub enum Outcome {
         unknown: Vec<String>,
         /// Shadowed: how many tools the selection would have kept (`shadow=would_keep:5`).
         shadow: Option<usize>,
+        /// `auto_k`: the k the selection had and where it came from (`k=auto:12`).
+        auto_k: Option<crate::auto_k::Chosen>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -84,6 +89,7 @@ impl Outcome {
             noted: Vec::new(),
             unknown: Vec::new(),
             shadow: None,
+            auto_k: None,
         }
     }
 
@@ -103,6 +109,7 @@ impl Outcome {
                 noted,
                 unknown,
                 shadow,
+                auto_k,
                 ..
             } => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -139,7 +146,9 @@ impl Outcome {
                 let shadow = shadow
                     .map(|n| format!(" shadow=would_keep:{n}"))
                     .unwrap_or_default();
+                let auto_k = auto_k.map(|c| c.header_suffix()).unwrap_or_default();
                 header_value(*kept, *total, None)
+                    + &auto_k
                     + &denied
                     + &evicted
                     + &unknown
@@ -199,6 +208,7 @@ mod tests {
             noted: vec!["n".to_owned()],
             unknown: vec!["x".to_owned(), "x".to_owned()],
             shadow: Some(5),
+            auto_k: None,
         };
         let gated = Gated {
             excluded: 2,

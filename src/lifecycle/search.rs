@@ -165,6 +165,7 @@ impl Request {
             // Search mode answers made-up names itself (`x-toolsift-search`).
             unknown: Vec::new(),
             shadow: None,
+            auto_k: None,
         });
         actions.extend(loop_counts(analysis));
         actions.push(Action::Count(

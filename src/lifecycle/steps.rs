@@ -178,6 +178,14 @@ impl Request {
         let started = host.phase(Fixed::PhaseReadUs, started);
         let mut engine = worker.engine.try_borrow_mut().map_err(|_| Skip::Internal)?;
         let now = seconds(host, started);
+        // `auto_k`: at a new period, the period's table (the request path's cost until then:
+        // one comparison).
+        if let Some(auto_k) = engine.auto_k.as_mut().filter(|a| !a.is_current(now)) {
+            let changes = auto_k.refresh(host.store(), now);
+            if changes > 0 {
+                host.count(crate::stats::one(Fixed::AutoKChanges, changes));
+            }
+        }
         let (actions, analysis) =
             match self.on_body(&mut engine, reader, &mut body, host.store(), now) {
                 super::Read::Analysed { actions, analysis } => (actions, analysis),

@@ -190,7 +190,7 @@ impl Stream {
                     .as_deref(),
             });
             if end_of_stream {
-                self.feed_shadow(proxy, 0, true);
+                self.feed_shadow(proxy, shared, 0, true);
             }
         }
         // Search mode's response side never depends on `response_header`: with it off, the
@@ -214,7 +214,7 @@ impl Stream {
             }
             Flow::Continue
         } else {
-            self.feed_shadow(proxy, body_size, end_of_stream);
+            self.feed_shadow(proxy, shared, body_size, end_of_stream);
             let flow = match self.watch.as_mut() {
                 Some(watch) => watch.on_body(proxy, shared, body_size, end_of_stream),
                 None => Flow::Continue,
@@ -229,7 +229,7 @@ impl Stream {
 
     /// HTTP/2 responses that end with trailers: the body callback never saw `end_of_stream`.
     pub fn on_response_trailers<P: Proxy>(&mut self, proxy: &P, shared: &Shared<P::Store>) -> Flow {
-        self.feed_shadow(proxy, self.shadow_fed, true);
+        self.feed_shadow(proxy, shared, self.shadow_fed, true);
         let flow = match self.watch.as_mut() {
             Some(watch) => watch.on_trailers(proxy, shared),
             None => Flow::Continue,
@@ -382,7 +382,13 @@ impl Stream {
 
     /// Gives `shadow` the answer's bytes past those it has (`body_size`: what Envoy's buffer
     /// holds now), and records what the answer showed when it `ended`.
-    fn feed_shadow<P: Proxy>(&mut self, proxy: &P, body_size: usize, ended: bool) {
+    fn feed_shadow<P: Proxy>(
+        &mut self,
+        proxy: &P,
+        shared: &Shared<P::Store>,
+        body_size: usize,
+        ended: bool,
+    ) {
         let Some(watch) = self.request.shadow.as_mut().filter(|w| !w.finished()) else {
             return;
         };
@@ -400,11 +406,37 @@ impl Stream {
         for (stat, n) in crate::stats::shadow(&record) {
             proxy.count(stat, n);
         }
+        if record.sampled {
+            learn_auto_k(proxy, shared, &record);
+        }
         let value = record.log_value();
         // For the access log: `%FILTER_STATE(wasm.toolsift_shadow:PLAIN)%`.
         proxy.record("toolsift_shadow", &value);
         log::debug!("toolsift: {value}");
     }
+}
+
+/// `auto_k`: a shadowed answer's calls join the VM's calibration. Each call is a pair, as
+/// `toolsift report` counts them: the calls of one answer are not independent, so the bound
+/// overstates its confidence a little when answers call several tools.
+fn learn_auto_k<P: Proxy>(proxy: &P, shared: &Shared<P::Store>, record: &crate::shadow::Record) {
+    let Ok(engine) = shared.engine.try_borrow() else {
+        return;
+    };
+    let Some(auto_k) = engine.auto_k.as_ref() else {
+        return;
+    };
+    let slots: Vec<usize> = record.calls.iter().filter_map(|c| c.slot).collect();
+    if slots.is_empty() {
+        return;
+    }
+    let now = proxy.since_epoch().as_secs();
+    let stat = if auto_k.learn(proxy.store(), record.catalog, &slots, now) {
+        Fixed::AutoKLearned
+    } else {
+        Fixed::AutoKLost
+    };
+    proxy.count(stat.into(), slots.len() as u64);
 }
 
 fn resume(flow: Flow, side: Resume) -> Resume {

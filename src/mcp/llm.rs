@@ -142,6 +142,7 @@ pub fn apply(analysis: &mut Analysis, config: &Config, verdict: &Verdict) -> Gat
     let allowed = analysis.access.as_ref().map(|g| &*g.allowed);
     analysis.selection = select(
         config,
+        analysis.top_k,
         &analysis.catalog,
         &kept,
         &choice,

@@ -1,0 +1,373 @@
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+use super::*;
+use crate::embeddings::MemoryBytes;
+
+/// A seeded generator of its own (splitmix64): the trials are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A distribution of slots over 1..=len, as its cumulative shares.
+struct Slots {
+    cdf: Vec<f64>,
+}
+
+impl Slots {
+    /// One of three shapes, its parameters drawn: a geometric head, a Zipf tail, or a mix
+    /// of a sharp head with a flat tail (what vague questions add).
+    fn random(rng: &mut Rng, len: usize) -> Slots {
+        let shape = rng.below(3);
+        let (p, s, flat) = (
+            0.05 + 0.9 * rng.unit(),
+            0.6 + 2.0 * rng.unit(),
+            0.3 * rng.unit(),
+        );
+        let weights: Vec<f64> = (1..=len)
+            .map(|r| {
+                let r = r as f64;
+                match shape {
+                    0 => (1.0 - p).powf(r - 1.0) * p,
+                    1 => r.powf(-s),
+                    _ => (1.0 - flat) * (1.0 - p).powf(r - 1.0) * p + flat / len as f64,
+                }
+            })
+            .collect();
+        let sum: f64 = weights.iter().sum();
+        let mut acc = 0.0;
+        let cdf = weights
+            .iter()
+            .map(|w| {
+                acc += w / sum;
+                acc
+            })
+            .collect();
+        Slots { cdf }
+    }
+
+    fn draw(&self, rng: &mut Rng) -> usize {
+        let u = rng.unit();
+        self.cdf
+            .iter()
+            .position(|&c| u < c)
+            .unwrap_or(self.cdf.len() - 1)
+            + 1
+    }
+
+    /// The share of draws a `top_k` of `k` keeps.
+    fn within(&self, k: usize) -> f64 {
+        self.cdf.get(k.saturating_sub(1)).copied().unwrap_or(1.0)
+    }
+}
+
+fn config(keep: f64) -> AutoKConfig {
+    AutoKConfig {
+        keep,
+        min_k: 1,
+        max_k: 256,
+        min_calls: 200,
+        confidence: 0.95,
+        period_s: 600,
+        beyond: None,
+    }
+}
+
+#[test]
+fn the_normal_quantile_is_right_where_it_is_known() {
+    for (p, z) in [
+        (0.5, 0.0),
+        (0.95, 1.644_853_6),
+        (0.99, 2.326_347_9),
+        (0.8, 0.841_621_2),
+    ] {
+        assert!((normal_quantile(p) - z).abs() < 1e-6, "{p}");
+        assert!((normal_quantile(1.0 - p) + z).abs() < 1e-6, "{p}");
+    }
+}
+
+#[test]
+fn wilsons_bound_is_below_the_share_and_tightens_with_calls() {
+    let z = normal_quantile(0.95);
+    assert!(wilson_lower(20.0, 20.0, z) < 0.9);
+    assert!(wilson_lower(300.0, 300.0, z) > 0.98);
+    assert!(wilson_lower(90.0, 100.0, z) < 0.9);
+    assert!(wilson_lower(900.0, 1000.0, z) > wilson_lower(90.0, 100.0, z));
+    assert_eq!(wilson_lower(0.0, 0.0, z), 0.0);
+}
+
+/// The guarantee: drawn from any of the shapes above, the k learned keeps at least `keep` of
+/// fresh calls in at least `confidence` of trials (its true share is computed exactly).
+#[test]
+fn the_learned_k_keeps_the_target_in_at_least_confidence_of_trials() {
+    let mut rng = Rng(45);
+    for keep in [0.9, 0.95, 0.99] {
+        let cfg = config(keep);
+        let z = normal_quantile(cfg.confidence);
+        let trials = 400;
+        let mut short = 0;
+        for _ in 0..trials {
+            let slots = Slots::random(&mut rng, 200);
+            let n = 200 + rng.below(1800);
+            let mut h = Histogram::new(cfg.max_k);
+            for _ in 0..n {
+                h.add(slots.draw(&mut rng));
+            }
+            // Too few calls for the bound to reach `keep` cap k at max_k (256), which keeps
+            // every one of the 200 slots: never short.
+            let (k, _) = h.choose(&cfg, z).unwrap();
+            if slots.within(k) < keep {
+                short += 1;
+            }
+        }
+        // At most 5 % of trials may fall short; 400 trials: mean 20, sd 4.4. Wilson's bound
+        // is conservative here (fewer than 5 % fall short): 32 is past the mean by 2.7 sd.
+        assert!(
+            short <= 32,
+            "keep {keep}: {short} of {trials} trials fell short"
+        );
+    }
+}
+
+#[test]
+fn k_never_falls_as_keep_rises_and_never_passes_max_k() {
+    let mut rng = Rng(7);
+    for _ in 0..300 {
+        let slots = Slots::random(&mut rng, 120);
+        let n = 1 + rng.below(3000);
+        let max_k = 1 + rng.below(100);
+        let mut h = Histogram::new(max_k);
+        for _ in 0..n {
+            h.add(slots.draw(&mut rng));
+        }
+        let mut last = 0;
+        for keep in [0.5, 0.8, 0.9, 0.95, 0.99, 0.999] {
+            let cfg = AutoKConfig {
+                max_k,
+                ..config(keep)
+            };
+            let (k, capped) = h.choose(&cfg, normal_quantile(cfg.confidence)).unwrap();
+            assert!(k >= last, "keep {keep}: {k} < {last}");
+            assert!(k <= max_k);
+            assert_eq!(
+                capped.is_some(),
+                k == max_k && {
+                    let z = normal_quantile(cfg.confidence);
+                    wilson_lower(h.within(max_k), h.total(), z) < keep
+                }
+            );
+            last = k;
+        }
+    }
+}
+
+#[test]
+fn min_k_bounds_a_calibrated_k_from_below() {
+    let mut h = Histogram::new(64);
+    for _ in 0..1000 {
+        h.add(1);
+    }
+    let cfg = AutoKConfig {
+        min_k: 3,
+        ..config(0.95)
+    };
+    assert_eq!(h.choose(&cfg, 1.645), Some((3, None)));
+    assert_eq!(Histogram::new(64).choose(&cfg, 1.645), None);
+}
+
+#[test]
+fn with_no_data_the_k_is_top_k() {
+    let store = MemoryBytes::default();
+    let mut a = AutoK::new(config(0.99), 7, "p");
+    assert_eq!(a.chosen(1).k, 7);
+    a.refresh(&store, 1000);
+    let chosen = a.chosen(0xdead_beef);
+    assert_eq!((chosen.k, chosen.source), (7, Source::Default));
+    // Fewer than min_calls pooled: still top_k.
+    a.learn(&store, 1, &[30; 199], 1001);
+    a.refresh(&store, 1000 + 600);
+    assert_eq!(a.chosen(1).source, Source::Default);
+    assert_eq!(a.chosen(1).k, 7);
+}
+
+/// A catalog with enough calls gets its own k; one with too few, the pooled k; and two
+/// workers of one VM read the same table.
+#[test]
+fn catalogs_calibrate_pool_and_share_one_table() {
+    let store = MemoryBytes::default();
+    let cfg = AutoKConfig {
+        min_calls: 100,
+        period_s: 10,
+        ..config(0.9)
+    };
+    let mut one = AutoK::new(cfg.clone(), 5, "p");
+    let mut two = AutoK::new(cfg, 5, "p");
+    // Catalog 1: every call at slot 2 or 3; catalog 2: a few calls at slot 40.
+    for i in 0..300 {
+        one.learn(&store, 1, &[2 + i % 2], 100);
+    }
+    two.learn(&store, 2, &[40, 40], 100);
+    let changed = one.refresh(&store, 1000);
+    assert_eq!(
+        two.refresh(&store, 1001),
+        0,
+        "the table was decided already"
+    );
+    assert_eq!(changed, 0, "a first table changes nothing");
+    for worker in [&one, &two] {
+        assert_eq!(worker.chosen(1).k, 3);
+        assert_eq!(worker.chosen(1).source, Source::Calibrated);
+        assert_eq!(worker.chosen(2).source, Source::Pooled);
+        assert_eq!(worker.chosen(9).source, Source::Pooled);
+    }
+    assert_eq!(one.chosen(2), two.chosen(2));
+}
+
+/// However the calibration moves, a k changes at most once per `period_s`, and workers
+/// refreshing at different moments of a period agree.
+#[test]
+fn a_k_changes_at_most_once_per_period() {
+    let store = MemoryBytes::default();
+    let cfg = AutoKConfig {
+        min_calls: 50,
+        period_s: 30,
+        ..config(0.95)
+    };
+    let mut workers = [
+        AutoK::new(cfg.clone(), 5, "p"),
+        AutoK::new(cfg.clone(), 5, "p"),
+    ];
+    let mut rng = Rng(3);
+    let mut changes_at: Vec<u64> = Vec::new();
+    let mut last_k = None;
+    for now in 1_000..4_000u64 {
+        // The traffic drifts: slots spread wider every 500 s.
+        let spread = 1 + ((now - 1_000) / 500) as usize * 4;
+        workers[0].learn(&store, 1, &[1 + rng.below(spread)], now);
+        let w = rng.below(2);
+        workers[w].refresh(&store, now);
+        let k = workers[w].chosen(1).k;
+        let other = &workers[1 - w];
+        if other.is_current(now) {
+            assert_eq!(other.chosen(1).k, k, "two workers in one period");
+        }
+        if last_k.is_some_and(|l| l != k) {
+            changes_at.push(now);
+        }
+        last_k = Some(k);
+    }
+    assert!(changes_at.len() >= 3, "the drift moved k: {changes_at:?}");
+    for pair in changes_at.windows(2) {
+        assert!(pair[1] - pair[0] >= 30, "changes at {pair:?}");
+    }
+}
+
+#[test]
+fn old_calls_are_halved_so_the_estimate_follows_drift() {
+    let cfg = AutoKConfig {
+        min_calls: 50,
+        ..config(0.9)
+    };
+    let mut c = Calibration::new(cfg.max_k);
+    for _ in 0..400 {
+        c.learn(&cfg, 1, &[1], 0);
+    }
+    let z = normal_quantile(cfg.confidence);
+    assert_eq!(c.catalogs[0].histogram.choose(&cfg, z).unwrap().0, 1);
+    // The traffic moves to slot 20: after as many calls again, the old ones weigh little.
+    for _ in 0..1200 {
+        c.learn(&cfg, 1, &[20], 0);
+    }
+    assert!(c.catalogs[0].histogram.total() <= window(&cfg));
+    assert_eq!(c.catalogs[0].histogram.choose(&cfg, z).unwrap().0, 20);
+}
+
+#[test]
+fn the_least_recently_calibrated_catalog_is_evicted() {
+    let cfg = config(0.9);
+    let mut c = Calibration::new(cfg.max_k);
+    for id in 0..MAX_CATALOGS as u32 {
+        c.learn(&cfg, id, &[1], u64::from(id) + 10);
+    }
+    c.learn(&cfg, 0, &[1], 1_000);
+    c.learn(&cfg, 9_999, &[1], 1_001);
+    assert_eq!(c.catalogs.len(), MAX_CATALOGS);
+    let ids: Vec<u32> = c.catalogs.iter().map(|x| x.id).collect();
+    assert!(ids.contains(&0) && ids.contains(&9_999) && !ids.contains(&1));
+    assert_eq!(c.pooled.total(), MAX_CATALOGS as f64 + 2.0);
+}
+
+#[test]
+fn a_capped_k_says_what_max_k_keeps() {
+    let cfg = AutoKConfig {
+        max_k: 10,
+        min_calls: 10,
+        ..config(0.99)
+    };
+    let mut c = Calibration::new(cfg.max_k);
+    let slots: Vec<usize> = (1..=100).map(|i| if i <= 90 { 1 } else { 50 }).collect();
+    c.learn(&cfg, 4, &slots, 0);
+    let (table, _) = c.decide(&cfg, 5, None, 0, 0);
+    let chosen = table.chosen(4);
+    assert_eq!(chosen.k, 10);
+    assert!((chosen.capped.unwrap() - 0.9).abs() < 1e-6);
+    assert_eq!(chosen.header_suffix(), " k=auto:10 capped=0.900");
+}
+
+#[test]
+fn values_round_trip_and_bad_bytes_read_as_none() {
+    let cfg = config(0.95);
+    let mut c = Calibration::new(cfg.max_k);
+    c.learn(&cfg, 7, &[1, 2, 300], 5);
+    c.learn(&cfg, 8, &[4], 6);
+    let bytes = c.encode();
+    assert_eq!(Calibration::decode(&bytes, cfg.max_k), Some(c.clone()));
+    let (table, _) = c.decide(
+        &AutoKConfig {
+            min_calls: 1,
+            ..cfg
+        },
+        5,
+        None,
+        3,
+        9,
+    );
+    assert_eq!(Table::decode(&table.encode()), Some(table.clone()));
+    for cut in 0..bytes.len() {
+        assert!(
+            Calibration::decode(&bytes[..cut], 256).is_none(),
+            "cut {cut}"
+        );
+    }
+    for cut in 0..table.encode().len() {
+        assert!(Table::decode(&table.encode()[..cut]).is_none(), "cut {cut}");
+    }
+    // A smaller max_k folds the slots past it into its last bucket.
+    let small = Calibration::decode(&bytes, 2).unwrap();
+    assert_eq!(small.pooled.within(2), 2.0);
+    assert_eq!(small.pooled.total(), 4.0);
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_bytes_decode_without_panicking(bytes in proptest::collection::vec(0u8..=255, 0..300)) {
+        let _ = Calibration::decode(&bytes, 64);
+        let _ = Table::decode(&bytes);
+        let mut with_version = vec![VERSION];
+        with_version.extend_from_slice(&bytes);
+        let _ = Calibration::decode(&with_version, 64);
+        let _ = Table::decode(&with_version);
+    }
+}
