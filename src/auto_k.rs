@@ -30,7 +30,7 @@ use serde::Deserialize;
 pub const MAX_CATALOGS: usize = 128;
 
 /// The largest `max_k` accepted: the histograms have a bucket per slot up to it.
-pub const MAX_K_LIMIT: usize = 256;
+pub const MAX_K_LIMIT: usize = 1024;
 
 /// `auto_k` in the configuration.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -47,7 +47,7 @@ pub struct AutoKConfig {
         deserialize_with = "crate::config::whole_number"
     )]
     pub min_k: usize,
-    /// The most tools a calibrated k keeps (at most 256): a catalog whose target needs more
+    /// The most tools a calibrated k keeps (at most 1024): a catalog whose target needs more
     /// is capped here, and says so (`capped=` in `x-toolsift`).
     #[serde(
         default = "default_max_k",
