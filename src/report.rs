@@ -119,7 +119,7 @@ pub struct Call {
 }
 
 /// A `toolsift_shadow` record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Shadow {
     /// `shadow=`: the tools went to the model untouched; `filtered=`: filtered as usual.
     pub sampled: bool,
@@ -131,6 +131,10 @@ pub struct Shadow {
     pub tools: Option<u64>,
     /// First 8 hex digits of the sha256 of the sorted tool names.
     pub catalog: Option<String>,
+    /// With `auto_k`: where `top_k` came from (`k=auto`, `pooled`, `default`), and the share
+    /// of calls `max_k` keeps when it capped the k (`capped=0.962`).
+    pub auto_k: Option<String>,
+    pub capped: Option<f64>,
 }
 
 /// `name@rank`, split on the last `@` (names keep `@` unencoded).
@@ -171,6 +175,8 @@ pub fn parse_shadow(value: &str) -> Option<Shadow> {
         top_k: None,
         tools: None,
         catalog: None,
+        auto_k: None,
+        capped: None,
     };
     for item in items {
         let (key, v) = item.split_once('=')?;
@@ -179,6 +185,8 @@ pub fn parse_shadow(value: &str) -> Option<Shadow> {
             "top_k" => shadow.top_k = Some(v.parse().ok().filter(|k| *k >= 1)?),
             "tools" => shadow.tools = Some(v.parse().ok()?),
             "catalog" if !v.is_empty() => shadow.catalog = Some(percent_decode(v)),
+            "k" if !v.is_empty() => shadow.auto_k = Some(percent_decode(v)),
+            "capped" => shadow.capped = Some(v.parse().ok().filter(|s: &f64| s.is_finite())?),
             _ => {}
         }
     }
@@ -416,6 +424,39 @@ struct CatalogTally {
     tools: Counts,
     sampled: Ranks,
     filtered: u64,
+    /// With `auto_k`: the k of its latest record, and what was kept since it took effect.
+    auto_k: Option<AutoKTally>,
+}
+
+/// One catalog's `auto_k` k, from the record that first had it to the latest.
+#[derive(Debug, Clone, Default)]
+struct AutoKTally {
+    k: usize,
+    source: String,
+    capped: Option<f64>,
+    /// Requests since, filtered and shadowed; calls of ranked tools in the shadowed ones, and
+    /// those the k missed.
+    filtered: u64,
+    shadowed: u64,
+    calls: u64,
+    missed: u64,
+}
+
+/// One catalog's `auto_k` part: the k chosen last and what it kept since.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AutoKReport {
+    pub k: usize,
+    /// `auto` (its own calls), `pooled` or `default` (`top_k`).
+    pub source: String,
+    /// Capped at `max_k`: the share of calls `max_k` keeps.
+    pub capped: Option<f64>,
+    /// Requests since the k took effect: filtered, and shadowed.
+    pub filtered_requests: u64,
+    pub shadowed_requests: u64,
+    /// Calls of ranked tools in the shadowed ones, and the share of them the k kept: the
+    /// share filtered requests' calls keep, measured where the model saw every tool.
+    pub calls: u64,
+    pub kept: Option<f64>,
 }
 
 /// One catalog's part of the report.
@@ -429,6 +470,8 @@ pub struct CatalogReport {
     pub sampled: Curve,
     /// The share of calls within the current top_k.
     pub within_top_k: Option<f64>,
+    /// With `auto_k`: the k its latest record had, and what it kept since.
+    pub auto_k: Option<AutoKReport>,
 }
 
 /// The shadow records' part of the report.
@@ -710,6 +753,29 @@ impl Tally {
         } else {
             catalog.filtered += 1;
         }
+        if let (Some(source), Some(k)) = (&s.auto_k, s.top_k) {
+            let same = catalog
+                .auto_k
+                .as_ref()
+                .is_some_and(|a| a.k == k && &a.source == source);
+            if !same {
+                catalog.auto_k = Some(AutoKTally {
+                    k,
+                    source: source.clone(),
+                    ..AutoKTally::default()
+                });
+            }
+            if let Some(a) = catalog.auto_k.as_mut() {
+                a.capped = s.capped;
+                if s.sampled {
+                    a.shadowed += 1;
+                    a.calls += s.calls.iter().filter(|c| c.rank.is_some()).count() as u64;
+                    a.missed += s.missed;
+                } else {
+                    a.filtered += 1;
+                }
+            }
+        }
     }
 
     /// The report of the lines added so far.
@@ -734,6 +800,16 @@ impl Tally {
                     filtered_requests: c.filtered,
                     within_top_k: within_top_k(&curve),
                     sampled: curve,
+                    auto_k: c.auto_k.as_ref().map(|a| AutoKReport {
+                        k: a.k,
+                        source: a.source.clone(),
+                        capped: a.capped,
+                        filtered_requests: a.filtered,
+                        shadowed_requests: a.shadowed,
+                        calls: a.calls,
+                        kept: (a.calls > 0)
+                            .then(|| ratio(a.calls.saturating_sub(a.missed), a.calls)),
+                    }),
                 }
             })
             .collect();
@@ -953,6 +1029,46 @@ mod tests {
         ] {
             assert_eq!(parse_decision(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn auto_k_per_catalog_is_the_latest_k_and_what_it_kept_since() {
+        let mut t = Tally::new();
+        let rec = |v: &str| line("kept=5 total=200", Some(v));
+        for v in [
+            "shadow=a@9 missed=1 top_k=5 tools=200 catalog=c1 k=default",
+            "filtered=a@3 missed=0 top_k=12 tools=200 catalog=c1 k=auto",
+            "shadow=a@3,b@11 missed=0 top_k=12 tools=200 catalog=c1 k=auto",
+            "shadow=a@13 missed=1 top_k=12 tools=200 catalog=c1 k=auto",
+            "shadow=a@70 missed=1 top_k=64 tools=900 catalog=c2 k=pooled capped=0.962",
+            "shadow=a@2 missed=0 top_k=5 tools=200 catalog=c3",
+        ] {
+            t.add_line(Some(rec(v).as_bytes()));
+        }
+        let r = t.report();
+        let of = |name: &str| {
+            let c = r
+                .shadow
+                .catalogs
+                .iter()
+                .find(|c| c.catalog == name)
+                .unwrap();
+            c.auto_k.clone()
+        };
+        let c1 = of("c1").unwrap();
+        assert_eq!((c1.k, c1.source.as_str()), (12, "auto"));
+        assert_eq!((c1.filtered_requests, c1.shadowed_requests), (1, 2));
+        assert_eq!(c1.calls, 3);
+        assert!((c1.kept.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+        let c2 = of("c2").unwrap();
+        assert_eq!(
+            (c2.k, c2.source.as_str(), c2.capped),
+            (64, "pooled", Some(0.962))
+        );
+        assert_eq!(of("c3"), None, "a record without k= has no auto_k");
+        assert_eq!(r.lines.unreadable.get("toolsift_shadow"), None);
+        let bad = parse_shadow("shadow=a@1 top_k=5 k=auto capped=nan");
+        assert_eq!(bad, None);
     }
 
     #[test]

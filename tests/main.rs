@@ -9,6 +9,7 @@ mod access;
 mod access_audit;
 mod access_llm;
 mod access_properties;
+mod auto_k;
 mod bad_input;
 mod book;
 mod check;

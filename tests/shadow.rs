@@ -339,51 +339,16 @@ fn an_unreadable_answer_is_counted_not_measured() {
 /// access log records is the rank `toolsift explain` gives the same request.
 #[test]
 fn a_replayed_dataset_is_measured_as_explain_ranks_it() {
-    let dir = common::repo().join("../shared/datasets/seal_tools");
-    let read = |name: &str| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(dir.join(name))
-            .unwrap_or_else(|e| panic!("{}: {e} (../shared/datasets is needed)", dir.display()))
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    let tools = read("tools.jsonl");
-    let queries: Vec<serde_json::Value> = read("queries.jsonl").into_iter().take(40).collect();
-    let name = |t: &serde_json::Value| t["function"]["name"].as_str().unwrap().to_owned();
-    let mut wanted: Vec<String> = queries
-        .iter()
-        .flat_map(|q| q["relevant"].as_array().unwrap().iter())
-        .map(|r| r.as_str().unwrap().to_owned())
-        .collect();
-    wanted.sort();
-    wanted.dedup();
-    let mut catalog: Vec<serde_json::Value> = tools
-        .iter()
-        .filter(|t| wanted.contains(&name(t)))
-        .cloned()
-        .collect();
-    for t in &tools {
-        if catalog.len() >= 200 {
-            break;
-        }
-        if !wanted.contains(&name(t)) {
-            catalog.push(t.clone());
-        }
-    }
+    let (catalog, queries) = common::llm::dataset_catalog("seal_tools", 40, 200, false);
     assert_eq!(catalog.len(), 200);
     let (gw, log) = gateway(r#"{"top_k":5,"shadow":{"sample":1}}"#);
     let scratch = std::env::temp_dir().join(format!("toolsift-replay-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).unwrap();
     let mut expected = Vec::new();
     for (i, q) in queries.iter().enumerate() {
-        let relevant: Vec<String> = q["relevant"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r.as_str().unwrap().to_owned())
-            .collect();
+        let relevant = &q.relevant;
         let body = serde_json::json!({"model": "gpt-4.1",
-            "messages": [{"role": "user", "content": q["query"]}], "tools": catalog});
+            "messages": [{"role": "user", "content": q.query}], "tools": catalog});
         let calls = relevant.join(",");
         let r = common::http(
             gw.port,
@@ -435,9 +400,6 @@ fn a_replayed_dataset_is_measured_as_explain_ranks_it() {
             "{line} / {want}"
         );
     }
-    let calls: usize = queries
-        .iter()
-        .map(|q| q["relevant"].as_array().unwrap().len())
-        .sum();
+    let calls: usize = queries.iter().map(|q| q.relevant.len()).sum();
     assert_eq!(gw.stat("toolsift.shadow.calls"), calls as u64);
 }

@@ -268,3 +268,64 @@ pub fn collect_calls(dialect: &str, v: &Value, out: &mut Vec<String>) {
         _ => {}
     }
 }
+
+/// One question of a shared dataset (`../shared/datasets/<name>/queries.jsonl`) and the tools
+/// it needs.
+pub struct Question {
+    pub query: String,
+    pub relevant: Vec<String>,
+}
+
+/// The first `questions` of `every` taken evenly over it (a dataset's questions come grouped
+/// by kind), and a catalog of `size` tools in OpenAI's function form: the tools they need, then
+/// the dataset's first others, as `benches/shadow_replay.py` replays a dataset.
+pub fn dataset_catalog(
+    name: &str,
+    questions: usize,
+    size: usize,
+    spread: bool,
+) -> (Vec<Value>, Vec<Question>) {
+    let dir = super::repo().join("../shared/datasets").join(name);
+    let read = |file: &str| -> Vec<Value> {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap_or_else(|e| panic!("{}: {e} (../shared/datasets is needed)", dir.display()))
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let every = read("queries.jsonl");
+    let step = if spread {
+        (every.len() / questions).max(1)
+    } else {
+        1
+    };
+    let chosen: Vec<Question> = every
+        .iter()
+        .step_by(step)
+        .take(questions)
+        .map(|q| Question {
+            query: q["query"].as_str().unwrap().to_owned(),
+            relevant: q["relevant"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_str().unwrap().to_owned())
+                .collect(),
+        })
+        .collect();
+    let mut wanted: Vec<&str> = chosen
+        .iter()
+        .flat_map(|q| q.relevant.iter().map(String::as_str))
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let name_of = |t: &Value| t["function"]["name"].as_str().unwrap().to_owned();
+    let tools = read("tools.jsonl");
+    let (mut catalog, others): (Vec<Value>, Vec<Value>) = tools
+        .into_iter()
+        .partition(|t| wanted.contains(&name_of(t).as_str()));
+    let room = size.saturating_sub(catalog.len());
+    catalog.extend(others.into_iter().take(room));
+    (catalog, chosen)
+}

@@ -216,6 +216,45 @@ pub fn text(r: &Report, files: usize) -> String {
         }
     }
 
+    let auto_k: Vec<_> = sh
+        .catalogs
+        .iter()
+        .filter_map(|c| c.auto_k.as_ref().map(|a| (&c.catalog, a)))
+        .collect();
+    if !auto_k.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "auto_k per catalog (the k of its latest record; the requests since it took effect, \
+             and the share of their shadowed calls it kept):"
+        );
+        let _ = writeln!(
+            s,
+            "{:<10}  {:>5}  {:<8}  {:>8}  {:>8}  {:>7}  {:>8}  capped",
+            "catalog", "k", "source", "filtered", "shadowed", "calls", "kept"
+        );
+        for (catalog, a) in auto_k {
+            let kept = a
+                .kept
+                .map_or_else(|| "-".to_owned(), |k| format!("{:.1} %", k * 100.0));
+            let capped = a.capped.map_or_else(
+                || "-".to_owned(),
+                |c| format!("max_k keeps {:.1} %", c * 100.0),
+            );
+            let _ = writeln!(
+                s,
+                "{:<10}  {:>5}  {:<8}  {:>8}  {:>8}  {:>7}  {:>8}  {capped}",
+                catalog,
+                a.k,
+                a.source,
+                thousands(a.filtered_requests),
+                thousands(a.shadowed_requests),
+                thousands(a.calls),
+                kept,
+            );
+        }
+    }
+
     let _ = writeln!(s);
     let _ = writeln!(s, "requests by outcome:");
     let mut outcomes: Vec<(&String, &u64)> = r.outcomes.iter().collect();

@@ -1,0 +1,165 @@
+//! `auto_k` in the real Envoy with the real `.wasm`, two workers: a shared dataset's questions
+//! replayed as traffic (the scripted model calls each question's relevant tools, `shadow.sample`
+//! 0.1) calibrate a k per catalog, and new questions of the same dataset then keep at least the
+//! target share of their calls in filtered requests. The k every response reports changes no
+//! more often than `period_s` allows, whichever worker served it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use crate::common;
+
+use common::Gateway;
+use common::llm::{Question, dataset_catalog};
+use std::time::{Duration, Instant};
+
+/// What one response said of its request.
+struct Seen {
+    /// `x-toolsift`'s `k=<source>:<k>`.
+    source: String,
+    k: usize,
+    /// Shadowed: every tool went upstream.
+    shadowed: bool,
+    /// The question's tools the upstream received, of those it needs.
+    kept: usize,
+    needed: usize,
+    at: Instant,
+}
+
+fn ask(gw: &Gateway, catalog: &[serde_json::Value], q: &Question) -> Seen {
+    let body = serde_json::json!({"model": "gpt-4.1",
+        "messages": [{"role": "user", "content": q.query}], "tools": catalog});
+    let calls = q.relevant.join(",");
+    let r = gw.post(
+        "/v1/chat/completions",
+        &[
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", &q.relevant[0]),
+            ("x-demo-call", &calls),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let header = r.header("x-toolsift").unwrap().to_owned();
+    let k_item = header
+        .split(' ')
+        .find_map(|i| i.strip_prefix("k="))
+        .unwrap_or_else(|| panic!("no k= in {header}"));
+    let (source, k) = k_item.split_once(':').unwrap();
+    let received: Vec<&str> = r.header("x-demo-tools").unwrap_or("").split(',').collect();
+    Seen {
+        source: source.to_owned(),
+        k: k.parse().unwrap(),
+        shadowed: header.contains(" shadow="),
+        kept: q
+            .relevant
+            .iter()
+            .filter(|t| received.contains(&t.as_str()))
+            .count(),
+        needed: q.relevant.len(),
+        at: Instant::now(),
+    }
+}
+
+#[test]
+fn a_recall_target_learned_from_replayed_traffic_holds_for_new_questions() {
+    const KEEP: f64 = 0.95;
+    const PERIOD_S: u64 = 2;
+    // 70 questions spread over the dataset, their tools in one catalog of 200; the even ones
+    // are the traffic it learns from, the odd ones the new questions.
+    let (catalog, questions) = dataset_catalog("seal_tools", 70, 200, true);
+    assert_eq!(catalog.len(), 200);
+    let (learn, fresh): (Vec<_>, Vec<_>) =
+        questions.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let config = format!(
+        r#"{{"top_k":3,"min_tools":10,"shadow":{{"sample":0.1}},
+            "auto_k":{{"keep":{KEEP},"min_calls":150,"period_s":{PERIOD_S}}}}}"#
+    );
+    let gw = Gateway::start_with(&config, &["--concurrency", "2"], |y| y);
+    let mut seen = Vec::new();
+    // Before any shadowed call: `top_k`.
+    let first = ask(&gw, &catalog, learn[0].1);
+    assert_eq!((first.source.as_str(), first.k), ("default", 3));
+    seen.push(first);
+    // The traffic: each learning question 20 times over (700 requests, about 70 shadowed).
+    for round in 0..20 {
+        for (_, q) in &learn {
+            seen.push(ask(&gw, &catalog, q));
+        }
+        if round == 3 {
+            assert!(gw.stat("toolsift.auto_k.learned") > 0);
+        }
+    }
+    let learned = gw.stat("toolsift.auto_k.learned");
+    assert!(learned >= 150, "shadowed calls learned: {learned}");
+    // A period later the table holds the catalog's own k.
+    std::thread::sleep(Duration::from_secs(PERIOD_S + 1));
+    let mut filtered = (0, 0);
+    let mut calibrated_k = None;
+    for _ in 0..2 {
+        for (_, q) in &fresh {
+            let s = ask(&gw, &catalog, q);
+            assert_eq!(s.source, "auto", "a calibrated catalog");
+            calibrated_k.get_or_insert(s.k);
+            if !s.shadowed {
+                filtered.0 += s.kept;
+                filtered.1 += s.needed;
+            }
+            seen.push(s);
+        }
+    }
+    let share = filtered.0 as f64 / filtered.1 as f64;
+    let k = calibrated_k.unwrap();
+    eprintln!(
+        "auto_k: k {k}, new questions' calls kept in filtered requests {share:.3} ({} of {})",
+        filtered.0, filtered.1
+    );
+    assert!(share >= KEEP - 0.01, "kept {share:.3} at k {k}");
+    assert!(k > 3 && k <= 64, "k {k}");
+    // The k changes at most once per period, whichever worker answered.
+    let mut changes: Vec<Instant> = Vec::new();
+    for pair in seen.windows(2) {
+        if pair[1].k != pair[0].k {
+            changes.push(pair[1].at);
+        }
+    }
+    for pair in changes.windows(2) {
+        let apart = pair[1] - pair[0];
+        assert!(
+            apart >= Duration::from_secs(PERIOD_S),
+            "k changed {apart:?} apart"
+        );
+    }
+    // Stats: each request's source and k; a calibrated catalog's k in the histogram.
+    let auto = gw.stat("toolsift.auto_k.calibrated");
+    assert!(auto >= fresh.len() as u64 * 2, "{auto}");
+    assert!(gw.stat("toolsift.auto_k.default") >= 1);
+    let stats = gw.admin_get("/stats?filter=auto_k.k");
+    assert!(stats.contains("wasmcustom.toolsift.auto_k.k"), "{stats}");
+}
+
+/// With too few calls for its bound to reach `keep`, a catalog's k is capped at `max_k`, and
+/// the header says what `max_k` keeps.
+#[test]
+fn a_capped_k_says_so() {
+    let (catalog, questions) = dataset_catalog("seal_tools", 30, 200, true);
+    let config = r#"{"top_k":3,"min_tools":10,"shadow":{"sample":1},
+        "auto_k":{"keep":0.999,"min_calls":20,"max_k":6,"period_s":1}}"#;
+    let gw = Gateway::start(config);
+    for q in &questions {
+        ask(&gw, &catalog, q);
+    }
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = {
+        let q = &questions[0];
+        let body = serde_json::json!({"model": "gpt-4.1",
+            "messages": [{"role": "user", "content": q.query}], "tools": catalog});
+        gw.post("/v1/chat/completions", &[], body.to_string().as_bytes())
+    };
+    let header = r.header("x-toolsift").unwrap();
+    assert!(header.contains(" k=auto:6 capped=0."), "{header}");
+    assert!(gw.stat("toolsift.auto_k.capped") >= 1);
+}
