@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-auto-k bench-v8 clean
 
 all: build
 
@@ -221,7 +221,7 @@ e2e: images
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-auto-k bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -254,6 +254,13 @@ bench-tokens:
 # find_tools call finds, and the gateway's own time per round.
 bench-search:
 	$(CARGO) run --release --example search_mode
+
+# auto_k measured offline (issue 45): each shared dataset's queries, in 200-tool catalogs and in
+# the whole catalog, halved by seed into shadowed calls that calibrate and filtered requests that
+# are held out: the share of calls auto_k's k keeps and the tools it sends, beside the report's
+# top_k and per-request (conformal) sets.
+bench-auto-k:
+	$(CARGO) run --release --example auto_k
 
 # Native micro-benchmarks (criterion) of catalog reading and assembly, ranking and the cache-hit path.
 bench-micro:
