@@ -521,8 +521,9 @@ impl Calibration {
         out
     }
 
-    /// The calibration `bytes` hold, its histograms sized for `max_k` (a value written under
-    /// another `max_k` is read with its slots past the new one in the last bucket).
+    /// The calibration `bytes` hold, its histograms sized for `max_k`. A value written under
+    /// another `max_k` is never read (the key names the plugin's settings, [`plugin`]); a slot
+    /// past `max_k` is folded into the last bucket only so that no value can index past it.
     pub fn decode(bytes: &[u8], max_k: usize) -> Option<Calibration> {
         let mut r = Reader(bytes);
         if r.u8()? != VERSION {

@@ -828,9 +828,13 @@ impl Config {
     pub fn follow_up_rounds(&self) -> Option<usize> {
         match self.mode {
             Mode::Search => Some(self.search.max_search_rounds),
+            Mode::Filter if self.answers_unknown_tools() => Some(self.unknown_tools.max_rounds),
+            // `auto_k.beyond`: a request past a capped k runs search mode's loop.
             Mode::Filter => self
-                .answers_unknown_tools()
-                .then_some(self.unknown_tools.max_rounds),
+                .auto_k
+                .as_ref()
+                .and_then(|a| a.beyond)
+                .map(|_| self.search.max_search_rounds),
         }
     }
 

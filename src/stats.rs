@@ -165,6 +165,8 @@ fixed! {
     AutoKLearned: Counter Always "toolsift.auto_k.learned",
     AutoKLost: Counter Always "toolsift.auto_k.lost",
     AutoKChanges: Counter Always "toolsift.auto_k.changes",
+    /// `auto_k.beyond`: requests past a capped k sent with `find_tools` for the rest.
+    AutoKBeyond: Counter Always "toolsift.auto_k.beyond",
     /// MCP: `tools/list` answered by the gateway and the tokens it saved, `find_tools`
     /// answered, tools suggested, calls sent, direct calls, calls of unknown tools refused.
     McpToolsList: Counter Mcp "toolsift.mcp.tools_list",

@@ -163,3 +163,88 @@ fn a_capped_k_says_so() {
     assert!(header.contains(" k=auto:6 capped=0."), "{header}");
     assert!(gw.stat("toolsift.auto_k.capped") >= 1);
 }
+
+/// The tool the learning traffic calls: 9th for the fixture requests' question
+/// (`common::llm::QUESTION`), as tests/shadow.rs measures it.
+const NINTH: &str = "merge_pull_request";
+
+/// `beyond: "find_tools"`: past a k capped at `max_k`, a request gets its k best tools and
+/// `find_tools`; a call of a tool past them reaches the client after one search round, in
+/// every dialect, and a shadowed request still goes uncut.
+#[test]
+fn past_a_capped_k_find_tools_finds_the_rest_in_every_dialect() {
+    use common::llm::{called, request};
+    let config = r#"{"top_k":3,"min_tools":10,"shadow":{"sample":0.3},
+        "auto_k":{"keep":0.99,"min_calls":3,"max_k":2,"period_s":1,"beyond":"find_tools"}}"#;
+    let gw = Gateway::start(config);
+    // The traffic calls the 9th tool: the target needs more than max_k.
+    let (path, body) = request("openai_chat", false);
+    for _ in 0..200 {
+        if gw.stat("toolsift.auto_k.learned") >= 3 {
+            break;
+        }
+        let r = gw.post(
+            &path,
+            &[
+                ("x-demo-model", "scripted"),
+                ("x-demo-want", NINTH),
+                ("x-demo-call", NINTH),
+            ],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(gw.stat("toolsift.auto_k.learned") >= 3);
+    std::thread::sleep(Duration::from_millis(2100));
+    let mut cases = Vec::new();
+    for dialect in common::DIALECTS {
+        cases.push((dialect, false));
+    }
+    cases.push(("openai_chat", true));
+    cases.push(("anthropic", true));
+    for (dialect, stream) in &cases {
+        let (path, body) = request(dialect, *stream);
+        let headers = [
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", NINTH),
+            ("x-demo-query", "merge a pull request"),
+            ("authorization", "Bearer client-key"),
+            ("x-api-key", "client-key"),
+        ];
+        let mut searched = false;
+        for _ in 0..40 {
+            let r = gw.post(&path, &headers, body.to_string().as_bytes());
+            assert_eq!(r.status, 200, "{dialect}: {}", r.text());
+            let header = r.header("x-toolsift").unwrap().to_owned();
+            let calls = called(dialect, &r);
+            assert!(
+                calls.contains(&NINTH.to_owned()),
+                "{dialect}: {calls:?} ({header})"
+            );
+            assert!(
+                !calls.iter().any(|c| c == "find_tools"),
+                "{dialect}: {calls:?}"
+            );
+            if header.contains(" shadow=") {
+                // Shadowed: every tool went, and the model called it at once.
+                assert!(
+                    header.starts_with("kept=80 total=80 k=auto:2 capped=0.000"),
+                    "{header}"
+                );
+                continue;
+            }
+            assert!(
+                header.starts_with("kept=2 total=80 k=auto:2 capped=0.000")
+                    && header.contains(" search=search"),
+                "{dialect} stream {stream}: {header}"
+            );
+            searched = true;
+            break;
+        }
+        assert!(searched, "{dialect}: no request escaped shadowing in 40");
+    }
+    assert_eq!(gw.stat("toolsift.auto_k.beyond"), cases.len() as u64);
+    assert_eq!(gw.stat("toolsift.search.rounds"), cases.len() as u64);
+    let log = gw.log_text();
+    assert!(!log.contains("panicked"), "{log}");
+}

@@ -165,7 +165,7 @@ impl Request {
             // Search mode answers made-up names itself (`x-toolsift-search`).
             unknown: Vec::new(),
             shadow: None,
-            auto_k: None,
+            auto_k: analysis.auto_k,
         });
         actions.extend(loop_counts(analysis));
         actions.push(Action::Count(
@@ -177,6 +177,19 @@ impl Request {
 }
 
 impl Request {
+    /// `auto_k.beyond: "find_tools"`: a filtered request whose k is capped at `max_k` (and
+    /// that is not shadowed) is planned as search mode plans one, with its k best tools
+    /// shown and `find_tools` for the rest. True when it will be.
+    pub fn reach_beyond(&mut self, config: &crate::config::Config, analysis: &Analysis) -> bool {
+        let beyond = config.auto_k.as_ref().and_then(|a| a.beyond).is_some();
+        let capped = analysis.auto_k.is_some_and(|c| c.capped.is_some());
+        if !beyond || !capped || self.shadow_drawn == Some(true) || self.search_headers.is_some() {
+            return false;
+        }
+        self.search_headers = self.answer_headers.take();
+        self.search_headers.is_some()
+    }
+
     /// Filter mode with `unknown_tools.answer`, once the body went on: the loop that answers
     /// the model's calls of tools the request did not carry (`sent`: the body as the upstream
     /// got it, read back from Envoy). `None` when no such loop runs: the option is off, the
@@ -189,6 +202,10 @@ impl Request {
         sent: Vec<u8>,
         headers_held: bool,
     ) -> Option<Box<SearchLoop>> {
+        if !config.answers_unknown_tools() {
+            // The headers were kept for `auto_k.beyond`, which this request did not need.
+            return None;
+        }
         let (headers, path_stream) = self.answer_headers.take()?;
         let (Reader::Dialect(dialect), false) = (analysis.reader, analysis.native_search) else {
             return None;

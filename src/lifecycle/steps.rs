@@ -337,6 +337,9 @@ impl Request {
     ) -> Result<(), Skipped> {
         let engine = worker.engine.try_borrow().map_err(|_| Skip::Internal)?;
         let held = host.headers_held();
+        if self.reach_beyond(&engine.config, analysis) {
+            host.count(crate::stats::one(Fixed::AutoKBeyond, 1));
+        }
         let searched =
             self.plan_search(&engine, analysis, body, ranked, held, host.store(), now)?;
         drop(engine);

@@ -308,9 +308,15 @@ pub fn plan_remembering(
     for &i in pins.iter().filter(|&&i| !waiting(i)) {
         show(i, &mut visible);
     }
+    // Filter mode plans a search only past a capped `auto_k` (`auto_k.beyond`): the k it
+    // would have kept is shown, and `find_tools` finds the rest.
+    let eager_k = match config.mode {
+        crate::config::Mode::Search => config.search.eager_k,
+        crate::config::Mode::Filter => analysis.top_k,
+    };
     let mut eager = 0;
     for d in &analysis.selection.decisions {
-        if eager >= config.search.eager_k {
+        if eager >= eager_k {
             break;
         }
         let deferred_by_client = texts.get(d.entry).is_some_and(|t| client_deferred(t));
