@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops bench-quality-hybrid bench-search bench-auto-k bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops bench-quality-hybrid bench-search bench-auto-k bench-v8 clean
 
 all: build
 
@@ -221,7 +221,7 @@ e2e: images
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-auto-k bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-loops
+bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-auto-k bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
@@ -309,6 +309,11 @@ bench-latency: build $(ENVOY)
 # rules, for one caller and for callers rotating over 40 groups.
 bench-latency-access: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --access
+
+# What auto_k adds to a filtered request of the same catalog through Envoy: against the same
+# filter without it, no filter, and the .wasm of TOOLSIFT_BASELINE_WASM if set.
+bench-latency-auto-k: build $(ENVOY)
+	$(CARGO) run --release --example envoy_latency -- --auto-k
 
 # Added latency of the loop guard through Envoy: 200 tools, a 100-message history.
 bench-latency-loop: build $(ENVOY)
