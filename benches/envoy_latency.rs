@@ -1837,14 +1837,15 @@ mod auto_k {
             }
             None => y,
         });
-        let extra = format!(
-            "x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n"
-        );
+        let extra =
+            format!("x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n");
         let bodies: Vec<String> = (0..64).map(|i| body(tools, i)).collect();
         let mut client = Client::connect(gw.port);
         let path = "/v1/chat/completions";
         let (_, head) = client.send(path, &extra, &bodies[0]);
-        let shown = super::header(&head, "x-toolsift").unwrap_or_default().to_owned();
+        let shown = super::header(&head, "x-toolsift")
+            .unwrap_or_default()
+            .to_owned();
         assert!(shown.starts_with("kept=5 total=200"), "{head}");
         assert_eq!(shown.contains(" k=default:5"), config == AUTO_K, "{shown}");
         // A warm-up for V8's optimising tier; in the histogram too (200 of 1,700 requests).
@@ -1871,7 +1872,9 @@ mod auto_k {
         }
         variants.push(("this .wasm, shadow", SHADOW, None));
         variants.push(("this .wasm, shadow + auto_k", AUTO_K, None));
-        let order: Vec<usize> = (0..variants.len()).chain((0..variants.len()).rev()).collect();
+        let order: Vec<usize> = (0..variants.len())
+            .chain((0..variants.len()).rev())
+            .collect();
         let mut rows: Vec<Vec<(String, String, f64)>> = vec![Vec::new(); variants.len()];
         for &v in &order {
             let (_, config, wasm) = variants[v];

@@ -663,6 +663,11 @@ impl AutoK {
         }
     }
 
+    /// The shared data's keys of the calibration and of the table.
+    pub fn keys(&self) -> [&str; 2] {
+        [&self.calibration_key, &self.table_key]
+    }
+
     /// The k of catalog `id` in the table this worker read last (`top_k` before any).
     pub fn chosen(&self, id: u32) -> Chosen {
         self.table.as_ref().map_or(

@@ -51,6 +51,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("shadow_answer", shadow_answer),
     ("lifecycle", lifecycle),
     ("mcp_route", mcp_route),
+    ("auto_k_values", auto_k_values),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -895,6 +896,70 @@ pub fn memory_set(data: &[u8]) {
         assert!(
             bytes.is_some_and(|b| b.len() <= 1024),
             "a set past its bytes"
+        );
+    }
+}
+
+/// `auto_k`'s values in the VM's shared data, as any bytes: whatever the calibration and the
+/// table hold (another version's layout, a cut write), a worker reads, learns and decides
+/// without panicking; what it writes reads back as written; and the k it selects with stays
+/// within `top_k` and `max_k`.
+pub fn auto_k_values(data: &[u8]) {
+    use toolsift::auto_k::{AutoK, AutoKConfig, Calibration, Table};
+    use toolsift::embeddings::{MemoryBytes, SharedBytes};
+    let max_k = 1 + usize::from(data.first().copied().unwrap_or(0) % 64);
+    if let Some(c) = Calibration::decode(data, max_k) {
+        let again = Calibration::decode(&c.encode(), max_k);
+        assert_eq!(again, Some(c), "a calibration that does not round-trip");
+    }
+    if let Some(t) = Table::decode(data) {
+        let again = Table::decode(&t.encode());
+        assert_eq!(
+            again.map(|a| a.encode()),
+            Some(t.encode()),
+            "a table that does not round-trip"
+        );
+    }
+    let config = AutoKConfig {
+        keep: 0.9,
+        min_k: 1,
+        max_k,
+        min_calls: 2,
+        confidence: 0.95,
+        period_s: 7,
+        beyond: None,
+    };
+    let mut worker = AutoK::new(config, 5, "fuzz");
+    let store = MemoryBytes::default();
+    let [calibration, table] = worker.keys().map(str::to_owned);
+    store.set(&calibration, data, None);
+    store.set(&table, data.get(data.len() / 2..).unwrap_or_default(), None);
+    let id = data
+        .iter()
+        .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(*b));
+    for now in [0, 3, 1_000, 1_007, u64::MAX] {
+        let _ = worker.refresh(&store, now);
+        let chosen = worker.chosen(id);
+        assert!(
+            chosen.k <= max_k.max(5) && chosen.k >= 1,
+            "k {} out of bounds",
+            chosen.k
+        );
+        let slots: Vec<usize> = data.iter().take(8).map(|b| usize::from(*b)).collect();
+        assert!(
+            worker.learn(&store, id, &slots, now),
+            "the memory store refused a write"
+        );
+        if slots.is_empty() {
+            continue;
+        }
+        let (written, _) = store.get(&calibration);
+        let read = written
+            .as_deref()
+            .and_then(|b| Calibration::decode(b, max_k));
+        assert!(
+            read.is_some_and(|c| c.catalogs.iter().any(|x| x.id == id)),
+            "what was learned does not read back"
         );
     }
 }
