@@ -322,6 +322,20 @@ mod tests {
         Config::from_json(json.as_bytes()).unwrap()
     }
 
+    /// The selection of `ranking` with nothing pinned, nothing denied or evicted.
+    fn unpinned(cfg: &Config, c: &Catalog, ranking: &[crate::rank::Scored]) -> Selection {
+        select(
+            cfg,
+            cfg.top_k,
+            c,
+            ranking,
+            &Choice::default(),
+            &[],
+            None,
+            &[],
+        )
+    }
+
     #[test]
     fn top_k_plus_pins() {
         let c = catalog(&[
@@ -376,16 +390,7 @@ mod tests {
         let c = catalog(&["alpha", "beta", "gamma", "delta"]);
         let ranking = c.index.rank("gamma delta");
         let cfg = config(r#"{"top_k":2}"#);
-        let before = select(
-            &cfg,
-            cfg.top_k,
-            &c,
-            &ranking,
-            &Choice::default(),
-            &[],
-            None,
-            &[],
-        );
+        let before = unpinned(&cfg, &c, &ranking);
         // The model calls one of the tools it was shown: the next turn keeps the same tools.
         let after = select(
             &cfg,
@@ -448,16 +453,7 @@ mod tests {
         let each = c.tokens[0];
         let ranking = c.index.rank("delta gamma");
         let cfg = config(&format!(r#"{{"max_tool_tokens":{}}}"#, each * 2));
-        let s = select(
-            &cfg,
-            cfg.top_k,
-            &c,
-            &ranking,
-            &Choice::default(),
-            &[],
-            None,
-            &[],
-        );
+        let s = unpinned(&cfg, &c, &ranking);
         let verdicts: Vec<Verdict> = s.decisions.iter().map(|d| d.verdict).collect();
         assert_eq!(
             verdicts,
