@@ -4,12 +4,6 @@
 //! (`llm_bodies`: a refused request's never comes). The shipped configurations run too:
 //! docs/examples/envoy-access.yaml as it is, and the Istio and Envoy Gateway manifests'
 //! plugin configurations behind the `jwt_authn` those platforms generate from their manifests.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

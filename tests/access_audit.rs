@@ -6,13 +6,6 @@
 //! conversation under `report_only` is detected and counted and reaches the upstream
 //! unchanged.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log};

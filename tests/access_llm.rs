@@ -4,13 +4,6 @@
 //! finds a denied tool, and a model's call of a denied tool (the scripted model's
 //! `x-demo-call`: a tool it was not given) never reaches the client.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common;
 
 use common::DIALECTS;

@@ -5,13 +5,6 @@
 //!
 //! `PROPTEST_CASES` overrides the number of cases (default 10,000 per property).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Runner, TestRunner};
 use serde_json::{Value, json};

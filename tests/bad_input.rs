@@ -6,12 +6,6 @@
 //! What a user expects: a body toolsift cannot read goes upstream byte for byte (the default
 //! `on_error: pass`) and the reason is in `x-toolsift`; a body it can read is filtered however
 //! it was framed (1-byte chunks, a slow client, HTTP/2 with trailers).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -3,19 +3,11 @@
 //! ids. mdBook has no link checker of its own; `make docs` builds the book, this reads its
 //! sources. A book page is one SUMMARY.md lists (mdBook renders no other), `{{#include …}}`
 //! read in; a link may not leave the book's `src/` (the HTML would not have the file).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::repo;
 
 fn src() -> PathBuf {
     repo().join("docs/book/src")

@@ -1,30 +1,17 @@
 //! `toolsift check`: each rule fires on a config that breaks it, naming the line, and stays
 //! quiet on the shipped configs; exit codes 0 (clean), 1 (findings), 2 (unreadable).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common;
+
+use common::{repo, with_plugin_config};
 
 /// Runs `toolsift check ARGS`; returns the exit code and stdout + stderr.
 fn check(args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolsift"))
-        .arg("check")
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    (output.status.code().unwrap(), text)
+    let mut all = vec!["check"];
+    all.extend(args);
+    common::toolsift(&all)
 }
 
 /// envoy.yaml with `edit` applied, written to a scratch file.
@@ -37,28 +24,12 @@ fn variant_of(file: &str, name: &str, edit: impl FnOnce(String) -> String) -> Pa
     let original = std::fs::read_to_string(repo().join(file)).unwrap();
     let edited = edit(original.clone());
     assert_ne!(edited, original, "{name}: the edit changed nothing");
-    let dir = repo().join(format!("target/test-scratch/check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, edited).unwrap();
-    path
+    common::scratch_file("check", &format!("{name}.yaml"), &edited)
 }
 
 /// The 1-based line of the first line containing `needle` in `path`.
 fn line_of(path: &Path, needle: &str) -> usize {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .position(|l| l.contains(needle))
-        .unwrap_or_else(|| panic!("{needle} not in {}", path.display()))
-        + 1
-}
-
-fn plugin_config(yaml: String, json: &str) -> String {
-    let start = yaml.find("value: |").unwrap();
-    let open = start + yaml[start..].find('{').unwrap();
-    let close = open + yaml[open..].find('}').unwrap();
-    format!("{}{json}{}", &yaml[..open], &yaml[close + 1..])
+    common::line_of(&std::fs::read_to_string(path).unwrap(), needle)
 }
 
 #[test]
@@ -113,16 +84,16 @@ fn access_rules_that_pass_unknown_paths_are_a_warning() {
 fn holding_headers_without_the_header_flag_is_a_warning() {
     // Search mode itself needs no flag.
     let plain = variant("search-no-flag", |y| {
-        plugin_config(
-            y.replace("allow_on_headers_stop_iteration: true", ""),
+        with_plugin_config(
+            &y.replace("allow_on_headers_stop_iteration: true", ""),
             r#"{"mode": "search", "search": {"timeout_ms": 60000}}"#,
         )
     });
     let (code, out) = check(&[plain.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     let path = variant("hold-no-flag", |y| {
-        plugin_config(
-            y.replace("allow_on_headers_stop_iteration: true", ""),
+        with_plugin_config(
+            &y.replace("allow_on_headers_stop_iteration: true", ""),
             r#"{"mode": "search", "search": {"timeout_ms": 60000, "hold_headers": true}}"#,
         )
     });
@@ -159,7 +130,7 @@ fn buffer_limits_below_max_body_bytes_are_errors() {
 
     // An explicit limit, and a max_body_bytes above it.
     let path = variant("small-buffer-limit", |y| {
-        plugin_config(y, r#"{"max_body_bytes": 67108864}"#)
+        with_plugin_config(&y, r#"{"max_body_bytes": 67108864}"#)
     });
     let (code, out) = check(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
@@ -186,8 +157,8 @@ fn buffer_limits_below_max_body_bytes_are_errors() {
 #[test]
 fn the_gating_and_suggestion_servers_need_their_clusters() {
     let path = variant("servers-no-cluster", |y| {
-        plugin_config(
-            y,
+        with_plugin_config(
+            &y,
             r#"{"gating": {"mcp": {"cluster": "gater"}}, "suggestions": {"mcp": {"cluster": "market"}}}"#,
         )
     });
@@ -202,7 +173,7 @@ fn the_gating_and_suggestion_servers_need_their_clusters() {
     }
     // A cluster the bootstrap defines is fine.
     let path = variant("servers-cluster", |y| {
-        plugin_config(y, r#"{"suggestions": {"mcp": {"cluster": "llm"}}}"#)
+        with_plugin_config(&y, r#"{"suggestions": {"mcp": {"cluster": "llm"}}}"#)
     });
     assert_eq!(check(&[path.to_str().unwrap()]).0, 0);
 }
@@ -210,8 +181,8 @@ fn the_gating_and_suggestion_servers_need_their_clusters() {
 #[test]
 fn hybrid_ranking_needs_its_cluster() {
     let path = variant("hybrid-no-cluster", |y| {
-        plugin_config(
-            y,
+        with_plugin_config(
+            &y,
             r#"{"ranking": "hybrid", "embeddings": {"cluster": "embedder", "model": "m"}}"#,
         )
     });
@@ -226,8 +197,8 @@ fn hybrid_ranking_needs_its_cluster() {
     );
     // The shipped cluster name is fine.
     let path = variant("hybrid-cluster", |y| {
-        plugin_config(
-            y,
+        with_plugin_config(
+            &y,
             r#"{"ranking": "hybrid", "embeddings": {"cluster": "embeddings", "model": "m"}}"#,
         )
     });
@@ -238,8 +209,8 @@ fn hybrid_ranking_needs_its_cluster() {
 fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
     // Envoy's default (300 s) against 6 follow-ups of 60 s.
     let path = variant("search-idle-default", |y| {
-        plugin_config(
-            y,
+        with_plugin_config(
+            &y,
             r#"{"mode": "search", "search": {"timeout_ms": 60000, "max_search_rounds": 6}}"#,
         )
     });
@@ -252,8 +223,8 @@ fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
     );
     // Filter mode's follow-ups for made-up calls count as well.
     let path = variant("answer-idle-default", |y| {
-        plugin_config(
-            y,
+        with_plugin_config(
+            &y,
             r#"{"unknown_tools": {"answer": true, "max_rounds": 3}, "search": {"timeout_ms": 120000}}"#,
         )
     });
@@ -271,7 +242,7 @@ fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
         )
     };
     let path = variant("search-idle-hcm", |y| {
-        plugin_config(hcm_idle(y, "60s"), r#"{"mode": "search"}"#)
+        with_plugin_config(&hcm_idle(y, "60s"), r#"{"mode": "search"}"#)
     });
     let (_, out) = check(&[path.to_str().unwrap()]);
     let line = line_of(&path, "stream_idle_timeout: 60s");
@@ -282,8 +253,8 @@ fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
         "{out}"
     );
     let path = variant("search-idle-route", |y| {
-        plugin_config(
-            hcm_idle(y, "60s").replace(
+        with_plugin_config(
+            &hcm_idle(y, "60s").replace(
                 "                  timeout: 300s\n",
                 "                  timeout: 300s\n                  idle_timeout: 400s\n",
             ),
@@ -293,8 +264,8 @@ fn a_stream_idle_timeout_shorter_than_the_follow_ups_is_a_warning() {
     assert_eq!(check(&[path.to_str().unwrap()]).0, 0);
     // 0s disables it; the route `timeout` bounds only the first answer and is not compared.
     let path = variant("search-idle-off", |y| {
-        plugin_config(
-            hcm_idle(y.replace("timeout: 300s", "timeout: 10s"), "0s"),
+        with_plugin_config(
+            &hcm_idle(y.replace("timeout: 300s", "timeout: 10s"), "0s"),
             r#"{"mode": "search"}"#,
         )
     });
@@ -368,7 +339,9 @@ fn mcp_without_the_buffer_filter_on_its_routes_is_a_warning() {
 
 #[test]
 fn a_configuration_the_filter_refuses_is_an_error_naming_the_field() {
-    let path = variant("bad-config", |y| plugin_config(y, r#"{"top_k": "five"}"#));
+    let path = variant("bad-config", |y| {
+        with_plugin_config(&y, r#"{"top_k": "five"}"#)
+    });
     let (code, out) = check(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     let line = line_of(&path, "value: |");
@@ -377,8 +350,8 @@ fn a_configuration_the_filter_refuses_is_an_error_naming_the_field() {
         "{out}"
     );
     let path = variant("bad-unknown-tools", |y| {
-        plugin_config(
-            y,
+        with_plugin_config(
+            &y,
             r#"{"unknown_tools": {"answer": true, "max_rounds": 11}}"#,
         )
     });

@@ -2,12 +2,6 @@
 //! configuration errors, `eval` on a small dataset written here whose numbers are worked
 //! out by hand, and both with hybrid ranking against the real embeddings server
 //! (`toolsift-embed`, built by `make embed`).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

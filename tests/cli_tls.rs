@@ -2,12 +2,6 @@
 //! a local HTTPS embeddings service whose self-signed certificate is made here (rcgen), with
 //! the API key from `TOOLSIFT_EMBEDDINGS_API_KEY` and extra `--embeddings-header`s. The service
 //! records what it received; the key is never printed, not even when the service quotes it.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -15,12 +15,6 @@
 //!   opening over every prefix), continued after its first half, finished as above.
 //! - Anything else (Bedrock's binary event stream, which search mode does not follow) is
 //!   listed, not read.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -2,12 +2,6 @@
 //! of no LLM API, sent to a custom route, reach the demo upstream (`x-demo-echo: raw` answers
 //! with the body exactly as it arrived) with the dropped tools gone and every other byte as
 //! the client wrote it.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

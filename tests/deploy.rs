@@ -5,12 +5,6 @@
 //!
 //! What the schemas cannot check is not checked here: CEL rules (`x-kubernetes-validations`)
 //! and references between objects.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -3,12 +3,6 @@
 //! the tools its question needs, which the latest text alone would not find; a conversation
 //! that ends in tool results keeps exactly the selection of the question that started it.
 //! What the upstream received is read back from the demo upstream (`x-demo-echo: body`).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

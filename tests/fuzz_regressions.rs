@@ -1,12 +1,6 @@
 //! Replays the fuzz corpus (`fuzz/corpus/<target>/`) and every crash the fuzzers found
 //! (`fuzz/regressions/<target>/`) through the targets' own properties (`fuzz/src/lib.rs`),
 //! natively: `make test` checks them without cargo-fuzz or a nightly compiler.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 #[path = "../fuzz/src/lib.rs"]
 mod fuzz;

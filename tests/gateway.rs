@@ -1,10 +1,4 @@
 //! toolsift in the real Envoy, with the real `.wasm`, in front of the demo upstream.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

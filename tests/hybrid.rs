@@ -2,13 +2,6 @@
 //! embeddings server (`toolsift-embed`, all-MiniLM-L6-v2), and every fault of that service
 //! played by the demo upstream's misbehaving `/embeddings/*` stand-in.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common;
 
 use common::{EmbedServer, Gateway, Response};

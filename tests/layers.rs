@@ -7,12 +7,6 @@
 //! The modules of [`LAYERED`] are part of no import circle, and no circle appears beyond the
 //! known ones of [`KNOWN_CIRCLES`]. `cargo test --test integration layers:: -- --nocapture` prints the graph
 //! and its circles.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,12 +2,6 @@
 //! agent whose conversation calls the same tool with the same arguments twice (written
 //! differently) gets that tool taken out of its next request, in every dialect; other
 //! arguments, an exempt tool and a new question leave it alone.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

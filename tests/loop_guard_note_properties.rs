@@ -3,12 +3,6 @@
 //! content, written compactly or pretty), the body that goes upstream is JSON, and it is the
 //! client's body but for the tools array and, for each evicted tool, the note on the result
 //! of its latest call, written as that dialect's own content.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -1,7 +1,6 @@
 //! The loop guard's key for call arguments, as a property: the same arguments written
 //! differently (key order, whitespace, `1` / `1.0` / `1e0`) are one key; different arguments
 //! never are.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};

@@ -2,6 +2,16 @@
 //! was a crate of its own before: one crate to compile and link instead of 29 (each of which
 //! linked tokio, hyper and the rest again, and built `common` again). cargo-nextest still runs
 //! every test in its own process. `tests/e2e/` (containers, `make e2e`) stays a binary of its own.
+//!
+//! Tests may unwrap, expect, panic and index: a failing test should fail loudly. clippy.toml
+//! allows that inside `#[test]` functions; the allow-list here extends it to every module's
+//! helpers, once for the whole binary.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 

@@ -6,13 +6,6 @@
 //! so (`skipped=native_search`, `toolsift.skipped.native_search`). Under access rules the
 //! caller's denied tools still leave them, and nothing else changes.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common;
 
 use common::llm::upstream_log;

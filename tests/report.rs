@@ -2,12 +2,6 @@
 //! and the JSON numbers checked exactly), on the same log with garbage between its lines (the
 //! same numbers, and the garbage counted), on standard input, with its plots; and on a log the
 //! real Envoy wrote, whose counts must equal Envoy's own counters for the same run.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -3,32 +3,13 @@
 //! plugin configuration held to it. Each test fails when the shipped copy, the reference page or
 //! a shipped configuration disagrees with the code; `toolsift check` names the field of each
 //! violation.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common;
 
-/// Runs `toolsift ARGS` in the repository; the exit code and stdout (stderr after it).
-fn toolsift(args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolsift"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    let mut text = String::from_utf8(output.stdout).unwrap();
-    text.push_str(&String::from_utf8_lossy(&output.stderr));
-    (output.status.code().unwrap(), text)
-}
+use common::{line_of, repo, toolsift, with_plugin_config};
 
 /// `file` (in the repository) must read exactly what `toolsift ARGS` prints.
 fn shipped_as_printed(file: &str, args: &[&str]) {
@@ -201,27 +182,15 @@ fn every_shipped_configuration_fits_the_schema() {
 
 /// A scratch file of this test process.
 fn scratch(name: &str, text: &str) -> PathBuf {
-    let dir = repo().join(format!("target/test-scratch/schema-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// The 1-based line of the first line of `text` containing `needle`.
-fn line_of(text: &str, needle: &str) -> usize {
-    text.lines().position(|l| l.contains(needle)).unwrap() + 1
+    common::scratch_file("schema", name, text)
 }
 
 #[test]
 fn check_names_every_field_that_breaks_the_schema() {
     // Three mistakes in one Envoy configuration: the filter's parser would stop at the first.
     let envoy = std::fs::read_to_string(repo().join("envoy.yaml")).unwrap();
-    let start = envoy.find("value: |").unwrap();
-    let open = start + envoy[start..].find('{').unwrap();
-    let close = open + envoy[open..].find('}').unwrap();
     let bad = r#"{"top_k": "five", "search": {"max_search_rounds": 2.5}, "topk": 3, "access": {"rules": [{"when": ["a"], "alow": ["x"]}]}}"#;
-    let edited = format!("{}{bad}{}", &envoy[..open], &envoy[close + 1..]);
+    let edited = with_plugin_config(&envoy, bad);
     let path = scratch("envoy-bad.yaml", &edited);
     let (code, out) = toolsift(&["check", path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");

@@ -3,13 +3,6 @@
 //! calls the tool it wanted. Each test reads the upstream's request log to check what the
 //! model saw on every round.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log};

@@ -4,13 +4,6 @@
 //! And the shipped front Envoy (docs/examples/affinity/front.yaml) keeps a session on one of
 //! two gateway replicas; stopping that replica loses only the memory.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use crate::common;
 
 use common::llm::{called, request, tool_names, upstream_log};

@@ -4,12 +4,6 @@
 //! kept or missed), in the stats, Envoy's histogram and the access log; in every dialect, whole
 //! and streamed. A request filtered as usual records the ranks of the (kept) tools its answer
 //! calls. Sampling shares stay within binomial bounds.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

@@ -4,12 +4,6 @@
 //! call of an earlier turn are not. With `unknown_tools.answer`, a made-up call in the model's
 //! answer never reaches the client: the gateway answers it to the model in a follow-up (the
 //! demo upstream's scripted model makes it up with `x-demo-call`).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use crate::common;
 

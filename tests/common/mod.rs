@@ -24,6 +24,48 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Runs `toolsift ARGS` in the repository: the exit code, and stdout with stderr after it.
+pub fn toolsift(args: &[&str]) -> (i32, String) {
+    // Cargo names the binary to integration tests only; benches/ include this file too.
+    let Some(binary) = option_env!("CARGO_BIN_EXE_toolsift") else {
+        panic!("the toolsift binary is known to integration tests only");
+    };
+    let output = Command::new(binary)
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap(), text)
+}
+
+/// `text` written to `name` in this test process's scratch folder `target/test-scratch/DIR-PID`.
+pub fn scratch_file(dir: &str, name: &str, text: &str) -> PathBuf {
+    let dir = repo().join(format!("target/test-scratch/{dir}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The 1-based line of the first line of `text` containing `needle`.
+pub fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle} not in {text}"))
+        + 1
+}
+
+/// Envoy YAML `yaml` with its first plugin configuration (the `{…}` after `value: |`, on one
+/// level: no nested braces) replaced by `json`.
+pub fn with_plugin_config(yaml: &str, json: &str) -> String {
+    let start = yaml.find("value: |").unwrap();
+    let open = start + yaml[start..].find('{').unwrap();
+    let close = open + yaml[open..].find('}').unwrap();
+    format!("{}{json}{}", &yaml[..open], &yaml[close + 1..])
+}
+
 pub fn envoy_binary() -> PathBuf {
     if let Ok(path) = std::env::var("TOOLSIFT_ENVOY") {
         return PathBuf::from(path);
