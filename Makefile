@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops bench-quality-hybrid bench-search bench-auto-k bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint lockfiles fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops bench-quality-hybrid bench-search bench-auto-k bench-v8 clean
 
 all: build
 
@@ -142,13 +142,32 @@ validate: wasm $(BIN_BUILD) $(ENVOY)
 	done
 	$(BIN)/toolsift check $(CHECKED_CONFIGS)
 
+# The root package, then the packages of their own that build its core: fuzz/ (the cargo-fuzz
+# targets; tests/fuzz_regressions.rs compiles their properties into the root's tests too) and
+# benches/v8/ (for wasm32-wasip1, as `make bench-v8` builds it). --locked: their lockfiles hold
+# the root's versions (`make lockfiles`).
+LINT_CARGO := CARGO_TARGET_DIR=$(CURDIR)/target/lint $(CARGO)
 lint: .wasm-target.stamp
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --release --target wasm32-wasip1 --lib -- -D warnings
+	cd fuzz && $(CARGO) fmt --check
+	cd fuzz && $(LINT_CARGO) clippy --all-targets --locked -- -D warnings
+	cd benches/v8 && $(CARGO) fmt --check
+	cd benches/v8 && $(LINT_CARGO) clippy --all-targets --target wasm32-wasip1 --locked -- -D warnings
+
+# fuzz/ and benches/v8/ lock the root's versions: each lockfile is the root's Cargo.lock, with
+# what only that package needs added by cargo. tests/lockfiles.rs fails when they drift.
+lockfiles:
+	@for d in fuzz benches/v8; do \
+		cp Cargo.lock $$d/Cargo.lock && \
+		$(CARGO) metadata --manifest-path $$d/Cargo.toml --format-version 1 >/dev/null || exit 1; \
+	done
 
 fmt:
 	$(CARGO) fmt
+	cd fuzz && $(CARGO) fmt
+	cd benches/v8 && $(CARGO) fmt
 
 ## The book (docs/book/, mdBook) ---------------------------------------------------------
 

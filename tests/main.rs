@@ -33,6 +33,7 @@ mod fuzz_regressions;
 mod gateway;
 mod hybrid;
 mod layers;
+mod lockfiles;
 mod loop_guard;
 mod loop_guard_note_properties;
 mod loop_guard_properties;
