@@ -227,8 +227,13 @@ images: $(BIN_BUILD) embed $(ENVOY)
 	images/build.sh embed $(EMBED_IMAGE) target/embed/release/toolsift-embed $(VENV)/lib/python3.11/site-packages
 
 # The Wasm image Istio's WasmPlugin pulls (compat variant: one layer holding plugin.wasm),
-# saved with `docker save` to $(OCI_ARCHIVE); tests/deploy.rs checks its layout.
+# saved with `docker save` to $(OCI_ARCHIVE); tests/deploy.rs checks its layout. Built again
+# whenever the .wasm is newer than the archive (tests/deploy.rs asks make for the archive, so a
+# .wasm built since is taken in rather than reported stale).
 oci: wasm
+	@$(MAKE) --no-print-directory $(OCI_ARCHIVE)
+
+$(OCI_ARCHIVE): $(WASM)
 	images/build.sh wasm-plugin $(WASM_IMAGE) $(WASM) $(OCI_ARCHIVE)
 
 # The gateway, the demo upstream and the embeddings server in containers, with faults under

@@ -367,15 +367,24 @@ fn the_envoy_gateway_mcp_kit_attaches_its_envoyproxy_to_the_shipped_gateway() {
 }
 
 /// `make oci`'s archive (`docker save`): one image, one layer, and in it only `plugin.wasm`,
-/// byte for byte the filter `make build` built.
+/// byte for byte the filter `make build` built. make builds the archive again first when the
+/// `.wasm` is newer (a `cargo build` since `make oci`), as `make oci` would.
 #[test]
 fn the_oci_archive_holds_plugin_wasm_in_one_layer() {
     let archive = repo().join("target/oci/toolsift-wasm.tar");
+    common::wasm_path();
+    let made = Command::new("make")
+        .args(["--no-print-directory", "target/oci/toolsift-wasm.tar"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
     assert!(
-        archive.exists(),
-        "{} not found: run `make oci` (make test does it)",
-        archive.display()
+        made.status.success(),
+        "make target/oci/toolsift-wasm.tar (docker builds the image): {}{}",
+        String::from_utf8_lossy(&made.stdout),
+        String::from_utf8_lossy(&made.stderr)
     );
+    assert!(archive.exists(), "{}", archive.display());
     let dir = repo().join(format!("target/test-scratch/oci-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let untar = |archive: &Path, into: &Path| {
