@@ -21,6 +21,7 @@
 //! Pure Rust: the filter reads the identity from Envoy, everything after is decided here.
 
 use crate::glob::Glob;
+use crate::json::optional_whole_number;
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -58,7 +59,7 @@ pub struct AccessConfig {
     #[serde(default)]
     pub unknown_paths: UnknownPaths,
     /// The status `"unknown_paths": "deny"` answers with: 404 (the default) or 403.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_whole_number")]
     pub unknown_paths_status: Option<u16>,
 }
 

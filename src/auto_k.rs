@@ -44,21 +44,21 @@ pub struct AutoKConfig {
     /// The fewest tools a calibrated k keeps.
     #[serde(
         default = "default_min_k",
-        deserialize_with = "crate::config::whole_number"
+        deserialize_with = "crate::json::whole_number"
     )]
     pub min_k: usize,
     /// The most tools a calibrated k keeps (at most 1024): a catalog whose target needs more
     /// is capped here, and says so (`capped=` in `x-toolsift`).
     #[serde(
         default = "default_max_k",
-        deserialize_with = "crate::config::whole_number"
+        deserialize_with = "crate::json::whole_number"
     )]
     pub max_k: usize,
     /// Shadowed calls a catalog needs before its own k is used; until then it uses the k of
     /// every catalog's calls pooled, and with fewer pooled calls than this, `top_k`.
     #[serde(
         default = "default_min_calls",
-        deserialize_with = "crate::config::whole_number"
+        deserialize_with = "crate::json::whole_number"
     )]
     pub min_calls: usize,
     /// The confidence of the lower bound (0.5 to below 1).
@@ -68,7 +68,7 @@ pub struct AutoKConfig {
     /// same k (the provider's prompt cache wants a stable tools array).
     #[serde(
         default = "default_period_s",
-        deserialize_with = "crate::config::whole_number"
+        deserialize_with = "crate::json::whole_number"
     )]
     pub period_s: usize,
     /// What a request whose k is capped at `max_k` gets for the tools past it: nothing

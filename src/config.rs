@@ -3,6 +3,7 @@
 //! setting off), then checked; every error names the field.
 
 use crate::dialects::Dialect;
+use crate::json::{optional_whole_number, whole_number};
 use serde::Deserialize;
 use std::fmt;
 
@@ -649,25 +650,6 @@ pub fn json_schema() -> serde_json::Value {
     schema.to_value()
 }
 
-/// A count: a JSON integer, or a number with no fractional part. Istio hands `pluginConfig` over
-/// as a protobuf Struct, whose numbers are doubles, so `5` may arrive as `5.0`.
-pub(crate) fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    let n = f64::deserialize(d)?;
-    if n.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&n) {
-        Ok(n as usize)
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "expected a whole number, found {n}"
-        )))
-    }
-}
-
-fn optional_whole_number<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<usize>, D::Error> {
-    whole_number(d).map(Some)
-}
-
 /// A configuration error, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -1200,6 +1182,45 @@ mod tests {
         // How Istio's pluginConfig may spell them.
         let c = Config::from_json(br#"{"top_k": 5.0, "max_tool_tokens": 900.0}"#).unwrap();
         assert_eq!((c.top_k, c.max_tool_tokens), (5, Some(900)));
+        // The counts of the sections too, whichever module reads them (issue 48: these were
+        // plain integers, and `2.0` passed the schema but not the filter).
+        let c = Config::from_json(
+            br#"{"loop_guard": {"repeats": 3.0, "window": 12.0},
+                "suggestions": {"k": 2.0, "mcp": {"cluster": "s", "refresh_seconds": 60.0,
+                    "timeout_ms": 1000.0}},
+                "access": {"unknown_paths": "deny", "unknown_paths_status": 403.0}}"#,
+        )
+        .unwrap();
+        let guard = c.loop_guard.unwrap();
+        assert_eq!((guard.repeats, guard.window), (3, 12));
+        let suggestions = c.suggestions.unwrap();
+        let server = suggestions.mcp.unwrap();
+        assert_eq!(
+            (suggestions.k, server.refresh_seconds, server.timeout_ms),
+            (2, 60, 1000)
+        );
+        assert_eq!(c.access.unwrap().unknown_paths_status, Some(403));
+        // An optional count may be null (unset), as the schema says.
+        let c = Config::from_json(br#"{"max_tool_tokens": null}"#).unwrap();
+        assert_eq!(c.max_tool_tokens, None);
+        // Fractions, negatives and what the field's type cannot hold stay errors.
+        for (config, field) in [
+            (r#"{"loop_guard": {"repeats": 2.5}}"#, "loop_guard.repeats"),
+            (
+                r#"{"suggestions": {"k": -1, "tools": [{"name": "a"}]}}"#,
+                "suggestions.k",
+            ),
+            (
+                r#"{"access": {"unknown_paths": "deny", "unknown_paths_status": 65536}}"#,
+                "access.unknown_paths_status",
+            ),
+        ] {
+            let err = Config::from_json(config.as_bytes()).unwrap_err().0;
+            assert!(
+                err.contains(&format!("field `{field}`: expected a whole number")),
+                "{config}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -400,6 +400,43 @@ pub fn splice_bytes(body: &[u8], range: Range<usize>, replacement: &[u8]) -> Opt
     )
 }
 
+/// The largest count a configuration may hold (what `docs/config.schema.json` gives every
+/// whole-number field as its `maximum`): far above any sensible setting, and a `usize` on
+/// wasm32.
+pub const MAX_COUNT: u64 = u32::MAX as u64;
+
+/// A count in the configuration: a JSON integer, or a number with no fractional part, from 0 to
+/// [`MAX_COUNT`] and within `T`. Istio hands `pluginConfig` over as a protobuf Struct, whose
+/// numbers are doubles, so `5` may arrive as `5.0`. Every count of the configuration is read by
+/// this (`#[serde(deserialize_with = "whole_number")]`), or by [`optional_whole_number`].
+pub fn whole_number<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    whole(f64::deserialize(d)?)
+}
+
+/// An optional count: `null` or absent is `None`, anything else as [`whole_number`] reads it.
+pub fn optional_whole_number<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    Option::<f64>::deserialize(d)?.map(whole).transpose()
+}
+
+fn whole<T: TryFrom<u64>, E: serde::de::Error>(n: f64) -> Result<T, E> {
+    if n.fract() == 0.0 && (0.0..=MAX_COUNT as f64).contains(&n) {
+        if let Ok(count) = T::try_from(n as u64) {
+            return Ok(count);
+        }
+    }
+    Err(E::custom(format_args!(
+        "expected a whole number, found {n}"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@
 //! model learns why the tool is gone (see [`Note`]); each dialect finds and edits the result.
 
 use crate::glob::Glob;
+use crate::json::whole_number;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,8 +24,10 @@ use std::fmt::Write as _;
 pub struct LoopGuardConfig {
     /// Identical calls (same tool, same arguments as JSON) within `window` that make a loop
     /// (at least 2).
+    #[serde(deserialize_with = "whole_number")]
     pub repeats: usize,
     /// How many of the current task's latest calls are looked at (`repeats` to 1000).
+    #[serde(deserialize_with = "whole_number")]
     pub window: usize,
     /// Tool-name globs that are meant to repeat (polling, memory reads): never evicted.
     pub exempt: Vec<String>,

@@ -10,6 +10,7 @@
 use crate::access::{Annotations, Grant};
 use crate::dialects::Dialect;
 use crate::index::FieldWeights;
+use crate::json::whole_number;
 use crate::rank::{Catalog, mcp_tools_container};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -24,6 +25,7 @@ pub struct SuggestionsConfig {
     /// shows) gets suggestions; `0`: only a search that found nothing.
     pub min_score: f32,
     /// Suggestions added to one search's result, at most (1–20).
+    #[serde(deserialize_with = "whole_number")]
     pub k: usize,
     /// Where to get a suggested tool, for tools that do not say (`source` on the tool).
     pub source: String,
@@ -67,10 +69,10 @@ pub struct SuggestionServer {
     #[serde(default)]
     pub source: Option<String>,
     /// How often each worker fetches its list again (10–86400).
-    #[serde(default = "default_refresh_seconds")]
+    #[serde(default = "default_refresh_seconds", deserialize_with = "whole_number")]
     pub refresh_seconds: u64,
     /// The longest one page may take.
-    #[serde(default = "default_timeout_ms")]
+    #[serde(default = "default_timeout_ms", deserialize_with = "whole_number")]
     pub timeout_ms: u64,
 }
 
