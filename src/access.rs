@@ -21,7 +21,7 @@
 //! Pure Rust: the filter reads the identity from Envoy, everything after is decided here.
 
 use crate::glob::Glob;
-use crate::json::optional_whole_number;
+use crate::json::{objects, optional_whole_number, variant};
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -36,27 +36,27 @@ use std::rc::Rc;
 pub struct AccessConfig {
     /// `enforce` (the default) or `audit`: every decision made, counted and logged, none
     /// carried out.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "variant")]
     pub mode: Mode,
     /// Where the caller's identity values come from, all of them read. Sources named and no
     /// value found: the request is refused. Empty: every caller alike, only `"when": ["*"]`
     /// rules apply.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects")]
     pub identity: Vec<IdentitySource>,
     /// What a tool no rule allows or denies gets.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "variant")]
     pub default: Effect,
     /// The rules; each tool is decided over the ones that apply to the caller.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects")]
     pub rules: Vec<RuleConfig>,
     /// How a denied tool looks to the caller.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "variant")]
     pub denied: Denied,
     /// What a request on a path toolsift does not recognise gets (a path that is no LLM
     /// API's, and not in `custom.paths` or `mcp.paths`): `pass` (the default: it goes on
     /// ungoverned) or `deny` (answered with `unknown_paths_status`). Counted either way
     /// (`toolsift.access.unknown_paths`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "variant")]
     pub unknown_paths: UnknownPaths,
     /// The status `"unknown_paths": "deny"` answers with: 404 (the default) or 403.
     #[serde(default, deserialize_with = "optional_whole_number")]
@@ -103,7 +103,7 @@ pub struct IdentitySource {
     /// default: at spaces and commas, as OAuth scopes are written), `space`, `comma`, or
     /// `none` (the whole text is one value: a tenant named `acme corp`). An array claim's
     /// strings are never split.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "variant")]
     pub split: Split,
 }
 

@@ -3,7 +3,7 @@
 //! setting off), then checked; every error names the field.
 
 use crate::dialects::Dialect;
-use crate::json::{optional_whole_number, whole_number};
+use crate::json::{object, objects, optional_object, optional_whole_number, variant, whole_number};
 use serde::Deserialize;
 use std::fmt;
 
@@ -242,6 +242,7 @@ pub struct Search {
     /// Models whose provider searches deferred tools itself: their requests get the
     /// provider's search tool and `defer_loading: true` on the deferred tools instead of the
     /// gateway's `find_tools` loop. The first rule whose `model` matches applies.
+    #[serde(deserialize_with = "objects")]
     pub native_search: Vec<NativeSearch>,
     /// Hold the request and response headers until the bodies are read: `native_search` can
     /// then add `anthropic-beta`, the follow-ups copy the request as the router rewrote it, and
@@ -253,6 +254,7 @@ pub struct Search {
     /// Memory of found tools, on LLM and MCP routes: tools a session's earlier turns found are
     /// offered again without another search. Off unless set; `{}` takes every default.
     // How: `crate::search::memory`.
+    #[serde(deserialize_with = "optional_object")]
     pub memory: Option<Memory>,
 }
 
@@ -262,6 +264,7 @@ pub struct Search {
 #[serde(deny_unknown_fields, default)]
 pub struct Memory {
     /// What names a request's session.
+    #[serde(deserialize_with = "object")]
     pub session: SessionSource,
     /// A session's memory is forgotten this long after its last request (1–2592000).
     #[serde(deserialize_with = "whole_number")]
@@ -496,9 +499,11 @@ pub const USE_TOOL_NAME: &str = "use_tool";
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// What toolsift does with a request's tools.
+    #[serde(deserialize_with = "variant")]
     pub mode: Mode,
     /// Search mode's settings (`mode: "search"`; `search.timeout_ms` also bounds filter mode's
     /// follow-ups for made-up calls).
+    #[serde(deserialize_with = "object")]
     pub search: Search,
     /// How many ranked tools to keep (at least 1).
     #[serde(deserialize_with = "whole_number")]
@@ -516,6 +521,7 @@ pub struct Config {
     pub always_include: Vec<String>,
     /// What to do with a request toolsift cannot read (malformed, oversized, compressed, …);
     /// under `access`, always `"reject"`.
+    #[serde(deserialize_with = "variant")]
     pub on_error: OnError,
     /// Bodies larger than this pass through unread (counted as `too_large`); keep Envoy's
     /// buffer limits above it.
@@ -545,8 +551,10 @@ pub struct Config {
     #[serde(deserialize_with = "whole_number")]
     pub catalog_cache_bytes: usize,
     /// How tools are ranked.
+    #[serde(deserialize_with = "variant")]
     pub ranking: Ranking,
     /// The embeddings service of hybrid ranking (required with `ranking: "hybrid"`).
+    #[serde(deserialize_with = "optional_object")]
     pub embeddings: Option<Embeddings>,
     /// Reciprocal Rank Fusion's k (hybrid ranking): rank r in a channel adds weight / (k + r).
     /// 1 rather than the customary 60: with k = 60 the first ranks of a channel differ too
@@ -554,31 +562,41 @@ pub struct Config {
     /// middling (`docs/tuning-notes.md`).
     pub rrf_k: f32,
     /// The channels' weights in hybrid ranking's fusion.
+    #[serde(deserialize_with = "object")]
     pub channel_weights: ChannelWeights,
     /// MCP routes: requests there get `find_tools` and `call_tool` over MCP, answered by the
     /// gateway, whatever `mode` says. `{}` takes every default.
+    #[serde(deserialize_with = "optional_object")]
     pub mcp: Option<Mcp>,
     /// `_tool_gating` for LLM requests (filter mode): an MCP server's gating tool, rules of the
     /// configuration, or both.
+    #[serde(deserialize_with = "optional_object")]
     pub gating: Option<Gating>,
     /// Requests of a JSON shape of their own, read by this section instead of a dialect.
+    #[serde(deserialize_with = "optional_object")]
     pub custom: Option<crate::custom::Custom>,
     /// Who may see and call which tool. With it a request toolsift cannot read is rejected,
     /// whatever `on_error` says.
+    #[serde(deserialize_with = "optional_object")]
     pub access: Option<crate::access::AccessConfig>,
     /// A second policy of `access`'s shape, decided beside it on every surface and never
     /// enforced: where the two differ is reported (`shadow_deny`, `shadow_allow`). Needs
     /// `access`.
+    #[serde(deserialize_with = "optional_object")]
     pub access_shadow: Option<crate::access::AccessConfig>,
     /// Take a tool the agent calls in a loop out of its next request. `{}` takes every default.
+    #[serde(deserialize_with = "optional_object")]
     pub loop_guard: Option<crate::loop_guard::LoopGuardConfig>,
     /// Tools the caller does not have, offered (never callable) when a search finds nothing
     /// good; `tools` or `mcp` required.
+    #[serde(deserialize_with = "optional_object")]
     pub suggestions: Option<crate::suggestions::SuggestionsConfig>,
     /// What filter mode does with a model call of a tool the request does not carry.
+    #[serde(deserialize_with = "object")]
     pub unknown_tools: UnknownTools,
     /// Shadow ranking (filter mode): a share of requests goes upstream uncut, and what the cut
     /// would have cost is measured on the model's answers.
+    #[serde(deserialize_with = "optional_object")]
     pub shadow: Option<Shadow>,
     /// Filter mode: keep, per catalog, the fewest tools that hold a target share of the calls
     /// seen in shadowed answers, instead of `top_k` (which it uses until it has learned
@@ -1025,14 +1043,14 @@ impl Mcp {
 #[serde(deny_unknown_fields)]
 pub struct Gating {
     /// The MCP server whose `_tool_gating` tool is asked.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_object")]
     pub mcp: Option<GatingMcp>,
     /// What a claim does.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "variant")]
     pub claim: ClaimMode,
     /// Gating without a server: text that matches a rule excludes tools or claims one, as a
     /// server's `_tool_gating` answer would. `gating` needs `mcp`, `rules` or both.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects")]
     pub rules: Vec<crate::gating::GatingRule>,
 }
 
@@ -1175,6 +1193,52 @@ mod tests {
             let err = Config::from_json(config.as_bytes()).unwrap_err().0;
             assert!(err.contains(&format!("field `{field}`")), "{memory}: {err}");
         }
+    }
+
+    /// What no JSON Schema sees (a document's keys are unique there) is refused all the same:
+    /// a key written twice. The book's Limits page says so.
+    #[test]
+    fn a_key_written_twice_is_refused() {
+        for config in [
+            r#"{"top_k": 3, "top_k": 4}"#,
+            r#"{"search": {"eager_k": 1, "eager_k": 2}}"#,
+        ] {
+            let err = Config::from_json(config.as_bytes()).unwrap_err().0;
+            assert!(err.contains("duplicate field"), "{config}: {err}");
+        }
+    }
+
+    /// A section is an object and a name a string: serde's derive would also read a struct
+    /// from an array (its fields in order) and an enum from an object, which the schema
+    /// refuses (found by tests/schema_properties.rs).
+    #[test]
+    fn sections_are_objects_and_names_strings() {
+        for (config, field) in [
+            (r#"{"search": []}"#, "search"),
+            (
+                r#"{"channel_weights": [1, 0.5, 0.25, 1]}"#,
+                "channel_weights",
+            ),
+            (
+                r#"{"access": {"rules": [[["*"], ["a"]]]}}"#,
+                "access.rules[0]",
+            ),
+            (r#"{"loop_guard": {"note": []}}"#, "loop_guard.note"),
+            (r#"{"mode": {"search": null}}"#, "mode"),
+            (
+                r#"{"access": {"default": {"allow": null}}}"#,
+                "access.default",
+            ),
+        ] {
+            let err = Config::from_json(config.as_bytes()).unwrap_err().0;
+            assert!(
+                err.contains(&format!("field `{field}`: invalid type")),
+                "{config}: {err}"
+            );
+        }
+        // The forms the schema gives still read.
+        let c = Config::from_json(br#"{"mode": "search", "search": {}, "loop_guard": null}"#);
+        assert_eq!(c.unwrap().mode, Mode::Search);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! LLM request, [`crate::mcp::llm`]'s.
 
 use crate::glob::Glob;
+use crate::json::object;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -27,6 +28,7 @@ pub struct Claim {
 #[serde(deny_unknown_fields)]
 pub struct GatingRule {
     /// When the rule applies.
+    #[serde(deserialize_with = "object")]
     pub when: GatingWhen,
     /// Tool names or globs the matching text excludes.
     #[serde(default)]

@@ -437,6 +437,70 @@ fn whole<T: TryFrom<u64>, E: serde::de::Error>(n: f64) -> Result<T, E> {
     )))
 }
 
+/// A section of the configuration (a struct) from a JSON object only: serde's derive also reads
+/// a struct from an array, its fields in order (`"search": []` as every default, `[["a"],
+/// ["b"]]` as an access rule), which the schema refuses and nobody writes on purpose. Every
+/// section of the configuration is read by this, [`optional_object`] or [`objects`].
+pub fn object<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Only<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Only<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(Only(std::marker::PhantomData))
+}
+
+/// An optional section: `null` or absent is `None`, anything else as [`object`] reads it.
+pub fn optional_object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Object<T>>::deserialize(d)?.map(|o| o.0))
+}
+
+/// A list of sections, each as [`object`] reads it.
+pub fn objects<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Vec::<Object<T>>::deserialize(d)?
+        .into_iter()
+        .map(|o| o.0)
+        .collect())
+}
+
+/// One section, read by [`object`].
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        object(d).map(Object)
+    }
+}
+
+/// One of the configuration's names (a unit enum: `"search"`, `"deny"`) from a string only:
+/// serde's derive also reads one from an object (`{"search": null}`), which the schema refuses.
+/// Every such field of the configuration is read by this.
+pub fn variant<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let name = <Cow<'de, str>>::deserialize(d)?;
+    T::deserialize(serde::de::value::CowStrDeserializer::<D::Error>::new(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@
 //! model learns why the tool is gone (see [`Note`]); each dialect finds and edits the result.
 
 use crate::glob::Glob;
-use crate::json::whole_number;
+use crate::json::{optional_object, whole_number};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -33,6 +33,7 @@ pub struct LoopGuardConfig {
     pub exempt: Vec<String>,
     /// The guidance note appended to an evicted tool's latest result (the only change outside
     /// the tools array); none when absent, `{}` takes the default text.
+    #[serde(deserialize_with = "optional_object")]
     pub note: Option<NoteConfig>,
     /// Loops are found, counted and logged (`loop=detected:`), and nothing is evicted or noted.
     pub report_only: bool,

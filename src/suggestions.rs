@@ -10,7 +10,7 @@
 use crate::access::{Annotations, Grant};
 use crate::dialects::Dialect;
 use crate::index::FieldWeights;
-use crate::json::whole_number;
+use crate::json::{optional_object, whole_number};
 use crate::rank::{Catalog, mcp_tools_container};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -33,6 +33,7 @@ pub struct SuggestionsConfig {
     /// each with an optional `source`.
     pub tools: Vec<Map<String, Value>>,
     /// The second catalog fetched from an MCP server (2026-07-28 revision: no session).
+    #[serde(deserialize_with = "optional_object")]
     pub mcp: Option<SuggestionServer>,
 }
 

@@ -2,6 +2,7 @@
 //! question and tools are. [`crate::config::Config`] holds it; [`super::Shape`] is it compiled.
 
 use super::jsonpath::{FieldPath, JsonPath, Step};
+use crate::json::object;
 use serde::Deserialize;
 
 /// Custom request shapes (`custom`): requests whose path matches `paths` are read by this
@@ -24,7 +25,7 @@ pub struct Custom {
     #[serde(default)]
     pub tools_path: Option<JsonPath>,
     /// Where each tool of `tools_path` keeps its name, description and parameter schema.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     pub fields: ToolFields,
     /// The strings that hold tools as text tags.
     #[serde(default)]
