@@ -106,33 +106,54 @@ pub enum Ranking {
 #[serde(deny_unknown_fields)]
 pub struct Embeddings {
     /// The Envoy cluster that leads to the service.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub cluster: String,
     /// The request path.
     #[serde(default = "default_embeddings_path")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(regex(pattern = r"^/")))]
     pub path: String,
     /// `:authority` of the call; the cluster name when unset.
     #[serde(default)]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub authority: Option<String>,
     /// The `model` of the embeddings request.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub model: String,
     /// Extra request headers, for example `{"authorization": "Bearer …"}`.
     #[serde(default)]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(extend("propertyNames" = {"pattern": crate::pairs::HEADER_NAME_PATTERN}))
+    )]
     pub headers: std::collections::BTreeMap<String, String>,
     /// How long a request may wait for its embeddings (1–60000); then it is ranked by keyword.
     #[serde(default = "default_timeout_ms", deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 60_000)))]
     pub timeout_ms: usize,
     /// Asks the service for vectors of this size (OpenAI `dimensions`); vectors of any other
     /// size are refused. Without it the first answer fixes the size.
     #[serde(default, deserialize_with = "optional_whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 16_384)))]
     pub dimensions: Option<usize>,
     /// Vectors kept in the cache shared by all workers (least recently used evicted; about
     /// 1.5 KB each at 384 dimensions).
     #[serde(default = "default_cache_size", deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub cache_size: usize,
     /// At most this many tool texts go in one call (1–2048); a larger new catalog is embedded over the
     /// next requests, ranked by keyword until it is complete. A request's call that cannot
     /// finish within `timeout_ms` hands the catalog's tools to background calls of this size.
     #[serde(default = "default_max_batch", deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 2048)))]
     pub max_batch: usize,
     /// Background calls (a new catalog's tools, embedded with no request waiting) in flight
     /// at once, per worker, 1–64; each catalog has at most one.
@@ -140,6 +161,7 @@ pub struct Embeddings {
         default = "default_max_background_calls",
         deserialize_with = "whole_number"
     )]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 64)))]
     pub max_background_calls: usize,
 }
 
@@ -168,13 +190,17 @@ fn default_max_background_calls() -> usize {
 #[serde(deny_unknown_fields, default)]
 pub struct ChannelWeights {
     /// The keyword ranking's weight (BM25 over names, descriptions and parameters).
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub bm25: f32,
     /// The weight of query words found whole in a tool's name (counted twice) or description,
     /// and of query phrases (two words in order) found there; IDF-weighted.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub exact: f32,
     /// The weight of query words that are a parameter's name.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub param_keys: f32,
     /// The weight of the embeddings: the cosine of the tool's vector with the request's.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub vector: f32,
 }
 
@@ -219,17 +245,26 @@ pub enum Mode {
 pub struct Search {
     /// The meta-tool's name (a request whose client has a tool of that name gets
     /// `find_tools_2`, `_3`, …: a client tool is never shadowed).
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(
+            regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"),
+            extend("not" = {"const": USE_TOOL_NAME})
+        )
+    )]
     pub tool_name: String,
     /// Best-ranked tools shown from the start, besides the pinned ones.
     #[serde(deserialize_with = "whole_number")]
     pub eager_k: usize,
     /// Follow-up requests answering the meta-tool, at most (1–10); the last goes without it.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 10)))]
     pub max_search_rounds: usize,
     /// `find_tools` calls answered in one request's loop, at most (1–100): a model that
     /// searches more is stopped with its last answer (a search storm). On MCP routes with
     /// `search.memory`: in one session between calls of real tools; one more is an error result.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 100)))]
     pub max_searches: usize,
     /// The meta-tool's description lists the names of the deferred tools.
     pub catalog_hint: bool,
@@ -238,6 +273,7 @@ pub struct Search {
     /// The longest one follow-up request may take (filter mode's follow-ups for made-up calls
     /// too), 1–600000.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 600_000)))]
     pub timeout_ms: usize,
     /// Models whose provider searches deferred tools itself: their requests get the
     /// provider's search tool and `defer_loading: true` on the deferred tools instead of the
@@ -268,13 +304,19 @@ pub struct Memory {
     pub session: SessionSource,
     /// A session's memory is forgotten this long after its last request (1–2592000).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 2_592_000)))]
     pub ttl_seconds: usize,
     /// Bytes the memory of every session together takes at most, in the shared data of one
     /// Envoy (all its workers), 1 KiB to 1 GiB; the least recently used sessions go first.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(range(min = MIN_MEMORY_BYTES, max = MAX_MEMORY_BYTES))
+    )]
     pub max_bytes: usize,
     /// Tools one session remembers at most (1–100): the ones found last stay.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 100)))]
     pub max_tools: usize,
 }
 
@@ -282,9 +324,14 @@ pub struct Memory {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = session_rules))]
 pub struct SessionSource {
     /// A request header naming the session (`x-session-id`, lower case); it wins over the
     /// body's fields, and on MCP routes over `Mcp-Session-Id`.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = r"^[a-z0-9_.-]+$"))
+    )]
     pub header: Option<String>,
     /// Without the header, the provider's own fields name the session: OpenAI Chat and
     /// Responses `prompt_cache_key`, `user`, `safety_identifier` (the first one set); Anthropic
@@ -359,6 +406,10 @@ impl Memory {
 #[serde(deny_unknown_fields)]
 pub struct NativeSearch {
     /// Glob (`*`, `?`) over the request body's `model`; not empty.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub model: String,
     /// The search tool entry added first to the tools array. Unset: the provider's own
     /// (Anthropic Messages `tool_search_tool_bm25_20251119`, OpenAI Responses `tool_search`);
@@ -366,11 +417,30 @@ pub struct NativeSearch {
     /// `{"type":"openrouter:tool_search"}`). Gemini and Bedrock have no deferral: rules never
     /// apply to them.
     #[serde(default)]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(transform = search_tool_schema))]
     pub tool: Option<serde_json::Map<String, serde_json::Value>>,
     /// Anthropic Messages: the `anthropic-beta` value the provider needs for tool search,
     /// added to the request's own; `""` for none.
     #[serde(default = "default_anthropic_beta")]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = r"^[A-Za-z0-9_.-]*$"))
+    )]
     pub anthropic_beta: String,
+}
+
+/// `search.native_search[].tool`: an object with a string `type`.
+#[cfg(not(target_arch = "wasm32"))]
+fn search_tool_schema(schema: &mut schemars::Schema) {
+    schema.insert("required".into(), serde_json::json!(["type"]));
+    schema.insert(
+        "properties".into(),
+        serde_json::json!({"type": {
+            "type": "string",
+            "description": "The entry's `type`, as the provider names its search tool; the \
+                entry's other keys go as written."
+        }}),
+    );
 }
 
 /// The beta Anthropic's tool search tool was released under.
@@ -471,6 +541,7 @@ pub struct UnknownTools {
     /// Follow-ups answering made-up calls, at most, per request (1–10); then a made-up call is
     /// dropped and named in words.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 10)))]
     pub max_rounds: usize,
 }
 
@@ -497,6 +568,7 @@ pub const USE_TOOL_NAME: &str = "use_tool";
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = config_rules))]
 pub struct Config {
     /// What toolsift does with a request's tools.
     #[serde(deserialize_with = "variant")]
@@ -507,17 +579,21 @@ pub struct Config {
     pub search: Search,
     /// How many ranked tools to keep (at least 1).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub top_k: usize,
     /// Ranked tools whose BM25 score is below this are dropped (never the last kept tool).
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub min_score: Option<f32>,
     /// Budget for the kept tools' estimated tokens (characters / 4): ranked tools are added in
     /// rank order until the next one does not fit (the first one always does).
     #[serde(deserialize_with = "optional_whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub max_tool_tokens: Option<usize>,
     /// Requests with this many function tools or fewer pass untouched.
     #[serde(deserialize_with = "whole_number")]
     pub min_tools: usize,
     /// Tool names or glob patterns (`*`, `?`) that are always kept.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(inner(length(min = 1))))]
     pub always_include: Vec<String>,
     /// What to do with a request toolsift cannot read (malformed, oversized, compressed, …);
     /// under `access`, always `"reject"`.
@@ -526,6 +602,7 @@ pub struct Config {
     /// Bodies larger than this pass through unread (counted as `too_large`); keep Envoy's
     /// buffer limits above it.
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub max_body_bytes: usize,
     /// Add the `x-toolsift` response header.
     pub response_header: bool,
@@ -549,6 +626,7 @@ pub struct Config {
     /// them, the tools' vectors (hybrid ranking), and catalogs still held by requests and
     /// search sessions; least recently used evicted first (at least 1 MiB).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = MIN_CATALOG_CACHE_BYTES)))]
     pub catalog_cache_bytes: usize,
     /// How tools are ranked.
     #[serde(deserialize_with = "variant")]
@@ -560,6 +638,7 @@ pub struct Config {
     /// 1 rather than the customary 60: with k = 60 the first ranks of a channel differ too
     /// little, and a tool one channel is sure of loses to tools several channels find
     /// middling (`docs/tuning-notes.md`).
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub rrf_k: f32,
     /// The channels' weights in hybrid ranking's fusion.
     #[serde(deserialize_with = "object")]
@@ -648,14 +727,17 @@ pub struct Shadow {
     /// The share of ranked LLM requests shadowed (0 to 1: 0 never, 1 every one): forwarded with
     /// every tool their caller may see, their answers' calls measured against the cut they
     /// would have had.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0, max = 1)))]
     pub sample: f64,
 }
 
 /// The configuration's JSON Schema (draft 2020-12), derived from the types above and the types
 /// of their sections, whose doc comments are its descriptions: what `toolsift schema` prints,
 /// `docs/config.schema.json` ships and `toolsift check` validates plugin configurations with.
-/// Ranges and cross-field rules (`Config::check`) are the parser's: the schema says them in
-/// words.
+/// It holds what the checks hold (ranges, lengths, patterns; between fields, each section's
+/// `schemars(transform)`), but for the few rules JSON Schema cannot state: a regular
+/// expression's syntax (`gating.rules[].when.regex`), names unique across `access.rules`, and
+/// `loop_guard.window` at least `repeats`. `tests/schema_properties.rs` holds the two to it.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn json_schema() -> serde_json::Value {
     let mut schema = schemars::generate::SchemaSettings::draft2020_12()
@@ -665,7 +747,35 @@ pub fn json_schema() -> serde_json::Value {
         "title".to_owned(),
         "toolsift plugin configuration".to_owned().into(),
     );
-    schema.to_value()
+    let mut schema = schema.to_value();
+    capacities(&mut schema);
+    schema
+}
+
+/// Gives every number field of `schema` the largest value its type holds as it is read: a
+/// count's [`crate::json::MAX_COUNT`] (or its type's, when smaller), an `f32`'s `f32::MAX` (a
+/// larger number reads as infinity, which the checks refuse).
+#[cfg(not(target_arch = "wasm32"))]
+fn capacities(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    match schema {
+        Value::Object(map) => {
+            let most = match map.get("format").and_then(Value::as_str) {
+                Some(f) if f.starts_with("uint") => Some(Value::from(crate::json::MAX_COUNT)),
+                Some("float") => Some(Value::from(f64::from(f32::MAX))),
+                _ => None,
+            };
+            if let Some(most) = most {
+                let below = |v: &Value| v.as_f64() <= most.as_f64();
+                if !map.get("maximum").is_some_and(below) {
+                    map.insert("maximum".to_owned(), most);
+                }
+            }
+            map.values_mut().for_each(capacities);
+        }
+        Value::Array(items) => items.iter_mut().for_each(capacities),
+        _ => {}
+    }
 }
 
 /// A configuration error, naming the field.
@@ -684,6 +794,69 @@ fn invalid(field: &str, why: impl fmt::Display) -> ConfigError {
     ConfigError(format!(
         "invalid toolsift configuration: field `{field}`: {why}"
     ))
+}
+
+/// What [`Config::check`] holds between fields, said in the schema: hybrid ranking needs
+/// `embeddings`; `access_shadow` needs `access`, and is neither in audit mode nor answers
+/// unknown paths (a shadow is never enforced).
+#[cfg(not(target_arch = "wasm32"))]
+fn config_rules(schema: &mut schemars::Schema) {
+    use crate::json::rules::{add, set};
+    use serde_json::json;
+    add(
+        schema,
+        [
+            (
+                "`ranking: \"hybrid\"` needs `embeddings`.",
+                json!({
+                    "if": {"required": ["ranking"], "properties": {"ranking": {"const": "hybrid"}}},
+                    "then": set("embeddings")
+                }),
+            ),
+            (
+                "`access_shadow` needs `access`.",
+                json!({"if": set("access_shadow"), "then": set("access")}),
+            ),
+            (
+                "`access_shadow` is never enforced: no `mode: \"audit\"`, no \
+                 `unknown_paths: \"deny\"` in it.",
+                json!({"properties": {"access_shadow": {"properties": {
+                    "mode": {"not": {"const": "audit"}},
+                    "unknown_paths": {"not": {"const": "deny"}}
+                }}}}),
+            ),
+        ],
+    );
+}
+
+/// `search.memory.session` names a session: without `provider_fields`, `header` is needed.
+#[cfg(not(target_arch = "wasm32"))]
+fn session_rules(schema: &mut schemars::Schema) {
+    use crate::json::rules::{add, set};
+    add(
+        schema,
+        [(
+            "`provider_fields: false` needs `header`.",
+            serde_json::json!({
+                "if": {
+                    "required": ["provider_fields"],
+                    "properties": {"provider_fields": {"const": false}}
+                },
+                "then": set("header")
+            }),
+        )],
+    );
+}
+
+/// `gating` needs a server, rules, or both.
+#[cfg(not(target_arch = "wasm32"))]
+fn gating_rules(schema: &mut schemars::Schema) {
+    use crate::json::rules::{any_of, filled, set};
+    any_of(
+        schema,
+        "`gating` needs `mcp` (a gating server), `rules`, or both.",
+        vec![set("mcp"), filled("rules")],
+    );
 }
 
 impl Config {
@@ -907,11 +1080,7 @@ fn check_service(
         return Err(invalid(&format!("{at}.authority"), "must not be empty"));
     }
     for name in headers.keys() {
-        let valid = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b));
-        if !valid {
+        if !crate::pairs::is_header_name(name) {
             return Err(invalid(
                 &format!("{at}.headers.{name}"),
                 "not a valid header name (pseudo-headers such as :path are set by toolsift)",
@@ -967,13 +1136,19 @@ impl Embeddings {
 pub struct Mcp {
     /// Glob patterns (`*`, `?`) over the request path (without its query), each starting with
     /// `/` or `*`: requests there are MCP, and get `find_tools` over MCP whatever `mode` says.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(length(min = 1), inner(regex(pattern = r"^[/*]")))
+    )]
     pub paths: Vec<String>,
     /// The longest a catalog page or a `call_tool` call may take (1–600000).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 600_000)))]
     pub timeout_ms: usize,
     /// The longest the `_tool_gating` call may take before `find_tools` is answered without it
     /// (1–60000).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 60_000)))]
     pub gating_timeout_ms: usize,
     /// How long a catalog stays cached when the server gives no `ttlMs` (2025-11-25 servers);
     /// a `ttlMs` of 0 is never cached.
@@ -981,9 +1156,11 @@ pub struct Mcp {
     pub catalog_ttl_ms: usize,
     /// Bytes of catalogs each worker keeps (least recently used evicted).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub cache_bytes: usize,
     /// `tools/list` pages read at most per catalog (1–10000).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 10_000)))]
     pub max_pages: usize,
 }
 
@@ -1041,6 +1218,7 @@ impl Mcp {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = gating_rules))]
 pub struct Gating {
     /// The MCP server whose `_tool_gating` tool is asked.
     #[serde(default, deserialize_with = "optional_object")]
@@ -1076,25 +1254,43 @@ pub enum ClaimMode {
 #[serde(deny_unknown_fields)]
 pub struct GatingMcp {
     /// The Envoy cluster of the MCP server.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub cluster: String,
     /// Its endpoint's path.
     #[serde(default = "default_mcp_path")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(regex(pattern = r"^/")))]
     pub path: String,
     /// `:authority` of the call; the cluster name when unset (the SDK's servers accept only
     /// `localhost` / `127.0.0.1` unless told otherwise).
     #[serde(default)]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub authority: Option<String>,
     /// Extra request headers, for example `{"authorization": "Bearer …"}`.
     #[serde(default)]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(extend("propertyNames" = {"pattern": crate::pairs::HEADER_NAME_PATTERN}))
+    )]
     pub headers: std::collections::BTreeMap<String, String>,
     /// The longest a request waits for the verdict (1–60000); then it goes on without it.
     #[serde(
         default = "default_gating_timeout_ms",
         deserialize_with = "whole_number"
     )]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 60_000)))]
     pub timeout_ms: usize,
     /// The gating tool's argument that gets the text.
     #[serde(default = "default_gating_argument")]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub argument: String,
 }
 

@@ -26,15 +26,21 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = gating_rule_rules))]
 pub struct GatingRule {
     /// When the rule applies.
     #[serde(deserialize_with = "object")]
     pub when: GatingWhen,
     /// Tool names or globs the matching text excludes.
     #[serde(default)]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(inner(length(min = 1))))]
     pub exclude: Vec<String>,
     /// The tool the matching text belongs to.
     #[serde(default)]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub claim: Option<String>,
     /// The arguments of the claimed call when the gateway answers it (`gating.claim:
     /// "answer"`).
@@ -47,13 +53,49 @@ pub struct GatingRule {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = when_rules))]
 pub struct GatingWhen {
     /// Whole words or phrases, any case: the text holds one of them.
     #[serde(default)]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(length(min = 1), inner(regex(pattern = r"[\p{Alphabetic}\p{N}]")))
+    )]
     pub words: Option<Vec<String>>,
     /// A regular expression the text matches.
     #[serde(default)]
     pub regex: Option<String>,
+}
+
+/// A rule excludes, claims, or both; `arguments` go with a claim.
+#[cfg(not(target_arch = "wasm32"))]
+fn gating_rule_rules(schema: &mut schemars::Schema) {
+    use crate::json::rules::{add, filled, set};
+    use serde_json::json;
+    add(
+        schema,
+        [
+            (
+                "`arguments` go with `claim`.",
+                json!({"if": set("arguments"), "then": set("claim")}),
+            ),
+            (
+                "A rule needs `exclude`, `claim`, or both.",
+                json!({"anyOf": [set("claim"), filled("exclude")]}),
+            ),
+        ],
+    );
+}
+
+/// A rule's `when` is `words` or `regex`, one of them.
+#[cfg(not(target_arch = "wasm32"))]
+fn when_rules(schema: &mut schemars::Schema) {
+    use crate::json::rules::{one_of, set};
+    one_of(
+        schema,
+        "`words` or `regex`, one of them.",
+        vec![set("words"), set("regex")],
+    );
 }
 
 /// `gating.rules`, compiled: the operator's own `_tool_gating`, with the same effect as a

@@ -501,6 +501,86 @@ where
     T::deserialize(serde::de::value::CowStrDeserializer::<D::Error>::new(name))
 }
 
+/// JSON Schema for the rules between a section's fields that its check enforces (one field
+/// needs another, one of two, at least one of several), said in the configuration's schema
+/// too: each section's `#[schemars(transform = …)]` adds its own with [`add`](rules::add).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod rules {
+    use serde_json::{Value, json};
+
+    /// The characters Rust's `trim` and `char::is_whitespace` take for space (Unicode's
+    /// White_Space), as the inside of a pattern's class: `\s` differs between regex engines
+    /// (ECMA's, which JSON Schema names, also counts U+FEFF), and the schema must say what the
+    /// checks do.
+    macro_rules! whitespace {
+        () => {
+            r"\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+        };
+    }
+
+    /// [`whitespace!`]: Unicode's White_Space, as the inside of a pattern's class.
+    pub const WHITESPACE: &str = whitespace!();
+
+    /// A pattern for text that is not blank (what `trim` leaves is not empty): one character
+    /// at least that is not space.
+    pub const NOT_BLANK: &str = concat!("[^", whitespace!(), "]");
+
+    /// `field` is present and not null.
+    pub fn set(field: &str) -> Value {
+        json!({"required": [field], "properties": {field: {"not": {"type": "null"}}}})
+    }
+
+    /// `field` is absent or null.
+    pub fn unset(field: &str) -> Value {
+        json!({"properties": {field: {"type": "null"}}})
+    }
+
+    /// `field` is present and not empty: an array with an item, an object with a member.
+    pub fn filled(field: &str) -> Value {
+        json!({"required": [field], "properties": {field: {
+            "not": {"type": "null"}, "minItems": 1, "minProperties": 1
+        }}})
+    }
+
+    /// `field` is absent or `value` (the default).
+    pub fn only(field: &str, value: Value) -> Value {
+        json!({"properties": {field: {"const": value}}})
+    }
+
+    /// Adds one rule to `schema`: one of `branches` at least holds.
+    pub fn any_of(schema: &mut schemars::Schema, description: &str, branches: Vec<Value>) {
+        add(schema, [(description, json!({"anyOf": branches}))]);
+    }
+
+    /// Adds one rule to `schema`: exactly one of `branches` holds.
+    pub fn one_of(schema: &mut schemars::Schema, description: &str, branches: Vec<Value>) {
+        add(schema, [(description, json!({"oneOf": branches}))]);
+    }
+
+    /// Adds `rules` to `schema`'s `allOf`, each with its description: what `toolsift check`
+    /// says when a configuration breaks the rule, and the configuration reference lists.
+    pub fn add<'a>(
+        schema: &mut schemars::Schema,
+        rules: impl IntoIterator<Item = (&'a str, Value)>,
+    ) {
+        let rules: Vec<Value> = rules
+            .into_iter()
+            .map(|(description, mut rule)| {
+                if let Value::Object(rule) = &mut rule {
+                    rule.insert("description".to_owned(), description.into());
+                }
+                rule
+            })
+            .collect();
+        match schema.get_mut("allOf") {
+            Some(Value::Array(all)) => all.extend(rules),
+            _ => {
+                schema.insert("allOf".to_owned(), Value::Array(rules));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

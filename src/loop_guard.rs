@@ -25,11 +25,17 @@ pub struct LoopGuardConfig {
     /// Identical calls (same tool, same arguments as JSON) within `window` that make a loop
     /// (at least 2).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 2)))]
     pub repeats: usize,
     /// How many of the current task's latest calls are looked at (`repeats` to 1000).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 2, max = MAX_WINDOW)))]
     pub window: usize,
     /// Tool-name globs that are meant to repeat (polling, memory reads): never evicted.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(inner(regex(pattern = crate::json::rules::NOT_BLANK)))
+    )]
     pub exempt: Vec<String>,
     /// The guidance note appended to an evicted tool's latest result (the only change outside
     /// the tools array); none when absent, `{}` takes the default text.
@@ -48,10 +54,29 @@ pub struct NoteConfig {
     /// own note, saying the tool was called repeatedly with the same arguments and is gone
     /// for this turn.
     // The default: `DEFAULT_NOTE`.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub text: Option<String>,
     /// Notes for particular tools, by name or glob (not empty); the most specific match wins:
     /// an exact name, then the longest pattern.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(transform = note_tools_schema))]
     pub tools: BTreeMap<String, String>,
+}
+
+/// `loop_guard.note.tools`: names and notes not blank.
+#[cfg(not(target_arch = "wasm32"))]
+fn note_tools_schema(schema: &mut schemars::Schema) {
+    use crate::json::rules::NOT_BLANK;
+    schema.insert(
+        "propertyNames".into(),
+        serde_json::json!({"pattern": NOT_BLANK}),
+    );
+    schema.insert(
+        "additionalProperties".into(),
+        serde_json::json!({"type": "string", "pattern": NOT_BLANK}),
+    );
 }
 
 /// The note when `loop_guard.note` gives no `text`.

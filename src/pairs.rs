@@ -7,6 +7,18 @@
 /// One header, name and value as the host gave them.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
+/// Whether a header name the configuration gives is one (HTTP's token: letters, digits and
+/// ``!#$%&'*+-.^_`|~``, at least one); a pseudo-header such as `:path` is not.
+pub fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b))
+}
+
+/// [`is_header_name`] as a JSON Schema pattern, for the configuration's schema.
+pub const HEADER_NAME_PATTERN: &str = "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$";
+
 /// A serialised header map, read in place: every request's headers are screened, and a copy of
 /// each name and value (two allocations per header) cost more than the screening itself.
 #[derive(Debug, Default)]

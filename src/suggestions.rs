@@ -20,21 +20,64 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields, default)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = suggestions_rules))]
 pub struct SuggestionsConfig {
     /// A search whose best match scores below this (BM25, the ranking `x-toolsift-tools`
     /// shows) gets suggestions; `0`: only a search that found nothing.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub min_score: f32,
     /// Suggestions added to one search's result, at most (1–20).
     #[serde(deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = MAX_K)))]
     pub k: usize,
     /// Where to get a suggested tool, for tools that do not say (`source` on the tool).
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
     pub source: String,
     /// The second catalog, inline: MCP tool definitions (`name` required, `description`, ...),
     /// each with an optional `source`.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(transform = inline_tools_schema))]
     pub tools: Vec<Map<String, Value>>,
     /// The second catalog fetched from an MCP server (2026-07-28 revision: no session).
     #[serde(deserialize_with = "optional_object")]
     pub mcp: Option<SuggestionServer>,
+}
+
+/// `suggestions.tools`: each with a `name` not blank, and a `source` that is a string.
+#[cfg(not(target_arch = "wasm32"))]
+fn inline_tools_schema(schema: &mut schemars::Schema) {
+    schema.insert(
+        "items".into(),
+        serde_json::json!({
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "pattern": crate::json::rules::NOT_BLANK,
+                    "description": "The tool's name, not blank."
+                },
+                "source": {
+                    "type": "string",
+                    "description": "Where to get this tool, for the model; \
+                        `suggestions.source` when unset."
+                }
+            }
+        }),
+    );
+}
+
+/// Something to suggest: `tools`, `mcp`, or both.
+#[cfg(not(target_arch = "wasm32"))]
+fn suggestions_rules(schema: &mut schemars::Schema) {
+    use crate::json::rules::{any_of, filled, set};
+    any_of(
+        schema,
+        "`suggestions` needs `tools` or `mcp` (something to suggest).",
+        vec![set("mcp"), filled("tools")],
+    );
 }
 
 impl Default for SuggestionsConfig {
@@ -56,9 +99,11 @@ impl Default for SuggestionsConfig {
 #[serde(deny_unknown_fields)]
 pub struct SuggestionServer {
     /// The Envoy cluster of the server.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(length(min = 1)))]
     pub cluster: String,
     /// Its endpoint's path.
     #[serde(default = "default_path")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(regex(pattern = r"^/")))]
     pub path: String,
     /// `:authority` of the call; the cluster name when unset.
     #[serde(default)]
@@ -71,9 +116,11 @@ pub struct SuggestionServer {
     pub source: Option<String>,
     /// How often each worker fetches its list again (10–86400).
     #[serde(default = "default_refresh_seconds", deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 10, max = 86_400)))]
     pub refresh_seconds: u64,
     /// The longest one page may take.
     #[serde(default = "default_timeout_ms", deserialize_with = "whole_number")]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 600_000)))]
     pub timeout_ms: u64,
 }
 

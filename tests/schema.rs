@@ -56,7 +56,10 @@ fn objects<'a>(schema: &'a Value, at: String, out: &mut Vec<(String, &'a Value)>
                 out.push((at.clone(), schema));
             }
             for (key, value) in map {
-                objects(value, format!("{at}/{key}"), out);
+                // Rules between fields (`allOf`) name fields described where they stand.
+                if key != "allOf" {
+                    objects(value, format!("{at}/{key}"), out);
+                }
             }
         }
         Value::Array(items) => {
@@ -96,6 +99,42 @@ fn every_field_has_a_description() {
         "fields without a description (a `///` doc comment on the field): {missing:#?}"
     );
     assert!(schema["description"].as_str().is_some());
+    // The rules between fields say what they hold, too (`toolsift check` quotes them).
+    let text = serde_json::to_string(&schema).unwrap();
+    let rules = text.matches("\"allOf\"").count();
+    assert!(rules >= 10, "{rules} sections with rules");
+    let mut undescribed = Vec::new();
+    rules_without_description(&schema, "#", &mut undescribed);
+    assert!(
+        undescribed.is_empty(),
+        "rules without a description: {undescribed:#?}"
+    );
+}
+
+/// The rules (items of a section's `allOf`) in `schema` that have no description.
+fn rules_without_description(schema: &Value, at: &str, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map {
+                let here = format!("{at}/{key}");
+                if key == "allOf" && !at.contains("/allOf/") {
+                    for (i, rule) in value.as_array().into_iter().flatten().enumerate() {
+                        if rule["description"].as_str().is_none_or(|d| d.len() < 10) {
+                            out.push(format!("{here}/{i}"));
+                        }
+                    }
+                } else {
+                    rules_without_description(value, &here, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                rules_without_description(item, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Every file of the repository matching `dir/*.yaml` (`deep`: below `dir` too).
@@ -217,7 +256,15 @@ fn check_names_every_field_that_breaks_the_schema() {
             "{unknown} in {out}"
         );
     }
-    assert!(out.contains("4 errors"), "{out}");
+    // The rule the misspelt key breaks, in the rule's words.
+    assert!(
+        out.contains(
+            "breaks its schema: field `access.rules[0]`: A rule needs `allow`, `deny`, \
+             `deny_annotations` or `arguments`."
+        ),
+        "{out}"
+    );
+    assert!(out.contains("5 errors"), "{out}");
 
     // A manifest: each violation on the line of its field.
     let manifest = "apiVersion: extensions.istio.io/v1alpha1\nkind: WasmPlugin\nmetadata:\n  name: toolsift\nspec:\n  url: oci://example/toolsift:1\n  pluginConfig:\n    top_k: 5\n    mode: find\n    search:\n      native_search:\n      - model: claude-*\n        tool: yes please\n";
@@ -239,7 +286,7 @@ fn check_names_every_field_that_breaks_the_schema() {
         "{out}"
     );
 
-    // What the schema cannot say (a range) is the parser's, reported as before.
+    // A range: the parser's error, and the schema's at the same field, said once.
     let manifest = manifest
         .replace("mode: find", "mode: search")
         .replace("        tool: yes please\n", "")
@@ -250,6 +297,17 @@ fn check_names_every_field_that_breaks_the_schema() {
     let top_k = line_of(&manifest, "top_k: 0");
     assert!(
         out.contains(&format!(":{top_k}: error: Envoy would not load this filter: invalid toolsift configuration: field `top_k`: must be at least 1")),
+        "{out}"
+    );
+    assert!(!out.contains("breaks its schema"), "{out}");
+
+    // What the schema cannot say (one count at least another) is the parser's alone.
+    let manifest = manifest.replace("top_k: 0", "loop_guard: {repeats: 5, window: 3}");
+    let path = scratch("wasmplugin-window.yaml", &manifest);
+    let (code, out) = toolsift(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("Envoy would not load this filter: invalid toolsift configuration: field `loop_guard.window`: must be from `repeats` (5) to 1000"),
         "{out}"
     );
     assert!(!out.contains("breaks its schema"), "{out}");

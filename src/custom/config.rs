@@ -12,10 +12,15 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = custom_rules))]
 pub struct Custom {
     /// Glob patterns over the request path (without its query): `*` any run of characters,
     /// `/` included, `?` one. Requests there are read by this shape, whatever dialect their
     /// path names.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(length(min = 1), inner(regex(pattern = r"^[/*]")))
+    )]
     pub paths: Vec<String>,
     /// Where the question is: the texts it selects, joined (`[*]`: with line breaks).
     /// Required with `tools_path`; with `text_path`, it replaces `<userq>`.
@@ -57,6 +62,51 @@ impl Default for ToolFields {
             parameters: path("parameters"),
         }
     }
+}
+
+/// What [`Custom::check`] holds between fields: `tools_path` or `text_path`, one of them.
+/// With `tools_path`: `query_path`, at most one `[*]` in it, no `strip_tags`, and `fields`
+/// that select one value each; with `text_path`, `fields` as their defaults.
+#[cfg(not(target_arch = "wasm32"))]
+fn custom_rules(schema: &mut schemars::Schema) {
+    use super::jsonpath::patterns;
+    use crate::json::rules::{add, only, set};
+    use serde_json::json;
+    let one = json!({"pattern": patterns::relative_one()});
+    let defaults = ToolFields::default();
+    let default = |path: &FieldPath| json!({"const": path.0.to_string()});
+    add(
+        schema,
+        [
+            (
+                "`tools_path` (tools in a JSON array) or `text_path` (tools in text tags), one of \
+                 them.",
+                json!({"oneOf": [set("tools_path"), set("text_path")]}),
+            ),
+            (
+                "With `tools_path`: `query_path` is required, `tools_path` has one `[*]` at most, \
+                 each of `fields` selects one value (no `[*]`), and no `strip_tags`.",
+                json!({"if": set("tools_path"), "then": {"allOf": [
+                set("query_path"),
+                only("strip_tags", false.into()),
+                {"properties": {
+                    "tools_path": {"pattern": patterns::one_each()},
+                    "fields": {"properties": {
+                        "name": one, "description": one, "parameters": one
+                    }}
+                }}
+                ]}}),
+            ),
+            (
+                "With `text_path`: `fields` as their defaults (text tags name their fields).",
+                json!({"if": set("text_path"), "then": {"properties": {"fields": {"properties": {
+                    "name": default(&defaults.name),
+                    "description": default(&defaults.description),
+                    "parameters": default(&defaults.parameters)
+                }}}}}),
+            ),
+        ],
+    );
 }
 
 impl Custom {

@@ -143,7 +143,7 @@ impl schemars::JsonSchema for JsonPath {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "pattern": "^\\$",
+            "pattern": patterns::path(),
             "description": "A JSONPath from the body's root: `$`, `.name`, `['name']`, `[n]`, `[-1]`, `[*]`."
         })
     }
@@ -175,6 +175,7 @@ impl schemars::JsonSchema for FieldPath {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
+            "pattern": patterns::relative(),
             "description": "A path from a tool's own value (`name`, `function.name`, `['x-name']`); empty: the tool itself."
         })
     }
@@ -295,10 +296,56 @@ fn bracket<'t>(path: &str, inner: &'t str) -> Result<(Step, &'t str), String> {
             "`{path}`: `[` must hold a number, `*` or a quoted name"
         ));
     }
-    let index = number
-        .parse::<i64>()
-        .map_err(|_| format!("`{path}`: index {number} is out of range"))?;
+    // Digits beyond an i64 name an item past any array's end (or before its start): they
+    // select nothing, as the largest index does.
+    let index = number.parse::<i64>().unwrap_or(if number.starts_with('-') {
+        i64::MIN
+    } else {
+        i64::MAX
+    });
     Ok((Step::Index(index), close(rest)?))
+}
+
+/// The path grammar as JSON Schema patterns, for the configuration's schema: exactly what
+/// [`JsonPath::parse`] and [`JsonPath::parse_relative`] accept.
+#[cfg(not(target_arch = "wasm32"))]
+pub mod patterns {
+    use crate::json::rules::WHITESPACE;
+
+    /// A member name after `.`: up to the next `.`, `[`, `]`, quote, `*`, `?`, `@` or space.
+    fn name() -> String {
+        format!(r#"[^.\[\]'"*?@{WHITESPACE}]+"#)
+    }
+    /// A quoted name: `\'`, `\"` and `\\` escape inside the quotes.
+    const QUOTED: &str = r#"'(?:[^'\\]|\\['\\])*'|"(?:[^"\\]|\\["\\])*""#;
+    /// Every item: `[*]` or `.*`.
+    const EACH: &str = r"(?:\.\*|\[\*\])";
+
+    /// A step that selects one value: `.name`, `['name']`, `[n]`, `[-n]`.
+    fn one() -> String {
+        format!(r"(?:\.{}|\[(?:-?[0-9]+|{QUOTED})\])", name())
+    }
+
+    /// A path from the root, any steps.
+    pub fn path() -> String {
+        format!(r"^\$(?:{}|{EACH})*$", one())
+    }
+
+    /// A path from the root with one `[*]` at most (`custom.tools_path`).
+    pub fn one_each() -> String {
+        let one = one();
+        format!(r"^\${one}*(?:{EACH}{one}*)?$")
+    }
+
+    /// A path from a tool's own value: `$` optional, and a first member name without its `.`.
+    pub fn relative() -> String {
+        format!(r"^\$?(?:\*|{})?(?:{}|{EACH})*$", name(), one())
+    }
+
+    /// A path from a tool's own value without `[*]` (`custom.fields` with `tools_path`).
+    pub fn relative_one() -> String {
+        format!(r"^\$?(?:{})?{}*$", name(), one())
+    }
 }
 
 fn unsupported(path: &str, what: &str) -> String {
@@ -471,7 +518,79 @@ mod tests {
         assert!(err("$.").contains("member name"));
         assert!(err("$.a b").contains("unexpected"));
         assert!(err("$x").contains("unexpected `x`"));
-        assert!(err("$.tools[99999999999999999999]").contains("out of range"));
+    }
+
+    #[test]
+    fn an_index_past_an_i64_selects_nothing() {
+        let body = r#"{"tools":[1, 2]}"#;
+        assert!(texts("$.tools[99999999999999999999]", body).is_empty());
+        assert!(texts("$.tools[-99999999999999999999]", body).is_empty());
+    }
+
+    /// The schema's patterns (`patterns`) accept exactly the paths the parser does.
+    #[test]
+    fn the_schemas_patterns_are_the_grammar() {
+        let fits = |pattern: String, text: &str| {
+            jsonschema::validator_for(&serde_json::json!({"pattern": pattern}))
+                .unwrap()
+                .is_valid(&serde_json::json!(text))
+        };
+        let paths = [
+            "$",
+            "$.tools",
+            "$.tools[*]",
+            "$.tools.*",
+            "$.tools[*].function",
+            "$.a[*].b[*]",
+            "$.messages[-1].content",
+            "$['x-tools'][0]",
+            r#"$["a\"b"]"#,
+            r"$['a\'b\\']",
+            "$.tools[99999999999999999999]",
+            "$.é.ß",
+            "$.a\u{feff}b",
+            "$.a\u{a0}b",
+            "name",
+            "function.name",
+            "['x-name']",
+            "*",
+            "$name",
+            "",
+            "tools",
+            "$..name",
+            "$.tools[?(@.name)]",
+            "$.tools[1:3]",
+            "$.tools[0,1]",
+            "$['a','b']",
+            "$.tools[0",
+            "$.tools[]",
+            "$.tools[-]",
+            "$['abc",
+            r"$['a\n']",
+            "$.",
+            "$.a b",
+            "$x",
+            "a..b",
+            " a",
+            "[*]x",
+        ];
+        let each = |p: &JsonPath| p.steps().iter().filter(|s| **s == Step::Each).count();
+        for text in paths {
+            let absolute = JsonPath::parse(text);
+            assert_eq!(fits(patterns::path(), text), absolute.is_ok(), "{text}");
+            assert_eq!(
+                fits(patterns::one_each(), text),
+                absolute.as_ref().is_ok_and(|p| each(p) <= 1),
+                "{text}"
+            );
+            let relative = JsonPath::parse_relative(text);
+            assert_eq!(fits(patterns::relative(), text), relative.is_ok(), "{text}");
+            assert_eq!(
+                fits(patterns::relative_one(), text),
+                relative.as_ref().is_ok_and(|p| each(p) == 0),
+                "{text}"
+            );
+        }
     }
 
     #[test]

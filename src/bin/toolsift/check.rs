@@ -298,16 +298,31 @@ fn dotted(path: &[PathStep]) -> String {
 /// null]`) taken as the section: a mistake inside `access` is then named where it is, not as
 /// `access` matching neither. `null` members are left out of what is validated
 /// ([`without_nulls`]); the filter's parser still refuses one where it is not allowed.
-fn schema_validator() -> Option<&'static jsonschema::Validator> {
-    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> =
+fn schema_validator() -> Option<&'static (jsonschema::Validator, serde_json::Value)> {
+    static VALIDATOR: std::sync::OnceLock<Option<(jsonschema::Validator, serde_json::Value)>> =
         std::sync::OnceLock::new();
     VALIDATOR
         .get_or_init(|| {
             let mut schema = toolsift::config::json_schema();
             sections_not_null(&mut schema);
-            jsonschema::validator_for(&schema).ok()
+            let validator = jsonschema::validator_for(&schema).ok()?;
+            Some((validator, schema))
         })
         .as_ref()
+}
+
+/// What the rule between fields (an item of a section's `allOf`) that a violation broke says,
+/// if it broke one: `keyword` is the violation's place in the schema
+/// (`/$defs/RuleConfig/allOf/0/anyOf`). The validator's own account of a rule's subschemas
+/// says little to whoever wrote the configuration.
+fn rule_of(schema: &serde_json::Value, keyword: &str) -> Option<String> {
+    const ALL_OF: &str = "/allOf/";
+    keyword.match_indices(ALL_OF).find_map(|(at, _)| {
+        let rest = keyword.get(at + ALL_OF.len()..)?;
+        let end = at + ALL_OF.len() + rest.find('/').unwrap_or(rest.len());
+        let rule = schema.pointer(keyword.get(..end)?)?;
+        rule.get("description")?.as_str().map(str::to_owned)
+    })
 }
 
 /// Replaces every `anyOf: [X, {"type": "null"}]` in `schema` by X (its other keywords kept).
@@ -353,15 +368,15 @@ fn without_nulls(json: &serde_json::Value) -> serde_json::Value {
 
 /// Where `json` breaks the configuration's schema: each field's path and why, in document
 /// order of the paths.
-fn schema_violations(json: &serde_json::Value) -> Vec<(Vec<PathStep>, String)> {
-    let Some(validator) = schema_validator() else {
+fn schema_violations(json: &serde_json::Value) -> Vec<(Vec<PathStep>, Violation)> {
+    let Some((validator, schema)) = schema_validator() else {
         return vec![(
             Vec::new(),
-            "the configuration schema does not compile".into(),
+            Violation::Field("the configuration schema does not compile".into()),
         )];
     };
     let json = without_nulls(json);
-    let mut found: Vec<(Vec<PathStep>, String)> = Vec::new();
+    let mut found: Vec<(Vec<PathStep>, Violation)> = Vec::new();
     for error in validator.iter_errors(&json) {
         let path: Vec<PathStep> = error
             .instance_path()
@@ -380,14 +395,26 @@ fn schema_violations(json: &serde_json::Value) -> Vec<(Vec<PathStep>, String)> {
             for key in unexpected {
                 let mut path = path.clone();
                 path.push(PathStep::Key(key.clone()));
-                found.push((path, "unknown field".to_owned()));
+                found.push((path, Violation::Field("unknown field".to_owned())));
             }
             continue;
         }
-        found.push((path, error.to_string()));
+        let why = match rule_of(schema, error.schema_path().as_str()) {
+            Some(rule) => Violation::Rule(rule),
+            None => Violation::Field(error.to_string()),
+        };
+        found.push((path, why));
     }
     found.dedup();
     found
+}
+
+/// Why a configuration breaks the schema: at a field (a type, a range, a pattern, an unknown
+/// key), or a rule between the fields of the object at that place, in the rule's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Violation {
+    Field(String),
+    Rule(String),
 }
 
 /// The field a filter's error names (``field `search.tool_name`: …``), if any.
@@ -422,11 +449,20 @@ fn check_plugin_config(
     }
     if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
         let said = refused.as_deref().and_then(field_of);
-        for (path, why) in schema_violations(&json) {
+        for (path, violation) in schema_violations(&json) {
             let field = dotted(&path);
-            if said == Some(field.as_str()) {
-                continue;
-            }
+            // The parser's error speaks of that field, or (a rule) of one within the object.
+            let within = |said: &str| {
+                field.is_empty()
+                    || said
+                        .strip_prefix(field.as_str())
+                        .is_some_and(|rest| rest.starts_with(['.', '[']))
+            };
+            let why = match violation {
+                _ if said == Some(field.as_str()) => continue,
+                Violation::Rule(_) if said.is_some_and(within) => continue,
+                Violation::Rule(why) | Violation::Field(why) => why,
+            };
             let at = yaml.map_or(line, |node| node.deepest(&path).line);
             let message = match field.as_str() {
                 "" => format!("the plugin configuration breaks its schema: {why}"),

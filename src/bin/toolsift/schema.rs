@@ -37,7 +37,7 @@ The plugin configuration is JSON, in the `configuration` StringValue of the Envo
 Envoy from loading the filter, with a log line naming the field:
 
 ```
-wasm log toolsift toolsift: invalid toolsift configuration: field `top_k`: invalid type: string \"five\", expected usize
+wasm log toolsift toolsift: invalid toolsift configuration: field `top_k`: invalid type: string \"five\", expected f64
 ```
 
 Whole numbers may be written as doubles (`5.0`): Istio hands `pluginConfig` over as a protobuf
@@ -49,9 +49,13 @@ This page is drawn from the configuration's JSON Schema, which `toolsift schema`
 the repository ships as `docs/config.schema.json` (for editors, and for validating a
 `pluginConfig` before it is applied). `toolsift check` validates every plugin configuration it
 finds (Envoy YAML, an Istio `WasmPlugin`, an Envoy Gateway `EnvoyExtensionPolicy`) against it,
-naming each field that breaks it. Ranges and rules between fields (such as `embeddings` being
-required with `ranking: \"hybrid\"`) are checked by the filter's own parser, which `toolsift
-check` runs too; the descriptions say them.
+naming each field that breaks it. The schema holds what the filter checks: types, ranges (the
+type column shows them), lengths, patterns and the rules between fields (such as `embeddings`
+being required with `ranking: \"hybrid\"`); a configuration passes the schema exactly when the
+filter accepts it, but for three rules JSON Schema cannot state, which only the filter's own
+parser checks (`toolsift check` runs it too): a `gating.rules[].when.regex` that does not
+compile, two rules of `access` (or `access_shadow`) with one `name`, and a
+`loop_guard.window` below `loop_guard.repeats`.
 ";
 
 /// One table row: a key of a section.
@@ -62,11 +66,12 @@ struct Row {
     description: String,
 }
 
-/// One section: an object of the configuration and its keys.
+/// One section: an object of the configuration, its keys, and the rules between them.
 struct Section {
     path: String,
     description: String,
     rows: Vec<Row>,
+    rules: Vec<String>,
 }
 
 /// The reference page: the top-level keys, then every object section, depth first.
@@ -92,6 +97,12 @@ pub fn reference(schema: &Value) -> String {
                 "| `{}` | {} | {} | {} |\n",
                 row.key, row.kind, row.default, row.description
             ));
+        }
+        if !section.rules.is_empty() {
+            out.push_str("\nBetween its keys:\n\n");
+            for rule in section.rules {
+                out.push_str(&format!("- {rule}\n"));
+            }
         }
     }
     out
@@ -193,11 +204,33 @@ fn kind(schema: &Value, defs: &Value) -> String {
                     Some(values) => format!("map of string to {}", kind(values, defs)),
                 },
                 [] => "any".to_owned(),
-                types => types.join(" or "),
+                types => format!("{}{}", types.join(" or "), range(s)),
             }
         })
         .collect();
     words.join(" or ")
+}
+
+/// A number's range, when the schema narrows it below what its type holds: ` (1–10)`,
+/// ` (at least 1)`, ` (at most 1000)`.
+fn range(schema: &Value) -> String {
+    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
+    let capacity = [toolsift::json::MAX_COUNT as f64, f64::from(f32::MAX)];
+    let low = bound("minimum").filter(|m| *m != 0.0);
+    let high = bound("maximum").filter(|m| !capacity.contains(m));
+    let number = |n: f64| {
+        if n.fract() == 0.0 && n.abs() < 1e15 {
+            format!("{}", n as i64)
+        } else {
+            format!("{n}")
+        }
+    };
+    match (low, high) {
+        (None, None) => String::new(),
+        (Some(low), None) => format!(" (at least {})", number(low)),
+        (None, Some(high)) => format!(" (0–{})", number(high)),
+        (Some(low), Some(high)) => format!(" ({}–{})", number(low), number(high)),
+    }
 }
 
 /// Text for a table cell: one line, `|` escaped.
@@ -287,10 +320,23 @@ fn walk(schema: &Value, path: &str, description: &str, defs: &Value, out: &mut V
             }
         }
     }
+    // The rules between the keys (`allOf`), each in its own words.
+    let rules = this
+        .get("allOf")
+        .and_then(Value::as_array)
+        .map(|rules| {
+            rules
+                .iter()
+                .filter_map(|r| r.get("description")?.as_str())
+                .map(cell)
+                .collect()
+        })
+        .unwrap_or_default();
     out.push(Section {
         path: path.to_owned(),
         description: description.to_owned(),
         rows,
+        rules,
     });
     for (child, description, schema) in children {
         walk(schema, &child, &description, defs, out);
