@@ -41,6 +41,7 @@ mod native_search;
 mod quality;
 mod report;
 mod schema;
+mod schema_properties;
 mod search;
 mod search_memory;
 mod shadow;
