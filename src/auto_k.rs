@@ -40,12 +40,17 @@ pub struct AutoKConfig {
     /// The share of calls the kept tools must hold (above 0, below 1): each catalog keeps the
     /// fewest tools whose share of its shadowed calls has a lower confidence bound of at
     /// least this.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))
+    )]
     pub keep: f64,
     /// The fewest tools a calibrated k keeps.
     #[serde(
         default = "default_min_k",
         deserialize_with = "crate::json::whole_number"
     )]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 1024)))]
     pub min_k: usize,
     /// The most tools a calibrated k keeps (at most 1024): a catalog whose target needs more
     /// is capped here, and says so (`capped=` in `x-toolsift`).
@@ -53,6 +58,7 @@ pub struct AutoKConfig {
         default = "default_max_k",
         deserialize_with = "crate::json::whole_number"
     )]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 1024)))]
     pub max_k: usize,
     /// Shadowed calls a catalog needs before its own k is used; until then it uses the k of
     /// every catalog's calls pooled, and with fewer pooled calls than this, `top_k`.
@@ -60,9 +66,14 @@ pub struct AutoKConfig {
         default = "default_min_calls",
         deserialize_with = "crate::json::whole_number"
     )]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub min_calls: usize,
     /// The confidence of the lower bound (0.5 to below 1).
     #[serde(default = "default_confidence")]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(range(min = 0.5), extend("exclusiveMaximum" = 1))
+    )]
     pub confidence: f64,
     /// A catalog's k changes at most once per this many seconds, and every worker uses the
     /// same k (the provider's prompt cache wants a stable tools array).
@@ -70,6 +81,7 @@ pub struct AutoKConfig {
         default = "default_period_s",
         deserialize_with = "crate::json::whole_number"
     )]
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
     pub period_s: usize,
     /// What a request whose k is capped at `max_k` gets for the tools past it: nothing
     /// (absent), or `"find_tools"`: the kept tools plus search mode's meta-tool for the rest.
@@ -111,11 +123,14 @@ impl AutoKConfig {
         if !(self.confidence >= 0.5 && self.confidence < 1.0) {
             return Err(("confidence", "must be from 0.5 to below 1".into()));
         }
-        if self.min_k == 0 {
-            return Err(("min_k", "must be at least 1".into()));
+        if !(1..=MAX_K_LIMIT).contains(&self.min_k) {
+            return Err(("min_k", format!("must be 1 to {MAX_K_LIMIT}")));
         }
-        if !(self.min_k..=MAX_K_LIMIT).contains(&self.max_k) {
-            return Err(("max_k", format!("must be min_k to {MAX_K_LIMIT}")));
+        if !(1..=MAX_K_LIMIT).contains(&self.max_k) {
+            return Err(("max_k", format!("must be 1 to {MAX_K_LIMIT}")));
+        }
+        if self.max_k < self.min_k {
+            return Err(("max_k", "must be at least `min_k`".into()));
         }
         if self.min_calls == 0 {
             return Err(("min_calls", "must be at least 1".into()));

@@ -818,6 +818,19 @@ fn config_rules(schema: &mut schemars::Schema) {
                 json!({"if": set("access_shadow"), "then": set("access")}),
             ),
             (
+                "`auto_k` needs `shadow` with a `sample` above 0, and filter mode.",
+                json!({
+                    "if": set("auto_k"),
+                    "then": {
+                        "required": ["shadow"],
+                        "properties": {
+                            "shadow": {"type": "object", "properties": {"sample": {"exclusiveMinimum": 0}}},
+                            "mode": {"not": {"const": "search"}}
+                        }
+                    }
+                }),
+            ),
+            (
                 "`access_shadow` is never enforced: no `mode: \"audit\"`, no \
                  `unknown_paths: \"deny\"` in it.",
                 json!({"properties": {"access_shadow": {"properties": {

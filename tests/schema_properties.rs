@@ -40,6 +40,7 @@ const PARSER_ONLY: &[(&str, &str)] = &[
     ("access.rules[*].name", "names another rule too"),
     ("access_shadow.rules[*].name", "names another rule too"),
     ("loop_guard.window", "must be from `repeats`"),
+    ("auto_k.max_k", "must be at least `min_k`"),
 ];
 
 /// Strings of the shapes the configuration's fields take, valid for some field and not for
@@ -324,8 +325,18 @@ impl Gen<'_> {
     }
 
     fn number(&mut self, schema: &Value) -> Value {
-        let min = Self::bound(schema, "minimum", -5.0);
-        let max = Self::bound(schema, "maximum", 1e6);
+        // An exclusive bound is drawn like an inclusive one: the bound itself is then a
+        // value just past the range, the midpoint and a quarter in are within.
+        let min = Self::bound(
+            schema,
+            "minimum",
+            Self::bound(schema, "exclusiveMinimum", -5.0),
+        );
+        let max = Self::bound(
+            schema,
+            "maximum",
+            Self::bound(schema, "exclusiveMaximum", 1e6),
+        );
         let n = if self.rng.chance(95) {
             *self
                 .rng
@@ -919,6 +930,7 @@ fn disagreements_found_stay_fixed() {
         r#"{"access": {"rules": [{"name": "sre", "when": ["*"], "allow": ["a"]}, {"name": "sre", "when": ["*"], "deny": ["b"]}]}}"#,
         r#"{"access": {}, "access_shadow": {"rules": [{"name": "x", "when": ["*"], "allow": ["a"]}, {"name": "x", "when": ["*"], "deny": ["b"]}]}}"#,
         r#"{"loop_guard": {"repeats": 5, "window": 3}}"#,
+        r#"{"shadow": {"sample": 0.1}, "auto_k": {"keep": 0.9, "min_k": 9, "max_k": 3}}"#,
     ];
     for text in parser_only_cases {
         let config: Value = serde_json::from_str(text).unwrap();
