@@ -22,7 +22,7 @@
 //! Everything here is sans-I/O: it reads and writes a [`SharedBytes`] and takes the clock as
 //! an argument; the lifecycle feeds it.
 
-use crate::embeddings::SharedBytes;
+use crate::shared_data::SharedBytes;
 use serde::Deserialize;
 
 /// Catalogs whose calls the calibration keeps apart; past it the least recently calibrated
@@ -490,7 +490,9 @@ impl Calibration {
                 chosen: candidate,
                 since: before.since,
             },
-            Some(before) if now.saturating_sub(before.since) < config.period_s as u64 => before,
+            // Whole seconds: `now` and `since` are each up to a second short of the time they
+            // stand for, so only more than `period_s` of them is surely `period_s` apart.
+            Some(before) if now.saturating_sub(before.since) <= config.period_s as u64 => before,
             Some(_) => {
                 changes += 1;
                 Decision {
@@ -636,14 +638,11 @@ impl Reader<'_> {
 }
 
 /// What tells a plugin's calibration apart from another's in the VM's shared data: 8 hex
-/// digits of SHA-256 over the settings a k depends on. Plugins with the same settings share
-/// one calibration (their catalogs still keep theirs apart).
-pub fn plugin(config: &crate::config::Config) -> String {
+/// digits of SHA-256 over `settings`, the plugin's settings a k depends on (the caller's
+/// text). Plugins with the same settings share one calibration (their catalogs still keep
+/// theirs apart).
+pub fn plugin(settings: &str) -> String {
     use sha2::{Digest, Sha256};
-    let settings = format!(
-        "{:?} top_k={} ranking={:?} weights={:?}",
-        config.auto_k, config.top_k, config.ranking, config.channel_weights
-    );
     Sha256::digest(settings.as_bytes())
         .iter()
         .take(4)

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
-use crate::embeddings::MemoryBytes;
+use crate::shared_data::MemoryBytes;
 
 /// A seeded generator of its own (splitmix64): the trials are the same on every run.
 struct Rng(u64);

@@ -57,6 +57,7 @@ pub mod rewrite;
 pub mod search;
 pub mod select;
 pub mod shadow;
+pub mod shared_data;
 pub mod sse;
 pub mod stats;
 pub mod suggestions;

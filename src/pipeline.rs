@@ -849,7 +849,12 @@ impl Engine {
             .as_ref()
             .map(|s| Rc::new(crate::suggestions::Suggestions::new(s, Vec::new())));
         let auto_k = config.auto_k.as_ref().map(|a| {
-            crate::auto_k::AutoK::new(a.clone(), config.top_k, &crate::auto_k::plugin(&config))
+            // What a k depends on: plugins that differ in it keep their calibrations apart.
+            let settings = format!(
+                "{a:?} top_k={} ranking={:?} weights={:?}",
+                config.top_k, config.ranking, config.channel_weights
+            );
+            crate::auto_k::AutoK::new(a.clone(), config.top_k, &crate::auto_k::plugin(&settings))
         });
         Engine {
             config,

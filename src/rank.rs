@@ -23,6 +23,28 @@ type AllowedIndex = (Box<[bool]>, Rc<Index>);
 /// What a grant's decisions depend on ([`Grant::key`]).
 type GrantKey = (bool, Rc<[usize]>);
 
+/// A catalog's id: the first 4 bytes of SHA-256 over its function tools' names, sorted and
+/// joined by newlines, so the same tools in another order are the same catalog. Its name in
+/// the access log is the 8 hex digits ([`crate::shadow::catalog_name`]).
+pub fn catalog_id<'a>(names: impl Iterator<Item = &'a str>) -> u32 {
+    use sha2::{Digest, Sha256};
+    let mut names: Vec<&str> = names.collect();
+    names.sort_unstable();
+    let mut hasher = Sha256::new();
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            hasher.update(b"\n");
+        }
+        hasher.update(name.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut head = [0u8; 4];
+    for (to, from) in head.iter_mut().zip(digest.iter()) {
+        *to = *from;
+    }
+    u32::from_be_bytes(head)
+}
+
 /// A tools container, read and indexed: everything selection and rewriting need that depends
 /// only on the container's bytes.
 pub struct Catalog {
@@ -70,7 +92,7 @@ pub struct Catalog {
     /// request asks.
     native_search: OnceCell<bool>,
     /// Its function tools' names as shadow ranking and `auto_k` name the catalog
-    /// ([`crate::shadow::catalog_id`]), hashed the first time they ask.
+    /// ([`catalog_id`]), hashed the first time they ask.
     id: OnceCell<u32>,
     /// The tools' missing vectors are being fetched in the background: requests ask only for
     /// their question's vectors meanwhile.
@@ -395,13 +417,11 @@ impl Catalog {
         self.parts.iter().find_map(|p| p.vector()).map(<[f32]>::len)
     }
 
-    /// The catalog's id: [`crate::shadow::catalog_id`] of its function tools' names, the same
+    /// The catalog's id: [`catalog_id`] of its function tools' names, the same
     /// for the same tools in any order.
     pub fn id(&self) -> u32 {
         *self.id.get_or_init(|| {
-            crate::shadow::catalog_id(
-                (0..self.draft.entries.len()).filter_map(|entry| self.name(entry)),
-            )
+            catalog_id((0..self.draft.entries.len()).filter_map(|entry| self.name(entry)))
         })
     }
 

@@ -143,27 +143,7 @@ impl Record {
     }
 }
 
-/// A catalog's id: the first 4 bytes of SHA-256 over its function tools' names, sorted and
-/// joined by newlines, so the same tools in another order are the same catalog. Its name in
-/// the access log is the 8 hex digits ([`catalog_name`]).
-pub fn catalog_id<'a>(names: impl Iterator<Item = &'a str>) -> u32 {
-    use sha2::{Digest, Sha256};
-    let mut names: Vec<&str> = names.collect();
-    names.sort_unstable();
-    let mut hasher = Sha256::new();
-    for (i, name) in names.iter().enumerate() {
-        if i > 0 {
-            hasher.update(b"\n");
-        }
-        hasher.update(name.as_bytes());
-    }
-    let digest = hasher.finalize();
-    let mut head = [0u8; 4];
-    for (to, from) in head.iter_mut().zip(digest.iter()) {
-        *to = *from;
-    }
-    u32::from_be_bytes(head)
-}
+pub use crate::rank::catalog_id;
 
 /// A catalog's short name: its [`catalog_id`] in 8 hex digits.
 pub fn catalog_name(id: u32) -> String {

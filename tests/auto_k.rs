@@ -68,10 +68,12 @@ fn ask(gw: &Gateway, catalog: &[serde_json::Value], q: &Question) -> Seen {
 fn a_recall_target_learned_from_replayed_traffic_holds_for_new_questions() {
     const KEEP: f64 = 0.95;
     const PERIOD_S: u64 = 2;
-    // 70 questions spread over the dataset, their tools in one catalog of 200; the even ones
-    // are the traffic it learns from, the odd ones the new questions.
-    let (catalog, questions) = dataset_catalog("seal_tools", 70, 200, true);
-    assert_eq!(catalog.len(), 200);
+    // 300 questions spread over the dataset, their tools in one catalog of 700; the even ones
+    // are the traffic it learns from, the odd ones the new questions. Halves of 35 questions
+    // (a 200-tool catalog) differed by more than the bound's margin: in one CI run the k
+    // learned from one half kept 0.910 of the other's calls.
+    let (catalog, questions) = dataset_catalog("seal_tools", 300, 700, true);
+    assert_eq!(catalog.len(), 700);
     let (learn, fresh): (Vec<_>, Vec<_>) =
         questions.iter().enumerate().partition(|(i, _)| i % 2 == 0);
     let config = format!(
@@ -84,12 +86,13 @@ fn a_recall_target_learned_from_replayed_traffic_holds_for_new_questions() {
     let first = ask(&gw, &catalog, learn[0].1);
     assert_eq!((first.source.as_str(), first.k), ("default", 3));
     seen.push(first);
-    // The traffic: each learning question 20 times over (700 requests, about 70 shadowed).
-    for round in 0..20 {
+    // The traffic: each learning question 5 times over (750 requests, about 75 shadowed:
+    // mostly distinct questions, so the bound's calls are close to independent).
+    for round in 0..5 {
         for (_, q) in &learn {
             seen.push(ask(&gw, &catalog, q));
         }
-        if round == 3 {
+        if round == 2 {
             assert!(gw.stat("toolsift.auto_k.learned") > 0);
         }
     }
@@ -99,7 +102,7 @@ fn a_recall_target_learned_from_replayed_traffic_holds_for_new_questions() {
     std::thread::sleep(Duration::from_secs(PERIOD_S + 1));
     let mut filtered = (0, 0);
     let mut calibrated_k = None;
-    for _ in 0..2 {
+    {
         for (_, q) in &fresh {
             let s = ask(&gw, &catalog, q);
             assert_eq!(s.source, "auto", "a calibrated catalog");
@@ -135,7 +138,7 @@ fn a_recall_target_learned_from_replayed_traffic_holds_for_new_questions() {
     }
     // Stats: each request's source and k; a calibrated catalog's k in the histogram.
     let auto = gw.stat("toolsift.auto_k.calibrated");
-    assert!(auto >= fresh.len() as u64 * 2, "{auto}");
+    assert!(auto >= fresh.len() as u64, "{auto}");
     assert!(gw.stat("toolsift.auto_k.default") >= 1);
     let stats = gw.admin_get("/stats?filter=auto_k.k");
     assert!(stats.contains("wasmcustom.toolsift.auto_k.k"), "{stats}");
