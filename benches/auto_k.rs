@@ -52,9 +52,7 @@
     clippy::panic
 )] // a benchmark harness, not filter code
 
-use proptest::prelude::Rng;
-use proptest::test_runner::{RngAlgorithm, TestRng};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use toolsift::auto_k::{
     AutoKConfig, Calibration, MAX_K_LIMIT, Source, normal_quantile, wilson_lower,
@@ -66,9 +64,11 @@ use toolsift::pipeline::Engine;
 use toolsift::rank::Catalog;
 use toolsift::text::head_and_tail;
 
+#[path = "shared/catalogs.rs"]
+mod catalogs;
+use catalogs::{catalogs_in, seeded, shuffle};
+
 const DATASETS: [&str; 3] = ["seal_tools", "toolbench", "livemcpbench"];
-/// The tools of one catalog in the first layout, as `benches/shadow_replay.py` replays them.
-const CATALOG_TOOLS: usize = 200;
 const KEEPS: [f64; 2] = [0.95, 0.99];
 const CONFIDENCE: f64 = 0.95;
 /// `auto_k`'s default: a catalog's own k needs this many calls; the pooled k as many.
@@ -201,65 +201,6 @@ impl Layout {
     }
 }
 
-/// The 200-tool catalogs: queries dealt at a stride to as few catalogs as keep each one's
-/// relevant tools within [`CATALOG_TOOLS`]; each catalog is those tools in the dataset's order,
-/// then the dataset's first others.
-fn catalogs_of_200(dataset: &Dataset) -> Vec<Dataset> {
-    let relevant_of = |group: &[&toolsift::eval::Query]| -> HashSet<String> {
-        group
-            .iter()
-            .flat_map(|q| q.relevant.iter().cloned())
-            .collect()
-    };
-    let deal = |catalogs: usize| -> Vec<Vec<&toolsift::eval::Query>> {
-        (0..catalogs)
-            .map(|c| dataset.queries.iter().skip(c).step_by(catalogs).collect())
-            .collect()
-    };
-    let groups = (1..=dataset.queries.len())
-        .map(deal)
-        .find(|groups| groups.iter().all(|g| relevant_of(g).len() <= CATALOG_TOOLS))
-        .expect("one query per catalog fits");
-    groups
-        .iter()
-        .enumerate()
-        .map(|(c, group)| {
-            let wanted = relevant_of(group);
-            let mut tools: Vec<_> = dataset
-                .tools
-                .iter()
-                .filter(|t| wanted.contains(&t.name))
-                .cloned()
-                .collect();
-            let others = dataset.tools.iter().filter(|t| !wanted.contains(&t.name));
-            let room = CATALOG_TOOLS.saturating_sub(tools.len());
-            tools.extend(others.take(room).cloned());
-            Dataset {
-                name: format!("{} catalog {c}", dataset.name),
-                tools,
-                queries: group.iter().map(|&q| q.clone()).collect(),
-            }
-        })
-        .collect()
-}
-
-/// The catalogs of `dataset` in `layout` (one of [`LAYOUTS`]). The shuffled 200-tool
-/// catalogs hold the same tools in a fixed random order: a tool no query term matches ranks
-/// where its catalog lists it, and `shadow_replay.py` lists the relevant tools first.
-fn catalogs_in(dataset: &Dataset, layout: &str) -> Vec<Dataset> {
-    match layout {
-        "200-tool" => catalogs_of_200(dataset),
-        "200-tool, shuffled" => {
-            let mut catalogs = catalogs_of_200(dataset);
-            for (c, catalog) in catalogs.iter_mut().enumerate() {
-                shuffle(&mut catalog.tools, &mut seeded(1000 + c as u64));
-            }
-            catalogs
-        }
-        _ => vec![dataset.clone()],
-    }
-}
-
 /// Ranks every query of `catalog` as the filter does. The slots are `toolsift eval`'s ranks of
 /// each query's distinct relevant tools; the ranking here gives the scores along them, and is
 /// checked to put those tools at the same places.
@@ -340,19 +281,6 @@ struct Split {
     /// The calibration requests' arrival order, (catalog, query): the calibration decays with
     /// what came before, so the order is drawn too.
     arrivals: Vec<(usize, usize)>,
-}
-
-fn shuffle<T>(items: &mut [T], rng: &mut TestRng) {
-    for i in (1..items.len()).rev() {
-        items.swap(i, rng.random_range(0..=i));
-    }
-}
-
-/// A generator of its own per seed (the property tests' ChaCha): the same draws on every run.
-fn seeded(seed: u64) -> TestRng {
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
 
 fn split(layout: &Layout, seed: u64) -> Split {
