@@ -820,7 +820,8 @@ fn signed(x: f64) -> String {
     }
 }
 
-/// One cell of the report: a form's figures in one (dataset, layout, traffic, order).
+/// One cell of the report: a form's figures in one (dataset, layout, traffic, order). Over
+/// seeds: the median base, and that plus the median gain.
 struct Cell {
     dataset: &'static str,
     layout: &'static str,
@@ -968,7 +969,11 @@ fn main() {
                             order: format!("median of {seeds} seeds"),
                             form: form[0].form(),
                             base: [of(&|o| o.base[0]), of(&|o| o.base[1])],
-                            learned: [of(&|o| o.learned[0]), of(&|o| o.learned[1])],
+                            // The median base and the median of the seeds' gains.
+                            learned: [
+                                of(&|o| o.base[0]) + of(&|o| o.learned[0] - o.base[0]),
+                                of(&|o| o.base[1]) + of(&|o| o.learned[1] - o.base[1]),
+                            ],
                             bytes: per_order[1..]
                                 .iter()
                                 .map(|(_, o)| o[d].bytes)
