@@ -39,6 +39,12 @@ use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
+pub mod followups;
+pub use followups::{
+    ANSWERED, FOLLOW_UP_ASK, FOLLOW_UPS, FollowupReport, FollowupRow, MISSED, SHIFTS,
+    evaluate_followups, restated,
+};
+
 /// The cut-off of NDCG.
 pub const NDCG_AT: usize = 10;
 
@@ -142,6 +148,15 @@ impl Dataset {
             tools: parse_tools("tools.jsonl", tools)?,
             queries: parse_queries("queries.jsonl", queries)?,
         })
+    }
+
+    /// Each tool's place in the catalog, by name.
+    pub fn positions(&self) -> HashMap<&str, usize> {
+        self.tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.as_str(), i))
+            .collect()
     }
 
     /// The catalog as the filter receives it: one JSON array of the tool lines.
@@ -614,12 +629,7 @@ pub fn evaluate_with(
         .collect();
     let token_of = |entry: usize| tokens.get(entry).copied().unwrap_or(0);
     let estimate_of = |entry: usize| catalog.tokens.get(entry).copied().unwrap_or(0);
-    let position: HashMap<&str, usize> = dataset
-        .tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), i))
-        .collect();
+    let position = dataset.positions();
 
     let mut recall_sum = vec![0.0; ks.len()];
     let mut complete_sum = vec![0.0; ks.len()];
@@ -791,150 +801,6 @@ pub fn evaluate_with(
     })
 }
 
-/// What the assistant asks before each follow-up of [`evaluate_followups`].
-pub const FOLLOW_UP_ASK: &str = "Shall I go ahead?";
-
-/// The follow-up turns [`evaluate_followups`] ends each conversation with, by kind: fixed,
-/// generic templates, the same for every query of every dataset.
-pub const FOLLOW_UPS: [(&str, &str); 3] = [
-    ("confirmation", "Yes, please go ahead."),
-    ("same_for", "Do the same for staging."),
-    ("try_again", "Try again."),
-];
-
-/// Recall@k of one kind of follow-up conversation.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct FollowupRow {
-    pub kind: &'static str,
-    /// The conversation's latest user text.
-    pub text: &'static str,
-    /// Ranked by the latest user text alone: how toolsift ranked follow-ups before it read
-    /// the turns before them.
-    pub latest_only: f64,
-    /// Ranked by the query the filter ranks ([`crate::followup::query`], through
-    /// [`Engine::analyse`](crate::pipeline::Engine::analyse)).
-    pub filter: f64,
-}
-
-/// [`evaluate_followups`]' answer.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct FollowupReport {
-    pub dataset: String,
-    pub k: usize,
-    /// Queries with relevant tools (the others are not scored).
-    pub queries: usize,
-    /// Recall@k of the question as the only turn, through the filter.
-    pub question: f64,
-    pub rows: Vec<FollowupRow>,
-}
-
-/// Recall@`k` of follow-up conversations built from `dataset`: for each query,
-/// `[user: query, assistant: FOLLOW_UP_ASK, user: follow-up]` for each of [`FOLLOW_UPS`],
-/// sent as an OpenAI chat body with the whole catalog through the filter's pipeline
-/// ([`Engine::analyse`](crate::pipeline::Engine::analyse)), and ranked with the query the
-/// pipeline chose; beside it the question on its own, and each follow-up ranked by its
-/// latest text alone. `progress` is called with the number of queries done.
-pub fn evaluate_followups(
-    dataset: &Dataset,
-    config: &Config,
-    k: usize,
-    progress: &mut dyn FnMut(usize),
-) -> Result<FollowupReport, EvalError> {
-    use crate::pipeline::Engine;
-    if k == 0 {
-        return Err(EvalError("k must be at least 1".to_owned()));
-    }
-    let array = dataset.tools_array();
-    let position: HashMap<&str, usize> = dataset
-        .tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), i))
-        .collect();
-    let mut engine = Engine::new(config.clone());
-    let mut ranked = |messages: serde_json::Value| -> Result<Vec<usize>, EvalError> {
-        let head = serde_json::json!({"model": "m", "messages": messages}).to_string();
-        // The tools array as the file has it, spliced in after the messages.
-        let body = format!(
-            "{},\"tools\":{array}}}",
-            head.strip_suffix('}').unwrap_or(&head)
-        );
-        let analysis = engine
-            .analyse(Dialect::OpenaiChat, body.as_bytes())
-            .map_err(|s| {
-                EvalError(format!(
-                    "the filter skipped a conversation ({})",
-                    s.reason.name()
-                ))
-            })?;
-        // The ranking the pipeline made, remembered by the catalog for its query.
-        let ranking = analysis.catalog.rank(&analysis.query);
-        Ok(ranking.iter().map(|s| s.entry).collect())
-    };
-    let recall = |order: &[usize], relevant: &[&str]| {
-        let mut rank_of: HashMap<usize, usize> = HashMap::new();
-        for (i, &entry) in order.iter().enumerate().take(k) {
-            rank_of.insert(entry, i + 1);
-        }
-        let ranks: Vec<Option<usize>> = relevant
-            .iter()
-            .map(|name| position.get(name).and_then(|e| rank_of.get(e).copied()))
-            .collect();
-        score(&ranks, &[k]).recall.first().copied().unwrap_or(0.0)
-    };
-    let catalog = Catalog::build(
-        Dialect::OpenaiChat,
-        &array,
-        Engine::new(config.clone()).weights,
-    )
-    .map_err(|p| {
-        EvalError(format!(
-            "the tools do not form a tools array ({})",
-            p.reason()
-        ))
-    })?;
-    let (mut question_sum, mut n) = (0.0, 0usize);
-    let mut sums = [(0.0, 0.0); FOLLOW_UPS.len()];
-    for (done, q) in dataset.queries.iter().enumerate() {
-        let relevant = distinct_relevant(q);
-        if relevant.is_empty() {
-            progress(done + 1);
-            continue;
-        }
-        n += 1;
-        let user = |text: &str| serde_json::json!({"role": "user", "content": text});
-        question_sum += recall(&ranked(serde_json::json!([user(&q.query)]))?, &relevant);
-        for ((_, text), (latest_only, filter)) in FOLLOW_UPS.iter().zip(sums.iter_mut()) {
-            let conversation = serde_json::json!([
-                user(&q.query),
-                {"role": "assistant", "content": FOLLOW_UP_ASK},
-                user(text),
-            ]);
-            *filter += recall(&ranked(conversation)?, &relevant);
-            let alone: Vec<usize> = catalog.index.rank(text).iter().map(|s| s.entry).collect();
-            *latest_only += recall(&alone, &relevant);
-        }
-        progress(done + 1);
-    }
-    let mean = |sum: f64| if n == 0 { 0.0 } else { sum / n as f64 };
-    Ok(FollowupReport {
-        dataset: dataset.name.clone(),
-        k,
-        queries: n,
-        question: mean(question_sum),
-        rows: FOLLOW_UPS
-            .iter()
-            .zip(sums)
-            .map(|(&(kind, text), (latest_only, filter))| FollowupRow {
-                kind,
-                text,
-                latest_only: mean(latest_only),
-                filter: mean(filter),
-            })
-            .collect(),
-    })
-}
-
 /// The bytes of one embeddings call: the JSON request body in; the body of a 2xx answer out,
 /// or why there is none (naming the status, or the connection problem).
 pub type Post<'a> = dyn FnMut(&str) -> Result<Vec<u8>, String> + 'a;
@@ -1061,10 +927,10 @@ fn snippet(body: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn close(a: f64, b: f64) -> bool {
+    pub(crate) fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
     }
 
@@ -1114,14 +980,14 @@ mod tests {
         assert!(close(percentile(&[], 50.0), 0.0));
     }
 
-    fn tool(name: &str, description: &str) -> String {
+    pub(crate) fn tool(name: &str, description: &str) -> String {
         format!(
             r#"{{"type":"function","function":{{"name":"{name}","description":"{description}","parameters":{{"type":"object","properties":{{}}}}}}}}"#
         )
     }
 
     /// Four tools, one per line.
-    fn tiny_tools() -> String {
+    pub(crate) fn tiny_tools() -> String {
         [
             tool("get_weather", "Current weather forecast for a city"),
             tool("send_email", "Send an email message to a recipient"),
@@ -1129,30 +995,6 @@ mod tests {
             tool("list_files", "List the files in a folder"),
         ]
         .join("\n")
-    }
-
-    #[test]
-    fn follow_ups_are_ranked_with_their_question_through_the_pipeline() {
-        let queries = [
-            r#"{"id":"q1","query":"what is the weather forecast in Paris","relevant":["get_weather"]}"#,
-            r#"{"id":"q2","query":"create a billing invoice for the customer","relevant":["create_invoice"]}"#,
-            r#"{"id":"q3","query":"weather","relevant":[]}"#,
-        ]
-        .join("\n");
-        let d = Dataset::parse("tiny", &tiny_tools(), &queries).unwrap();
-        let config = Config::from_json(br#"{"top_k":1,"min_tools":0}"#).unwrap();
-        let mut done = 0;
-        let r = evaluate_followups(&d, &config, 1, &mut |n| done = n).unwrap();
-        assert_eq!((r.queries, r.k, done), (2, 1, 3));
-        assert!(close(r.question, 1.0));
-        assert_eq!(r.rows.len(), FOLLOW_UPS.len());
-        for row in &r.rows {
-            // Alone, a follow-up matches nothing: the first tool (catalog order), q1's.
-            assert!(close(row.latest_only, 0.5), "{row:?}");
-            assert!(close(row.filter, 1.0), "{row:?}");
-        }
-        let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["rows"][0]["kind"], "confirmation");
     }
 
     #[test]

@@ -2,19 +2,25 @@
 //!
 //! The query is the latest user text, so a conversation that ends "Shall I go ahead?" / "Yes,
 //! please go ahead." would rank the catalog against "go ahead". When the latest text is too
-//! weak to rank by (fewer than [`MIN_TERMS`] content terms, or none that any tool has), the
-//! user turns before it join the query, back to the latest one that is not weak itself (the
-//! question the follow-up is about), at most [`MAX_EARLIER`]. The turns are weighed
-//! ([`crate::index::turn_weights`]) in this order: that question 1, the follow-up a half (its
-//! words break ties and add what they name: "do the same for staging"), the weak turns between
-//! them a quarter, an eighth. The dialects hand over the earlier turns
-//! ([`crate::dialects::Request::earlier`]); this module alone decides, for every dialect, the
-//! CLI and search mode alike.
+//! weak to rank by ([`is_follow_up`]), the user turns before it join the query, back to the
+//! latest one that is not weak itself (the question the follow-up is about), at most
+//! [`MAX_EARLIER`]. The turns are weighed ([`crate::index::turn_weights`]) in this order: that
+//! question 1, the follow-up a half (its words break ties and add what they name: "do the
+//! same for staging"), the weak turns between them a quarter, an eighth. The dialects hand over
+//! the earlier turns ([`crate::dialects::Request::earlier`]); this module alone decides, for
+//! every dialect, the CLI and search mode alike.
 //!
 //! The follow-up weighs less than its question because its words mislead more than they help:
 //! with the follow-up first and the question at half weight, "Yes, please go ahead." after
 //! livemcpbench's questions kept Recall@5 .279 where the questions alone keep .352 ("go" names
 //! browser tools); with the question first, .363 (`docs/BENCHMARKS.md`, "Follow-up turns").
+//!
+//! Length alone does not make a follow-up: a short text can change the topic ("And the weather
+//! in Lisbon?", "What about invoices?"), and then the question before it is another task's,
+//! whose words only mislead (joined, a short new topic's Recall@5 fell from .356 to .012 on
+//! seal_tools). A short text is a new question of its own when it names a topic the catalog
+//! has and does not point back to what came before; a word of a conversation's own ("again",
+//! "same", "it", [`REFERRING`]) says it follows up, whatever else it names.
 //!
 //! The query is a function of the question turn and the user turns before it, never of what
 //! follows the question: every turn of an agent loop (tool calls and their results) ranks the
@@ -27,9 +33,9 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// A user text with fewer distinct content terms than this (words that are not stop words:
-/// "Yes, please go ahead." has two, "go" and "ahead"; "Do the same for staging" one) is a
-/// follow-up, and earlier turns join it. A question of three content terms or more ranks on
-/// its own, as before.
+/// "Yes, please go ahead." has two, "go" and "ahead"; "Do the same for staging" one) is short,
+/// and a follow-up unless it names a topic of its own ([`is_follow_up`]). A question of three
+/// content terms or more ranks on its own, as before.
 pub const MIN_TERMS: usize = 3;
 
 /// At most this many earlier user turns join a follow-up (the dialects read no more).
@@ -77,16 +83,59 @@ pub fn query(latest: &str, earlier: &[String], index: &Index) -> String {
     out
 }
 
-/// Whether `latest` says too little to rank by: fewer than [`MIN_TERMS`] content terms, or
-/// none that a tool of `index` has.
+/// Whether `latest` says too little to rank by on its own. A text of [`MIN_TERMS`] content
+/// terms or more does when no tool of `index` has any of them. A shorter one does unless it
+/// names a topic of its own: a term that at most [`TOPIC_SHARE`] of the tools have ("And the
+/// weather in Lisbon?", "What about invoices?"), and no word that goes back to what came
+/// before ([`REFERRING`]: "Do the same for staging", "Try it again").
 pub fn is_follow_up(latest: &str, index: &Index) -> bool {
     let mut terms = HashSet::new();
     crate::text::for_each_term(latest, |t| {
         if terms.len() < MIN_TERMS {
-            terms.insert(t.to_owned());
+            terms.insert(crate::index::term_id(t));
         }
     });
-    terms.len() < MIN_TERMS || !index.matches(latest)
+    if terms.len() >= MIN_TERMS {
+        return !index.matches(latest);
+    }
+    // One tool at least: in a catalog of a few, a word of one tool names it.
+    let most = (TOPIC_SHARE * index.documents().len() as f32).max(1.0);
+    let names_a_topic = terms.iter().any(|&term| {
+        let with = index.documents_with(term).count();
+        with > 0 && with as f32 <= most
+    });
+    !names_a_topic || refers_back(latest)
+}
+
+/// The largest share of the catalog's tools a short text's term may be in and still name a
+/// topic of its own: a word that many tools have ("data", "get") says what kind of thing is
+/// asked, not which.
+pub const TOPIC_SHARE: f32 = 0.1;
+
+/// Words with which a short text goes on with, repeats or redoes what came before, or points
+/// back to it: a conversation's own words, whatever else the text names. Matched whole and in
+/// any case. A tool may have one ("retry_job"); a short text that has it still follows up.
+const REFERRING: &[&str] = &[
+    "again", "ahead", "also", "another", "carry", "continue", "instead", "it", "other", "proceed",
+    "redo", "repeat", "retry", "same", "them", "too",
+];
+
+/// Pairs of words that say the same as [`REFERRING`] where each word alone does not: "go"
+/// names browser tools, and "on" is in most requests.
+const REFERRING_PAIRS: &[(&str, &str)] = &[("go", "on")];
+
+/// Whether `text` has a word of [`REFERRING`], or two words of [`REFERRING_PAIRS`] in a row.
+fn refers_back(text: &str) -> bool {
+    let mut previous = "";
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .any(|word| {
+            let pair = REFERRING_PAIRS.iter().any(|(first, second)| {
+                previous.eq_ignore_ascii_case(first) && word.eq_ignore_ascii_case(second)
+            });
+            previous = word;
+            pair || REFERRING.iter().any(|r| word.eq_ignore_ascii_case(r))
+        })
 }
 
 /// The query as a person reads it: its turns on lines of their own, latest first (the CLI
@@ -192,9 +241,9 @@ mod tests {
     fn the_follow_ups_words_still_count() {
         let c = catalog();
         // "weather" at half weight beside the question's three words at full weight: the two
-        // tools lead.
+        // tools lead. ("too" points back: without it, "and the weather?" is a new topic.)
         let q = query(
-            "and the weather?",
+            "and the weather too?",
             &["Book a flight ticket to Paris".to_owned()],
             &c.index,
         );
@@ -203,6 +252,64 @@ mod tests {
         assert_eq!(top, ["book_flight", "get_weather"]);
         let weights: Vec<f32> = crate::index::turn_weights(&q).map(|(_, w)| w).collect();
         assert_eq!(weights, [1.0, 0.5]);
+    }
+
+    #[test]
+    fn a_short_new_topic_ranks_on_its_own() {
+        let c = catalog();
+        let earlier = vec![QUESTION.to_owned()];
+        for latest in [
+            "And the weather in Lisbon?",
+            "What about email?",
+            "Restart pods",
+        ] {
+            assert!(!is_follow_up(latest, &c.index), "{latest}");
+            assert_eq!(query(latest, &earlier, &c.index), latest);
+        }
+        assert_eq!(names(&c, "And the weather in Lisbon?")[0], "get_weather");
+        // A topic of its own is a question a later follow-up goes back to.
+        let earlier = vec!["What about email?".to_owned(), QUESTION.to_owned()];
+        let q = query("Yes, go ahead.", &earlier, &c.index);
+        assert_eq!(q, "What about email?\n\u{1e}Yes, go ahead.");
+        assert_eq!(names(&c, &q)[0], "send_email");
+    }
+
+    #[test]
+    fn a_word_that_points_back_keeps_a_short_text_a_follow_up() {
+        let c = catalog();
+        let earlier = vec![QUESTION.to_owned()];
+        for latest in [
+            "Do the same for the flight",
+            "Restart it",
+            "Weather again",
+            "Send an EMAIL TOO",
+            "What about the other page?",
+        ] {
+            assert!(is_follow_up(latest, &c.index), "{latest}");
+            assert!(query(latest, &earlier, &c.index).starts_with(QUESTION));
+        }
+        // Whole words only: "items" is not "it", nor "sameday" "same".
+        assert!(!refers_back("items sameday"));
+        assert!(refers_back("(again)"));
+        assert!(refers_back("OK, go on.") && refers_back("Go  ON"));
+        assert!(!refers_back("go to the page on GitHub") && !refers_back("on, go"));
+    }
+
+    #[test]
+    fn a_word_many_tools_have_names_no_topic() {
+        let tools: Vec<String> = (0..10)
+            .map(|i| {
+                let what = if i < 2 { "report" } else { "other thing" };
+                tool(&format!("tool_{i}"), &format!("Makes a {what} number {i}"))
+            })
+            .collect();
+        let array = format!("[{}]", tools.join(","));
+        let c = Catalog::build(Dialect::OpenaiChat, &array, FieldWeights::default()).unwrap();
+        // "report" is in 2 of 10 tools, more than a tenth: a kind of thing, not a topic.
+        assert!(is_follow_up("And the report?", &c.index));
+        assert!(!is_follow_up("And tool 3?", &c.index));
+        // A word no tool has names nothing either.
+        assert!(is_follow_up("And Lisbon?", &c.index));
     }
 
     #[test]
@@ -218,11 +325,11 @@ mod tests {
         );
         assert_eq!(readable(&q), format!("{QUESTION}\nGo on\nTry again\nYes"));
         // No question within MAX_EARLIER turns: the weak ones, most recent first.
-        let weak: Vec<String> = ["a one", "b two", "c three", QUESTION]
+        let weak: Vec<String> = ["a one", "b four", "c three", QUESTION]
             .map(String::from)
             .to_vec();
         let q = query("ok", &weak, &c.index);
-        assert_eq!(q, "ok\n\u{1e}a one\n\u{1e}b two\n\u{1e}c three");
+        assert_eq!(q, "ok\n\u{1e}a one\n\u{1e}b four\n\u{1e}c three");
     }
 
     #[test]

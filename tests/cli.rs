@@ -792,8 +792,8 @@ fn explain_ranks_a_follow_up_with_its_question() {
     );
 }
 
-/// `eval --followups`: the question's Recall@1, and each follow-up's, alone and as the filter
-/// ranks it. No follow-up word is in this catalog, so the filter's rankings are the questions'
+/// `eval --followups`: the question's Recall@1, and each follow-up's and topic shift's, alone
+/// and as the filter ranks it. No follow-up word is in this catalog, so the filter's rankings are the questions'
 /// own and a follow-up alone ranks in catalog order (get_weather first: q1's).
 #[test]
 fn eval_followups_compares_each_follow_up_with_its_question() {
@@ -819,11 +819,21 @@ fn eval_followups_compares_each_follow_up_with_its_question() {
     close(&v, "question", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
     let rows = v["rows"].as_array().unwrap();
     let kinds: Vec<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["confirmation", "same_for", "try_again"]);
-    for row in rows {
+    let follow_ups = toolsift::eval::FOLLOW_UPS.map(|(kind, _)| kind);
+    let shifts = toolsift::eval::SHIFTS.map(|(kind, _)| kind);
+    assert_eq!(kinds, [&follow_ups[..], &shifts[..]].concat());
+    let (follow_ups, shifts) = rows.split_at(follow_ups.len());
+    for row in &follow_ups[..3] {
         close(row, "filter", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
         close(row, "latest_only", 1.0 / 4.0);
     }
+    // Each query's topic in a word or two of one tool each, after another: ranked alone.
+    for row in shifts {
+        assert_eq!(row["queries"], 4, "{row}");
+        close(row, "filter", row["latest_only"].as_f64().unwrap());
+    }
+    close(&shifts[2], "filter", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
     let text = ok(&toolsift(&args));
     assert!(text.contains("Yes, please go ahead."), "{text}");
+    assert!(text.contains("What about <its 2 rarest words>?"), "{text}");
 }

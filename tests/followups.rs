@@ -1,14 +1,18 @@
 //! Follow-up turns, in the real Envoy with the real `.wasm`, in every dialect: a conversation
 //! that ends in a confirmation ("Yes, please go ahead.") or "Do the same for staging." keeps
-//! the tools its question needs, which the latest text alone would not find; a conversation
-//! that ends in tool results keeps exactly the selection of the question that started it.
-//! What the upstream received is read back from the demo upstream (`x-demo-echo: body`).
+//! the tools its question needs, which the latest text alone would not find; a short new topic
+//! after an unrelated question ("What about …?") keeps what it keeps asked alone; a
+//! conversation that ends in tool results keeps exactly the selection of the question that
+//! started it. What the upstream received is read back from the demo upstream
+//! (`x-demo-echo: body`).
 
 use crate::common;
 
-use common::llm::{QUESTION, request, tool_names, with_calls};
-use common::{DIALECTS, Gateway};
+use common::llm::{QUESTION, dataset_catalog, request, tool_names, with_calls};
+use common::{DIALECTS, Gateway, tools_in};
 use serde_json::{Value, json};
+use toolsift::eval::{ANSWERED, FOLLOW_UP_ASK, FOLLOW_UPS, MISSED, restated};
+use toolsift::rank::{Catalog, FieldWeights};
 
 /// A question whose tool the fixture catalog has, and a task one can do again elsewhere.
 const SCALE: &str = "Scale the checkout deployment to five replicas in the production cluster.";
@@ -40,6 +44,17 @@ fn with_turns(dialect: &str, mut body: Value, turns: &[(&str, &str)]) -> Value {
         _ => "messages",
     };
     body[key] = Value::Array(messages);
+    body
+}
+
+/// `body` (a request of `dialect`) with `tools` (OpenAI Chat Completions form) in place of
+/// its own.
+fn with_tools(dialect: &str, mut body: Value, tools: &[Value]) -> Value {
+    let tools = tools_in(dialect, tools.to_vec());
+    match dialect {
+        "bedrock" => body["toolConfig"]["tools"] = tools,
+        _ => body["tools"] = tools,
+    }
     body
 }
 
@@ -91,6 +106,92 @@ fn a_confirmation_or_do_the_same_keeps_the_tools_its_question_needs_in_every_dia
     }
 }
 
+/// Twelve toolbench questions, spread over the dataset, in a 200-tool catalog of theirs and
+/// others: in every dialect, each question's topic restated in its two most specific words
+/// after another of them (one that needs none of its tools) keeps exactly what the short text
+/// keeps alone, as does the whole question; each follow-up of [`FOLLOW_UPS`] the short text's
+/// words tell apart keeps the tools the question keeps, but for one in all (its own words
+/// break ties at half weight).
+#[test]
+fn short_new_topics_and_follow_ups_of_a_shared_dataset_in_every_dialect() {
+    let (catalog, questions) = dataset_catalog("toolbench", 12, 200, true);
+    let array = serde_json::to_string(&catalog).unwrap();
+    let index = Catalog::build(
+        toolsift::dialects::Dialect::OpenaiChat,
+        &array,
+        FieldWeights::default(),
+    )
+    .unwrap();
+    let gw = Gateway::start(r#"{"top_k":5}"#);
+    let mut shifts = 0;
+    for dialect in DIALECTS {
+        let (path, base) = request(dialect, false);
+        let base = with_tools(dialect, base, &catalog);
+        let ask = |turns: &[(&str, &str)]| {
+            let (kept, header) = sent(
+                &gw,
+                dialect,
+                &path,
+                &with_turns(dialect, base.clone(), turns),
+            );
+            assert!(
+                header.starts_with("kept=5 total=200"),
+                "{dialect}: {header}"
+            );
+            kept
+        };
+        let needed = |kept: &[String], i: usize| {
+            let q: &common::llm::Question = &questions[i];
+            q.relevant.iter().filter(|t| kept.contains(t)).count()
+        };
+        let mut question_total = 0;
+        let mut follow_up_totals = vec![0; FOLLOW_UPS.len()];
+        for (i, q) in questions.iter().enumerate() {
+            let alone = ask(&[("user", &q.query)]);
+            question_total += needed(&alone, i);
+            for ((kind, text), total) in FOLLOW_UPS.iter().zip(follow_up_totals.iter_mut()) {
+                if !MISSED.contains(kind) {
+                    let kept = ask(&[
+                        ("user", &q.query),
+                        ("assistant", FOLLOW_UP_ASK),
+                        ("user", text),
+                    ]);
+                    *total += needed(&kept, i);
+                }
+            }
+            let other = (1..questions.len())
+                .map(|step| &questions[(i + step) % questions.len()])
+                .find(|o| o.relevant.iter().all(|t| !q.relevant.contains(t)))
+                .unwrap();
+            let short = restated(&q.query, 2, &index).unwrap();
+            let after = |latest: &str| {
+                ask(&[
+                    ("user", &other.query),
+                    ("assistant", ANSWERED),
+                    ("user", latest),
+                ])
+            };
+            assert_eq!(
+                after(&short),
+                ask(&[("user", &short)]),
+                "{dialect}: {short}"
+            );
+            assert_eq!(after(&q.query), alone, "{dialect}: {}", q.query);
+            shifts += 1;
+        }
+        for ((kind, _), total) in FOLLOW_UPS.iter().zip(follow_up_totals) {
+            if !MISSED.contains(kind) {
+                assert!(
+                    total + 1 >= question_total,
+                    "{dialect}: {kind}: {total} of {question_total}"
+                );
+            }
+        }
+        assert!(question_total > 12, "{dialect}: {question_total}");
+    }
+    assert_eq!(shifts, 72);
+}
+
 #[test]
 fn a_conversation_ending_in_tool_results_keeps_its_selection_in_every_dialect() {
     let gw = Gateway::start(r#"{"top_k":5}"#);
@@ -134,5 +235,23 @@ fn a_conversation_ending_in_tool_results_keeps_its_selection_in_every_dialect() 
         let (next, _) = send(&turn);
         assert_eq!(next, first, "{dialect}");
         assert!(next.contains(&SCALE_TOOL.to_owned()), "{dialect}: {next:?}");
+
+        // So does a loop started by a short new topic, which ranks as it would alone.
+        let topic = "And the replicas?";
+        let (alone, _) = send(&with_turns(dialect, base.clone(), &[("user", topic)]));
+        let shifted = with_turns(
+            dialect,
+            base.clone(),
+            &[("user", QUESTION), ("assistant", "Sunny."), ("user", topic)],
+        );
+        let (first, _) = send(&shifted);
+        assert_eq!(first, alone, "{dialect}");
+        assert!(
+            first.contains(&SCALE_TOOL.to_owned()),
+            "{dialect}: {first:?}"
+        );
+        let turn = with_calls(dialect, shifted, &[(SCALE_TOOL, json!({"replicas": 5}))]);
+        let (next, _) = send(&turn);
+        assert_eq!(next, first, "{dialect}");
     }
 }

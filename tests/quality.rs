@@ -47,3 +47,53 @@ fn recall_at_5_stays_above_the_recorded_floor() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Conversations of several turns (`toolsift eval --followups`) on every third to fifth
+/// question of each shared dataset, through the filter's pipeline: a follow-up ("Yes, please
+/// go ahead.", "Do the same for staging.", "Try again." and the others a short text's words
+/// tell apart) keeps Recall@5 within .02 of its question's own; a short new topic after an
+/// unrelated question keeps it within .05 of the same text asked alone, and a whole new
+/// question within .02. `docs/BENCHMARKS.md` ("Follow-up turns") has every question's figures.
+#[test]
+fn follow_ups_keep_their_questions_tools_and_new_topics_their_own() {
+    use toolsift::eval::{FOLLOW_UPS, MISSED, evaluate_followups};
+    let config = Config::default();
+    let mut failures = Vec::new();
+    for (name, stride) in [("seal_tools", 5), ("toolbench", 3), ("livemcpbench", 1)] {
+        let dir = datasets().join(name);
+        let mut dataset =
+            Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).unwrap();
+        dataset.queries = dataset.queries.into_iter().step_by(stride).collect();
+        let r = evaluate_followups(&dataset, &config, 5, &mut |_| {}).unwrap();
+        assert!(r.queries > 90, "{name}: {} questions", r.queries);
+        for (i, row) in r.rows.iter().enumerate() {
+            let (reference, within) = if i >= FOLLOW_UPS.len() {
+                // A topic shift: its own text alone (the whole question's is the question's).
+                (
+                    row.latest_only,
+                    if row.kind == "new_question" {
+                        0.02
+                    } else {
+                        0.05
+                    },
+                )
+            } else if MISSED.contains(&row.kind) {
+                continue;
+            } else {
+                (r.question, 0.02)
+            };
+            println!(
+                "{name}: {:<34} {} conversations, Recall@5 {:.3} (reference {reference:.3})",
+                row.text, row.queries, row.filter
+            );
+            assert!(row.queries > 90, "{name}: {row:?}");
+            if row.filter < reference - within {
+                failures.push(format!(
+                    "{name}: {}: Recall@5 {:.3} < {reference:.3} - {within}",
+                    row.text, row.filter
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -683,7 +683,11 @@ pub fn catalog() -> Vec<Value> {
 /// The fixture tools in the shape of `dialect`'s tools array (Bedrock: `toolConfig.tools`;
 /// Gemini: one Tool object with all declarations).
 pub fn tools_for(dialect: &str) -> Value {
-    let catalog = catalog();
+    tools_in(dialect, catalog())
+}
+
+/// `catalog` (tools in OpenAI Chat Completions form) in the shape of `dialect`'s tools array.
+pub fn tools_in(dialect: &str, catalog: Vec<Value>) -> Value {
     let f = |t: &Value| t["function"].clone();
     let with = |t: &Value, schema_key: &str| {
         let func = f(t);

@@ -11,7 +11,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use toolsift::config::Config;
 use toolsift::eval::{
-    Dataset, Embedder, FOLLOW_UP_ASK, Ranker, Report, evaluate_followups, evaluate_with,
+    ANSWERED, Dataset, Embedder, FOLLOW_UP_ASK, Ranker, Report, evaluate_followups, evaluate_with,
 };
 use toolsift::pipeline::Engine;
 
@@ -176,25 +176,26 @@ fn followups(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Fail
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{}: {} queries, Recall@{} of follow-up turns (after \"{FOLLOW_UP_ASK}\")",
+            "{}: {} queries, Recall@{} of follow-up turns (after \"{FOLLOW_UP_ASK}\") and of \
+             topic shifts (after another question and \"{ANSWERED}\")",
             r.dataset,
             thousands(r.queries),
             r.k
         );
         let _ = writeln!(
             s,
-            "{:<28}  {:>11}  {:>6}",
+            "{:<34}  {:>11}  {:>6}",
             "latest user turn", "latest only", "filter"
         );
         let _ = writeln!(
             s,
-            "{:<28}  {:>11.3}  {:>6.3}",
+            "{:<34}  {:>11.3}  {:>6.3}",
             "(the question itself)", r.question, r.question
         );
         for row in &r.rows {
             let _ = writeln!(
                 s,
-                "{:<28}  {:>11.3}  {:>6.3}",
+                "{:<34}  {:>11.3}  {:>6.3}",
                 row.text, row.latest_only, row.filter
             );
         }
