@@ -6,7 +6,8 @@
 use crate::dialects::{Entry, ToolText};
 use crate::rank::{Catalog, ToolParts};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
 /// Tool text beyond this many bytes adds nothing a small embedding model reads (MiniLM stops at
@@ -198,6 +199,10 @@ pub struct VectorCache<S> {
     store: S,
     sets: usize,
     prefix: String,
+    /// The keys of the texts this worker's background calls are embedding now (its own, not
+    /// in the shared store): a request or another catalog's background call that misses one
+    /// of these does not send its text again, it waits for the answer.
+    coming: RefCell<HashSet<Key>>,
 }
 
 impl<S: SharedBytes> VectorCache<S> {
@@ -206,6 +211,28 @@ impl<S: SharedBytes> VectorCache<S> {
             store,
             sets: capacity.div_ceil(WAYS).max(1),
             prefix: prefix.to_owned(),
+            coming: RefCell::default(),
+        }
+    }
+
+    /// Whether a background call of this worker is embedding the text of `key` now.
+    pub fn coming(&self, key: &Key) -> bool {
+        self.coming.try_borrow().is_ok_and(|c| c.contains(key))
+    }
+
+    /// A background call went out with the texts of `keys`.
+    fn expect(&self, keys: &[Key]) {
+        if let Ok(mut coming) = self.coming.try_borrow_mut() {
+            coming.extend(keys.iter().copied());
+        }
+    }
+
+    /// The background call with the texts of `keys` answered, or failed.
+    fn arrived(&self, keys: &[Key]) {
+        if let Ok(mut coming) = self.coming.try_borrow_mut() {
+            for key in keys {
+                coming.remove(key);
+            }
         }
     }
 
@@ -294,6 +321,9 @@ pub struct Gathered {
     tools: Rc<[Rc<ToolParts>]>,
     /// Entries of function tools still without a vector.
     pub missing_tools: Vec<usize>,
+    /// Entries of function tools without a vector whose text a background call of this worker
+    /// is embedding now (for this catalog or another): not asked for again.
+    pub coming_tools: Vec<usize>,
 }
 
 /// The query's vectors and each catalog entry's, borrowed from a [`Gathered`].
@@ -331,7 +361,7 @@ impl<S: SharedBytes> Source<'_, S> {
             .map(|t| self.cache.get(&self.key(t)))
             .collect();
         let tools = Rc::clone(catalog.parts());
-        let mut missing_tools = Vec::new();
+        let (mut missing_tools, mut coming_tools) = (Vec::new(), Vec::new());
         for (i, parts) in tools.iter().enumerate() {
             let Entry::Function(t) = &parts.entry else {
                 continue;
@@ -339,8 +369,10 @@ impl<S: SharedBytes> Source<'_, S> {
             if parts.vector().is_some() {
                 continue;
             }
-            match self.cache.get(&self.key(&tool_text(t))) {
+            let key = self.key(&tool_text(t));
+            match self.cache.get(&key) {
                 Some(v) => catalog.remember_vector(i, v),
+                None if self.cache.coming(&key) => coming_tools.push(i),
                 None => missing_tools.push(i),
             }
         }
@@ -349,6 +381,7 @@ impl<S: SharedBytes> Source<'_, S> {
             query,
             tools,
             missing_tools,
+            coming_tools,
         }
     }
 
@@ -409,15 +442,29 @@ pub fn tool_texts(catalog: &Catalog, entries: &[usize]) -> Vec<String> {
 /// catalog cache's bytes) until its tools are in.
 pub const MAX_QUEUED_CATALOGS: usize = 16;
 
+/// One background call: tools of a catalog and the cache keys of their texts.
+pub struct Batch {
+    pub catalog: Rc<Catalog>,
+    pub entries: Vec<usize>,
+    /// The texts to send, in the order of `entries`; dropped once the call is out.
+    pub texts: Vec<String>,
+    keys: Vec<Key>,
+}
+
 /// Which background calls to send for new catalogs' tools, bounded: at most one call in flight
 /// per catalog and `max_calls` in all, [`MAX_QUEUED_CATALOGS`] catalogs waiting, and a failed
 /// call ends its catalog's fetch (a later request may start it again), so a service that
-/// times out is never sent a whole catalog at once. Pure: the filter makes the calls.
+/// times out is never sent a whole catalog at once. A text goes out once while its call is in
+/// flight: the texts of every call out are in the worker's [`VectorCache::coming`], where a
+/// request's [`Source::gather`] finds them too, and a queued tool whose text is among them
+/// waits for that call's answer (another catalog that holds the same tool); a queued tool
+/// whose vector came meanwhile (in its parts, or in the shared cache from another worker or
+/// request) is not sent. Pure: the filter makes the calls.
 #[derive(Default)]
 pub struct BackfillQueue {
     /// Catalogs with tools still to send, in turn.
     queued: VecDeque<(Rc<Catalog>, Vec<usize>)>,
-    in_flight: HashMap<u32, (Rc<Catalog>, Vec<usize>)>,
+    in_flight: HashMap<u32, Batch>,
 }
 
 impl BackfillQueue {
@@ -433,56 +480,101 @@ impl BackfillQueue {
     }
 
     /// The next call the caps allow: up to `max_batch` tools of the first queued catalog that
-    /// has no call in flight, while fewer than `max_calls` are in flight. The caller sends it,
-    /// then reports [`BackfillQueue::sent`] or [`BackfillQueue::not_sent`].
-    pub fn next_call(
+    /// has no call in flight and a tool to send, while fewer than `max_calls` are in flight.
+    /// Tools whose vector is known by now are dropped; tools whose text is in flight wait at
+    /// the back of the queue. The caller sends it, then reports [`BackfillQueue::sent`] or
+    /// [`BackfillQueue::not_sent`].
+    pub fn next_call<S: SharedBytes>(
         &mut self,
+        source: &Source<'_, S>,
         max_calls: usize,
         max_batch: usize,
-    ) -> Option<(Rc<Catalog>, Vec<usize>)> {
+    ) -> Option<Batch> {
         if self.in_flight.len() >= max_calls {
             return None;
         }
-        let position = self.queued.iter().position(|(catalog, _)| {
-            !self.in_flight.values().any(|(c, _)| Rc::ptr_eq(c, catalog))
-        })?;
-        let (catalog, mut entries) = self.queued.remove(position)?;
-        let rest = entries.split_off(entries.len().min(max_batch.max(1)));
-        if !rest.is_empty() {
-            // Its turn is over: the other catalogs' calls go first.
-            self.queued.push_back((Rc::clone(&catalog), rest));
+        let max_batch = max_batch.max(1);
+        // Each queued catalog once at most: one whose tools all wait goes to the back.
+        for _ in 0..self.queued.len() {
+            let position = self.queued.iter().position(|(catalog, _)| {
+                !self
+                    .in_flight
+                    .values()
+                    .any(|b| Rc::ptr_eq(&b.catalog, catalog))
+            })?;
+            let (catalog, entries) = self.queued.remove(position)?;
+            let mut batch = Batch {
+                catalog,
+                entries: Vec::new(),
+                texts: Vec::new(),
+                keys: Vec::new(),
+            };
+            let mut rest = Vec::new();
+            for entry in entries {
+                if batch.entries.len() >= max_batch {
+                    rest.push(entry);
+                    continue;
+                }
+                let Some(Entry::Function(t)) = batch.catalog.draft.entries.get(entry) else {
+                    continue;
+                };
+                if batch.catalog.vector(entry).is_some() {
+                    continue;
+                }
+                let text = tool_text(t);
+                let key = source.key(&text);
+                if source.cache.coming(&key) || batch.keys.contains(&key) {
+                    rest.push(entry);
+                } else if let Some(v) = source.cache.get(&key) {
+                    batch.catalog.remember_vector(entry, v);
+                } else {
+                    batch.entries.push(entry);
+                    batch.texts.push(text);
+                    batch.keys.push(key);
+                }
+            }
+            if !rest.is_empty() {
+                // Its turn is over: the other catalogs' calls go first.
+                self.queued.push_back((Rc::clone(&batch.catalog), rest));
+            }
+            if !batch.entries.is_empty() {
+                return Some(batch);
+            }
+            self.settle(&batch.catalog);
         }
-        Some((catalog, entries))
+        None
     }
 
     /// Sends every call the caps allow ([`BackfillQueue::next_call`]) through `dispatch`,
     /// which gets a call's texts and returns its token (`None`: it could not be sent, and the
     /// catalog's fetch ends). Returns how many calls and texts were sent.
-    pub fn send(
+    pub fn send<S: SharedBytes>(
         &mut self,
+        source: &Source<'_, S>,
         max_calls: usize,
         max_batch: usize,
         mut dispatch: impl FnMut(&[&str]) -> Option<u32>,
     ) -> (usize, usize) {
         let (mut calls, mut inputs) = (0, 0);
-        while let Some((catalog, entries)) = self.next_call(max_calls, max_batch) {
-            let texts = tool_texts(&catalog, &entries);
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        while let Some(batch) = self.next_call(source, max_calls, max_batch) {
+            let refs: Vec<&str> = batch.texts.iter().map(String::as_str).collect();
             match dispatch(&refs) {
                 Some(token) => {
                     calls += 1;
                     inputs += refs.len();
-                    self.sent(token, catalog, entries);
+                    self.sent(source.cache, token, batch);
                 }
-                None => self.not_sent(&catalog),
+                None => self.not_sent(&batch.catalog),
             }
         }
         (calls, inputs)
     }
 
-    /// The call for `entries` of `catalog` went out as `token`.
-    pub fn sent(&mut self, token: u32, catalog: Rc<Catalog>, entries: Vec<usize>) {
-        self.in_flight.insert(token, (catalog, entries));
+    /// `batch` went out as `token`: its texts are coming.
+    pub fn sent<S: SharedBytes>(&mut self, cache: &VectorCache<S>, token: u32, mut batch: Batch) {
+        cache.expect(&batch.keys);
+        batch.texts = Vec::new();
+        self.in_flight.insert(token, batch);
     }
 
     /// The call for `catalog` could not be made: its fetch ends.
@@ -493,18 +585,25 @@ impl BackfillQueue {
 
     /// The catalog and tool entries of the call `token`, if it is one of these.
     pub fn pending(&self, token: u32) -> Option<(Rc<Catalog>, Vec<usize>)> {
-        let (catalog, entries) = self.in_flight.get(&token)?;
-        Some((Rc::clone(catalog), entries.clone()))
+        let batch = self.in_flight.get(&token)?;
+        Some((Rc::clone(&batch.catalog), batch.entries.clone()))
     }
 
-    /// The call `token` answered (`ok`: its vectors were stored). After a failure the
-    /// catalog's remaining tools are dropped. True when tools still wait for a call.
-    pub fn answered(&mut self, token: u32, ok: bool) -> bool {
-        if let Some((catalog, _)) = self.in_flight.remove(&token) {
+    /// The call `token` answered (`ok`: its vectors were stored, call this after storing
+    /// them): its texts are no longer coming. After a failure the catalog's remaining tools
+    /// are dropped. True when tools still wait for a call.
+    pub fn answered<S: SharedBytes>(
+        &mut self,
+        cache: &VectorCache<S>,
+        token: u32,
+        ok: bool,
+    ) -> bool {
+        if let Some(batch) = self.in_flight.remove(&token) {
+            cache.arrived(&batch.keys);
             if !ok {
-                self.queued.retain(|(c, _)| !Rc::ptr_eq(c, &catalog));
+                self.queued.retain(|(c, _)| !Rc::ptr_eq(c, &batch.catalog));
             }
-            self.settle(&catalog);
+            self.settle(&batch.catalog);
         }
         !self.queued.is_empty()
     }
@@ -512,7 +611,10 @@ impl BackfillQueue {
     /// Lets requests ask for `catalog`'s tools again once none is queued or in flight.
     fn settle(&self, catalog: &Rc<Catalog>) {
         let pending = self.queued.iter().any(|(c, _)| Rc::ptr_eq(c, catalog))
-            || self.in_flight.values().any(|(c, _)| Rc::ptr_eq(c, catalog));
+            || self
+                .in_flight
+                .values()
+                .any(|b| Rc::ptr_eq(&b.catalog, catalog));
         if !pending {
             catalog.set_fetching(false);
         }
@@ -554,9 +656,14 @@ impl Gathered {
             .next()
     }
 
+    /// Whether every tool's vector is known: none missing, none coming.
+    pub fn tools_known(&self) -> bool {
+        self.missing_tools.is_empty() && self.coming_tools.is_empty()
+    }
+
     /// The query's vectors and every tool's, when all are known and of one size.
     pub fn complete(&self) -> Option<KnownVectors<'_>> {
-        if !self.missing_tools.is_empty() {
+        if !self.tools_known() {
             return None;
         }
         let query: Vec<&[f32]> = self
@@ -718,44 +825,78 @@ mod tests {
         assert!(g.complete().is_some());
     }
 
+    fn test_source(cache: &VectorCache<MemoryBytes>) -> Source<'_, MemoryBytes> {
+        Source {
+            provider: "p",
+            model: "m",
+            dimensions: None,
+            cache,
+        }
+    }
+
+    /// An empty cache, and catalogs of `a` and `b` tools (`tool_0`…), read apart: the tools
+    /// they have in common have the same texts and no parts in common.
+    fn two_catalogs(a: usize, b: usize) -> (VectorCache<MemoryBytes>, Rc<Catalog>, Rc<Catalog>) {
+        let cache = VectorCache::new(MemoryBytes::default(), 1000, "v.");
+        (cache, Rc::new(catalog(a)), Rc::new(catalog(b)))
+    }
+
+    /// The next call the caps allow, sent as `token`.
+    fn send_next(
+        q: &mut BackfillQueue,
+        source: &Source<'_, MemoryBytes>,
+        token: u32,
+    ) -> Option<(Rc<Catalog>, Vec<usize>)> {
+        let batch = q.next_call(source, 2, 32)?;
+        let sent = (Rc::clone(&batch.catalog), batch.entries.clone());
+        q.sent(source.cache, token, batch);
+        Some(sent)
+    }
+
     #[test]
     fn background_calls_are_one_per_catalog_and_capped_in_all() {
-        let (a, b, c) = (
-            Rc::new(catalog(70)),
-            Rc::new(catalog(40)),
-            Rc::new(catalog(10)),
-        );
+        let cache = VectorCache::new(MemoryBytes::default(), 1000, "v.");
+        let source = test_source(&cache);
+        // Tools of their own per catalog: none is another's.
+        let named = |prefix: &str, n: usize| {
+            let tools: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"type":"function","function":{{"name":"{prefix}{i}","description":"{prefix} {i}"}}}}"#))
+                .collect();
+            let container = format!("[{}]", tools.join(","));
+            let dialect = crate::dialects::Dialect::OpenaiChat;
+            Rc::new(Catalog::build(dialect, &container, Default::default()).unwrap())
+        };
+        let (a, b, c) = (named("a", 70), named("b", 40), named("c", 10));
         let mut q = BackfillQueue::default();
         assert!(q.queue(&a, (0..70).collect()));
         assert!(!q.queue(&a, vec![1]), "a catalog is fetched once at a time");
         assert!(q.queue(&b, (0..40).collect()));
         assert!(q.queue(&c, (0..10).collect()));
         // Two calls at most in flight, one per catalog, 32 tools each.
-        let (first, e1) = q.next_call(2, 32).unwrap();
-        q.sent(1, Rc::clone(&first), e1.clone());
-        let (second, e2) = q.next_call(2, 32).unwrap();
-        q.sent(2, Rc::clone(&second), e2.clone());
+        let (first, e1) = send_next(&mut q, &source, 1).unwrap();
+        let (second, e2) = send_next(&mut q, &source, 2).unwrap();
         assert!(Rc::ptr_eq(&first, &a) && Rc::ptr_eq(&second, &b));
         assert_eq!((e1.len(), e2.len()), (32, 32));
-        assert!(q.next_call(2, 32).is_none(), "the global cap");
+        assert!(q.next_call(&source, 2, 32).is_none(), "the global cap");
         // One answers: the next call is the waiting catalog's, not a's second.
-        assert!(q.answered(1, true));
-        let (third, e3) = q.next_call(2, 32).unwrap();
+        assert!(q.answered(source.cache, 1, true));
+        let (third, e3) = send_next(&mut q, &source, 3).unwrap();
         assert!(Rc::ptr_eq(&third, &c) && e3.len() == 10);
-        q.sent(3, third, e3);
-        assert!(q.next_call(2, 32).is_none());
+        assert!(q.next_call(&source, 2, 32).is_none());
         assert!(c.fetching());
-        assert!(q.answered(3, true));
+        assert!(q.answered(source.cache, 3, true));
         assert!(!c.fetching(), "c is complete");
         // b's call fails: its remaining 8 tools are dropped, and a later request may try again.
-        let (fourth, e4) = q.next_call(2, 32).unwrap();
+        let (fourth, e4) = send_next(&mut q, &source, 4).unwrap();
         assert!(Rc::ptr_eq(&fourth, &a) && e4 == (32..64).collect::<Vec<_>>());
-        q.sent(4, fourth, e4);
-        assert!(q.answered(2, false));
+        assert!(q.answered(source.cache, 2, false));
         assert!(!b.fetching());
-        assert!(q.next_call(2, 32).is_none(), "a has a call in flight");
-        assert!(q.answered(4, true));
-        let (fifth, e5) = q.next_call(2, 32).unwrap();
+        assert!(
+            q.next_call(&source, 2, 32).is_none(),
+            "a has a call in flight"
+        );
+        assert!(q.answered(source.cache, 4, true));
+        let (fifth, e5) = send_next(&mut q, &source, 5).unwrap();
         assert!(Rc::ptr_eq(&fifth, &a) && e5.len() == 6);
         assert!(q.pending(9).is_none());
     }
@@ -764,26 +905,128 @@ mod tests {
     /// tools' texts; a call that cannot be sent ends its catalog's fetch.
     #[test]
     fn the_queue_sends_what_the_caps_allow() {
-        let (a, b) = (Rc::new(catalog(40)), Rc::new(catalog(3)));
+        let (cache, a, b) = two_catalogs(40, 43);
+        let source = test_source(&cache);
         let mut q = BackfillQueue::default();
         assert!(q.queue(&a, (0..40).collect()));
-        assert!(q.queue(&b, (0..3).collect()));
+        // b's last 3 tools are its own (the rest are a's).
+        assert!(q.queue(&b, (40..43).collect()));
         let mut sent = Vec::new();
-        let (calls, inputs) = q.send(2, 32, |texts| {
+        let (calls, inputs) = q.send(&source, 2, 32, |texts| {
             sent.push(texts.len());
             Some(sent.len() as u32)
         });
         assert_eq!((calls, inputs), (2, 35));
         assert_eq!(sent, [32, 3]);
-        assert_eq!(q.pending(2).map(|(_, e)| e), Some(vec![0, 1, 2]));
-        assert_eq!(q.send(2, 32, |_| Some(9)), (0, 0), "two in flight: the cap");
-        assert!(q.answered(1, true), "a's last 8 wait");
-        assert_eq!(q.send(2, 32, |_| None), (0, 0));
+        assert_eq!(q.pending(2).map(|(_, e)| e), Some(vec![40, 41, 42]));
+        assert_eq!(
+            q.send(&source, 2, 32, |_| Some(9)),
+            (0, 0),
+            "two in flight: the cap"
+        );
+        assert!(q.answered(source.cache, 1, true), "a's last 8 wait");
+        assert_eq!(q.send(&source, 2, 32, |_| None), (0, 0));
         assert!(
-            !q.answered(2, true),
+            !q.answered(source.cache, 2, true),
             "a's fetch ended when its call could not be sent"
         );
         assert!(!a.fetching() && !b.fetching());
+    }
+
+    /// Two catalogs with the same tools (read apart: no parts in common, the texts alike) and
+    /// a new tool in the second: while the first's background call embeds the shared tools,
+    /// the second's sends only its new tool, then takes the shared tools' vectors from the
+    /// cache once the first call has answered. Each text goes to the service once.
+    #[test]
+    fn a_text_in_flight_is_sent_once_whatever_catalogs_ask_for_it() {
+        let (cache, a, b) = two_catalogs(10, 11);
+        let source = test_source(&cache);
+        assert!(!Rc::ptr_eq(&a.parts()[0], &b.parts()[0]));
+        let mut q = BackfillQueue::default();
+        // Each call's texts; a call's token is its number.
+        let calls: RefCell<Vec<Vec<String>>> = RefCell::default();
+        let dispatch = |texts: &[&str]| {
+            let mut calls = calls.borrow_mut();
+            calls.push(texts.iter().map(|t| (*t).to_owned()).collect());
+            Some(calls.len() as u32)
+        };
+        assert!(q.queue(&a, (0..10).collect()));
+        assert_eq!(q.send(&source, 2, 32, dispatch), (1, 10));
+        assert!(q.queue(&b, (0..11).collect()));
+        assert_eq!(
+            q.send(&source, 2, 32, dispatch),
+            (1, 1),
+            "b's new tool only"
+        );
+        assert_eq!(calls.borrow()[1], ["tool_10: does thing 10"]);
+        assert!(
+            q.answered(source.cache, 2, true),
+            "b's 10 shared tools wait"
+        );
+        assert!(b.fetching());
+        // The shared tools are still coming: nothing to send.
+        assert_eq!(q.send(&source, 2, 32, dispatch), (0, 0));
+        // a's call answers: b's tools are in the cache, and b's fetch ends without a call.
+        let (catalog, entries) = q.pending(1).unwrap();
+        source.fill_tools(&catalog, &entries, vec![vec![1.0, 0.0]; entries.len()]);
+        assert!(q.answered(source.cache, 1, true));
+        assert_eq!(q.send(&source, 2, 32, dispatch), (0, 0));
+        assert!(!a.fetching() && !b.fetching());
+        assert_eq!((0..10).filter(|&i| b.vector(i).is_some()).count(), 10);
+        let sent: Vec<String> = calls.take().concat();
+        let mut unique = sent.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!((sent.len(), unique.len()), (11, 11), "{sent:?}");
+    }
+
+    /// A background call that fails leaves its texts to whoever asks next: the other catalog
+    /// that waited for them sends them itself.
+    #[test]
+    fn texts_a_failed_call_carried_are_sent_by_the_catalog_that_waited() {
+        let (cache, a, b) = two_catalogs(10, 10);
+        let source = test_source(&cache);
+        let mut q = BackfillQueue::default();
+        assert!(q.queue(&a, (0..10).collect()));
+        assert!(q.queue(&b, (0..10).collect()));
+        assert_eq!(
+            q.send(&source, 2, 32, |_| Some(1)),
+            (1, 10),
+            "b waits for a"
+        );
+        assert!(q.answered(source.cache, 1, false));
+        assert!(!a.fetching() && b.fetching());
+        assert_eq!(q.send(&source, 2, 32, |_| Some(2)), (1, 10));
+    }
+
+    /// Two requests on one worker: the first request's catalog has a background call in
+    /// flight; a request with another catalog that holds the same tools asks only for its
+    /// question and its new tool, and is ranked once both calls are in.
+    #[test]
+    fn a_request_does_not_ask_for_texts_a_background_call_is_embedding() {
+        let (cache, a, b) = two_catalogs(10, 11);
+        let source = test_source(&cache);
+        let mut q = BackfillQueue::default();
+        assert!(q.queue(&a, (0..10).collect()));
+        assert_eq!(q.send(&source, 2, 32, |_| Some(1)), (1, 10));
+        // A request with a's catalog: its tools are being fetched, only the question goes.
+        let g = source.gather(&a, "thing");
+        assert_eq!(g.plan(&a, 32).0, [Slot::Query(0)]);
+        // A request with b's: its 10 shared tools are coming, its new one is asked for.
+        let mut g = source.gather(&b, "thing");
+        assert_eq!((g.missing_tools.len(), g.coming_tools.len()), (1, 10));
+        let (slots, inputs) = g.plan(&b, 32);
+        assert_eq!(slots, [Slot::Query(0), Slot::Tool(10)]);
+        assert_eq!(inputs[1], "tool_10: does thing 10");
+        source.fill(&b, &mut g, &slots, vec![vec![1.0, 0.0]; 2]);
+        assert!(!g.tools_known() && g.complete().is_none());
+        // The background call answers: the next request is ranked without a call.
+        let (catalog, entries) = q.pending(1).unwrap();
+        source.fill_tools(&catalog, &entries, vec![vec![0.0, 1.0]; 10]);
+        assert!(!q.answered(source.cache, 1, true));
+        let g = source.gather(&b, "thing");
+        assert!(g.plan(&b, 32).0.is_empty());
+        assert!(g.complete().is_some());
     }
 
     #[test]

@@ -257,16 +257,22 @@ fn vectors_of_the_wrong_size_fall_back_to_keyword_ranking() {
     assert_falls_back(&g, "dimensions");
 }
 
-#[test]
-fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background() {
-    // 20 ms per input: the first request's call (its question and 80 tools) would need 1.6 s,
-    // far past the 300 ms timeout; a question alone needs 20 ms.
+/// A service that takes 20 ms per input, and a first request that gave up on it: its call
+/// (its question and 80 tools) would need 1.6 s, far past the 300 ms timeout (a question alone
+/// needs 20 ms), and the catalog's tools are left to the worker's background fetch.
+fn slow_service_after_a_timeout() -> Gateway {
     let g = faulty(json!({"path": "/embeddings/per-input?ms=20"}));
     let r = chat(&g, "what is the weather in Paris");
     assert_eq!(
         r.header("x-toolsift"),
         Some("kept=5 total=80 ranking=keyword fallback=timeout")
     );
+    g
+}
+
+#[test]
+fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background() {
+    let g = slow_service_after_a_timeout();
     // Meanwhile the root context fetches the tools without a deadline; requests ask only for
     // their question and go on by keyword until the tools are in.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -285,6 +291,65 @@ fn a_catalog_too_slow_to_embed_within_the_timeout_is_fetched_in_the_background()
     }
     assert_eq!(g.stat("toolsift.embeddings.backfilled"), 80);
     assert_eq!(g.stat("toolsift.embeddings.fallback.timeout"), 1);
+}
+
+/// What the stand-in embeddings service has received: `(calls, texts)`.
+fn received(g: &Gateway) -> (u64, u64) {
+    let stats = g.upstream.stats();
+    let e = &stats["embeddings"];
+    (
+        e["requests"].as_u64().unwrap(),
+        e["inputs"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn tool_texts_a_background_call_is_embedding_are_not_sent_again() {
+    let g = slow_service_after_a_timeout();
+    // The background call with the 80 tools (one call: max_batch is 128) goes out on the
+    // worker's next tick, and takes 1.6 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while received(&g) != (2, 81 + 80) {
+        assert!(
+            Instant::now() < deadline,
+            "no background call: {:?}",
+            received(&g)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Another catalog with the same 80 tools and one of its own, while they are in flight:
+    // its request asks for its question and its new tool only.
+    let mut tools = common::catalog();
+    tools.push(json!({"type": "function", "function": {
+        "name": "order_pizza", "description": "Order a pizza for delivery"}}));
+    let request = |question: &str| {
+        let body = json!({
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": question}],
+            "tools": tools,
+        });
+        g.post("/v1/chat/completions", &[], body.to_string().as_bytes())
+    };
+    let r = request("what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=81 ranking=keyword fallback=incomplete"),
+        "{}",
+        g.log_text()
+    );
+    assert_eq!(received(&g), (3, 81 + 80 + 2));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while g.stat("toolsift.embeddings.backfilled") < 80 {
+        assert!(Instant::now() < deadline, "the tools were never fetched");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = request("what is the weather in Paris");
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=5 total=81 ranking=hybrid")
+    );
+    // Each tool text went out once after the first request gave up on its call.
+    assert_eq!(received(&g), (3, 81 + 80 + 2));
 }
 
 #[test]

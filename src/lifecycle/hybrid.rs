@@ -104,8 +104,9 @@ pub fn start<S: SharedBytes>(
     }
     let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
     if inputs.is_empty() {
-        return Start::Ranked(if analysis.catalog.fetching() {
-            // The question is known; the tools are still coming in the background.
+        return Start::Ranked(if !gathered.tools_known() {
+            // The question is known; the tools are still coming in the background (this
+            // catalog's fetch, or another catalog's that holds the same tools).
             Ranked::Incomplete
         } else {
             // Everything is known but the sizes disagree: cached under another model.
@@ -138,7 +139,7 @@ impl Call {
             Err(reason) => Ranked::Fallback(reason),
             Ok(vectors) => {
                 source.fill(&analysis.catalog, &mut self.gathered, &self.slots, vectors);
-                if self.gathered.missing_tools.is_empty() {
+                if self.gathered.tools_known() {
                     match self.gathered.complete() {
                         Some((query, tools)) => {
                             analysis.rank_hybrid(config, &query, &tools);

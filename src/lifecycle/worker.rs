@@ -164,14 +164,17 @@ impl<S: SharedBytes> Shared<S> {
         else {
             return;
         };
-        let Some(e) = &engine.config.embeddings else {
+        let Some((source, e)) = super::hybrid::source(self.vectors.as_ref(), &engine.config) else {
             return;
         };
-        let (calls, inputs) = backfill.send(e.max_background_calls, e.max_batch, |texts| {
-            super::hybrid::dispatch(proxy, e, texts, BACKGROUND_TIMEOUT)
-                .inspect_err(|status| log::debug!("background embeddings call failed: {status:?}"))
-                .ok()
-        });
+        let (calls, inputs) =
+            backfill.send(&source, e.max_background_calls, e.max_batch, |texts| {
+                super::hybrid::dispatch(proxy, e, texts, BACKGROUND_TIMEOUT)
+                    .inspect_err(|status| {
+                        log::debug!("background embeddings call failed: {status:?}");
+                    })
+                    .ok()
+            });
         proxy.count(Fixed::EmbeddingsCalls.into(), calls as u64);
         proxy.count(Fixed::EmbeddingsInputs.into(), inputs as u64);
     }
@@ -204,10 +207,11 @@ impl<S: SharedBytes> Shared<S> {
                 }
             }
         });
-        let more = self
-            .backfill
-            .try_borrow_mut()
-            .is_ok_and(|mut b| b.answered(token, stored));
+        // Only hybrid ranking keeps vectors, and sends background calls.
+        let more = match (self.backfill.try_borrow_mut(), self.vectors.as_ref()) {
+            (Ok(mut backfill), Some((cache, _))) => backfill.answered(cache, token, stored),
+            _ => false,
+        };
         if more {
             backfill_tick(proxy);
         }

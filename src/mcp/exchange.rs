@@ -1018,11 +1018,15 @@ impl Exchange {
             }
             None => {
                 host.count(Event::RankedKeyword);
-                host.count(Event::Fallback(if slots.is_empty() {
-                    Fallback::Dimensions
-                } else {
-                    Fallback::Dispatch
-                }));
+                // Nothing to ask with tools still coming (a background call of this worker
+                // embeds them) is no fault; nothing to ask otherwise is vectors that disagree.
+                if !slots.is_empty() || gathered.tools_known() {
+                    host.count(Event::Fallback(if slots.is_empty() {
+                        Fallback::Dimensions
+                    } else {
+                        Fallback::Dispatch
+                    }));
+                }
                 self.answer_find(host, settings, catalog, verdict.as_ref(), None)
             }
         }
