@@ -163,9 +163,22 @@ impl Call {
 /// `timeout_ms`; its token, `None` when the call cannot be made.
 pub fn send<P: super::proxy::Proxy>(proxy: &P, e: &Embeddings, inputs: &[&str]) -> Option<u32> {
     let timeout = std::time::Duration::from_millis(e.timeout_ms as u64);
-    dispatch(proxy, e, inputs, timeout)
+    dispatch(proxy, e, inputs, timeout, Waiting::Request)
         .inspect_err(|status| log::debug!("embeddings call to {} failed: {status:?}", e.cluster))
         .ok()
+}
+
+/// The header a background call carries: toolsift-embed serves the calls requests wait for
+/// before these (other services ignore it).
+pub const BACKGROUND_HEADER: (&str, &str) = ("x-toolsift-priority", "background");
+
+/// Who waits for an embeddings call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// A request, within `timeout_ms`.
+    Request,
+    /// Nobody: the worker's background fetch of a catalog's tools ([`BACKGROUND_HEADER`]).
+    Nobody,
 }
 
 /// Sends one embeddings request; the answer comes to the calling context's
@@ -175,6 +188,7 @@ pub fn dispatch<P: super::proxy::Proxy>(
     e: &Embeddings,
     inputs: &[&str],
     timeout: std::time::Duration,
+    waiting: Waiting,
 ) -> Result<u32, super::proxy::Status> {
     let body = crate::embeddings::request_body(&e.model, inputs, e.dimensions);
     let mut headers: Vec<(&str, &str)> = vec![
@@ -183,6 +197,9 @@ pub fn dispatch<P: super::proxy::Proxy>(
         (":authority", e.authority()),
         ("content-type", "application/json"),
     ];
+    if waiting == Waiting::Nobody {
+        headers.push(BACKGROUND_HEADER);
+    }
     headers.extend(e.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     proxy.dispatch(&e.cluster, headers, body.as_bytes(), timeout)
 }

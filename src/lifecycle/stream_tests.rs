@@ -355,3 +355,44 @@ fn a_worker_fetches_the_suggestion_servers_list_on_its_tick() {
         "fetched again later"
     );
 }
+
+/// A worker's background calls (a new catalog's tools, no request waiting) say so in
+/// `x-toolsift-priority: background`, which toolsift-embed serves after the calls requests
+/// wait for; a request's own call does not carry it.
+#[test]
+fn background_embeddings_calls_carry_the_background_header() {
+    let envoy = FakeEnvoy::new("unused");
+    let shared = worker(
+        &envoy,
+        r#"{"top_k":2,"min_tools":3,"ranking":"hybrid","embeddings":{"cluster":"embeddings","model":"m"}}"#,
+    );
+    let tools: Vec<String> = TOOLS
+        .iter()
+        .map(|n| {
+            format!(r#"{{"type":"function","function":{{"name":"{n}","description":"{n}"}}}}"#)
+        })
+        .collect();
+    let tools = format!("[{}]", tools.join(","));
+    let catalog = crate::rank::Catalog::build(
+        crate::dialects::Dialect::OpenaiChat,
+        &tools,
+        Default::default(),
+    )
+    .unwrap();
+    let catalog = std::rc::Rc::new(catalog);
+    shared.queue_backfill(&envoy, &catalog, (0..TOOLS.len()).collect());
+    assert!(shared.on_tick(&envoy).is_empty());
+    let background = envoy.calls.borrow().last().cloned().unwrap();
+    assert_eq!(background.cluster, "embeddings");
+    let header = |call: &crate::lifecycle::proxy_model::Call| {
+        call.headers
+            .iter()
+            .find(|(n, _)| n == "x-toolsift-priority")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header(&background).as_deref(), Some("background"));
+    let e = shared.engine.borrow().config.embeddings.clone().unwrap();
+    hybrid::send(&envoy, &e, &["weather in Paris"]).unwrap();
+    let request = envoy.calls.borrow().last().cloned().unwrap();
+    assert_eq!(header(&request), None);
+}

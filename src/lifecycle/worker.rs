@@ -3,6 +3,7 @@
 //! sends itself (a new catalog's tool vectors fetched in the background, the suggestion
 //! server's `tools/list`). The adapter's root context only hands them over.
 
+use super::hybrid::Waiting;
 use super::proxy::{Proxy, Status};
 use crate::config::Config;
 use crate::embeddings::{BackfillQueue, SharedBytes, VectorCache};
@@ -169,7 +170,7 @@ impl<S: SharedBytes> Shared<S> {
         };
         let (calls, inputs) =
             backfill.send(&source, e.max_background_calls, e.max_batch, |texts| {
-                super::hybrid::dispatch(proxy, e, texts, BACKGROUND_TIMEOUT)
+                super::hybrid::dispatch(proxy, e, texts, BACKGROUND_TIMEOUT, Waiting::Nobody)
                     .inspect_err(|status| {
                         log::debug!("background embeddings call failed: {status:?}");
                     })
