@@ -409,6 +409,8 @@ fn a_call_the_filter_gave_up_on_is_never_run_by_the_embeddings_server() {
     let stats = embed.stats();
     assert_eq!(stats["abandoned"], 1, "{stats}");
     assert_eq!(stats["inputs"], busy_inputs + 80, "{stats}");
+    // The background calls (80 tools, 32 a call) said so; the request's call did not.
+    assert_eq!(stats["background"], 3, "{stats}");
 }
 
 #[test]

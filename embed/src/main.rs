@@ -4,13 +4,16 @@
 //! The model files come from PyPI packages installed into the project's `.venv` (see
 //! `model::PIP_INSTALL`); nothing is downloaded at run time. Inference runs on onnxruntime
 //! (the library inside PyPI's `onnxruntime` wheel, loaded with dlopen) over an int8 export of
-//! the model, on one dedicated thread fed by a queue, so the async threads only do HTTP.
+//! the model, on one dedicated thread fed by two queues (`queue.rs`: a request a client waits on
+//! before background work, marked `x-toolsift-priority: background`), so the async threads only
+//! do HTTP.
 //!
 //! Usage: `toolsift-embed [--listen 127.0.0.1:18100] [--model-dir SITE_PACKAGES]
 //!                        [--model-name all-MiniLM-L6-v2] [--threads N]`
 
 mod api;
 mod model;
+mod queue;
 
 use std::convert::Infallible;
 use std::io::Write as _;
@@ -31,10 +34,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{ApiError, EmbeddingsRequest};
-use crate::model::{Embedder, Embeddings, ModelError, ModelFiles};
+use crate::model::{Embedder, ModelError, ModelFiles};
+use crate::queue::{InferenceQueue, PRIORITY_HEADER, Priority};
 
 const USAGE: &str = "\
 usage: toolsift-embed [--listen ADDR] [--model-dir DIR] [--model-name NAME] [--threads N]
@@ -59,10 +62,6 @@ const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
 /// 2048 inputs of a few KiB each fit easily; beyond this a body is refused with 413 before
 /// anything is tokenised.
 const MAX_BODY_BYTES: usize = 16 << 20;
-
-/// Requests waiting for the inference thread. When full, handlers wait (backpressure) rather
-/// than queueing without bound.
-const QUEUE_DEPTH: usize = 256;
 
 /// Pause after a failed accept (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -156,7 +155,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let inference = InferenceQueue::start(embedder);
+    let inference = match InferenceQueue::start(embedder) {
+        Ok(inference) => inference,
+        Err(error) => {
+            log_line!("toolsift-embed: cannot start the inference thread: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
 
     // Two async workers are plenty: they only parse JSON and move bytes; the model has its own
     // thread (and onnxruntime its own pool).
@@ -188,76 +193,6 @@ fn load_model(options: &Options) -> Result<Embedder, ModelError> {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     Embedder::load(&files, threads)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Inference thread
-// ---------------------------------------------------------------------------------------------
-
-struct Job {
-    inputs: Vec<String>,
-    reply: oneshot::Sender<Result<Embeddings, ModelError>>,
-}
-
-/// The model runs on one OS thread: onnxruntime already spreads one run over the cores, and a
-/// second concurrent run would only contend with it. Async handlers never block on inference.
-#[derive(Clone)]
-struct InferenceQueue {
-    jobs: mpsc::Sender<Job>,
-    counts: Arc<InferenceCounts>,
-}
-
-/// What the inference thread did, for `GET /stats`.
-#[derive(Default)]
-struct InferenceCounts {
-    /// Texts embedded.
-    embedded: AtomicU64,
-    /// Jobs not run because their client had gone by their turn.
-    abandoned: AtomicU64,
-}
-
-impl InferenceQueue {
-    fn start(mut embedder: Embedder) -> Self {
-        let (jobs, mut receiver) = mpsc::channel::<Job>(QUEUE_DEPTH);
-        let counts = Arc::new(InferenceCounts::default());
-        let counted = Arc::clone(&counts);
-        std::thread::Builder::new()
-            .name("inference".to_owned())
-            .spawn(move || {
-                while let Some(job) = receiver.blocking_recv() {
-                    // A client that gave up (the filter's `timeout_ms` passed, and Envoy closed
-                    // the connection, so hyper dropped the handler and its receiver) gets no
-                    // inference: under load, computing answers nobody waits for would keep
-                    // every later request waiting past its own deadline too.
-                    if job.reply.is_closed() {
-                        counted.abandoned.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    let answer = embedder.embed(&job.inputs);
-                    if answer.is_ok() {
-                        let texts = job.inputs.len() as u64;
-                        counted.embedded.fetch_add(texts, Ordering::Relaxed);
-                    }
-                    // The client may have gone meanwhile; its answer is then simply dropped.
-                    let _ = job.reply.send(answer);
-                }
-            })
-            .map_or_else(
-                |error| log_line!("toolsift-embed: cannot start the inference thread: {error}"),
-                drop,
-            );
-        InferenceQueue { jobs, counts }
-    }
-
-    async fn embed(&self, inputs: Vec<String>) -> Result<Embeddings, ModelError> {
-        let (reply, answer) = oneshot::channel();
-        let stopped = || ModelError::new("the inference thread has stopped");
-        self.jobs
-            .send(Job { inputs, reply })
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -364,6 +299,7 @@ async fn handle(
                 "requests": server.requests.load(Ordering::Relaxed),
                 "inputs": server.inference.counts.embedded.load(Ordering::Relaxed),
                 "abandoned": server.inference.counts.abandoned.load(Ordering::Relaxed),
+                "background": server.inference.counts.background.load(Ordering::Relaxed),
             })
             .to_string(),
         ),
@@ -391,6 +327,12 @@ async fn handle(
 
 async fn embeddings(request: Request<Incoming>, server: &Server) -> Response<Full<Bytes>> {
     server.requests.fetch_add(1, Ordering::Relaxed);
+    let priority = Priority::of_header(
+        request
+            .headers()
+            .get(PRIORITY_HEADER)
+            .map(HeaderValue::as_bytes),
+    );
     let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
@@ -422,7 +364,7 @@ async fn embeddings(request: Request<Incoming>, server: &Server) -> Response<Ful
         Err(error) => return error_response(StatusCode::BAD_REQUEST, &error),
     };
     let started = Instant::now();
-    let embeddings = match server.inference.embed(inputs).await {
+    let embeddings = match server.inference.embed(inputs, priority).await {
         Ok(embeddings) => embeddings,
         Err(error) => {
             log_line!("toolsift-embed: {error}");

