@@ -208,6 +208,26 @@ lint-embed:
 	cd embed && $(CARGO) fmt --check
 	$(EMBED_CARGO) clippy --all-targets --locked -- -D warnings
 
+# A query's latency at toolsift-embed while a backfill of 2,000 tool texts runs
+# (benches/embed_priority.py), against the server of EMBED_BASELINE_REV (the last commit before
+# queries went first), built once into target/embed-baseline/REV/ from `git archive`; the two
+# servers alternate, twice each, in one run.
+EMBED_BASELINE_REV ?= ecca606
+EMBED_BASELINE     := target/embed-baseline/$(EMBED_BASELINE_REV)/toolsift-embed
+
+$(EMBED_BASELINE):
+	rm -rf target/embed-baseline/$(EMBED_BASELINE_REV)/src
+	mkdir -p target/embed-baseline/$(EMBED_BASELINE_REV)/src
+	git archive $(EMBED_BASELINE_REV) embed | tar -x -C target/embed-baseline/$(EMBED_BASELINE_REV)/src
+	cd target/embed-baseline/$(EMBED_BASELINE_REV)/src/embed && \
+		CARGO_TARGET_DIR=$(CURDIR)/target/embed-baseline/target $(CARGO) build --release --locked
+	cp target/embed-baseline/target/release/toolsift-embed $@
+
+.PHONY: bench-embed-priority
+bench-embed-priority: embed $(EMBED_BASELINE)
+	$(VENV)/bin/python benches/embed_priority.py --old $(EMBED_BASELINE) \
+		--new target/embed/release/toolsift-embed
+
 ## Containers: local images, the e2e run, the Istio OCI image -----------------------------
 
 # Images built FROM scratch from what is built here (images/build.sh): nothing is pulled.
@@ -245,7 +265,7 @@ e2e: images
 
 DATASETS := ../shared/datasets
 
-bench: bench-quality bench-quality-hybrid bench-tokens bench-search bench-auto-k bench-learn bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops
+bench: bench-quality bench-quality-hybrid bench-embed-priority bench-tokens bench-search bench-auto-k bench-learn bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops
 
 # Retrieval quality of the default keyword ranking on the shared datasets.
 bench-quality: native
