@@ -156,7 +156,9 @@ pub struct Embeddings {
     #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 2048)))]
     pub max_batch: usize,
     /// Background calls (a new catalog's tools, embedded with no request waiting) in flight
-    /// at once, per worker, 1–64; each catalog has at most one.
+    /// at once, per worker, 1–64; each catalog has at most one, and a tool text in flight is
+    /// sent in no other. They carry `x-toolsift-priority: background` (`toolsift-embed`
+    /// serves requests' calls first).
     #[serde(
         default = "default_max_background_calls",
         deserialize_with = "whole_number"
