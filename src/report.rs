@@ -59,7 +59,8 @@ fn names(list: &str) -> Vec<String> {
 /// The `x-toolsift` value (`toolsift` key) read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decision {
-    /// `filtered`, `refused` (`access=refused`), `skipped=<reason>`, `search=<kind>`, or
+    /// `filtered`, `refused` (`access=refused`), `refused=<reason>` (`access=refused
+    /// refused=<reason>`: `unknown_path`), `skipped=<reason>`, `search=<kind>`, or
     /// `mcp=<what>` (MCP routes).
     pub outcome: String,
     pub kept: Option<u64>,
@@ -80,6 +81,7 @@ pub fn parse_decision(value: &str) -> Option<Decision> {
     let mut skipped = None;
     let mut search = None;
     let mut refused = false;
+    let mut why = None;
     let mut mcp = None;
     for item in value.split(' ').filter(|i| !i.is_empty()) {
         let (key, v) = item.split_once('=')?;
@@ -91,6 +93,7 @@ pub fn parse_decision(value: &str) -> Option<Decision> {
             "skipped" if !v.is_empty() => skipped = Some(v),
             "search" => search = Some(v),
             "access" => refused = v == "refused",
+            "refused" if !v.is_empty() => why = Some(v),
             "loop" => d.evicted = names(v.strip_prefix("evicted:")?),
             "noted" => d.noted = names(v),
             "unknown" => d.unknown = names(v),
@@ -103,7 +106,12 @@ pub fn parse_decision(value: &str) -> Option<Decision> {
         (Some(what), ..) => format!("mcp={what}"),
         (None, Some(reason), ..) => format!("skipped={reason}"),
         _ if d.kept.is_none() || d.total.is_none() => return None,
-        (None, None, true, _) => "refused".to_owned(),
+        // Logs written before `refused=` (an unknown path read `access=refused` alone) count
+        // as `refused`.
+        (None, None, true, _) => match why {
+            Some(why) => format!("refused={why}"),
+            None => "refused".to_owned(),
+        },
         (None, None, false, Some(kind)) => format!("search={kind}"),
         (None, None, false, None) => "filtered".to_owned(),
     };
@@ -565,7 +573,8 @@ pub struct Lines {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub lines: Lines,
-    /// Requests by outcome: `filtered`, `refused`, `skipped=<reason>`, `search=<kind>`,
+    /// Requests by outcome: `filtered`, `refused`, `refused=unknown_path`,
+    /// `skipped=<reason>`, `search=<kind>`,
     /// `mcp=<what>`, and `none` (`toolsift` unset: a request toolsift let through unread,
     /// such as one to a path of no LLM API).
     pub outcomes: BTreeMap<String, u64>,
@@ -704,7 +713,7 @@ impl Tally {
         self.tools_in += d.total.unwrap_or(0);
         self.tools_out += d.kept.unwrap_or(0);
         self.denied_tools += d.denied;
-        self.refused += u64::from(d.outcome == "refused");
+        self.refused += u64::from(d.outcome == "refused" || d.outcome.starts_with("refused="));
         if !d.evicted.is_empty() || !d.noted.is_empty() {
             self.loops.0 += u64::from(!d.evicted.is_empty());
             self.loops.1 += d.evicted.len() as u64;
@@ -1002,6 +1011,11 @@ mod tests {
         assert_eq!((d.outcome.as_str(), d.total), ("skipped=compressed", None));
         let d = parse_decision("kept=0 total=200 denied=3 access=refused").unwrap();
         assert_eq!((d.outcome.as_str(), d.denied), ("refused", 3));
+        let d = parse_decision("kept=0 total=0 access=refused refused=unknown_path").unwrap();
+        assert_eq!((d.outcome.as_str(), d.denied), ("refused=unknown_path", 0));
+        // An older log's unknown path: a refusal with no reason.
+        let d = parse_decision("kept=0 total=0 denied=0 access=refused").unwrap();
+        assert_eq!(d.outcome, "refused");
         let d = parse_decision(
             "kept=5 total=200 denied=2 loop=evicted:a,b%2Cc noted=a unknown=x,y@z ranking=hybrid search=search",
         )
@@ -1207,6 +1221,23 @@ mod tests {
     fn line(toolsift: &str, shadow: Option<&str>) -> String {
         serde_json::json!({"status": 200, "toolsift": toolsift, "toolsift_shadow": shadow})
             .to_string()
+    }
+
+    #[test]
+    fn unknown_paths_are_refusals_of_their_own_and_old_logs_still_read() {
+        let mut t = Tally::new();
+        for l in [
+            line("kept=0 total=0 access=refused refused=unknown_path", None),
+            // Written before `refused=`: a refusal.
+            line("kept=0 total=0 denied=0 access=refused", None),
+            line("kept=0 total=4 denied=4 access=refused", None),
+        ] {
+            t.add_line(Some(l.as_bytes()));
+        }
+        let r = t.report();
+        assert_eq!(r.outcomes.get("refused=unknown_path"), Some(&1));
+        assert_eq!(r.outcomes.get("refused"), Some(&2));
+        assert_eq!((r.access.refused_requests, r.access.denied_tools), (3, 4));
     }
 
     #[test]

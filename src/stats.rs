@@ -131,6 +131,8 @@ fixed! {
     AccessConnectorCalls: Counter Always "toolsift.access.connector_calls",
     /// Under access rules, requests on paths toolsift does not recognise.
     AccessUnknownPaths: Counter Always "toolsift.access.unknown_paths",
+    /// Of those, the ones refused (`"unknown_paths": "deny"`, enforced).
+    AccessUnknownPathsRefused: Counter Always "toolsift.access.unknown_paths.refused",
     /// Tools the loop guard found looping, took out of requests, and noted.
     LoopDetected: Counter Always "toolsift.loop.detected",
     LoopEvicted: Counter Always "toolsift.loop.evicted",

@@ -1307,7 +1307,13 @@ fn the_shipped_envoy_config_enforces_its_rules() {
     );
     assert_eq!(r.status, 404, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "unknown_path", "{}", r.text());
+    // An outcome of its own in `x-toolsift` (and the access log), and its own stat.
+    assert_eq!(
+        r.header("x-toolsift"),
+        Some("kept=0 total=0 access=refused refused=unknown_path")
+    );
     assert_eq!(gw.stat("toolsift.access.unknown_paths"), 1);
+    assert_eq!(gw.stat("toolsift.access.unknown_paths.refused"), 1);
     // What the provider got: the client's own key, the tenant of the token, no caller token.
     let scripted = [
         ("authorization", "Bearer sk-client-provider-key"),
@@ -1339,6 +1345,12 @@ fn the_shipped_envoy_config_enforces_its_rules() {
         (&last["caller"], &last["toolsift"]),
         (&json!("alice"), &json!(said)),
         "{last}"
+    );
+    let unknown = json!("kept=0 total=0 access=refused refused=unknown_path");
+    assert_eq!(
+        lines.iter().filter(|l| l["toolsift"] == unknown).count(),
+        1,
+        "{lines:?}"
     );
 }
 

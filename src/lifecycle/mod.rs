@@ -92,6 +92,8 @@ pub enum Counter {
     AccessUnsupportedStream,
     /// `toolsift.access.unknown_paths`.
     AccessUnknownPaths,
+    /// `toolsift.access.unknown_paths.refused`: refused with `"unknown_paths": "deny"`.
+    AccessUnknownPathsRefused,
     /// `toolsift.access.denied.<surface>`.
     Denied(crate::access::Surface),
     CatalogCacheHits,
@@ -155,6 +157,7 @@ impl Counter {
             Counter::SearchUnsupported => Fixed::SearchUnsupported,
             Counter::AccessUnsupportedStream => Fixed::AccessUnsupportedStream,
             Counter::AccessUnknownPaths => Fixed::AccessUnknownPaths,
+            Counter::AccessUnknownPathsRefused => Fixed::AccessUnknownPathsRefused,
             Counter::CatalogCacheHits => Fixed::CatalogCacheHits,
             Counter::CatalogCacheMisses => Fixed::CatalogCacheMisses,
             Counter::Rewritten => Fixed::Rewritten,
@@ -434,12 +437,10 @@ impl Request {
                     governs (an LLM API's, a custom or an MCP route's)",
             }
         });
-        self.outcome = Some(Outcome::Denied {
-            total: 0,
-            denied: 0,
-        });
+        self.outcome = Some(Outcome::UnknownPath);
         vec![
             count,
+            Action::Count(Counter::AccessUnknownPathsRefused, 1),
             Action::Reply {
                 status,
                 body: body.to_string(),

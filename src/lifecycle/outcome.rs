@@ -46,6 +46,9 @@ pub enum Outcome {
         total: usize,
         denied: usize,
     },
+    /// Under access rules with `"unknown_paths": "deny"`: refused (404 or 403) because its
+    /// path is none toolsift governs (`access=refused refused=unknown_path`).
+    UnknownPath,
 }
 
 /// How a request was ranked.
@@ -161,6 +164,11 @@ impl Outcome {
             Outcome::Denied { total, denied } => {
                 header_value(0, *total, None) + &format!(" denied={denied} access=refused")
             }
+            // `access=refused` stays, so that readers which know no `refused=` count it as a
+            // refusal still.
+            Outcome::UnknownPath => {
+                header_value(0, 0, None) + " access=refused refused=unknown_path"
+            }
             Outcome::Skipped(skipped) => {
                 let n = skipped.tools;
                 header_value(n.unwrap_or(0), n.unwrap_or(0), Some(skipped))
@@ -231,6 +239,10 @@ mod tests {
         assert_eq!(
             denied.header_value(None),
             "kept=0 total=4 denied=4 access=refused"
+        );
+        assert_eq!(
+            Outcome::UnknownPath.header_value(None),
+            "kept=0 total=0 access=refused refused=unknown_path"
         );
         let skipped = Outcome::Skipped(Skipped {
             reason: Skip::TooLarge,

@@ -160,12 +160,23 @@ fn under_access_rules_an_unknown_path_is_answered() {
     let (status, body) = reply(&actions).unwrap();
     assert_eq!(status, 404);
     assert!(body.contains("unknown_path"));
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Count(Counter::AccessUnknownPathsRefused, 1)))
+    );
+    assert_eq!(request.outcome, Some(Outcome::UnknownPath));
+    let said = request.on_response_headers(Some(&engine.config));
+    let recorded = said.iter().find_map(|a| match a {
+        Action::RecordFilterState {
+            name: "toolsift",
+            value,
+        } => Some(value.as_str()),
+        _ => None,
+    });
     assert_eq!(
-        request.outcome,
-        Some(Outcome::Denied {
-            total: 0,
-            denied: 0
-        })
+        recorded,
+        Some("kept=0 total=0 access=refused refused=unknown_path")
     );
 }
 
