@@ -633,6 +633,33 @@ pub fn rank_fused(
     )
 }
 
+/// [`rank_fused`] of the function tools `allowed` marks (per entry; `None`: all), every channel
+/// reading their statistics alone (BM25's and the lexical channels' IDF, each channel's
+/// ranks): the ranking a catalog of only those tools gives, entries numbered as in `catalog`.
+/// A search under access rules ranks so, as [`Catalog::rank_among`] does by keyword: the order
+/// a caller sees never depends on tools it may not see.
+pub fn rank_fused_among(
+    catalog: &Catalog,
+    config: &Config,
+    query: &str,
+    query_vectors: &[&[f32]],
+    tool_vectors: &[Option<&[f32]>],
+    allowed: Option<&[bool]>,
+) -> Fused {
+    let Some((index, lexicon)) = allowed.and_then(|a| catalog.among(a)) else {
+        return rank_fused(catalog, config, query, query_vectors, tool_vectors);
+    };
+    fusion::rank(
+        &index,
+        &lexicon,
+        catalog.draft.entries.len(),
+        query,
+        &index.rank(query),
+        Some((query_vectors, tool_vectors)),
+        &fusion_params(config),
+    )
+}
+
 /// The request headers that decide whether toolsift reads a request at all.
 #[derive(Debug, Default, Clone)]
 pub struct RequestHeaders<'a> {
@@ -1208,6 +1235,136 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::pairs::{HeaderMap, Pair};
+
+    /// Tools for the lexical channels: (name, description, parameter names).
+    fn lexical_tools(tools: &[(&str, &str, &[&str])]) -> String {
+        let items: Vec<String> = tools
+            .iter()
+            .map(|(name, description, params)| {
+                let properties: serde_json::Map<String, serde_json::Value> = params
+                    .iter()
+                    .map(|p| ((*p).to_owned(), serde_json::json!({"type": "string"})))
+                    .collect();
+                serde_json::json!({"type": "function", "function": {"name": name,
+                    "description": description,
+                    "parameters": {"type": "object", "properties": properties}}})
+                .to_string()
+            })
+            .collect();
+        format!("[{}]", items.join(","))
+    }
+
+    #[test]
+    fn hybrid_ranking_among_the_allowed_tools_is_that_of_a_catalog_of_them_alone() {
+        let tools: [(&str, &str, &[&str]); 6] = [
+            (
+                "send_message",
+                "Send a message to a channel",
+                &["channel", "text"],
+            ),
+            // Denied: they carry the query's words (in names, descriptions and parameter
+            // names), so they change every lexical statistic and take the channels' best ranks.
+            (
+                "send_channel_message",
+                "Send a message to a channel, message channel",
+                &["channel", "message"],
+            ),
+            ("post_status", "Post a status update", &["status"]),
+            (
+                "channel_message_send",
+                "Message channel send",
+                &["message", "send"],
+            ),
+            (
+                "read_messages",
+                "Read the messages of a channel",
+                &["channel"],
+            ),
+            ("book_hotel", "Book a hotel in a city", &["city"]),
+        ];
+        let config = Config::default();
+        let query = "send a message to the channel";
+        let whole = Catalog::build(
+            Dialect::OpenaiChat,
+            &lexical_tools(&tools),
+            FieldWeights::default(),
+        )
+        .unwrap();
+        // Every tool's vector: a query vector of [1, 0], tools spread around it.
+        let vector = |name: &str| -> Vec<f32> {
+            let at = tools.iter().position(|t| t.0 == name).unwrap() as f32;
+            vec![(at * 0.3).cos(), (at * 0.3).sin()]
+        };
+        let query_vector = [1.0f32, 0.0];
+        let queries: [&[f32]; 1] = [&query_vector];
+        let vectors_of = |c: &Catalog| -> Vec<Vec<f32>> {
+            (0..c.draft.entries.len())
+                .map(|e| vector(c.name(e).unwrap()))
+                .collect()
+        };
+        let ranked = |c: &Catalog, fused: &Fused| -> Vec<(String, f32, String)> {
+            fused
+                .order
+                .iter()
+                .map(|s| {
+                    let votes = fused.votes_for(s.entry).map(fusion::describe);
+                    let name = c.name(s.entry).unwrap().to_owned();
+                    (name, s.score, votes.unwrap_or_default())
+                })
+                .collect()
+        };
+        let allowed = [true, false, true, false, true, true];
+        let kept: Vec<_> = tools
+            .iter()
+            .zip(allowed)
+            .filter(|(_, a)| *a)
+            .map(|(t, _)| *t)
+            .collect();
+        let alone = Catalog::build(
+            Dialect::OpenaiChat,
+            &lexical_tools(&kept),
+            FieldWeights::default(),
+        )
+        .unwrap();
+        let (whole_vectors, alone_vectors) = (vectors_of(&whole), vectors_of(&alone));
+        fn refs(v: &[Vec<f32>]) -> Vec<Option<&[f32]>> {
+            v.iter().map(|v| Some(v.as_slice())).collect()
+        }
+        let (whole_refs, alone_refs) = (refs(&whole_vectors), refs(&alone_vectors));
+        let among = rank_fused_among(
+            &whole,
+            &config,
+            query,
+            &queries,
+            &whole_refs,
+            Some(&allowed),
+        );
+        let expected = ranked(
+            &alone,
+            &rank_fused(&alone, &config, query, &queries, &alone_refs),
+        );
+        assert_eq!(ranked(&whole, &among), expected);
+        assert!(
+            expected.iter().any(|(_, _, v)| v.contains("exact=")),
+            "{expected:?}"
+        );
+        assert!(
+            expected.iter().any(|(_, _, v)| v.contains("param_keys=")),
+            "{expected:?}"
+        );
+        // Over the whole catalog the allowed tools' ranks and scores differ: the test can fail.
+        let everyone = rank_fused(&whole, &config, query, &queries, &whole_refs);
+        let filtered: Vec<_> = ranked(&whole, &everyone)
+            .into_iter()
+            .filter(|(n, ..)| kept.iter().any(|k| k.0 == n))
+            .collect();
+        assert_ne!(filtered, expected);
+        // Every tool allowed, or no mask: the whole catalog's ranking.
+        for mask in [None, Some(&[true; 6][..])] {
+            let all = rank_fused_among(&whole, &config, query, &queries, &whole_refs, mask);
+            assert_eq!(ranked(&whole, &all), ranked(&whole, &everyone));
+        }
+    }
 
     /// A header map as the host serialises it.
     fn map(pairs: &[Pair]) -> HeaderMap {

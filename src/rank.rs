@@ -254,11 +254,34 @@ impl Catalog {
     /// under access rules ranks so, and the order a caller sees never depends on tools it may
     /// not see. The index is remembered for the last mask; every tool allowed: [`Catalog::rank`].
     pub fn rank_among(&self, query: &str, allowed: &[bool]) -> Rc<[Scored]> {
+        match self.allowed_index(allowed) {
+            Some(index) => index.rank(query).into(),
+            None => self.rank(query),
+        }
+    }
+
+    /// The index over the function tools `allowed` marks alone (documents numbered by their
+    /// entries in this catalog), and the lexicon parallel to it: what a catalog of only those
+    /// tools holds. `None` when every function tool is allowed (this catalog's own are).
+    pub fn among(&self, allowed: &[bool]) -> Option<(Rc<Index>, Lexicon)> {
+        let index = self.allowed_index(allowed)?;
+        let lexicon = Lexicon::new(
+            index
+                .documents()
+                .iter()
+                .filter_map(|&e| self.parts.get(e).cloned())
+                .collect(),
+        );
+        Some((index, lexicon))
+    }
+
+    /// [`Catalog::among`]'s index, remembered for the last mask.
+    fn allowed_index(&self, allowed: &[bool]) -> Option<Rc<Index>> {
         let entries = &self.draft.entries;
         let sees = |e: usize| allowed.get(e).copied().unwrap_or(false);
         let function = |e: usize| matches!(entries.get(e), Some(Entry::Function(_)));
         if (0..entries.len()).all(|e| !function(e) || sees(e)) {
-            return self.rank(query);
+            return None;
         }
         let known = self.allowed_index.try_borrow().ok().and_then(|last| {
             let (mask, index) = last.as_ref()?;
@@ -283,7 +306,7 @@ impl Catalog {
             }
             index
         });
-        index.rank(query).into()
+        Some(index)
     }
 
     /// Per entry, whether `grant`'s caller may see it: function tools by name, built-ins by

@@ -230,12 +230,16 @@ impl ServerCatalog {
         let Some(ranked) = &self.ranked else {
             return Vec::new();
         };
-        let entries: Vec<bool> = self
-            .rankable
+        self.found_in(&ranked.rank_among(query, &self.entries_allowed(allowed)))
+    }
+
+    /// `allowed` (per tool) per entry of [`ServerCatalog::index`], as
+    /// [`crate::pipeline::rank_fused_among`] and [`Catalog::rank_among`] take it.
+    pub fn entries_allowed(&self, allowed: &[bool]) -> Vec<bool> {
+        self.rankable
             .iter()
             .map(|&tool| allowed.get(tool).copied().unwrap_or(false))
-            .collect();
-        self.found_in(&ranked.rank_among(query, &entries))
+            .collect()
     }
 
     /// The tools of a ranking of [`ServerCatalog::index`] with some evidence, in its order.

@@ -36,7 +36,7 @@ use crate::access::{Caller, Grant, Surface, Why};
 use crate::config::Config;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
 use crate::fusion::{Channel, Fused};
-use crate::pipeline::{header_safe, rank_fused};
+use crate::pipeline::{header_safe, rank_fused_among};
 use crate::search::memory::{Memory, SessionKey};
 pub use crate::search::respond::Hybrid;
 use crate::search::round::{
@@ -993,7 +993,9 @@ impl Exchange {
         };
         let gathered = hybrid.source.gather(index, &query);
         if let Some((q, t)) = gathered.complete() {
-            let fused = rank_fused(index, hybrid.config, &query, &q, &t);
+            // Under access rules, by the statistics of the caller's tools alone.
+            let allowed = self.allowed(catalog).map(|a| catalog.entries_allowed(&a));
+            let fused = rank_fused_among(index, hybrid.config, &query, &q, &t, allowed.as_deref());
             host.count(Event::RankedHybrid);
             return self.answer_find(host, settings, catalog, verdict.as_ref(), Some(&fused));
         }
@@ -1064,9 +1066,10 @@ impl Exchange {
         let fused = match vectors {
             Ok(vectors) => {
                 hybrid.source.fill(index, gathered, slots, vectors);
-                gathered
-                    .complete()
-                    .map(|(q, t)| rank_fused(index, hybrid.config, &query, &q, &t))
+                let allowed = self.allowed(catalog).map(|a| catalog.entries_allowed(&a));
+                gathered.complete().map(|(q, t)| {
+                    rank_fused_among(index, hybrid.config, &query, &q, &t, allowed.as_deref())
+                })
             }
             Err(reason) => {
                 host.count(Event::Fallback(reason));

@@ -27,7 +27,7 @@ use super::sse::{self, Framing};
 use super::{Edits, Frame, Opening, Reply};
 use crate::config::{Config, Embeddings};
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, parse_response};
-use crate::pipeline::rank_fused;
+use crate::pipeline::rank_fused_among;
 use std::rc::Rc;
 
 /// What the response side needs of the host (Envoy).
@@ -714,7 +714,9 @@ impl Responder {
                 continue;
             }
             if let Some((q, t)) = gathered.complete() {
-                let fused = rank_fused(&catalog, hybrid.config, &query, &q, &t);
+                // Under access rules, by the statistics of the caller's tools alone.
+                let allowed = self.session.allowed();
+                let fused = rank_fused_among(&catalog, hybrid.config, &query, &q, &t, allowed);
                 host.count(Event::Hybrid);
                 self.session.set_ranking(query, fused.order);
                 continue;
@@ -779,7 +781,9 @@ impl Responder {
                         let part: Vec<Vec<f32>> = vectors.by_ref().take(slots.len()).collect();
                         hybrid.source.fill(&catalog, &mut gathered, &slots, part);
                         if let Some((q, t)) = gathered.complete() {
-                            let fused = rank_fused(&catalog, hybrid.config, &query, &q, &t);
+                            let allowed = self.session.allowed();
+                            let fused =
+                                rank_fused_among(&catalog, hybrid.config, &query, &q, &t, allowed);
                             host.count(Event::Hybrid);
                             self.session.set_ranking(query, fused.order);
                         }

@@ -356,6 +356,11 @@ impl Session {
             .any(|c| !self.is_meta(&c.name) && self.refusal_in(reply, c).is_some())
     }
 
+    /// Under access rules, per catalog entry, whether the caller may see it.
+    pub fn allowed(&self) -> Option<&[bool]> {
+        self.allowed.as_deref()
+    }
+
     /// Whether the caller may see catalog entry `entry` (always, without access rules).
     fn may_see(&self, entry: usize) -> bool {
         self.allowed
