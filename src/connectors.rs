@@ -11,10 +11,11 @@
 //! byte outside the entries changed stays as the client wrote it.
 
 use crate::access::{ConnectorVerdict, Denied, Grant, Surface, Why};
-use crate::dialects::{Held, RequestCodec};
+use crate::dialects::{Held, Holder, RequestCodec};
 use crate::pipeline::Denial;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 /// What access rules made of a request's connectors and namespaces.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -53,12 +54,7 @@ pub fn govern(codec: &dyn RequestCodec, body: &str, grant: &Grant) -> Outcome {
     for holder in &holders {
         let mut decided = Vec::new();
         for (item, held) in &holder.entries {
-            let text = holder
-                .array
-                .items
-                .get(*item)
-                .and_then(|r| body.get(r.clone()))
-                .unwrap_or_default();
+            let text = item_text(holder, *item, body);
             let fate = match held {
                 Held::Connector(connector) => match grant.judge_connector(connector) {
                     ConnectorVerdict::Keep => {
@@ -209,11 +205,93 @@ pub fn govern(codec: &dyn RequestCodec, body: &str, grant: &Grant) -> Outcome {
         } else {
             Why::NoIdentity
         };
+        // The shadow policy's view, decided as this one's: would it leave nothing too?
+        let shadow = |s: &Grant| {
+            leaves_nothing(codec, body, &holders, s).then(|| {
+                if s.is_identified() {
+                    Why::Default
+                } else {
+                    Why::NoIdentity
+                }
+            })
+        };
         outcome.denial = grant
-            .judge_request(Surface::Request, None, Some(why), |_| None)
+            .judge_request(Surface::Request, None, Some(why), shadow)
             .map(|why| Denial { tool: None, why });
     }
     outcome
+}
+
+/// The text of item `item` of `holder`'s array in `body` (empty if none).
+fn item_text<'a>(holder: &Holder, item: usize, body: &'a str) -> &'a str {
+    holder
+        .array
+        .items
+        .get(item)
+        .and_then(|r| body.get(r.clone()))
+        .unwrap_or_default()
+}
+
+/// Whether `grant` (unrecorded: the shadow policy's view) leaves a request nothing its caller
+/// may see, as [`govern`] decides it: no connector or namespace function kept, and every item
+/// of the tools array one that leaves (a denied connector, its `mcp_toolset`, an emptied
+/// namespace).
+fn leaves_nothing(codec: &dyn RequestCodec, body: &str, holders: &[Holder], grant: &Grant) -> bool {
+    let mut gone: BTreeSet<&str> = BTreeSet::new();
+    let mut dropped: Vec<(Range<usize>, usize)> = Vec::new();
+    for holder in holders {
+        for (item, held) in &holder.entries {
+            let text = item_text(holder, *item, body);
+            let leaves = match held {
+                Held::Connector(connector) => {
+                    let kept = match grant.connector(connector) {
+                        ConnectorVerdict::Keep => true,
+                        ConnectorVerdict::Narrow(tools) => {
+                            codec.narrow_connector(text, &tools).is_some()
+                        }
+                        ConnectorVerdict::Denied { .. } => false,
+                    };
+                    if kept {
+                        return false;
+                    }
+                    gone.insert(&connector.label);
+                    true
+                }
+                Held::Namespace { name, names, .. } => {
+                    let allowed = |function: &Option<String>| match function {
+                        Some(function) => {
+                            let qualified = format!("{name}.{function}");
+                            grant.tool_named(&[&qualified, function]).allowed()
+                        }
+                        None => true,
+                    };
+                    if names.iter().any(allowed) {
+                        return false;
+                    }
+                    true
+                }
+                // Decided below, once every connector is.
+                Held::OfConnector(_) => false,
+            };
+            if leaves {
+                dropped.push((holder.array.span.clone(), *item));
+            }
+        }
+    }
+    for holder in holders {
+        for (item, held) in &holder.entries {
+            if matches!(held, Held::OfConnector(label) if gone.contains(label.as_str())) {
+                dropped.push((holder.array.span.clone(), *item));
+            }
+        }
+    }
+    crate::dialects::shared::array_at(body, codec.tools_path()).is_none_or(|tools| {
+        (0..tools.items.len()).all(|i| {
+            dropped
+                .iter()
+                .any(|(span, at)| *span == tools.span && *at == i)
+        })
+    })
 }
 
 #[cfg(test)]
@@ -305,6 +383,39 @@ mod tests {
    {"type":"function","name":"ping"}]},
  {"type":"function","name":"search_web"}]}"#
         );
+    }
+
+    #[test]
+    fn the_shadow_decides_nothing_left_as_the_enforced_policy_does() {
+        use crate::access::{Surface, Verdict};
+        let body = r#"{"input":"hi","tools":[{"type":"mcp","server_label":"x","server_url":"https://x.example"}]}"#;
+        let config: AccessConfig = serde_json::from_str(RULES).unwrap();
+        let request_verdicts = |shadow: &str| -> Vec<Verdict> {
+            let shadow: AccessConfig = serde_json::from_str(shadow).unwrap();
+            let policy = Policy::new(&config).unwrap().with_shadow(&shadow).unwrap();
+            let g = Rc::new(policy).grant(&Caller::new(["dev".to_owned()]));
+            let out = govern(Dialect::OpenaiResponses.codec(), body, &g);
+            assert_eq!(out.denial.unwrap().why, Why::Default);
+            g.ledger()
+                .records()
+                .into_iter()
+                .filter(|r| r.surface == Surface::Request)
+                .map(|r| r.verdict)
+                .collect()
+        };
+        // The same rules: the shadow leaves nothing too, and differs in nothing.
+        assert!(!request_verdicts(RULES).contains(&Verdict::ShadowAllow));
+        // A shadow that keeps the connector would not refuse the request.
+        let keeps = r#"{"identity":[{"header":"x-group"}],"default":"allow"}"#;
+        assert!(request_verdicts(keeps).contains(&Verdict::ShadowAllow));
+        // One that keeps a namespace function, beside the denied connector, neither.
+        let body_ns = r#"{"input":"hi","tools":[{"type":"mcp","server_label":"x","server_url":"https://x.example"},
+ {"type":"namespace","name":"crm","description":"CRM","tools":[{"type":"function","name":"get_customer"}]}]}"#;
+        let shadow: AccessConfig = serde_json::from_str(RULES).unwrap();
+        let policy = Policy::new(&config).unwrap().with_shadow(&shadow).unwrap();
+        let g = Rc::new(policy).grant(&Caller::new(["dev".to_owned()]));
+        let out = govern(Dialect::OpenaiResponses.codec(), body_ns, &g);
+        assert_eq!(out.denial, None, "crm.get_customer is allowed");
     }
 
     #[test]
