@@ -61,19 +61,21 @@ pub fn govern(codec: &dyn RequestCodec, body: &str, grant: &Grant) -> Outcome {
                         kept += 1;
                         Fate::Keep
                     }
-                    ConnectorVerdict::Narrow(tools) => match codec.narrow_connector(text, &tools) {
-                        Some(written) => {
-                            kept += 1;
-                            outcome.narrowed += 1;
-                            Fate::Write(written)
+                    ConnectorVerdict::Narrow(tools) => {
+                        match narrowed(codec, &holders, connector, text, &tools) {
+                            Some(written) => {
+                                kept += 1;
+                                outcome.narrowed += 1;
+                                Fate::Write(written)
+                            }
+                            // Cannot be written: it does not go with more than it may.
+                            None => {
+                                outcome.denied += 1;
+                                gone.insert(connector.label.clone());
+                                Fate::Drop
+                            }
                         }
-                        // Cannot be written: it does not go with more than it may.
-                        None => {
-                            outcome.denied += 1;
-                            gone.insert(connector.label.clone());
-                            Fate::Drop
-                        }
-                    },
+                    }
                     ConnectorVerdict::Denied { name, why } => {
                         outcome.denied += 1;
                         gone.insert(connector.label.clone());
@@ -232,6 +234,28 @@ fn item_text<'a>(holder: &Holder, item: usize, body: &'a str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// `connector`'s entry (`text`) written with its allowed tools narrowed to `tools`; `None`
+/// when that cannot be written. A connector an Anthropic `mcp_toolset` names (the
+/// `mcp-client-2025-11-20` beta) takes its tools from the toolset's `default_config` and
+/// `configs`, which toolsift does not write: a list written on its `mcp_servers` entry
+/// would not be the one the provider reads, so the rules that narrow it deny it whole.
+fn narrowed(
+    codec: &dyn RequestCodec,
+    holders: &[Holder],
+    connector: &crate::access::Connector,
+    text: &str,
+    tools: &[String],
+) -> Option<String> {
+    let has_toolset = holders
+        .iter()
+        .flat_map(|h| h.entries.iter())
+        .any(|(_, held)| matches!(held, Held::OfConnector(label) if *label == connector.label));
+    if has_toolset {
+        return None;
+    }
+    codec.narrow_connector(text, tools)
+}
+
 /// Whether `grant` (unrecorded: the shadow policy's view) leaves a request nothing its caller
 /// may see, as [`govern`] decides it: no connector or namespace function kept, and every item
 /// of the tools array one that leaves (a denied connector, its `mcp_toolset`, an emptied
@@ -247,7 +271,7 @@ fn leaves_nothing(codec: &dyn RequestCodec, body: &str, holders: &[Holder], gran
                     let kept = match grant.connector(connector) {
                         ConnectorVerdict::Keep => true,
                         ConnectorVerdict::Narrow(tools) => {
-                            codec.narrow_connector(text, &tools).is_some()
+                            narrowed(codec, holders, connector, text, &tools).is_some()
                         }
                         ConnectorVerdict::Denied { .. } => false,
                     };
@@ -364,6 +388,48 @@ mod tests {
         let denial = out.denial.unwrap();
         assert_eq!(denial.tool.as_deref(), Some("mcp_url:evil.example"));
         assert!(out.body.is_none());
+    }
+
+    #[test]
+    fn an_anthropic_server_with_a_toolset_is_not_narrowed_but_denied_whole() {
+        let rules = r#"{"identity":[{"header":"x-group"}],"default":"deny","rules":[
+            {"when":["dev"],"allow":["mcp:github","mcp_url:*.githubcopilot.com",
+                                     "mcp:github/search_repos","search_*"]}]}"#;
+        let server = r#"{"type":"url","url":"https://api.githubcopilot.com/mcp","name":"github"}"#;
+        let old_beta = format!(
+            r#"{{"model":"m","max_tokens":9,"messages":[],"mcp_servers":[{server}],"tools":[{{"name":"search_docs","input_schema":{{}}}}]}}"#
+        );
+        let govern_by = |rules: &str, body: &str| {
+            govern(Dialect::Anthropic.codec(), body, &grant(rules, &["dev"]))
+        };
+        let out = govern_by(rules, &old_beta);
+        assert_eq!((out.denied, out.narrowed), (0, 1));
+        assert!(
+            out.body
+                .unwrap()
+                .contains(r#""tool_configuration":{"allowed_tools":["search_repos"]}"#)
+        );
+        // The later beta: the toolset's `configs` say which tools go, and toolsift does not
+        // write them; the server and its toolset leave.
+        let toolset = r#"{"type":"mcp_toolset","mcp_server_name":"github","default_config":{"enabled":false},"configs":{"search_repos":{"enabled":true},"delete_repo":{"enabled":true}}}"#;
+        let new_beta = format!(
+            r#"{{"model":"m","max_tokens":9,"messages":[],"mcp_servers":[{server}],"tools":[{toolset},{{"name":"search_docs","input_schema":{{}}}}]}}"#
+        );
+        let out = govern_by(rules, &new_beta);
+        assert_eq!((out.denied, out.narrowed), (1, 0));
+        assert_eq!(
+            out.body.unwrap(),
+            r#"{"model":"m","max_tokens":9,"messages":[],"mcp_servers":[],"tools":[{"name":"search_docs","input_schema":{}}]}"#
+        );
+        // A connector the rules allow whole goes as the client wrote it, toolset and all.
+        let whole = r#"{"identity":[{"header":"x-group"}],"default":"deny","rules":[
+            {"when":["dev"],"allow":["mcp:github","mcp_url:*.githubcopilot.com","mcp:github/*","search_*"]}]}"#;
+        let out = govern(
+            Dialect::Anthropic.codec(),
+            &new_beta,
+            &grant(whole, &["dev"]),
+        );
+        assert_eq!((out.denied, out.narrowed, out.body), (0, 0, None));
     }
 
     #[test]
