@@ -732,14 +732,7 @@ fn source_names(decided: &[Decided]) -> String {
 }
 
 fn main() {
-    let mut seeds = DEFAULT_SEEDS;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--seeds" => seeds = args.next().and_then(|n| n.parse().ok()).expect("--seeds N"),
-            other => panic!("unknown argument {other} (usage: auto_k [--seeds N])"),
-        }
-    }
+    let seeds = catalogs::seeds_argument("auto_k", DEFAULT_SEEDS);
     let config = Config::default();
     let top_k = config.top_k;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");

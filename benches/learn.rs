@@ -836,14 +836,7 @@ struct Cell {
 }
 
 fn main() {
-    let mut seeds = DEFAULT_SEEDS;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--seeds" => seeds = args.next().and_then(|n| n.parse().ok()).expect("--seeds N"),
-            other => panic!("unknown argument {other} (usage: learn [--seeds N])"),
-        }
-    }
+    let seeds = catalogs::seeds_argument("learn", DEFAULT_SEEDS);
     let config = Config::default();
     let weights = Engine::new(config).weights;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");

@@ -83,3 +83,17 @@ pub fn seeded(seed: u64) -> TestRng {
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
+
+/// The seeds a benchmark runs over: `--seeds N` on its command line, else `default`.
+/// `program` names it in the usage a wrong argument gets.
+pub fn seeds_argument(program: &str, default: u64) -> u64 {
+    let mut seeds = default;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seeds" => seeds = args.next().and_then(|n| n.parse().ok()).expect("--seeds N"),
+            other => panic!("unknown argument {other} (usage: {program} [--seeds N])"),
+        }
+    }
+    seeds
+}
