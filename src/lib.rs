@@ -25,9 +25,11 @@
 //! - [`followup`] (on index: what a follow-up turn is ranked with);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
+//!   [`gen_ai`] (a request's OpenTelemetry GenAI attributes),
 //!   [`search`], [`eval`], [`mcp`], [`lifecycle`] (one stream's callbacks in, through the `Proxy` out), and
 //!   the proxy-wasm filter on top;
-//! - [`report`] (the access log summed up, for the CLI) stands alone.
+//! - [`report`] (the access log summed up, for the CLI) stands alone, but for the pipeline's
+//!   encoding of names ([`pipeline::percent_decode`]).
 
 pub mod access;
 pub mod auto_k;
@@ -41,6 +43,7 @@ pub mod eval;
 pub mod followup;
 pub mod fusion;
 pub mod gating;
+pub mod gen_ai;
 pub mod glob;
 pub mod index;
 pub mod json;

@@ -179,6 +179,8 @@ pub struct Analysis {
     pub native_search: bool,
     /// The session the dialect's own fields name (see [`crate::dialects::Request::session`]).
     pub session: Option<String>,
+    /// The model the body names ([`Request::model`]).
+    pub model: Option<String>,
 }
 
 /// The loop guard's note for one evicted tool: an insertion into the request body.
@@ -815,6 +817,27 @@ pub fn header_safe(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// [`header_safe`]'s inverse: `%XX` sequences decoded (an invalid one kept as it is), bytes that are not UTF-8 replaced.
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = |j: usize| bytes.get(j).and_then(|c| char::from(*c).to_digit(16));
+        match (b, hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The JSON error body of `on_error: reject`, in the OpenAI error shape most clients parse.
 pub fn error_body(reason: Skip) -> String {
     let message = match reason {
@@ -1057,6 +1080,7 @@ impl Engine {
             stream: false,
             native_search: false,
             session: None,
+            model: None,
         };
         let mut analysis = self.conclude(
             Reader::Custom,
@@ -1188,6 +1212,7 @@ impl Engine {
             unknown,
             native_search,
             session: request.session,
+            model: request.model,
         })
     }
 

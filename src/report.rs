@@ -12,6 +12,7 @@
 //! display. Every map keyed by client data (tool names, catalogs, rules) is bounded: past
 //! [`MAX_NAMES`] distinct keys the rest is counted as `others`.
 
+pub use crate::pipeline::percent_decode;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -26,27 +27,6 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 pub const MAX_NAMES: usize = 10_000;
 /// The shares of calls the report finds the smallest k for, as (numerator, denominator).
 pub const TARGETS: [(u64, u64, &str); 3] = [(95, 100, "95"), (99, 100, "99"), (999, 1000, "99.9")];
-
-/// `%XX` sequences decoded (an invalid one kept as it is), bytes that are not UTF-8 replaced.
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let hex = |j: usize| bytes.get(j).and_then(|c| char::from(*c).to_digit(16));
-        match (b, hex(i + 1), hex(i + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
-                i += 3;
-            }
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 /// A comma-separated list of percent-encoded names, decoded; empty items dropped.
 fn names(list: &str) -> Vec<String> {

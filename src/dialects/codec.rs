@@ -31,6 +31,16 @@ pub trait RequestCodec: Sync {
     /// generation endpoints.
     fn serves(&self, path: &str) -> bool;
 
+    /// The OpenTelemetry GenAI conventions' `gen_ai.provider.name` and `gen_ai.operation.name`
+    /// of this API's generation requests ([`crate::gen_ai`]).
+    fn gen_ai(&self) -> (&'static str, &'static str);
+
+    /// The model a request's path names, as it is in the path (APIs that name it there, not in
+    /// the body).
+    fn model_in_path<'a>(&self, _path: &'a str) -> Option<&'a str> {
+        None
+    }
+
     /// The chain of keys under which the tools array sits.
     fn tools_path(&self) -> &'static [&'static str] {
         &["tools"]

@@ -237,6 +237,9 @@ pub struct Request {
     /// `prompt_cache_key`, `user`, `safety_identifier`; Anthropic `metadata.user_id`): what
     /// search mode's memory of found tools is keyed by without a session header.
     pub session: Option<String>,
+    /// The model the body names (OpenTelemetry's `gen_ai.request.model`, [`crate::gen_ai`]);
+    /// APIs that name it in the path have it from [`RequestCodec::model_in_path`].
+    pub model: Option<String>,
 }
 
 /// Tools that selection must keep because the request says so.

@@ -79,7 +79,19 @@ impl Request {
     ) -> Read {
         self.buffering = None;
         let mut actions = Vec::new();
-        match self.read_body(engine, reader, body, aliases, now, &mut actions) {
+        let read = self.read_body(engine, reader, body, aliases, now, &mut actions);
+        if let Some(gen_ai) = self.gen_ai.take() {
+            let model = match &read {
+                Ok(Some(analysis)) => analysis.model.clone(),
+                _ if gen_ai.reads_body() => crate::gen_ai::model_in_body(body),
+                _ => None,
+            };
+            actions.push(Action::RecordFilterState {
+                name: crate::gen_ai::FILTER_STATE,
+                value: gen_ai.record(model.as_deref()),
+            });
+        }
+        match read {
             Ok(Some(analysis)) => Read::Analysed { actions, analysis },
             Ok(None) => Read::Answered(actions),
             // A body rewritten before its tools were read goes on rewritten (a resolved

@@ -283,6 +283,9 @@ pub struct Request {
     outside_kept: usize,
     /// `shadow`: the answer's calls measured against the request's ranking.
     pub shadow: Option<crate::shadow::Watch>,
+    /// `gen_ai`: the request's GenAI attributes known from its headers, recorded with its
+    /// body's model ([`crate::gen_ai`]).
+    gen_ai: Option<crate::gen_ai::GenAi>,
     /// Paused until a call (the gating server's, the embeddings) answers ([`steps`]).
     pending: Option<Box<steps::Pending>>,
 }
@@ -323,12 +326,16 @@ impl Request {
         let Reader::Dialect(dialect) = reader else {
             return actions;
         };
-        if let Some(grant) = self.grant.clone() {
-            let path = map
-                .get(":path")
+        let path = || {
+            map.get(":path")
                 .and_then(|p| std::str::from_utf8(p).ok())
-                .unwrap_or_default();
-            if self.guard(dialect, grant, path, &mut actions) {
+                .unwrap_or_default()
+        };
+        if config.gen_ai {
+            self.gen_ai = Some(crate::gen_ai::GenAi::at(dialect, path()));
+        }
+        if let Some(grant) = self.grant.clone() {
+            if self.guard(dialect, grant, path(), &mut actions) {
                 return actions;
             }
         }

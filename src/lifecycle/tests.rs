@@ -1448,3 +1448,38 @@ fn a_worker_keeps_vectors_with_hybrid_ranking_only() {
             .counts_mcp()
     );
 }
+
+/// `gen_ai`: the body phase records the request's GenAI attributes, the model from the body;
+/// without it, nothing.
+#[test]
+fn gen_ai_records_the_provider_operation_and_model() {
+    let recorded = |config: &str, sent: &[u8]| {
+        let mut engine = engine(config);
+        let mut request = Request::new();
+        headers(&engine, &mut request, CHAT);
+        let (_, read) = read(&mut engine, &mut request, sent);
+        let actions = match read {
+            Read::Analysed { actions, .. } | Read::Skipped { actions, .. } => actions,
+            Read::Answered(actions) => actions,
+        };
+        actions.into_iter().find_map(|a| match a {
+            Action::RecordFilterState {
+                name: "toolsift_gen_ai",
+                value,
+            } => Some(value),
+            _ => None,
+        })
+    };
+    let sent = chat(TOOLS, "what is the weather forecast for Paris tomorrow?");
+    // Analysed and filtered, or let through with too few tools.
+    for on in [
+        r#"{"top_k":2,"min_tools":3,"gen_ai":true}"#,
+        r#"{"top_k":2,"gen_ai":true}"#,
+    ] {
+        assert_eq!(recorded(on, &sent).as_deref(), Some("openai chat gpt-4o"));
+    }
+    let on = r#"{"top_k":2,"gen_ai":true}"#;
+    // A body it cannot read still has its provider and operation.
+    assert_eq!(recorded(on, b"{not json").as_deref(), Some("openai chat -"));
+    assert_eq!(recorded(r#"{"top_k":2}"#, &sent), None);
+}

@@ -34,10 +34,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def render_envoy_yaml(config, port, admin, upstream):
-    """The shipped envoy.yaml with test ports, the absolute wasm path and `config` as the plugin
-    configuration (the block under `value: |`), as tests/common/mod.rs renders it."""
-    lines = (REPO / "envoy.yaml").read_text().splitlines()
+def render_envoy_yaml(config, port, admin, upstream, source="envoy.yaml", ports=None):
+    """The shipped envoy.yaml (or `source`) with test ports, the absolute wasm path and `config` as
+    the plugin configuration (the block under `value: |`), as tests/common/mod.rs renders it;
+    `ports` maps more of its ports to the test's."""
+    lines = (REPO / source).read_text().splitlines()
     out, i = [], 0
     while i < len(lines):
         line = lines[i]
@@ -52,6 +53,8 @@ def render_envoy_yaml(config, port, admin, upstream):
         line = line.replace("port_value: 10000", f"port_value: {port}")
         line = line.replace("port_value: 9901", f"port_value: {admin}")
         line = line.replace("port_value: 18000", f"port_value: {upstream}")
+        for shipped, test in (ports or {}).items():
+            line = line.replace(f"port_value: {shipped}", f"port_value: {test}")
         out.append(line.replace("target/wasm32-wasip1/release/toolsift.wasm", str(WASM)))
     return "\n".join(out) + "\n"
 
@@ -59,7 +62,7 @@ def render_envoy_yaml(config, port, admin, upstream):
 class Gateway:
     """The demo upstream and Envoy with toolsift configured by `config`; `url` is the gateway."""
 
-    def __init__(self, config, scratch):
+    def __init__(self, config, scratch, source="envoy.yaml", ports=None):
         for path in (ENVOY, WASM, UPSTREAM):
             assert path.exists(), f"{path} is missing: run `make build envoy` (make test does it)"
         self.upstream = subprocess.Popen(
@@ -75,7 +78,8 @@ class Gateway:
         # beside this one): Envoy then exits, and starts again on other ports (three times at most).
         for attempt in range(3):
             self.port, self.admin = free_port(), free_port()
-            yaml.write_text(render_envoy_yaml(config, self.port, self.admin, self.upstream_port))
+            yaml.write_text(render_envoy_yaml(config, self.port, self.admin, self.upstream_port,
+                                              source, ports))
             self.envoy = subprocess.Popen(
                 [ENVOY, "-c", yaml, "--concurrency", "1", "--disable-hot-restart", "--log-level", "info",
                  "--log-path", self.log],

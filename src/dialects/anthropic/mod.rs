@@ -29,6 +29,10 @@ impl RequestCodec for Anthropic {
         path.ends_with("/messages")
     }
 
+    fn gen_ai(&self) -> (&'static str, &'static str) {
+        ("anthropic", "chat")
+    }
+
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
     }

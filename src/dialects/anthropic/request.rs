@@ -17,6 +17,9 @@ use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
+    /// The model, for OpenTelemetry's `gen_ai.request.model` ([`crate::gen_ai`]).
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
     #[serde(borrow, default)]
     messages: Option<Vec<Message<'a>>>,
     #[serde(borrow, default)]
@@ -92,6 +95,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search: body.contains("\"tool_reference\"") && searched(&messages),
+        model: parsed.model.map(|m| m.to_string()),
         session: parsed
             .metadata
             .and_then(crate::json::parse::<Metadata>)

@@ -33,6 +33,17 @@ impl RequestCodec for Bedrock {
         matches!(last, Some("converse" | "converse-stream")) && model == Some("model")
     }
 
+    fn gen_ai(&self) -> (&'static str, &'static str) {
+        ("aws.bedrock", "chat")
+    }
+
+    /// `/model/{id}/converse`: the id percent-encoded, as the SDKs send it.
+    fn model_in_path<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let mut segments = path.rsplit('/');
+        let _converse = segments.next();
+        segments.next().filter(|id| !id.is_empty())
+    }
+
     fn tools_path(&self) -> &'static [&'static str] {
         &["toolConfig", "tools"]
     }

@@ -29,6 +29,17 @@ impl RequestCodec for Gemini {
         path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent")
     }
 
+    fn gen_ai(&self) -> (&'static str, &'static str) {
+        ("gcp.gemini", "generate_content")
+    }
+
+    /// `…/models/{model}:generateContent`.
+    fn model_in_path<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let (_, model) = path.rsplit_once("/models/")?;
+        let (model, _) = model.split_once(':')?;
+        (!model.is_empty()).then_some(model)
+    }
+
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
     }

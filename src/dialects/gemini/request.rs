@@ -107,6 +107,8 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         stream: false,
         native_search: false,
         // The API has no field naming a session: only the configured header does.
+        // In the path, not the body: `Codec::model_in_path`.
+        model: None,
         session: None,
     })
 }

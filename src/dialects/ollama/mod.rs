@@ -28,6 +28,11 @@ impl RequestCodec for Ollama {
         path.ends_with("/api/chat")
     }
 
+    // Not among the conventions' well-known providers: its own name.
+    fn gen_ai(&self) -> (&'static str, &'static str) {
+        ("ollama", "chat")
+    }
+
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
     }

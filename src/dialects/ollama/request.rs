@@ -10,6 +10,9 @@ use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
 struct Body<'a> {
+    /// The model, for OpenTelemetry's `gen_ai.request.model` ([`crate::gen_ai`]).
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
     #[serde(borrow, default)]
     messages: Option<Vec<Message<'a>>>,
     #[serde(default)]
@@ -68,6 +71,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         stream: parsed.stream.unwrap_or(true),
         native_search: false,
         // The API has no field naming a session: only the configured header does.
+        model: parsed.model.map(|m| m.to_string()),
         session: None,
     })
 }

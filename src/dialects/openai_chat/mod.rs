@@ -25,6 +25,12 @@ impl RequestCodec for OpenaiChat {
         path.ends_with("/chat/completions")
     }
 
+    // OpenAI-compatible servers (vLLM, Ollama's /v1, LiteLLM) speak it too; the conventions
+    // name the API's flavour, and the model says the rest.
+    fn gen_ai(&self) -> (&'static str, &'static str) {
+        ("openai", "chat")
+    }
+
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
     }

@@ -13,6 +13,9 @@ use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
+    /// The model, for OpenTelemetry's `gen_ai.request.model` ([`crate::gen_ai`]).
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
     #[serde(borrow, default)]
     messages: Option<Vec<Message<'a>>>,
     #[serde(borrow, default)]
@@ -87,6 +90,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search: false,
+        model: parsed.model.map(|m| m.to_string()),
         session: first_text(&[
             parsed.prompt_cache_key,
             parsed.user,

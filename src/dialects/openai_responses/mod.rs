@@ -25,6 +25,10 @@ impl RequestCodec for OpenaiResponses {
         path.ends_with("/responses")
     }
 
+    fn gen_ai(&self) -> (&'static str, &'static str) {
+        ("openai", "chat")
+    }
+
     fn parse(&self, body: &str) -> Result<Request, Problem> {
         request::parse(body)
     }

@@ -18,6 +18,9 @@ use std::ops::Range;
 
 #[derive(Deserialize)]
 struct Body<'a> {
+    /// The model, for OpenTelemetry's `gen_ai.request.model` ([`crate::gen_ai`]).
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -99,6 +102,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
         latest_calls: history.latest,
         stream: is_true(parsed.stream),
         native_search,
+        model: parsed.model.map(|m| m.to_string()),
         session: first_text(&[
             parsed.prompt_cache_key,
             parsed.user,
