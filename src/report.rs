@@ -1,10 +1,13 @@
 //! What the access log says, summed up for an operator (`toolsift report`). Native only, like
 //! [`crate::eval`]; never linked into the `.wasm`.
 //!
-//! The shipped Envoy configurations log one JSON object per request. The keys read here are
-//! `toolsift` (the `x-toolsift` value), `toolsift_shadow` (the calls in the model's answer and
-//! their ranks), `toolsift_tokens` (`before/after`) and `toolsift_access` (access decisions); a
-//! value Envoy writes as `null` or `"-"` was not set. Their formats are in docs/report.md.
+//! The shipped Envoy configurations log one JSON object per request. The key read here is
+//! `toolsift`, the request's one record: the `x-toolsift` value, then the tools' tokens
+//! (`tokens=before/after`), the access verdicts (`verdicts=…`) and shadow's ranks of the calls
+//! in the model's answer (`calls=… missed=…`). Logs written before the record (toolsift before
+//! issue 47) carried the last three under keys of their own, `toolsift_tokens`,
+//! `toolsift_access` and `toolsift_shadow`: they are still read. A value Envoy writes as `null`
+//! or `"-"` was not set. The formats are in docs/report.md.
 //!
 //! Nothing a log holds can make this module panic: a line that is not a JSON object is
 //! malformed, one without the `toolsift` key foreign, and a value that does not read is counted
@@ -151,6 +154,15 @@ pub fn parse_shadow(value: &str) -> Option<Shadow> {
         "filtered" => false,
         _ => return None,
     };
+    let fields = items
+        .map(|item| item.split_once('='))
+        .collect::<Option<Vec<_>>>()?;
+    shadow_from(sampled, calls, &fields)
+}
+
+/// A shadow record from its calls (`a@3,b@14`) and its other fields as `(key, value)`: those
+/// of `toolsift_shadow` or of the record (other keys are passed over).
+fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Shadow> {
     let calls = calls
         .split(',')
         .filter(|c| !c.is_empty())
@@ -166,8 +178,7 @@ pub fn parse_shadow(value: &str) -> Option<Shadow> {
         auto_k: None,
         capped: None,
     };
-    for item in items {
-        let (key, v) = item.split_once('=')?;
+    for (key, v) in fields.iter().copied() {
         match key {
             "missed" => shadow.missed = v.parse().ok()?,
             "top_k" => shadow.top_k = Some(v.parse().ok().filter(|k| *k >= 1)?),
@@ -179,6 +190,71 @@ pub fn parse_shadow(value: &str) -> Option<Shadow> {
         }
     }
     Some(shadow)
+}
+
+/// The keys of the record's own fields, after what `x-toolsift` says (docs/report.md, "The
+/// record"): `x-toolsift` (and an MCP route's value) never uses them.
+pub const RECORD_KEYS: [&str; 8] = [
+    "tokens",
+    "verdicts",
+    "calls",
+    "missed",
+    "top_k",
+    "tools",
+    "catalog",
+    "unreadable",
+];
+
+/// A `toolsift` record split: what `x-toolsift` says (its fields in their order), and the
+/// record's own fields ([`RECORD_KEYS`]) as `(key, value)`. A value logged before the record
+/// has no fields of its own.
+pub fn split_record(value: &str) -> (String, Vec<(&str, &str)>) {
+    let mut header: Vec<&str> = Vec::new();
+    let mut own = Vec::new();
+    for field in value.split(' ').filter(|f| !f.is_empty()) {
+        match field.split_once('=') {
+            Some((key, v)) if RECORD_KEYS.contains(&key) => own.push((key, v)),
+            _ => header.push(field),
+        }
+    }
+    (header.join(" "), own)
+}
+
+/// The record's own parts, read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecordParts {
+    /// `tokens=before/after`: `Some(None)` when it does not read.
+    pub tokens: Option<Option<(u64, u64)>>,
+    /// `verdicts=…`: the items that read, and how many did not.
+    pub verdicts: Option<(Vec<AccessItem>, usize)>,
+    /// `calls=… missed=… top_k=… tools=… catalog=…`: `Some(None)` when it does not read.
+    pub shadow: Option<Option<Shadow>>,
+}
+
+/// Reads the record's own fields (from [`split_record`]). Shadow's part takes from what
+/// `x-toolsift` says whether the request was shadowed (`shadow=would_keep:N`) and, with
+/// `auto_k`, where its k came from and its cap (`k=auto:12 capped=0.962`).
+pub fn parse_record_parts(header: &str, own: &[(&str, &str)]) -> RecordParts {
+    let field = |key: &str| own.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+    let header_field = |key: &str| {
+        header
+            .split(' ')
+            .find_map(|f| f.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+    };
+    let shadow = field("calls").map(|calls| {
+        let sampled = header_field("shadow").is_some();
+        // `auto_k`'s source and cap, as `toolsift_shadow` said them (`k=auto`).
+        let source = header_field("k").and_then(|k| k.split(':').next());
+        let auto_k = source.map(|k| ("k", k)).into_iter();
+        let capped = header_field("capped").map(|c| ("capped", c));
+        let fields: Vec<(&str, &str)> = own.iter().copied().chain(auto_k).chain(capped).collect();
+        shadow_from(sampled, calls, &fields)
+    });
+    RecordParts {
+        tokens: field("tokens").map(parse_tokens),
+        verdicts: field("verdicts").map(|v| parse_access_list(v, ',')),
+        shadow,
+    }
 }
 
 /// Reads a `toolsift_tokens` value, `before/after`.
@@ -233,9 +309,15 @@ fn parse_access_item(item: &str) -> Option<AccessItem> {
 
 /// Reads a `toolsift_access` value: its items that read, and how many did not.
 pub fn parse_access(value: &str) -> (Vec<AccessItem>, usize) {
+    parse_access_list(value, ' ')
+}
+
+/// Items separated by `separator` (a space in `toolsift_access`, a comma in the record's
+/// `verdicts=`): those that read, and how many did not.
+fn parse_access_list(value: &str, separator: char) -> (Vec<AccessItem>, usize) {
     let mut bad = 0;
     let items = value
-        .split(' ')
+        .split(separator)
         .filter(|i| !i.is_empty())
         .filter_map(|i| {
             let item = parse_access_item(i);
@@ -609,6 +691,19 @@ fn value<'a>(
     }
 }
 
+/// A log line's value of `key` (a part's key before the record) read by `parse`, with the key;
+/// `Some((None, key))` when it is not a string. `None` when unset.
+fn part_or_old<T>(
+    object: &serde_json::Map<String, serde_json::Value>,
+    key: &'static str,
+    parse: fn(&str) -> T,
+) -> Option<(Option<T>, &'static str)> {
+    match value(object, key) {
+        Ok(v) => v.map(|v| (Some(parse(v)), key)),
+        Err(()) => Some((None, key)),
+    }
+}
+
 impl Tally {
     pub fn new() -> Tally {
         Tally::default()
@@ -637,44 +732,67 @@ impl Tally {
         let unreadable = |tally: &mut Tally, key: &str| {
             *tally.lines.unreadable.entry(key.to_owned()).or_default() += 1;
         };
-        match value(&object, "toolsift").map(|v| v.map(parse_decision)) {
-            Ok(None) => self.count_outcome("none"),
-            Ok(Some(Some(d))) => self.add_decision(&d),
-            Ok(Some(None)) | Err(()) => {
+        let record = value(&object, "toolsift");
+        let (header, own) = match record {
+            Ok(Some(v)) => split_record(v),
+            _ => (String::new(), Vec::new()),
+        };
+        match record {
+            Err(()) => {
                 unreadable(self, "toolsift");
                 self.count_outcome("unreadable");
             }
+            // Unset, or a record of access verdicts alone (a request toolsift let through).
+            Ok(None) => self.count_outcome("none"),
+            Ok(Some(_)) if header.is_empty() => self.count_outcome("none"),
+            Ok(Some(_)) => match parse_decision(&header) {
+                Some(d) => self.add_decision(&d),
+                None => {
+                    unreadable(self, "toolsift");
+                    self.count_outcome("unreadable");
+                }
+            },
         }
-        match value(&object, "toolsift_shadow").map(|v| v.map(parse_shadow)) {
-            Ok(None) => {}
-            Ok(Some(Some(s))) => self.add_shadow(&s),
-            Ok(Some(None)) | Err(()) => unreadable(self, "toolsift_shadow"),
+        let parts = parse_record_parts(&header, &own);
+        // Each part from the record, or else from its key of old (logs before the record).
+        let shadow = parts.shadow.map(|s| (s, "toolsift.shadow")).or_else(|| {
+            part_or_old(&object, "toolsift_shadow", parse_shadow).map(|(s, k)| (s.flatten(), k))
+        });
+        match shadow {
+            None => {}
+            Some((Some(s), _)) => self.add_shadow(&s),
+            Some((None, key)) => unreadable(self, key),
         }
-        match value(&object, "toolsift_tokens").map(|v| v.map(parse_tokens)) {
-            Ok(None) => {}
-            Ok(Some(Some((before, after)))) => {
+        let tokens = parts.tokens.map(|t| (t, "toolsift.tokens")).or_else(|| {
+            part_or_old(&object, "toolsift_tokens", parse_tokens).map(|(t, k)| (t.flatten(), k))
+        });
+        match tokens {
+            None => {}
+            Some((Some((before, after)), _)) => {
                 self.tokens.0 += 1;
                 self.tokens.1 += before;
                 self.tokens.2 += after;
                 self.tokens.3 += before.saturating_sub(after);
             }
-            Ok(Some(None)) | Err(()) => unreadable(self, "toolsift_tokens"),
+            Some((None, key)) => unreadable(self, key),
         }
-        match value(&object, "toolsift_access") {
-            Ok(None) => {}
-            Ok(Some(v)) => {
-                let (items, bad) = parse_access(v);
-                if bad > 0 {
-                    unreadable(self, "toolsift_access");
-                }
-                for item in items {
-                    *self
-                        .access
-                        .entry((item.verdict, item.surface, item.rule))
-                        .or_default() += 1;
-                }
+        let access = parts
+            .verdicts
+            .map(|v| (v, "toolsift.verdicts"))
+            .or_else(|| {
+                part_or_old(&object, "toolsift_access", parse_access)
+                    .map(|(v, k)| (v.unwrap_or((Vec::new(), 1)), k))
+            });
+        if let Some(((items, bad), key)) = access {
+            if bad > 0 {
+                unreadable(self, key);
             }
-            Err(()) => unreadable(self, "toolsift_access"),
+            for item in items {
+                *self
+                    .access
+                    .entry((item.verdict, item.surface, item.rule))
+                    .or_default() += 1;
+            }
         }
     }
 
@@ -1063,6 +1181,54 @@ mod tests {
         assert_eq!(r.lines.unreadable.get("toolsift_shadow"), None);
         let bad = parse_shadow("shadow=a@1 top_k=5 k=auto capped=nan");
         assert_eq!(bad, None);
+    }
+
+    #[test]
+    fn a_record_reads_as_its_keys_of_old_did() {
+        // The same requests, as one record and as the keys written before it.
+        let pairs = [
+            (
+                "kept=64 total=900 k=pooled:64 capped=0.962 shadow=would_keep:64 \
+                 tokens=90000/90000 calls=a@70,b@- missed=1 top_k=64 tools=900 catalog=c2",
+                r#"{"toolsift":"kept=64 total=900 k=pooled:64 capped=0.962 shadow=would_keep:64",
+                "toolsift_tokens":"90000/90000","toolsift_shadow":
+                "shadow=a@70,b@- missed=1 top_k=64 tools=900 catalog=c2 k=pooled capped=0.962"}"#,
+            ),
+            (
+                "kept=5 total=200 k=auto:5 denied=1 tokens=9000/400 \
+                 verdicts=deny:tools:r%2C1:x,would_deny:call:default:y:z \
+                 calls= missed=0 top_k=5 tools=200 catalog=c1 unreadable=1",
+                r#"{"toolsift":"kept=5 total=200 k=auto:5 denied=1","toolsift_tokens":"9000/400",
+                "toolsift_access":"deny:tools:r%2C1:x would_deny:call:default:y:z",
+                "toolsift_shadow":"filtered= missed=0 top_k=5 tools=200 catalog=c1 k=auto"}"#,
+            ),
+            (
+                "verdicts=would_deny:request:default:-",
+                r#"{"toolsift":null,"toolsift_access":"would_deny:request:default:-"}"#,
+            ),
+        ];
+        let (mut new, mut old) = (Tally::new(), Tally::new());
+        for (record, keys) in pairs {
+            let line = serde_json::json!({ "toolsift": record }).to_string();
+            new.add_line(Some(line.as_bytes()));
+            old.add_line(Some(keys.replace('\n', "").as_bytes()));
+        }
+        let (new, old) = (new.report(), old.report());
+        assert_eq!(new, old);
+        assert_eq!(new.tokens.requests, 2);
+        assert_eq!(new.shadow.sampled.calls, 1);
+        assert_eq!(new.shadow.filtered_requests, 1);
+        assert_eq!(
+            new.shadow.catalogs[0].auto_k.as_ref().unwrap().capped,
+            Some(0.962)
+        );
+        assert_eq!(new.access.by_surface.len(), 2);
+        assert!(new.lines.unreadable.is_empty(), "{:?}", new.lines);
+        // The record's own keys split from what `x-toolsift` says.
+        let (header, own) = split_record(pairs[1].0);
+        assert_eq!(header, "kept=5 total=200 k=auto:5 denied=1");
+        assert_eq!(own.first(), Some(&("tokens", "9000/400")));
+        assert_eq!(own.len(), 8);
     }
 
     #[test]

@@ -107,11 +107,11 @@ impl Record {
         self.calls.iter().filter(|c| c.rank.is_some())
     }
 
-    /// The access log's `toolsift_shadow`:
-    /// `shadow=get_pod_logs@3,post_update@14 missed=1 top_k=5 tools=200 catalog=3fa2b1c0`
-    /// (`filtered=…` when not sampled; `name@-` for a tool the ranking does not hold; with
-    /// `auto_k`, ` k=auto`, `pooled` or `default` after it: where `top_k` came from).
-    pub fn log_value(&self) -> String {
+    /// Its fields in the access log's record (docs/report.md): `calls=get_pod_logs@3,post_update@14
+    /// missed=1 top_k=5 tools=200 catalog=3fa2b1c0` (`name@-` for a tool the ranking does not
+    /// hold; ` unreadable=1` when the answer could not be read). Whether it was shadowed, and
+    /// `auto_k`'s source and cap, are the record's head's (`shadow=would_keep:N`, `k=auto:12`).
+    pub fn fields(&self) -> String {
         let calls: Vec<String> = self
             .calls
             .iter()
@@ -121,21 +121,13 @@ impl Record {
             })
             .collect();
         let mut out = format!(
-            "{}={} missed={} top_k={} tools={} catalog={}",
-            if self.sampled { "shadow" } else { "filtered" },
+            "calls={} missed={} top_k={} tools={} catalog={}",
             calls.join(","),
             self.missed(),
             self.top_k,
             self.tools,
             catalog_name(self.catalog),
         );
-        if let Some(chosen) = self.auto_k {
-            out.push_str(" k=");
-            out.push_str(chosen.source.name());
-            if let Some(share) = chosen.capped {
-                out.push_str(&format!(" capped={share:.3}"));
-            }
-        }
         if self.unreadable {
             out.push_str(" unreadable=1");
         }
@@ -452,7 +444,7 @@ mod tests {
     }
 
     #[test]
-    fn the_log_value_names_each_call_and_what_was_missed() {
+    fn the_fields_name_each_call_and_what_was_missed() {
         let record = Record {
             sampled: true,
             calls: vec![
@@ -483,8 +475,8 @@ mod tests {
         };
         assert_eq!(record.missed(), 1);
         assert_eq!(
-            record.log_value(),
-            "shadow=get_pod_logs@3,post%20update@14,web_search@- missed=1 top_k=5 tools=200 \
+            record.fields(),
+            "calls=get_pod_logs@3,post%20update@14,web_search@- missed=1 top_k=5 tools=200 \
              catalog=3fa2b1c0"
         );
     }

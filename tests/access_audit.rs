@@ -13,13 +13,17 @@ use common::{Gateway, Response, http};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
-/// The shipped access log with the `toolsift_access` key, written to `log`.
+/// The shipped access log, written to `log`: its `toolsift` record carries the verdicts.
 fn with_access_log(yaml: &str, log: &Path) -> String {
-    common::access_log_to_file(yaml, log).replace(
-        "toolsift_search: \"%FILTER_STATE(wasm.toolsift_search:PLAIN)%\"",
-        "toolsift_search: \"%FILTER_STATE(wasm.toolsift_search:PLAIN)%\"\n                  \
-         toolsift_access: \"%FILTER_STATE(wasm.toolsift_access:PLAIN)%\"",
-    )
+    common::access_log_to_file(yaml, log)
+}
+
+/// The access verdicts of a logged line's record (`verdicts=a,b`), each
+/// `verdict:surface:rule:tool`.
+fn verdicts(line: &Value) -> Vec<String> {
+    let (_, own) = common::record(line);
+    let list = own.get("verdicts").cloned().unwrap_or_default();
+    list.split(',').map(str::to_owned).collect()
 }
 
 fn log_path(name: &str) -> PathBuf {
@@ -95,11 +99,8 @@ fn an_audited_request_reaches_the_upstream_unchanged_and_says_what_would_be_deni
     let lines = common::access_log_lines(&log, cases.len());
     let search = search_tools();
     for (line, (dialect, _)) in lines.iter().zip(cases) {
-        let items: Vec<&str> = line["toolsift_access"]
-            .as_str()
-            .unwrap_or_default()
-            .split(' ')
-            .collect();
+        let items = verdicts(line);
+        let items: Vec<&str> = items.iter().map(String::as_str).collect();
         assert!(
             items.contains(&"would_deny:tools:no-slack:send_slack_message")
                 && items.contains(&"would_deny:call:no-slack:send_slack_message"),
@@ -156,11 +157,8 @@ fn the_shadow_is_reported_where_it_differs_and_never_enforced() {
     assert!(tools.iter().any(|t| t == "search_flights"));
     assert_eq!(called("openai_chat", &r), ["search_flights"]);
     let line = &common::access_log_lines(&log, 1)[0];
-    let items: Vec<&str> = line["toolsift_access"]
-        .as_str()
-        .unwrap_or_default()
-        .split(' ')
-        .collect();
+    let items = verdicts(line);
+    let items: Vec<&str> = items.iter().map(String::as_str).collect();
     let search = search_tools();
     assert!(
         items.contains(&"deny:tools:no-slack:send_slack_message"),

@@ -477,7 +477,15 @@ fn the_access_log_says_what_toolsift_did() {
     );
     assert_eq!(r.status, 200);
     let logged = lines(2);
-    assert_eq!(logged[0]["toolsift"], "kept=5 total=80", "{logged:?}");
+    // One record: what `x-toolsift` would have said, and the tools' tokens as sent and as
+    // forwarded.
+    let (header, own) = common::record(&logged[0]);
+    assert_eq!(header, "kept=5 total=80", "{logged:?}");
+    let tokens = own.get("tokens").map(String::as_str).unwrap_or_default();
+    let (before, after) = tokens.split_once('/').unwrap_or_default();
+    let (before, after): (u64, u64) = (before.parse().unwrap(), after.parse().unwrap());
+    assert!(before > after && after > 0, "{logged:?}");
+    assert_eq!(own.len(), 1, "{logged:?}");
     assert_eq!(logged[0]["status"], 200);
     assert_eq!(logged[1]["toolsift"], "skipped=compressed");
     drop(gw);

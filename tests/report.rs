@@ -288,6 +288,76 @@ fn a_synthetic_log_reports_its_known_numbers() {
     assert_eq!(twice["summary"], SENTENCE.replace("1,204", "2,408"));
 }
 
+/// A line of the synthetic log as toolsift writes it since issue 47: one `toolsift` record, the
+/// other keys gone. A shadowed request's `x-toolsift` says `shadow=would_keep:N`.
+fn as_record(line: &str) -> String {
+    let old: Value = serde_json::from_str(line).unwrap();
+    let Some(head) = old["toolsift"].as_str().filter(|v| *v != "-") else {
+        return json!({"toolsift": old["toolsift"], "status": 200}).to_string();
+    };
+    let mut record = head.to_owned();
+    let shadow = old["toolsift_shadow"].as_str().filter(|v| *v != "-");
+    if shadow.is_some_and(|s| s.starts_with("shadow=")) {
+        record.push_str(" shadow=would_keep:8");
+    }
+    if let Some(tokens) = old["toolsift_tokens"].as_str() {
+        record.push_str(&format!(" tokens={tokens}"));
+    }
+    if let Some(access) = old["toolsift_access"].as_str() {
+        record.push_str(&format!(" verdicts={}", access.replace(' ', ",")));
+    }
+    if let Some(shadow) = shadow {
+        let (_, fields) = shadow.split_once('=').unwrap();
+        record.push_str(&format!(" calls={fields}"));
+    }
+    json!({"status": 200, "toolsift": record, "toolsift_search": null}).to_string()
+}
+
+#[test]
+fn the_one_record_reads_as_the_keys_of_old_did() {
+    let dir = scratch("record");
+    let log = dir.join("access.log");
+    let old = synthetic_log();
+    let records: Vec<String> = old.iter().map(|l| as_record(l)).collect();
+    assert!(
+        records[0].contains(
+            "kept=200 total=200 shadow=would_keep:8 tokens=10000/10000 calls=get_pod_logs@1 \
+             missed=0 top_k=8 tools=200 catalog=3fa2b1c0"
+        ),
+        "{}",
+        records[0]
+    );
+    std::fs::write(&log, records.join("\n") + "\n").unwrap();
+    let r = report_json(&[log.to_str().unwrap()], None);
+    check_synthetic(&r);
+    let wanted = json!({"read": old.len(), "requests": old.len(), "malformed": 0, "foreign": 0,
+        "blank": 0, "unreadable": {}});
+    assert_eq!(r["lines"], wanted);
+    // Old lines and records in one log (toolsift upgraded mid-log) add up the same.
+    let mixed: Vec<&String> = old
+        .iter()
+        .step_by(2)
+        .chain(records.iter().skip(1).step_by(2))
+        .collect();
+    let mixed: Vec<&str> = mixed.into_iter().map(String::as_str).collect();
+    std::fs::write(&log, mixed.join("\n")).unwrap();
+    assert_eq!(report_json(&[log.to_str().unwrap()], None), r);
+    // A record's part that does not read is counted under its part; the rest still counts.
+    let mut odd = records.clone();
+    odd.push(
+        json!({"toolsift": "kept=3 total=3 skipped=few_tools tokens=1/x verdicts=nope calls=a@0"})
+            .to_string(),
+    );
+    std::fs::write(&log, odd.join("\n")).unwrap();
+    let r = report_json(&[log.to_str().unwrap()], None);
+    assert_eq!(
+        r["lines"]["unreadable"],
+        json!({"toolsift.shadow": 1, "toolsift.tokens": 1, "toolsift.verdicts": 1})
+    );
+    assert_eq!(r["outcomes"]["skipped=few_tools"], 31);
+    assert_eq!(r["summary"], SENTENCE);
+}
+
 #[test]
 fn garbage_lines_are_counted_and_skipped() {
     let dir = scratch("garbage");

@@ -175,10 +175,7 @@ fn catalog_name() -> String {
 fn shadow_lines(log: &Path, n: usize) -> Vec<String> {
     let lines = access_log_lines(log, n);
     assert_eq!(lines.len(), n, "{lines:?}");
-    lines
-        .iter()
-        .map(|l| l["toolsift_shadow"].as_str().unwrap_or_default().to_owned())
-        .collect()
+    lines.iter().map(common::record_shadow).collect()
 }
 
 #[test]

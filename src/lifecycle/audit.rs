@@ -1,9 +1,10 @@
 //! What access rules decided, reported: the counters of `would_deny` (audit mode), of
 //! `access_shadow`'s differences and of each named rule, the debug log, and the access log's
-//! `toolsift_access` (`%FILTER_STATE(wasm.toolsift_access:PLAIN)%`). The decisions themselves
-//! are made and recorded in [`crate::access`] (a grant's ledger); this only reports them.
+//! record (its `verdicts=` field, [`super::record`]). The decisions themselves are made and
+//! recorded in [`crate::access`] (a grant's ledger); this only reports them.
 
 use super::proxy::{Proxy, Status};
+use super::record::Record as LogRecord;
 use crate::access::{Grant, Policy, Record, Surface, Verdict};
 use crate::pipeline::header_safe;
 
@@ -57,7 +58,8 @@ impl AccessStats {
     }
 }
 
-/// One record as the access log writes it: `verdict:surface:rule:tool`.
+/// One record as the access log writes it: `verdict:surface:rule:tool` (names percent-encoded,
+/// so a `,` never appears in one).
 fn item(record: &Record) -> String {
     format!(
         "{}:{}:{}:{}",
@@ -69,9 +71,14 @@ fn item(record: &Record) -> String {
 }
 
 /// Reports the decisions `grant` recorded since the last report: counted, logged at debug
-/// level, and the request's whole list written for the access log. Nothing to do (and no host
-/// call) when nothing new was recorded.
-pub fn report<P: Proxy>(proxy: &P, stats: Option<&AccessStats>, grant: &Grant) {
+/// level, and the request's whole list put in its access-log record (written with the rest of
+/// it). Nothing to do (and no host call) when nothing new was recorded.
+pub fn report<P: Proxy>(
+    proxy: &P,
+    stats: Option<&AccessStats>,
+    grant: &Grant,
+    logged: &mut LogRecord,
+) {
     let new = grant.ledger().take_new();
     if new.is_empty() {
         return;
@@ -83,5 +90,5 @@ pub fn report<P: Proxy>(proxy: &P, stats: Option<&AccessStats>, grant: &Grant) {
         log::debug!("toolsift: access {}", item(record));
     }
     let all: Vec<String> = grant.ledger().records().iter().map(item).collect();
-    proxy.record("toolsift_access", &all.join(" "));
+    logged.set_verdicts(&all);
 }

@@ -303,11 +303,9 @@ impl Request {
         let debug = config.debug;
         let mut actions = Vec::new();
         let (tokens_before, tokens_after) = analysis.tokens_before_after();
-        // For the access log (`toolsift report`): the tools' tokens as sent and as forwarded.
-        actions.push(Action::RecordFilterState {
-            name: "toolsift_tokens",
-            value: format!("{tokens_before}/{tokens_after}"),
-        });
+        // For the access log's record (`toolsift report`): the tools' tokens as sent and as
+        // forwarded, written with the rest of it once the answer's headers come.
+        self.tokens = Some((tokens_before, tokens_after));
         actions.push(Action::Count(Counter::ToolsIn, total));
         actions.push(Action::Count(Counter::ToolsOut, kept));
         actions.push(Action::Count(

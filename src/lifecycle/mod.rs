@@ -29,6 +29,7 @@ pub mod hybrid;
 pub mod outcome;
 pub mod proxy;
 pub mod proxy_model;
+mod record;
 mod response;
 mod search;
 mod steps;
@@ -215,10 +216,11 @@ pub enum Action {
     /// Holds the request headers until the body is read (`search.hold_headers`), where Envoy
     /// lets them be held ([`crate::search::hold`]).
     HoldHeaders,
-    /// For the access log: `%FILTER_STATE(wasm.<name>:PLAIN)%`.
-    RecordFilterState {
-        name: &'static str,
-        value: String,
+    /// The head of the access log's record ([`record`]): what `x-toolsift` says, and the
+    /// tools' tokens (`before/after`) when they were filtered.
+    Record {
+        header: String,
+        tokens: Option<(usize, usize)>,
     },
     AddResponseHeader {
         name: &'static str,
@@ -252,6 +254,8 @@ pub struct Request {
     pub buffering: Option<Reader>,
     /// What happened, for the response headers.
     pub outcome: Option<Outcome>,
+    /// Filter mode: the tools' estimated tokens as sent and as forwarded, for the record.
+    pub tokens: Option<(usize, usize)>,
     /// Search mode: the client's request headers (kept for the follow-ups) and whether the
     /// client asked for a stream by path, from the headers phase until the body is planned.
     pub search_headers: Option<FollowUpHeaders>,
@@ -494,9 +498,9 @@ impl Request {
         let value = outcome.header_value(self.gated.as_ref());
         let (response_header, debug) =
             config.map_or((false, false), |c| (c.response_header, c.debug));
-        let mut actions = vec![Action::RecordFilterState {
-            name: "toolsift",
-            value: value.clone(),
+        let mut actions = vec![Action::Record {
+            header: value.clone(),
+            tokens: self.tokens,
         }];
         if response_header {
             actions.push(Action::AddResponseHeader {

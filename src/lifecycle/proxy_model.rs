@@ -32,8 +32,9 @@ pub struct Envoy {
     pub call_body: RefCell<Vec<u8>>,
     /// `xds.cluster_name`: the cluster the router picked.
     pub cluster: Option<String>,
-    /// Filter state, by name.
+    /// Filter state, by name, and how many times it was written (each write costs Envoy).
     pub recorded: RefCell<HashMap<String, String>>,
+    pub writes: Cell<usize>,
     pub calls: RefCell<Vec<Call>>,
     pub reply: RefCell<Option<(u16, String)>>,
     /// Counters' increments and histograms' values, by name.
@@ -184,6 +185,7 @@ impl Proxy for Envoy {
     fn set_property(&self, name: &str, value: &[u8]) -> Result<(), Status> {
         let value = String::from_utf8_lossy(value).into_owned();
         self.recorded.borrow_mut().insert(name.to_owned(), value);
+        self.writes.set(self.writes.get() + 1);
         Ok(())
     }
 

@@ -13,6 +13,7 @@
 
 use super::hosts::{McpHost, ResponseHost};
 use super::proxy::{Buffer, Headers, Proxy};
+use super::record::Record;
 use super::response::{FollowUps, Response};
 use super::worker::Shared;
 use super::{Action, BodyHost, Chunk, Flow, Head, Request, Route, SearchLoop, Step, Worker};
@@ -54,6 +55,9 @@ pub struct Stream {
     /// Bytes at the start of Envoy's response buffer already given to `shadow` (the buffer
     /// keeps them while the response is paused).
     shadow_fed: usize,
+    /// An LLM request's access-log record, written once its answer's headers come and again
+    /// only when the answer adds to it.
+    record: Record,
 }
 
 /// A request's response side, with what its follow-ups carry of the client's request.
@@ -71,6 +75,7 @@ impl Stream {
             watch: None,
             mcp: None,
             shadow_fed: 0,
+            record: Record::default(),
         }
     }
 
@@ -179,6 +184,19 @@ impl Stream {
             Err(_) => self.request.on_response_headers(None),
         };
         self.act(proxy, shared, actions);
+        let flow = self.watch_answer(proxy, shared, end_of_stream);
+        // One write for all the headers phase put in the record.
+        self.record.flush(proxy);
+        flow
+    }
+
+    /// The answer's headers, given to shadow and to the answer's watcher.
+    fn watch_answer<P: Proxy>(
+        &mut self,
+        proxy: &P,
+        shared: &Shared<P::Store>,
+        end_of_stream: bool,
+    ) -> Flow {
         if let Some(watch) = self.request.shadow.as_mut() {
             watch.on_head(&crate::shadow::Head {
                 status: proxy.header_text(Headers::Response, ":status").as_deref(),
@@ -224,6 +242,7 @@ impl Stream {
             flow
         };
         self.report_access(proxy, shared);
+        self.record.flush(proxy);
         flow
     }
 
@@ -235,6 +254,7 @@ impl Stream {
             None => Flow::Continue,
         };
         self.report_access(proxy, shared);
+        self.record.flush(proxy);
         flow
     }
 
@@ -279,6 +299,7 @@ impl Stream {
     pub fn on_log<P: Proxy>(&mut self, proxy: &P, shared: &Shared<P::Store>) {
         // Counted even if decided after the last response callback.
         self.report_access(proxy, shared);
+        self.record.flush(proxy);
         if self.headers_held {
             if let Ok(mut watchdog) = shared.watchdog.try_borrow_mut() {
                 watchdog.ended(self.context_id);
@@ -334,6 +355,7 @@ impl Stream {
                 headers_held: &mut self.headers_held,
                 watch: &mut self.watch,
                 alias_owner: self.request.alias_owner,
+                record: &mut self.record,
             },
         };
         match event(&mut self.request, &mut host, &shared.worker()) {
@@ -365,6 +387,7 @@ impl Stream {
             headers_held: &mut self.headers_held,
             watch: &mut self.watch,
             alias_owner: self.request.alias_owner,
+            record: &mut self.record,
         };
         match effects.perform(proxy, shared, actions) {
             Ok(flow) => flow,
@@ -372,11 +395,11 @@ impl Stream {
         }
     }
 
-    /// Under access rules: what was decided since the last report, counted and recorded for
-    /// the access log ([`super::audit`]).
-    fn report_access<P: Proxy>(&self, proxy: &P, shared: &Shared<P::Store>) {
+    /// Under access rules: what was decided since the last report, counted and put in the
+    /// access log's record ([`super::audit`]; the caller writes the record).
+    fn report_access<P: Proxy>(&mut self, proxy: &P, shared: &Shared<P::Store>) {
         if let Some(grant) = &self.request.grant {
-            super::audit::report(proxy, shared.access.as_ref(), grant);
+            super::audit::report(proxy, shared.access.as_ref(), grant, &mut self.record);
         }
     }
 
@@ -409,10 +432,11 @@ impl Stream {
         if record.sampled {
             learn_auto_k(proxy, shared, &record);
         }
-        let value = record.log_value();
-        // For the access log: `%FILTER_STATE(wasm.toolsift_shadow:PLAIN)%`.
-        proxy.record("toolsift_shadow", &value);
-        log::debug!("toolsift: {value}");
+        let fields = record.fields();
+        // Added to the access log's record; the callback that ended the answer writes it.
+        self.record.set_shadow(&fields);
+        let kind = if record.sampled { "shadow" } else { "filtered" };
+        log::debug!("toolsift: {kind} {fields}");
     }
 }
 
@@ -527,6 +551,8 @@ struct Effects<'a> {
     watch: &'a mut Option<Watch>,
     /// Whose Responses id aliases a guard may follow.
     alias_owner: u64,
+    /// The access log's record (written by the stream once the callback is done).
+    record: &'a mut Record,
 }
 
 impl Effects<'_> {
@@ -578,7 +604,7 @@ impl Effects<'_> {
                         flow = Flow::Pause;
                     }
                 }
-                Action::RecordFilterState { name, value } => proxy.record(name, &value),
+                Action::Record { header, tokens } => self.record.set_head(&header, tokens),
                 Action::AddResponseHeader { name, value } => {
                     add_response_header(proxy, name, &value);
                 }

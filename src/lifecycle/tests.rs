@@ -108,8 +108,8 @@ fn a_compressed_request_is_rejected_under_on_error_reject() {
         let said = request.on_response_headers(Some(&engine.config));
         assert!(matches!(
             said.as_slice(),
-            [Action::RecordFilterState { name: "toolsift", value }, Action::AddResponseHeader { name: "x-toolsift", .. }]
-                if value == "skipped=compressed"
+            [Action::Record { header, tokens: None }, Action::AddResponseHeader { name: "x-toolsift", .. }]
+                if header == "skipped=compressed"
         ));
     }
 }
@@ -123,13 +123,7 @@ fn the_response_header_is_left_out_when_configured_off() {
         denied: 3,
     });
     let said = request.on_response_headers(Some(&engine.config));
-    assert!(matches!(
-        said.as_slice(),
-        [Action::RecordFilterState {
-            name: "toolsift",
-            ..
-        }]
-    ));
+    assert!(matches!(said.as_slice(), [Action::Record { .. }]));
 }
 
 pub(super) const ACCESS: &str = r#"{"top_k":2,"access":{"identity":[{"header":"x-group"}],"default":"deny",
@@ -168,10 +162,10 @@ fn under_access_rules_an_unknown_path_is_answered() {
     assert_eq!(request.outcome, Some(Outcome::UnknownPath));
     let said = request.on_response_headers(Some(&engine.config));
     let recorded = said.iter().find_map(|a| match a {
-        Action::RecordFilterState {
-            name: "toolsift",
-            value,
-        } => Some(value.as_str()),
+        Action::Record { header, tokens } => {
+            assert_eq!(*tokens, None, "nothing was filtered");
+            Some(header.as_str())
+        }
         _ => None,
     });
     assert_eq!(
@@ -329,7 +323,11 @@ impl Upstream {
                     self.body.splice(..drain, bytes);
                 }
                 Action::Reply { status, body } => self.reply = Some((status, body)),
-                Action::RecordFilterState { name, value } => self.state.push((name, value)),
+                Action::Record { header, tokens } => {
+                    let mut record = super::record::Record::default();
+                    record.set_head(&header, tokens);
+                    self.state.push(("toolsift", record.value()));
+                }
                 Action::AddResponseHeader { name, value } => self.state.push((name, value)),
                 _ => {}
             }
@@ -420,7 +418,13 @@ fn filter_mode_lifecycle() {
     assert_eq!(upstream.counted(Counter::ToolsIn), TOOLS.len());
     assert_eq!(upstream.counted(Counter::ToolsOut), 2);
     assert_eq!(upstream.counted(Counter::CatalogCacheMisses), 1);
-    assert!(upstream.state.iter().any(|(n, _)| *n == "toolsift_tokens"));
+    // The tools' tokens as sent and as forwarded wait for the record.
+    let (before, after) = request.tokens.unwrap();
+    assert!(before > after && after > 0, "{before}/{after}");
+    assert!(
+        upstream.state.is_empty(),
+        "nothing recorded before the answer"
+    );
     upstream.perform(request.on_response_headers(Some(&engine.config)));
     let header = |name| {
         upstream
@@ -434,7 +438,10 @@ fn filter_mode_lifecycle() {
         header("x-toolsift").as_deref(),
         Some(format!("kept=2 total={total}").as_str())
     );
-    assert_eq!(header("toolsift"), header("x-toolsift"));
+    assert_eq!(
+        header("toolsift"),
+        Some(format!("kept=2 total={total} tokens={before}/{after}"))
+    );
     assert!(header("x-toolsift-tools").unwrap().contains("get_forecast"));
 
     // The same tools again: the catalog is cached.

@@ -401,6 +401,33 @@ pub fn access_log_lines(path: &Path, n: usize) -> Vec<Value> {
     }
 }
 
+/// A logged line's `toolsift` record split (docs/report.md, "The record"): what `x-toolsift`
+/// said, and the record's own fields (`tokens`, `verdicts`, `calls`, …) by key. Empty when
+/// the line has no record.
+pub fn record(line: &Value) -> (String, std::collections::BTreeMap<String, String>) {
+    let value = line["toolsift"].as_str().unwrap_or_default();
+    let (header, own) = toolsift::report::split_record(value);
+    let own = own
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    (header, own)
+}
+
+/// Shadow's part of a logged line's record (from `calls=` to its end, shadow's fields are last)
+/// as `toolsift_shadow` wrote it before the record: `shadow=a@9 missed=1 top_k=5 tools=80
+/// catalog=…`, `filtered=…` when the request was not shadowed (its `x-toolsift` part has no
+/// `shadow=would_keep:N`). Empty when the record has no calls.
+pub fn record_shadow(line: &Value) -> String {
+    let record = line["toolsift"].as_str().unwrap_or_default();
+    let Some(at) = record.find(" calls=") else {
+        return String::new();
+    };
+    let sampled = record[..at].split(' ').any(|f| f.starts_with("shadow="));
+    let kind = if sampled { "shadow" } else { "filtered" };
+    format!("{kind}={}", &record[at + " calls=".len()..])
+}
+
 fn spawn_envoy(config: &Path, log: &Path, extra_args: &[&str]) -> Child {
     let concurrency = if extra_args.contains(&"--concurrency") {
         &[][..]

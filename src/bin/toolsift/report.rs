@@ -281,7 +281,10 @@ pub fn text(r: &Report, files: usize) -> String {
             thousands(t.saved_per_request.round() as u64),
         );
     } else {
-        let _ = writeln!(s, "tokens: no toolsift_tokens record in the log");
+        let _ = writeln!(
+            s,
+            "tokens: no record of tokens in the log (tokens= in toolsift, or toolsift_tokens)"
+        );
     }
 
     let a = &r.access;
