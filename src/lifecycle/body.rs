@@ -86,10 +86,7 @@ impl Request {
                 _ if gen_ai.reads_body() => crate::gen_ai::model_in_body(body),
                 _ => None,
             };
-            actions.push(Action::RecordFilterState {
-                name: crate::gen_ai::FILTER_STATE,
-                value: gen_ai.record(model.as_deref()),
-            });
+            actions.push(Action::RecordGenAi(gen_ai.record(model.as_deref())));
         }
         match read {
             Ok(Some(analysis)) => Read::Analysed { actions, analysis },

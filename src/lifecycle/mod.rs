@@ -222,6 +222,9 @@ pub enum Action {
         header: String,
         tokens: Option<(usize, usize)>,
     },
+    /// `gen_ai`: the request's GenAI attributes, a filter state of their own
+    /// ([`crate::gen_ai`]), written at once.
+    RecordGenAi(String),
     AddResponseHeader {
         name: &'static str,
         value: String,

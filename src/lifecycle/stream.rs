@@ -605,6 +605,7 @@ impl Effects<'_> {
                     }
                 }
                 Action::Record { header, tokens } => self.record.set_head(&header, tokens),
+                Action::RecordGenAi(value) => proxy.record(crate::gen_ai::FILTER_STATE, &value),
                 Action::AddResponseHeader { name, value } => {
                     add_response_header(proxy, name, &value);
                 }

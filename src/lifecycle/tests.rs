@@ -1470,10 +1470,7 @@ fn gen_ai_records_the_provider_operation_and_model() {
             Read::Answered(actions) => actions,
         };
         actions.into_iter().find_map(|a| match a {
-            Action::RecordFilterState {
-                name: "toolsift_gen_ai",
-                value,
-            } => Some(value),
+            Action::RecordGenAi(value) => Some(value),
             _ => None,
         })
     };
