@@ -85,7 +85,7 @@ pub struct AutoKConfig {
     pub period_s: usize,
     /// What a request whose k is capped at `max_k` gets for the tools past it: nothing
     /// (absent), or `"find_tools"`: the kept tools plus search mode's meta-tool for the rest.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::json::optional_variant")]
     pub beyond: Option<Beyond>,
 }
 

@@ -501,6 +501,17 @@ where
     T::deserialize(serde::de::value::CowStrDeserializer::<D::Error>::new(name))
 }
 
+/// [`variant`] for an optional name: absent or `null` is `None`.
+pub fn optional_variant<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    <Option<Cow<'de, str>>>::deserialize(d)?
+        .map(|name| T::deserialize(serde::de::value::CowStrDeserializer::<D::Error>::new(name)))
+        .transpose()
+}
+
 /// JSON Schema for the rules between a section's fields that its check enforces (one field
 /// needs another, one of two, at least one of several), said in the configuration's schema
 /// too: each section's `#[schemars(transform = …)]` adds its own with [`add`](rules::add).

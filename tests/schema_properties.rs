@@ -855,6 +855,14 @@ fn disagreements_found_stay_fixed() {
         (r#"{"access": {"rules": [[["a"], ["x"]]]}}"#, false),
         // A name as an object (serde's map form of an enum).
         (r#"{"mode": {"search": null}}"#, false),
+        (
+            r#"{"auto_k": {"keep": 0.5, "beyond": {"find_tools": null}}, "shadow": {"sample": 1}}"#,
+            false,
+        ),
+        (
+            r#"{"auto_k": {"keep": 0.5, "beyond": "find_tools"}, "shadow": {"sample": 1}}"#,
+            true,
+        ),
         // Rules between fields.
         (r#"{"ranking": "hybrid"}"#, false),
         (r#"{"access": {"rules": [{"when": ["*"]}]}}"#, false),
