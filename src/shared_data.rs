@@ -59,3 +59,75 @@ impl SharedBytes for MemoryBytes {
         true
     }
 }
+
+/// A store seen by one plugin of a VM: with a `stat_prefix`, its keys are kept under
+/// `<stat_prefix>.`, so that two toolsift plugins sharing a VM (the same `vm_config`) never read
+/// each other's search memory, response aliases, `auto_k` tables or vectors; without one, the
+/// keys are as they always were.
+#[derive(Clone)]
+pub struct Namespaced<S> {
+    inner: S,
+    prefix: Option<std::rc::Rc<str>>,
+}
+
+impl<S> Namespaced<S> {
+    pub fn new(inner: S, prefix: Option<&str>) -> Namespaced<S> {
+        Namespaced {
+            inner,
+            prefix: prefix.map(std::rc::Rc::from),
+        }
+    }
+
+    /// The key `key` is stored under.
+    pub fn key<'a>(&self, key: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.prefix {
+            Some(prefix) => format!("{prefix}.{key}").into(),
+            None => key.into(),
+        }
+    }
+}
+
+impl<S: SharedBytes> SharedBytes for Namespaced<S> {
+    fn get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        self.inner.get(&self.key(key))
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> bool {
+        self.inner.set(&self.key(key), value, cas)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugins_with_a_prefix_keep_their_keys_apart() {
+        let store = MemoryBytes::default();
+        let (mcp, llm, plain) = (
+            Namespaced::new(&store, Some("mcp")),
+            Namespaced::new(&store, Some("llm")),
+            Namespaced::new(&store, None),
+        );
+        assert!(mcp.set("toolsift.memory.0", b"mcp's", None));
+        assert!(plain.set("toolsift.memory.0", b"plain", None));
+        assert_eq!(llm.get("toolsift.memory.0"), (None, None));
+        assert_eq!(
+            mcp.get("toolsift.memory.0").0.as_deref(),
+            Some(&b"mcp's"[..])
+        );
+        // Without a prefix a key is the one it always was.
+        assert_eq!(
+            store.get("toolsift.memory.0").0.as_deref(),
+            Some(&b"plain"[..])
+        );
+        assert_eq!(
+            store.get("mcp.toolsift.memory.0").0.as_deref(),
+            Some(&b"mcp's"[..])
+        );
+        // A compare-and-swap token is the namespaced key's.
+        let (_, cas) = mcp.get("toolsift.memory.0");
+        assert!(llm.set("toolsift.memory.0", b"llm's", None));
+        assert!(mcp.set("toolsift.memory.0", b"mcp again", cas));
+    }
+}

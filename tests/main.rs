@@ -45,4 +45,5 @@ mod schema_properties;
 mod search;
 mod search_memory;
 mod shadow;
+mod stat_prefix;
 mod unknown_tools;

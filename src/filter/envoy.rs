@@ -7,19 +7,30 @@ use super::metrics::Metrics;
 use crate::embeddings::SharedBytes;
 use crate::lifecycle::proxy::{self, Proxy, Status};
 use crate::pairs::HeaderMap;
+use crate::shared_data::Namespaced;
 use crate::stats::Stat;
 use std::time::{Duration, SystemTime};
 
-/// What every request on this worker shares: the core's part, and the stats' Envoy ids.
+/// The shared data as one plugin sees it: under its `stat_prefix`, if it has one.
+pub type Store = Namespaced<SharedData>;
+
+/// What every request on this worker shares: the core's part, the stats' Envoy ids, the
+/// plugin's view of the shared data, and what its log lines are headed with.
 pub struct Worker {
-    pub core: crate::lifecycle::Shared<SharedData>,
+    pub core: crate::lifecycle::Shared<Store>,
     pub metrics: Metrics,
+    pub store: Store,
+    pub plugin: host::Plugin,
 }
 
 impl Worker {
+    /// Envoy for a callback of this worker's plugin, whose log lines then name the plugin
+    /// (several plugins may share the VM, and its logger).
     pub fn envoy(&self) -> Envoy<'_> {
+        host::enter(&self.plugin);
         Envoy {
             metrics: &self.metrics,
+            store: &self.store,
         }
     }
 }
@@ -27,10 +38,12 @@ impl Worker {
 /// Envoy, for the callback at hand (the stream's or the root's: Envoy knows which).
 pub struct Envoy<'a> {
     pub metrics: &'a Metrics,
+    pub store: &'a Store,
 }
 
 /// proxy-wasm shared data. Any host error reads as a miss or a refused write: a vector is then
 /// fetched again, and no request fails for it.
+#[derive(Clone, Copy)]
 pub struct SharedData;
 
 impl SharedBytes for SharedData {
@@ -67,10 +80,10 @@ fn buffer(buffer: proxy::Buffer) -> host::Buffer {
 }
 
 impl Proxy for Envoy<'_> {
-    type Store = SharedData;
+    type Store = Store;
 
-    fn store(&self) -> &SharedData {
-        &SharedData
+    fn store(&self) -> &Store {
+        self.store
     }
 
     fn header(&self, m: proxy::Headers, name: &str) -> Option<Vec<u8>> {
@@ -147,7 +160,7 @@ impl Proxy for Envoy<'_> {
     }
 
     fn define_counter(&self, name: &str) -> Result<u32, Status> {
-        host::define_metric(host::MetricKind::Counter, name)
+        self.metrics.define(host::MetricKind::Counter, name)
     }
 
     fn increment(&self, id: u32, n: u64) {

@@ -397,8 +397,70 @@ fn log(level: Level, message: &str) {
     let _ = unsafe { proxy_log(level as u32, message.as_ptr(), message.len()) };
 }
 
+/// The plugin whose callback runs, as the VM's one logger heads and filters its lines: several
+/// plugins may share a VM (the same `vm_config`), and Envoy's own head (`wasm log <name>
+/// <root_id>`) tells them apart only when their names differ.
+#[derive(Clone, Debug)]
+pub struct Plugin {
+    /// `[<stat_prefix>] `, or nothing without one.
+    head: Option<std::rc::Rc<str>>,
+    level: log::LevelFilter,
+}
+
+impl Default for Plugin {
+    /// No plugin yet: lines without a head, at the default level.
+    fn default() -> Plugin {
+        Plugin {
+            head: None,
+            level: log::LevelFilter::Info,
+        }
+    }
+}
+
+impl Plugin {
+    /// The plugin of `stat_prefix` logging at `level`; the VM's logger is let through to
+    /// `level` (each line is then checked against its own plugin's).
+    pub fn new(stat_prefix: Option<&str>, level: log::LevelFilter) -> Plugin {
+        if level > log::max_level() {
+            log::set_max_level(level);
+        }
+        Plugin {
+            head: stat_prefix.map(|p| format!("[{p}] ").into()),
+            level,
+        }
+    }
+}
+
+thread_local! {
+    /// The plugin of the callback that runs (a VM runs one callback at a time).
+    static CURRENT: std::cell::RefCell<Plugin> = std::cell::RefCell::new(Plugin::default());
+}
+
+/// Makes `plugin` the one whose callback runs: the log lines that follow are its own.
+pub fn enter(plugin: &Plugin) {
+    CURRENT.with(|current| {
+        if let Ok(mut current) = current.try_borrow_mut() {
+            current.clone_from(plugin);
+        }
+    });
+}
+
+/// Whether the running plugin logs at `level`, and `message` headed with its name.
+fn current(level: log::Level, message: impl FnOnce() -> String) -> Option<String> {
+    CURRENT.with(|current| {
+        let plugin = current.try_borrow().ok()?;
+        if level > plugin.level {
+            return None;
+        }
+        Some(match &plugin.head {
+            Some(head) => format!("{head}{}", message()),
+            None => message(),
+        })
+    })
+}
+
 /// The `log` crate's records, written to Envoy's log (the SDK's logger unwraps the host's
-/// answer).
+/// answer), headed with the running plugin's `stat_prefix` and at its level.
 struct Logger;
 
 impl log::Log for Logger {
@@ -417,7 +479,9 @@ impl log::Log for Logger {
             log::Level::Warn => Level::Warn,
             log::Level::Error => Level::Error,
         };
-        log(level, &record.args().to_string());
+        if let Some(line) = current(record.level(), || record.args().to_string()) {
+            log(level, &line);
+        }
     }
 
     fn flush(&self) {}
@@ -430,7 +494,9 @@ static LOGGER: Logger = Logger;
 pub fn init_logging(level: log::LevelFilter) {
     if log::set_logger(&LOGGER).is_ok() {
         std::panic::set_hook(Box::new(|info| {
-            log(Level::Critical, &format!("toolsift panicked: {info}"));
+            let message = || format!("toolsift panicked: {info}");
+            let line = current(log::Level::Error, message).unwrap_or_else(message);
+            log(Level::Critical, &line);
         }));
     }
     log::set_max_level(level);

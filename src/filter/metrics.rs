@@ -1,6 +1,7 @@
-//! The filter's Envoy stats: those [`crate::stats`] names, defined here and added to. Envoy
-//! shows them as `wasmcustom.<name>` in `/stats` and as `<name>` with `_` for `.` in
-//! `/stats/prometheus`.
+//! The filter's Envoy stats: those [`crate::stats`] names, defined here and added to, and the
+//! access counters the core defines at run time. Envoy shows them as `wasmcustom.<name>` in
+//! `/stats` and as `<name>` with `_` for `.` in `/stats/prometheus`; with a `stat_prefix`
+//! every name is put under it (`<stat_prefix>.toolsift.requests`), as Envoy's own filters do.
 
 use super::host::{self, HostError, MetricKind};
 use crate::stats::{Group, Kind, Stat};
@@ -9,12 +10,18 @@ use crate::stats::{Group, Kind, Stat};
 /// without `mcp` or `gating`), which count nothing.
 pub struct Metrics {
     ids: Vec<Option<u32>>,
+    prefix: Option<String>,
 }
 
 impl Metrics {
-    /// Defines every stat ([`Stat::all`]); the MCP ones only if `mcp`.
-    pub fn define(mcp: bool) -> Result<Metrics, HostError> {
-        let ids = Stat::all()
+    /// Defines every stat ([`Stat::all`]), under `prefix` if there is one; the MCP ones only if
+    /// `mcp`.
+    pub fn define_all(mcp: bool, prefix: Option<&str>) -> Result<Metrics, HostError> {
+        let mut metrics = Metrics {
+            ids: Vec::new(),
+            prefix: prefix.map(str::to_owned),
+        };
+        metrics.ids = Stat::all()
             .map(|stat| {
                 if stat.group() == Group::Mcp && !mcp {
                     return Ok(None);
@@ -23,10 +30,19 @@ impl Metrics {
                     Kind::Counter => MetricKind::Counter,
                     Kind::Histogram => MetricKind::Histogram,
                 };
-                host::define_metric(kind, &stat.name()).map(Some)
+                metrics.define(kind, &stat.name()).map(Some)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Metrics { ids })
+        Ok(metrics)
+    }
+
+    /// Defines the stat `name` (under the prefix, if there is one): every stat the plugin
+    /// defines is named here.
+    pub fn define(&self, kind: MetricKind, name: &str) -> Result<u32, HostError> {
+        match &self.prefix {
+            Some(prefix) => host::define_metric(kind, &format!("{prefix}.{name}")),
+            None => host::define_metric(kind, name),
+        }
     }
 
     /// Adds `n` to a counter, or records `n` in a histogram. A failed stats call must never

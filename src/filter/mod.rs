@@ -13,7 +13,7 @@ mod metrics;
 
 use crate::config::Config;
 use crate::lifecycle::Shared;
-use envoy::{Envoy, SharedData, Worker};
+use envoy::{Envoy, SharedData, Store, Worker};
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -51,6 +51,9 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
+        // Until the configuration names this plugin, its lines name none (another plugin of
+        // the VM may have logged last).
+        host::enter(&host::Plugin::default());
         let bytes = match host::buffer(host::Buffer::PluginConfiguration, 0, usize::MAX) {
             Ok(bytes) => bytes,
             Err(status) => {
@@ -66,23 +69,37 @@ impl RootContext for Root {
                 return false;
             }
         };
-        log::set_max_level(crate::lifecycle::worker::log_level(&config));
-        let metrics = match Metrics::define(config.counts_mcp()) {
+        let prefix = config.stat_prefix.clone();
+        let plugin = host::Plugin::new(
+            prefix.as_deref(),
+            crate::lifecycle::worker::log_level(&config),
+        );
+        host::enter(&plugin);
+        let metrics = match Metrics::define_all(config.counts_mcp(), prefix.as_deref()) {
             Ok(metrics) => metrics,
             Err(status) => {
                 log::error!("cannot define stats: {status:?}");
                 return false;
             }
         };
-        let envoy = Envoy { metrics: &metrics };
-        let core = match Shared::new(&envoy, config, SharedData, self.context_id) {
+        let store = Store::new(SharedData, prefix.as_deref());
+        let envoy = Envoy {
+            metrics: &metrics,
+            store: &store,
+        };
+        let core = match Shared::new(&envoy, config, store.clone(), self.context_id) {
             Ok(core) => core,
             Err(status) => {
                 log::error!("cannot define the access stats: {status:?}");
                 return false;
             }
         };
-        self.worker = Some(Rc::new(Worker { core, metrics }));
+        self.worker = Some(Rc::new(Worker {
+            core,
+            metrics,
+            store,
+            plugin,
+        }));
         true
     }
 
