@@ -447,3 +447,110 @@ fn the_oci_archive_holds_plugin_wasm_in_one_layer() {
     assert_eq!(config["rootfs"]["diff_ids"].as_array().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The tag that makes a plugin's `stat_prefix` a Prometheus label (`toolsift_plugin`), as
+/// envoy.yaml sets it.
+fn plugin_tag() -> Value {
+    let envoy = &common::yaml::load_file("envoy.yaml")[0];
+    let tags = envoy["stats_config"]["stats_tags"].as_array().unwrap();
+    let tag = tags
+        .iter()
+        .find(|t| t["tag_name"] == "toolsift_plugin")
+        .expect("envoy.yaml tags toolsift_plugin")
+        .clone();
+    assert_eq!(tag["regex"], r"^wasmcustom\.((\w+)\.)toolsift\.");
+    tag
+}
+
+/// Every shipped Envoy configuration, and every proxy the manifests set up, carries the same
+/// `toolsift_plugin` tag; and every plugin the manifests load names its stats with a
+/// `stat_prefix`, each its own within a kit.
+#[test]
+fn every_shipped_envoy_and_manifest_tags_toolsift_stats_by_plugin() {
+    let tag = plugin_tag();
+    let has_tag = |stats_config: &Value| {
+        stats_config["stats_tags"]
+            .as_array()
+            .is_some_and(|tags| tags.contains(&tag))
+    };
+    let mut envoys = vec![
+        "envoy.yaml".to_owned(),
+        "envoy-hybrid.yaml".to_owned(),
+        "envoy-search.yaml".to_owned(),
+        "envoy-mcp.yaml".to_owned(),
+        "e2e/envoy.yaml".to_owned(),
+    ];
+    for entry in std::fs::read_dir(repo().join("docs/examples")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("envoy") && name.ends_with(".yaml") {
+            envoys.push(format!("docs/examples/{name}"));
+        }
+    }
+    assert!(envoys.len() >= 10, "{envoys:?}");
+    for file in &envoys {
+        let config = &common::yaml::load_file(file)[0];
+        assert!(has_tag(&config["stats_config"]), "{file} lacks the tag");
+    }
+    // Envoy Gateway: the EnvoyProxies merge it into the bootstrap.
+    for file in [
+        "deploy/envoy-gateway/envoyproxy.yaml",
+        "deploy/envoy-gateway/mcp/envoyproxy.yaml",
+    ] {
+        let proxy = &common::yaml::load_file(file)[0];
+        assert_eq!(proxy["spec"]["bootstrap"]["type"], "Merge", "{file}");
+        let bootstrap = load_yaml(proxy["spec"]["bootstrap"]["value"].as_str().unwrap());
+        assert!(has_tag(&bootstrap[0]["stats_config"]), "{file}");
+    }
+    // Istio: a BOOTSTRAP patch on the gateway the WasmPlugins select.
+    let filter = &common::yaml::load_file("deploy/istio/envoyfilter-stats-tags.yaml")[0];
+    let patch = &filter["spec"]["configPatches"][0];
+    assert_eq!(patch["applyTo"], "BOOTSTRAP");
+    assert_eq!(patch["patch"]["operation"], "MERGE");
+    assert!(has_tag(&patch["patch"]["value"]["stats_config"]));
+    let plugin = &common::yaml::load_file("deploy/istio/wasmplugin.yaml")[0];
+    assert_eq!(
+        filter["spec"]["workloadSelector"]["labels"],
+        plugin["spec"]["selector"]["matchLabels"]
+    );
+    // Each plugin of a kit has a prefix of its own.
+    let prefixes = |files: &[&str]| -> Vec<String> {
+        files
+            .iter()
+            .map(|file| {
+                let objects = common::yaml::load_file(file);
+                let kinds = ["WasmPlugin", "EnvoyExtensionPolicy"];
+                let object = objects
+                    .iter()
+                    .find(|o| kinds.iter().any(|k| o["kind"] == *k))
+                    .unwrap_or_else(|| panic!("{file}: no plugin"));
+                let config = match object["kind"].as_str() {
+                    Some("WasmPlugin") => object["spec"]["pluginConfig"].clone(),
+                    _ => object["spec"]["wasm"][0]["config"].clone(),
+                };
+                let prefix = config["stat_prefix"].as_str();
+                prefix
+                    .unwrap_or_else(|| panic!("{file}: no stat_prefix"))
+                    .to_owned()
+            })
+            .collect()
+    };
+    for kit in [
+        &[
+            "deploy/istio/wasmplugin.yaml",
+            "deploy/istio/search-mode/wasmplugin-search.yaml",
+            "deploy/istio/access/wasmplugin-access.yaml",
+        ][..],
+        &[
+            "deploy/envoy-gateway/envoyextensionpolicy.yaml",
+            "deploy/envoy-gateway/envoyextensionpolicy-search.yaml",
+            "deploy/envoy-gateway/access/envoyextensionpolicy-access.yaml",
+            "deploy/envoy-gateway/ai-gateway/aigatewayroute.yaml",
+        ][..],
+    ] {
+        let mut names = prefixes(kit);
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "{kit:?}: {names:?}");
+    }
+}
