@@ -126,9 +126,10 @@ class McpServer(Process):
 class Envoy(Process):
     """Envoy running `template` with the plugin configuration `config` (`None`: no toolsift),
     its upstream ports mapped by `upstreams` (template port → test port); `edit` may change the
-    rendered YAML (given it and the ports)."""
+    rendered YAML (given it and the ports); `log_args` set Envoy's log levels."""
 
-    def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], edit=None):
+    def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], edit=None,
+                 log_args: tuple[str, ...] = ("--log-level", "warn")):
         for piece in (ENVOY, WASM):
             assert piece.exists(), f"{piece} not found: run `make mcp-test` (make test does it)"
         SCRATCH.mkdir(parents=True, exist_ok=True)
@@ -143,7 +144,7 @@ class Envoy(Process):
             log = SCRATCH / f"envoy-mcp-{self.port}.log"
             super().__init__(
                 [str(ENVOY), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
-                 "--log-level", "warn", "--file-flush-interval-msec", "50"],
+                 *log_args, "--file-flush-interval-msec", "50"],
                 log,
             )
             deadline = time.time() + 30
