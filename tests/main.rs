@@ -38,6 +38,7 @@ mod loop_guard;
 mod loop_guard_note_properties;
 mod loop_guard_properties;
 mod native_search;
+mod observability;
 mod quality;
 mod report;
 mod schema;

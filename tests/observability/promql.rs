@@ -1,0 +1,409 @@
+//! Just enough PromQL to check the dashboard's and the alert rules' expressions against a
+//! scrape: a tokenizer that tells functions, keywords and aggregation modifiers from metric
+//! names, and reads each selector's label matchers, the labels grouped or matched on, and the
+//! labels `label_replace` makes. An identifier it does not know as a function fails, as a
+//! misspelt function would in Prometheus.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The functions and aggregation operators the shipped expressions may use.
+const FUNCTIONS: &[&str] = &[
+    "abs",
+    "absent",
+    "avg",
+    "avg_over_time",
+    "ceil",
+    "clamp_max",
+    "clamp_min",
+    "count",
+    "delta",
+    "deriv",
+    "floor",
+    "histogram_quantile",
+    "increase",
+    "irate",
+    "label_replace",
+    "max",
+    "max_over_time",
+    "min",
+    "min_over_time",
+    "rate",
+    "round",
+    "sum",
+    "sum_over_time",
+    "topk",
+];
+
+/// Binary set operators and modifiers: never metric names.
+const KEYWORDS: &[&str] = &["and", "or", "unless", "bool", "offset"];
+
+/// Modifiers followed by a list of labels: grouping (`by`, `without`) or vector matching.
+const LABEL_LISTS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Token {
+    Ident(String),
+    Str(String),
+    Number(f64),
+    /// A range or subquery, `[5m]` or `[5m:]`.
+    Range(String),
+    /// `{…}`: the label matchers of a selector.
+    Matchers(Vec<Matcher>),
+    Op(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Matcher {
+    pub label: String,
+    /// `=`, `!=`, `=~` or `!~`.
+    pub op: String,
+    pub value: String,
+}
+
+impl Matcher {
+    /// Whether a series whose `label` is `value` (absent: empty, as in PromQL) matches.
+    pub fn accepts(&self, value: &str) -> bool {
+        match self.op.as_str() {
+            "=" => value == self.value,
+            "!=" => value != self.value,
+            "=~" | "!~" => {
+                let re = regex_lite::Regex::new(&format!("^(?:{})$", self.value))
+                    .unwrap_or_else(|e| panic!("bad regex {:?}: {e}", self.value));
+                re.is_match(value) == (self.op == "=~")
+            }
+            other => panic!("matcher operator {other}"),
+        }
+    }
+}
+
+/// A series selector: its metric name (none when `__name__` is matched instead) and matchers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selector {
+    pub name: Option<String>,
+    pub matchers: Vec<Matcher>,
+}
+
+impl Selector {
+    pub fn accepts(&self, sample: &Sample) -> bool {
+        self.name.as_ref().is_none_or(|n| *n == sample.name)
+            && self.matchers.iter().all(|m| {
+                let value = if m.label == "__name__" {
+                    sample.name.as_str()
+                } else {
+                    sample.labels.get(&m.label).map_or("", String::as_str)
+                };
+                m.accepts(value)
+            })
+    }
+
+    pub fn text(&self) -> String {
+        let matchers: Vec<String> = self
+            .matchers
+            .iter()
+            .map(|m| format!("{}{}{:?}", m.label, m.op, m.value))
+            .collect();
+        format!(
+            "{}{{{}}}",
+            self.name.as_deref().unwrap_or(""),
+            matchers.join(", ")
+        )
+    }
+}
+
+/// What an expression reads.
+#[derive(Debug, Default)]
+pub struct Analysis {
+    pub selectors: Vec<Selector>,
+    /// Labels of `by (…)`, `on (…)`, `ignoring (…)`, `group_left (…)`, `group_right (…)`.
+    pub grouping: BTreeSet<String>,
+    /// Labels `label_replace` writes.
+    pub made: BTreeSet<String>,
+    pub functions: BTreeSet<String>,
+}
+
+/// One sample of a scrape.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+pub fn tokenize(expr: &str) -> Vec<Token> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || "_:".contains(chars[i])) {
+                i += 1;
+            }
+            tokens.push(Token::Ident(chars[start..i].iter().collect()));
+        } else if c.is_ascii_digit() || c == '.' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_digit() || ".eE".contains(chars[i])) {
+                i += 1;
+            }
+            let text: String = chars[start..i].iter().collect();
+            tokens.push(Token::Number(
+                text.parse()
+                    .unwrap_or_else(|_| panic!("number {text} in {expr}")),
+            ));
+        } else if c == '"' {
+            let (text, next) = string_at(&chars, i, expr);
+            tokens.push(Token::Str(text));
+            i = next;
+        } else if c == '[' {
+            let end = i + chars[i..]
+                .iter()
+                .position(|&c| c == ']')
+                .unwrap_or_else(|| panic!("unclosed [ in {expr}"));
+            let range: String = chars[i + 1..end].iter().collect();
+            let duration = regex_lite::Regex::new(r"^\d+[smhdwy](:(\d+[smhdwy])?)?$").unwrap();
+            assert!(duration.is_match(&range), "range [{range}] in {expr}");
+            tokens.push(Token::Range(range));
+            i = end + 1;
+        } else if c == '{' {
+            let (matchers, next) = matchers_at(&chars, i + 1, expr);
+            tokens.push(Token::Matchers(matchers));
+            i = next;
+        } else {
+            let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+            let op = if ["==", "!=", ">=", "<="].contains(&two.as_str()) {
+                two
+            } else if "+-*/%^<>(),".contains(c) {
+                c.to_string()
+            } else {
+                panic!("unexpected {c:?} in {expr}");
+            };
+            i += op.chars().count();
+            tokens.push(Token::Op(op));
+        }
+    }
+    tokens
+}
+
+/// The string literal opening at `chars[at]` (a `"`), unescaped, and the index after it.
+fn string_at(chars: &[char], at: usize, expr: &str) -> (String, usize) {
+    let mut text = String::new();
+    let mut i = at + 1;
+    while i < chars.len() && chars[i] != '"' {
+        if chars[i] == '\\' && i + 1 < chars.len() {
+            i += 1;
+        }
+        text.push(chars[i]);
+        i += 1;
+    }
+    assert!(i < chars.len(), "unclosed string in {expr}");
+    (text, i + 1)
+}
+
+/// The matchers from `chars[at]` to the closing `}`, and the index after it.
+fn matchers_at(chars: &[char], at: usize, expr: &str) -> (Vec<Matcher>, usize) {
+    let mut matchers = Vec::new();
+    let mut i = at;
+    loop {
+        while i < chars.len() && (chars[i].is_whitespace() || chars[i] == ',') {
+            i += 1;
+        }
+        assert!(i < chars.len(), "unclosed {{ in {expr}");
+        if chars[i] == '}' {
+            return (matchers, i + 1);
+        }
+        let start = i;
+        while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+            i += 1;
+        }
+        let label: String = chars[start..i].iter().collect();
+        assert!(!label.is_empty(), "a matcher without a label in {expr}");
+        while chars[i].is_whitespace() {
+            i += 1;
+        }
+        let op_start = i;
+        while "=!~".contains(chars[i]) {
+            i += 1;
+        }
+        let op: String = chars[op_start..i].iter().collect();
+        assert!(
+            ["=", "!=", "=~", "!~"].contains(&op.as_str()),
+            "matcher operator {op:?} in {expr}"
+        );
+        while chars[i].is_whitespace() {
+            i += 1;
+        }
+        assert_eq!(chars[i], '"', "matcher value not a string in {expr}");
+        let (value, next) = string_at(chars, i, expr);
+        matchers.push(Matcher { label, op, value });
+        i = next;
+    }
+}
+
+/// What `expr` reads. Grafana's variables must have been substituted.
+pub fn analyse(expr: &str) -> Analysis {
+    // `$1` in `label_replace`'s replacement is PromQL's; `$name`, `${name}` are Grafana's.
+    let variable = regex_lite::Regex::new(r"\$[A-Za-z_{]").unwrap();
+    assert!(!variable.is_match(expr), "unsubstituted variable in {expr}");
+    let tokens = tokenize(expr);
+    let mut out = Analysis::default();
+    let mut i = 0;
+    while i < tokens.len() {
+        // A function's arguments follow it, or an aggregation's `by (…)` comes first.
+        let next_is_paren = match tokens.get(i + 1) {
+            Some(Token::Op(o)) => o == "(",
+            Some(Token::Ident(w)) => w == "by" || w == "without",
+            _ => false,
+        };
+        match &tokens[i] {
+            Token::Ident(word) if LABEL_LISTS.contains(&word.as_str()) => {
+                i += 1;
+                if !matches!(tokens.get(i), Some(Token::Op(o)) if o == "(") {
+                    // `group_left` may stand without a list.
+                    continue;
+                }
+                i += 1;
+                while let Some(token) = tokens.get(i) {
+                    i += 1;
+                    match token {
+                        Token::Ident(label) => {
+                            if word != "without" {
+                                out.grouping.insert(label.clone());
+                            }
+                        }
+                        Token::Op(o) if o == "," => {}
+                        Token::Op(o) if o == ")" => break,
+                        other => panic!("{other:?} in the label list of {word} in {expr}"),
+                    }
+                }
+                continue;
+            }
+            Token::Ident(word) if KEYWORDS.contains(&word.as_str()) => {}
+            Token::Ident(word) if next_is_paren => {
+                assert!(
+                    FUNCTIONS.contains(&word.as_str()),
+                    "unknown function {word} in {expr}"
+                );
+                out.functions.insert(word.clone());
+                if word == "label_replace" {
+                    out.made
+                        .insert(label_replace_target(&tokens[i + 1..], expr));
+                }
+            }
+            Token::Ident(word) => {
+                let matchers = match tokens.get(i + 1) {
+                    Some(Token::Matchers(m)) => {
+                        i += 1;
+                        m.clone()
+                    }
+                    _ => Vec::new(),
+                };
+                out.selectors.push(Selector {
+                    name: Some(word.clone()),
+                    matchers,
+                });
+            }
+            Token::Matchers(matchers) => {
+                assert!(
+                    matchers.iter().any(|m| m.label == "__name__"),
+                    "a selector without a metric name or __name__ in {expr}"
+                );
+                out.selectors.push(Selector {
+                    name: None,
+                    matchers: matchers.clone(),
+                });
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The label `label_replace(v, "dst", …)` writes: its second argument. `tokens` start at its
+/// opening parenthesis.
+fn label_replace_target(tokens: &[Token], expr: &str) -> String {
+    let mut depth = 0;
+    for (i, token) in tokens.iter().enumerate() {
+        match token {
+            Token::Op(o) if o == "(" => depth += 1,
+            Token::Op(o) if o == ")" => depth -= 1,
+            Token::Op(o) if o == "," && depth == 1 => match tokens.get(i + 1) {
+                Some(Token::Str(label)) => return label.clone(),
+                other => panic!("label_replace's target label is {other:?} in {expr}"),
+            },
+            _ => {}
+        }
+    }
+    panic!("label_replace without arguments in {expr}")
+}
+
+/// Labels Prometheus attaches to every series it scrapes: never in the scrape itself.
+pub const TARGET_LABELS: &[&str] = &["instance", "job"];
+
+/// What is wrong with `expr` against `scrape`: a selector that matches no series, a label
+/// grouped or matched on that no series it reads carries (nor `label_replace` makes, nor
+/// Prometheus attaches; `optional` labels are let go). Empty when nothing is.
+pub fn problems(expr: &str, scrape: &[Sample], optional: &[&str]) -> Vec<String> {
+    let analysis = analyse(expr);
+    let mut out = Vec::new();
+    let mut carried = BTreeSet::new();
+    for selector in &analysis.selectors {
+        let matched: Vec<&Sample> = scrape.iter().filter(|s| selector.accepts(s)).collect();
+        if matched.is_empty() {
+            out.push(format!(
+                "{} matches no series in the scrape",
+                selector.text()
+            ));
+        }
+        for sample in matched {
+            carried.extend(sample.labels.keys().cloned());
+        }
+        for matcher in &selector.matchers {
+            // A matcher that an absent label fails needs the label on some series.
+            if !matcher.accepts("") && matcher.label != "__name__" {
+                let has = scrape.iter().any(|s| s.labels.contains_key(&matcher.label));
+                if !has {
+                    out.push(format!(
+                        "{}: no series carries the label {}",
+                        selector.text(),
+                        matcher.label
+                    ));
+                }
+            }
+        }
+    }
+    for label in &analysis.grouping {
+        let known = carried.contains(label)
+            || analysis.made.contains(label)
+            || TARGET_LABELS.contains(&label.as_str())
+            || optional.contains(&label.as_str());
+        if !known {
+            out.push(format!(
+                "grouped by {label}, which no series the expression reads carries"
+            ));
+        }
+    }
+    if analysis.selectors.is_empty() {
+        out.push("reads no series".to_owned());
+    }
+    out
+}
+
+/// The sum of the samples `selector` matches.
+pub fn total(selector: &Selector, scrape: &[Sample]) -> f64 {
+    scrape
+        .iter()
+        .filter(|s| selector.accepts(s))
+        .map(|s| s.value)
+        .sum()
+}
