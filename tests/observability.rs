@@ -621,6 +621,13 @@ fn the_expression_check_finds_what_is_missing() {
             "{expr}: {found:?}"
         );
     }
-    let unknown = std::panic::catch_unwind(|| promql::analyse("rates(toolsift_requests[5m])"));
-    assert!(unknown.is_err(), "an unknown function must fail");
+    for broken in [
+        "rates(toolsift_requests[5m])",
+        "sum(rate(toolsift_requests[5m])",
+        "rate(toolsift_requests[5 minutes])",
+        r#"rate(toolsift_requests{toolsift_plugin=~"$plugin"}[5m])"#,
+    ] {
+        let refused = std::panic::catch_unwind(|| promql::analyse(broken));
+        assert!(refused.is_err(), "{broken} must be refused");
+    }
 }

@@ -255,6 +255,16 @@ pub fn analyse(expr: &str) -> Analysis {
     let variable = regex_lite::Regex::new(r"\$[A-Za-z_{]").unwrap();
     assert!(!variable.is_match(expr), "unsubstituted variable in {expr}");
     let tokens = tokenize(expr);
+    let mut depth: i32 = 0;
+    for token in &tokens {
+        match token {
+            Token::Op(o) if o == "(" => depth += 1,
+            Token::Op(o) if o == ")" => depth -= 1,
+            _ => {}
+        }
+        assert!(depth >= 0, "a ) before its ( in {expr}");
+    }
+    assert_eq!(depth, 0, "unbalanced parentheses in {expr}");
     let mut out = Analysis::default();
     let mut i = 0;
     while i < tokens.len() {
