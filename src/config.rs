@@ -687,6 +687,7 @@ pub struct Config {
     /// Filter mode: keep, per catalog, the fewest tools that hold a target share of the calls
     /// seen in shadowed answers, instead of `top_k` (which it uses until it has learned
     /// enough). Needs `shadow`.
+    #[serde(deserialize_with = "optional_object")]
     pub auto_k: Option<crate::auto_k::AutoKConfig>,
     /// Names every stat of this plugin `<stat_prefix>.toolsift.*` instead of `toolsift.*`
     /// (Envoy shows `wasmcustom.<stat_prefix>.toolsift.*`), as Envoy's own filters put their
@@ -1465,6 +1466,7 @@ mod tests {
                 "access.rules[0]",
             ),
             (r#"{"loop_guard": {"note": []}}"#, "loop_guard.note"),
+            (r#"{"auto_k": [0.5], "shadow": {"sample": 1}}"#, "auto_k"),
             (r#"{"mode": {"search": null}}"#, "mode"),
             (
                 r#"{"access": {"default": {"allow": null}}}"#,
