@@ -1387,6 +1387,22 @@ pub fn lifecycle(data: &[u8]) {
     for (name, value) in envoy.recorded.borrow().iter() {
         assert!(is_header_value(value), "filter state {name}: {value:?}");
     }
+    // The access log's record (docs/report.md, "The record"): `key=value` fields, one space
+    // apart, no key twice.
+    if let Some(record) = envoy.recorded.borrow().get("toolsift") {
+        let mut keys = Vec::new();
+        for field in record.split(' ') {
+            let key = field.split_once('=').map(|(k, _)| k);
+            let key = key.filter(|k| {
+                !k.is_empty()
+                    && k.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            });
+            let key = key.unwrap_or_else(|| panic!("a field that is no key=value: {record:?}"));
+            assert!(!keys.contains(&key), "{key} twice: {record:?}");
+            keys.push(key);
+        }
+    }
 }
 
 /// The configurations an MCP route's request is driven under: plain, with access rules
