@@ -6,7 +6,9 @@ upstream, run in mirrored order (A B C C B A) so that a drift of the machine hit
   A  envoy.yaml as shipped (the JSON access log on stdout, sent to /dev/null), `gen_ai` off;
   B  the same with `gen_ai: true`: the filter's one more filter-state write alone;
   C  docs/examples/envoy-otel.yaml (`gen_ai: true`, the OpenTelemetry access logger splitting
-     the records with CEL, OTLP/gRPC to a receiver started here).
+     the records with CEL, OTLP/gRPC to a receiver started here);
+  D  (with ORDER=ABCDDCBA) C without its CEL attributes: the logger sending the record whole,
+     to tell the export's cost from the splitting's.
 
 Each run sends the same request (the 80 fixture tools, one question) REQUESTS times over one
 keep-alive connection after WARMUP, and reads the filter's own time (`toolsift.filter_time_us`,
@@ -88,11 +90,17 @@ def run(variant, upstream_port, receiver, scratch):
         "A": ("envoy.yaml", {"top_k": 5, "min_tools": 20}),
         "B": ("envoy.yaml", {"top_k": 5, "min_tools": 20, "gen_ai": True}),
         "C": ("docs/examples/envoy-otel.yaml", {"top_k": 5, "min_tools": 20, "gen_ai": True}),
+        "D": ("docs/examples/envoy-otel.yaml", {"top_k": 5, "min_tools": 20, "gen_ai": True}),
     }[variant]
     port, admin = conftest.free_port(), conftest.free_port()
     yaml = scratch / f"envoy-{variant}.yaml"
-    yaml.write_text(conftest.render_envoy_yaml(config, port, admin, upstream_port, source,
-                                               {4317: receiver.port}))
+    text = conftest.render_envoy_yaml(config, port, admin, upstream_port, source, {4317: receiver.port})
+    if variant == "D":
+        lines = text.splitlines()
+        keep = [i for i, line in enumerate(lines)
+                if "%CEL(" not in line and not (i + 1 < len(lines) and "%CEL(" in lines[i + 1])]
+        text = "\n".join(lines[i] for i in keep) + "\n"
+    yaml.write_text(text)
     envoy = subprocess.Popen([conftest.ENVOY, "-c", yaml, "--concurrency", "1", "--disable-hot-restart",
                               "--log-level", "error"], cwd=conftest.REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -141,20 +149,21 @@ def main():
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     upstream_port = int(upstream.stderr.readline().decode().rsplit(":", 1)[1])
     receiver = Receiver()
-    results = {v: [] for v in "ABC"}
+    order = os.environ.get("ORDER", "ABCCBA")
+    results = {v: [] for v in sorted(set(order))}
     try:
-        for variant in "ABCCBA":
+        for variant in order:
             result = run(variant, upstream_port, receiver, scratch)
             results[variant].append(result)
             print(variant, json.dumps({k: round(v, 1) for k, v in result.items()}), flush=True)
     finally:
         upstream.kill()
         receiver.server.stop(0)
-    print(f"OTLP records received: {receiver.records} (variant C sent {2 * (WARMUP + REQUESTS)})")
+    sent = sum(order.count(v) for v in "CD") * (WARMUP + REQUESTS)
+    print(f"OTLP records received: {receiver.records} (variants C and D sent {sent})")
     for key in ("filter_p50_us", "latency_p50_us", "envoy_cpu_us_per_request"):
         means = {v: sum(r[key] for r in rs) / len(rs) for v, rs in results.items()}
-        print(f"{key}: A {means['A']:.1f}  B {means['B']:.1f} ({means['B'] / means['A']:.3f}x)  "
-              f"C {means['C']:.1f} ({means['C'] / means['A']:.3f}x)")
+        print(f"{key}: " + "  ".join(f"{v} {m:.1f} ({m / means['A']:.3f}x)" for v, m in means.items()))
 
 
 if __name__ == "__main__":
