@@ -114,13 +114,22 @@ test-bins:
 # Envoy, the e2e compose run, the images). cargo-nextest, where it is installed, runs tests of
 # all binaries side by side (each in its own process, two at a time as cargo test runs those
 # of one binary); cargo test otherwise.
+#
+# The gateways of the integration tests share one Envoy, each test on listeners and clusters
+# of its own (tests/common/shared.rs): its directory is named in TOOLSIFT_SHARED_ENVOY, the
+# first test starts it, and it is stopped here when the suites end. Without the variable
+# (`cargo test` by hand) every test starts its own, as before.
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
-test-cargo: wasm test-bins $(ENVOY) embed images oci
 ifeq ($(NEXTEST),yes)
-	$(CARGO) nextest run --no-fail-fast --lib --bins --tests --cargo-quiet
+CARGO_SUITES := $(CARGO) nextest run --no-fail-fast --lib --bins --tests --cargo-quiet
 else
-	$(CARGO) test --no-fail-fast --lib --bins --tests
+CARGO_SUITES := $(CARGO) test --no-fail-fast --lib --bins --tests
 endif
+test-cargo: wasm test-bins $(ENVOY) embed images oci
+	@shared=$(CURDIR)/target/test-scratch/shared-envoy-$$$$; \
+	trap 'test -f $$shared/envoy.pid && kill $$(cat $$shared/envoy.pid) 2>/dev/null; true' EXIT INT TERM; \
+	echo "TOOLSIFT_SHARED_ENVOY=$$shared $(CARGO_SUITES)"; \
+	TOOLSIFT_SHARED_ENVOY=$$shared $(CARGO_SUITES)
 
 unit:
 	$(CARGO) test --lib --bins

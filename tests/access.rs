@@ -943,7 +943,8 @@ fn headers_access_log_and_stats_say_what_was_denied() {
         "envoy.filters.http.jwt_authn",
         jwt::jwt_authn(&[("test", provider)]),
     )];
-    let gw = Gateway::start_with(
+    // Its own Envoy: it reads /stats/prometheus.
+    let gw = Gateway::start_alone_with(
         &config(rules("refused"), json!({"min_tools": 20})),
         &[],
         |yaml| common::access_log_to_file(&jwt::before_toolsift(&yaml, &filters), &log),

@@ -230,7 +230,8 @@ fn listener_configs(prefix: bool) -> Vec<(&'static str, Value)> {
 fn start(configs: &[(&'static str, Value)]) -> (Gateway, BTreeMap<&'static str, u16>) {
     let first = configs[0].1.to_string();
     let mut ports = BTreeMap::new();
-    let gw = Gateway::start_rendered(&[], |p| {
+    // Its own Envoy: the test reads /stats/prometheus whole.
+    let gw = Gateway::start_alone_rendered(&[], |p| {
         let yaml = common::render_envoy_yaml(&first, p.listener, p.admin, p.upstream);
         ports.clear();
         ports.insert(configs[0].0, p.listener);

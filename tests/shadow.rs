@@ -57,16 +57,28 @@ fn calls(dialect: &str, r: &Response) -> Vec<String> {
 
 /// A gateway with `config` whose access log goes to a file.
 fn gateway(config: &str) -> (Gateway, PathBuf) {
+    let log = access_log_path();
+    let path = log.clone();
+    let gw = Gateway::start_with(config, &[], move |yaml| access_log_to_file(&yaml, &path));
+    (gw, log)
+}
+
+/// [`gateway`] in an Envoy of its own, for the tests that read its histograms.
+fn gateway_alone(config: &str) -> (Gateway, PathBuf) {
+    let log = access_log_path();
+    let path = log.clone();
+    let gw = Gateway::start_alone_with(config, &[], move |yaml| access_log_to_file(&yaml, &path));
+    (gw, log)
+}
+
+fn access_log_path() -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "toolsift-shadow-{}-{}",
         std::process::id(),
         Gateway::free_port()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("access.log");
-    let path = log.clone();
-    let gw = Gateway::start_with(config, &[], move |yaml| access_log_to_file(&yaml, &path));
-    (gw, log)
+    dir.join("access.log")
 }
 
 /// The scripted model calling `call` (whatever the request offers), with fixed ids.
@@ -180,7 +192,7 @@ fn shadow_lines(log: &Path, n: usize) -> Vec<String> {
 
 #[test]
 fn a_shadowed_request_goes_uncut_and_its_call_is_measured_in_every_dialect() {
-    let (gw, log) = gateway(r#"{"top_k":5,"debug":true,"shadow":{"sample":1}}"#);
+    let (gw, log) = gateway_alone(r#"{"top_k":5,"debug":true,"shadow":{"sample":1}}"#);
     let cases = cases();
     for (dialect, stream, path) in &cases {
         let what = format!("{dialect} {path}");
@@ -227,7 +239,7 @@ fn a_shadowed_request_goes_uncut_and_its_call_is_measured_in_every_dialect() {
 
 #[test]
 fn a_filtered_request_records_the_rank_of_the_kept_tool_it_calls() {
-    let (gw, log) = gateway(r#"{"top_k":5,"shadow":{"sample":0}}"#);
+    let (gw, log) = gateway_alone(r#"{"top_k":5,"shadow":{"sample":0}}"#);
     let cases = cases();
     for (dialect, stream, path) in &cases {
         let what = format!("{dialect} {path}");

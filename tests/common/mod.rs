@@ -11,6 +11,7 @@
 
 pub mod jwt;
 pub mod llm;
+pub mod shared;
 pub mod yaml;
 
 use serde_json::Value;
@@ -93,7 +94,7 @@ pub fn wasm_path() -> PathBuf {
 /// until its user binds it, and the kernel hands a just-released port out again, so two
 /// ports picked for one Envoy (a listener and a second listener added later) could be the
 /// same one.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     loop {
@@ -248,12 +249,16 @@ pub struct Ports {
 }
 
 /// Envoy running the repository's `envoy.yaml`, with its ports, the wasm path, the upstream
-/// and the plugin configuration substituted.
+/// and the plugin configuration substituted. Under `make test` (`TOOLSIFT_SHARED_ENVOY` set)
+/// most gateways are listeners of their own in one Envoy the run shares ([`shared`]).
 pub struct Gateway {
-    child: Owned,
+    /// The test's own Envoy; `None` when it is the shared one.
+    child: Option<Owned>,
     pub port: u16,
     pub admin: u16,
     pub log: PathBuf,
+    /// The test's part of the shared Envoy, taken out on drop.
+    shared: Option<shared::Lease>,
     pub upstream: Upstream,
 }
 
@@ -279,15 +284,79 @@ impl Gateway {
         })
     }
 
+    /// Like [`Gateway::start`], always in an Envoy of its own: for tests that read its admin
+    /// (Prometheus output, histograms), its memory or its pid.
+    pub fn start_alone(config: &str) -> Gateway {
+        Gateway::start_alone_with(config, &[], |yaml| yaml)
+    }
+
+    /// [`Gateway::start_with`] in an Envoy of its own.
+    pub fn start_alone_with(
+        config: &str,
+        extra_args: &[&str],
+        edit: impl Fn(String) -> String,
+    ) -> Gateway {
+        Gateway::start_alone_rendered(extra_args, |ports| {
+            edit(render_envoy_yaml(
+                config,
+                ports.listener,
+                ports.admin,
+                ports.upstream,
+            ))
+        })
+    }
+
     /// Envoy running the configuration `render` writes for the ports it is given (the
-    /// listener's, the admin's, and the demo upstream's, which is started first). Free ports
-    /// are found by binding and releasing them, so another test may take one before Envoy
-    /// binds it: Envoy then starts again on other ports (at most three times).
+    /// listener's, the admin's, and the demo upstream's, which is started first): listeners
+    /// and clusters of the shared Envoy when it runs and the configuration can share it
+    /// (no `extra_args`, and the rest as [`shared`] says), an Envoy of its own otherwise.
     pub fn start_rendered(
         extra_args: &[&str],
         mut render: impl FnMut(&Ports) -> String,
     ) -> Gateway {
         let upstream = Upstream::start();
+        if let Some(envoy) = shared::envoy().filter(|_| extra_args.is_empty()) {
+            for _ in 1..=3 {
+                let port = free_port();
+                let yaml = render(&Ports {
+                    listener: port,
+                    admin: envoy.admin,
+                    upstream: upstream.port,
+                });
+                match envoy.attach(&yaml) {
+                    shared::Attach::Added(lease) => {
+                        return Gateway {
+                            child: None,
+                            port,
+                            admin: envoy.admin,
+                            log: envoy.log.clone(),
+                            upstream,
+                            shared: Some(lease),
+                        };
+                    }
+                    shared::Attach::PortTaken => continue,
+                    shared::Attach::Alone(_) => break,
+                }
+            }
+        }
+        Gateway::own_envoy(upstream, extra_args, render)
+    }
+
+    /// [`Gateway::start_rendered`] in an Envoy of its own.
+    pub fn start_alone_rendered(
+        extra_args: &[&str],
+        render: impl FnMut(&Ports) -> String,
+    ) -> Gateway {
+        Gateway::own_envoy(Upstream::start(), extra_args, render)
+    }
+
+    /// Free ports are found by binding and releasing them, so another test may take one
+    /// before Envoy binds it: Envoy then starts again on other ports (at most three times).
+    fn own_envoy(
+        upstream: Upstream,
+        extra_args: &[&str],
+        mut render: impl FnMut(&Ports) -> String,
+    ) -> Gateway {
         let dir = scratch_dir("envoy");
         let config_path = dir.join("envoy.yaml");
         let log = dir.join("envoy.log");
@@ -302,11 +371,12 @@ impl Gateway {
             let mut child = Owned(spawn_envoy(&config_path, &log, extra_args));
             if ready(&mut child, admin) {
                 return Gateway {
-                    child,
+                    child: Some(child),
                     port,
                     admin,
                     log,
                     upstream,
+                    shared: None,
                 };
             }
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -317,16 +387,27 @@ impl Gateway {
         unreachable!("the third attempt returns or panics")
     }
 
+    /// Panics on a gateway in the shared Envoy: `what` needs an Envoy of the test's own.
+    fn alone(&self, what: &str) -> &Owned {
+        self.child.as_ref().unwrap_or_else(|| {
+            panic!("{what} is the shared Envoy's: start this gateway with Gateway::start_alone")
+        })
+    }
+
     pub fn pid(&self) -> u32 {
-        self.child.0.id()
+        self.alone("the pid").0.id()
     }
 
     pub fn free_port() -> u16 {
         free_port()
     }
 
+    /// Envoy's log; in the shared Envoy, the test's part of it ([`shared::Lease::log_text`]).
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        match &self.shared {
+            Some(lease) => lease.log_text(&self.log),
+            None => std::fs::read_to_string(&self.log).unwrap_or_default(),
+        }
     }
 
     /// The log once it holds `needle` (Envoy writes its log file in batches), or after 10 s.
@@ -347,8 +428,13 @@ impl Gateway {
         http(self.port, "POST", path, &all, body)
     }
 
-    /// A counter or gauge from `/stats`, by the name toolsift defines (without `wasmcustom.`).
+    /// A counter or gauge from `/stats`, by the name toolsift defines (without `wasmcustom.`,
+    /// and without the `stat_prefix` the shared Envoy gave the test's plugins).
     pub fn stat(&self, name: &str) -> u64 {
+        let name = match &self.shared {
+            Some(lease) => format!("{}.{name}", lease.prefix),
+            None => name.to_owned(),
+        };
         let r = http(
             self.admin,
             "GET",
@@ -364,6 +450,7 @@ impl Gateway {
     }
 
     pub fn admin_get(&self, path: &str) -> String {
+        self.alone("the admin");
         String::from_utf8_lossy(&http(self.admin, "GET", path, &[], b"").body).into_owned()
     }
 }
