@@ -506,8 +506,27 @@ fn prefix_plugins(
 }
 
 /// In a plugin configuration: every `cluster` naming a renamed cluster renamed, with the old
-/// name as its `authority` when it has none (what the service saw before).
+/// name as its `authority` when it has none (what the service saw before), and a suggestion
+/// server's as its `source` (which the model reads: `MCP server <cluster>` by default).
 fn with_authority(value: &mut Value, renamed: &BTreeMap<String, String>) {
+    if let Some(server) = value
+        .pointer_mut("/suggestions/mcp")
+        .and_then(Value::as_object_mut)
+    {
+        let old = server
+            .get("cluster")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(old) = old.filter(|old| renamed.contains_key(old)) {
+            server
+                .entry("source")
+                .or_insert_with(|| json!(format!("MCP server {old}")));
+        }
+    }
+    with_cluster_authority(value, renamed);
+}
+
+fn with_cluster_authority(value: &mut Value, renamed: &BTreeMap<String, String>) {
     match value {
         Value::Object(map) => {
             let old = map
@@ -520,9 +539,12 @@ fn with_authority(value: &mut Value, renamed: &BTreeMap<String, String>) {
                     map.insert("authority".into(), json!(old));
                 }
             }
-            map.values_mut().for_each(|v| with_authority(v, renamed));
+            map.values_mut()
+                .for_each(|v| with_cluster_authority(v, renamed));
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| with_authority(v, renamed)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| with_cluster_authority(v, renamed)),
         _ => {}
     }
 }

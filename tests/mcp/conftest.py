@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared import Lease, shared_envoy
 
 REPO = Path(__file__).resolve().parents[2]
 ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
@@ -126,13 +127,29 @@ class McpServer(Process):
 class Envoy(Process):
     """Envoy running `template` with the plugin configuration `config` (`None`: no toolsift),
     its upstream ports mapped by `upstreams` (template port → test port); `edit` may change the
-    rendered YAML (given it and the ports); `log_args` set Envoy's log levels."""
+    rendered YAML (given it and the ports); `log_args` set Envoy's log levels. With the default
+    `log_args`, listeners and clusters of the suite's shared Envoy of `template` where it has one
+    (shared.py), unless `alone`."""
 
     def __init__(self, template: str, config: dict[str, Any] | None, upstreams: dict[int, int], edit=None,
-                 log_args: tuple[str, ...] = ("--log-level", "warn")):
+                 log_args: tuple[str, ...] = ("--log-level", "warn"), alone: bool = False):
         for piece in (ENVOY, WASM):
             assert piece.exists(), f"{piece} not found: run `make mcp-test` (make test does it)"
         SCRATCH.mkdir(parents=True, exist_ok=True)
+        self.lease: Lease | None = None
+        shared = None
+        if not alone and config is not None and tuple(log_args) == ("--log-level", "warn"):
+            shared = shared_envoy(template, envoy=ENVOY, render=render, free_port=free_port, scratch=SCRATCH)
+        if shared is not None:
+            self.port, self.admin = free_port(), shared.admin
+            ports = {10000: self.port, 9901: self.admin, **upstreams}
+            yaml = render(template, config, ports)
+            if edit is not None:
+                yaml = edit(yaml, ports)
+            self.lease = shared.attach(yaml)
+            if self.lease is not None:
+                self.log = shared.log
+                return
         for attempt in range(3):
             self.port, self.admin = free_port(), free_port()
             ports = {10000: self.port, 9901: self.admin, **upstreams}
@@ -163,6 +180,12 @@ class Envoy(Process):
                 break
         raise AssertionError(f"Envoy did not become ready:\n{log.read_text()}")
 
+    def stop(self) -> None:
+        if self.lease is not None:
+            self.lease.detach()
+        else:
+            super().stop()
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
@@ -172,6 +195,9 @@ class Envoy(Process):
         return self.envoy_stat(f"wasmcustom.{name}")
 
     def envoy_stat(self, name: str) -> int:
+        """A stat by the name the fixture's own Envoy gave it (renamed in the shared one)."""
+        if self.lease is not None:
+            name = self.lease.stat_name(name)
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/stats?usedonly", timeout=5) as r:
             for line in r.read().decode().splitlines():
                 key, _, value = line.partition(": ")
