@@ -7,7 +7,7 @@ ENVOY         := $(VENV)/lib/python3.11/site-packages/envoy/_bin/envoy
 WASM          := target/wasm32-wasip1/release/toolsift.wasm
 CARGO         ?= cargo
 
-.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo unit integration validate lint lockfiles fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-otel bench-loops bench-quality-hybrid bench-search bench-auto-k bench-learn bench-v8 clean
+.PHONY: all build wasm native docs run run-hybrid run-search test test-ready test-bins test-cargo test-python unit integration validate lint lockfiles fmt cli bench bench-quality bench-tokens bench-micro bench-instructions bench-latency bench-latency-hybrid bench-latency-search bench-latency-access bench-latency-loop bench-latency-shadow bench-latency-auto-k bench-otel bench-loops bench-quality-hybrid bench-search bench-auto-k bench-learn bench-v8 clean
 
 all: build
 
@@ -89,16 +89,22 @@ run-search: build $(ENVOY)
 # tests, and the SDK and MCP suites, `validate` and the test images run the same ones), the
 # embeddings server, one venv. The steps that prepare them do not wait for each other and run
 # side by side (-j$(TEST_JOBS)): the compilers, pip, docker and mdbook's install overlap on two
-# cores; -O prints each step's output in one piece when it ends. The suites then run one after
-# another (-k: each runs whatever failed before it): several at once loaded two cores enough
-# for the tests with deadlines (hybrid ranking's embeddings timeout) to miss them.
+# cores; -O prints each step's output in one piece when it ends. The suites then run in two
+# streams side by side (-k: each runs whatever failed in the other): the cargo suites, and the
+# SDK suite then the MCP suite. Since the gateways share an Envoy per suite, the suites no
+# longer compile the .wasm for each test and leave a core's share idle (docs/BENCHMARKS.md,
+# "Tests sharing one Envoy"); three streams loaded two cores enough to slow every suite.
 TEST_JOBS ?= 4
 TEST_BIN  := target/debug
 TEST_VARS := BIN=$(TEST_BIN) BIN_BUILD=test-bins
 
 test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_VARS) test-ready
-	@$(MAKE) --no-print-directory -k $(TEST_VARS) test-cargo sdk-test mcp-test
+	@$(MAKE) --no-print-directory -k -j2 -O $(TEST_VARS) test-cargo test-python
+
+# The SDK suite, then the MCP suite (`make test` runs them beside the cargo suites).
+test-python:
+	@$(MAKE) --no-print-directory -k sdk-test mcp-test
 
 test-ready: wasm test-bins $(ENVOY) embed images oci sdk mcp-sdk test-embed validate docs
 

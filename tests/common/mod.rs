@@ -1,6 +1,8 @@
 //! Integration-test harness: the real Envoy (from `.venv`, installed by `make`), the real
 //! `toolsift.wasm` (built by `make build`), and the demo upstream binary, each started by the
-//! test and killed when it drops. A missing Envoy or `.wasm` fails the test, never skips it.
+//! test and killed when it drops. Under `make test` a gateway is a listener of its own in one
+//! Envoy the run shares ([`shared`]), not an Envoy of its own. A missing Envoy or `.wasm` fails
+//! the test, never skips it.
 #![allow(
     dead_code,
     clippy::unwrap_used,
