@@ -294,8 +294,8 @@ impl SharedEnvoy {
         unreachable!("the third attempt returns or panics")
     }
 
-    /// Adds the Envoy configuration `rendered` (a test's, its listener on `port`) under names
-    /// of its own, and waits until its listeners are active.
+    /// Adds the test's rendered Envoy configuration under names of its own, and waits until its
+    /// listeners are active.
     pub fn attach(&self, rendered: &str) -> Attach {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let Some(mut test) = yaml::load_yaml(rendered).into_iter().next() else {
