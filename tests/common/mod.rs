@@ -276,14 +276,7 @@ impl Gateway {
         extra_args: &[&str],
         edit: impl Fn(String) -> String,
     ) -> Gateway {
-        Gateway::start_rendered(extra_args, |ports| {
-            edit(render_envoy_yaml(
-                config,
-                ports.listener,
-                ports.admin,
-                ports.upstream,
-            ))
-        })
+        Gateway::start_rendered(extra_args, rendered(config, edit))
     }
 
     /// Like [`Gateway::start`], always in an Envoy of its own: for tests that read its admin
@@ -298,14 +291,7 @@ impl Gateway {
         extra_args: &[&str],
         edit: impl Fn(String) -> String,
     ) -> Gateway {
-        Gateway::start_alone_rendered(extra_args, |ports| {
-            edit(render_envoy_yaml(
-                config,
-                ports.listener,
-                ports.admin,
-                ports.upstream,
-            ))
-        })
+        Gateway::start_alone_rendered(extra_args, rendered(config, edit))
     }
 
     /// Envoy running the configuration `render` writes for the ports it is given (the
@@ -337,7 +323,11 @@ impl Gateway {
                         };
                     }
                     shared::Attach::PortTaken => continue,
-                    shared::Attach::Alone(_) => break,
+                    shared::Attach::Alone(why) => {
+                        // Shown with the test's output when it fails.
+                        eprintln!("this gateway is an Envoy of its own: {why}");
+                        break;
+                    }
                 }
             }
         }
@@ -539,6 +529,19 @@ fn spawn_envoy(config: &Path, log: &Path, extra_args: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("start envoy")
+}
+
+/// What [`Gateway::start_with`] renders for the ports it is given: the shipped `envoy.yaml`
+/// with `config` as its plugin configuration, through `edit`.
+fn rendered(config: &str, edit: impl Fn(String) -> String) -> impl FnMut(&Ports) -> String {
+    move |ports| {
+        edit(render_envoy_yaml(
+            config,
+            ports.listener,
+            ports.admin,
+            ports.upstream,
+        ))
+    }
 }
 
 /// Runs Envoy on a configuration that should not load; returns its exit status and log.
