@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shared import Lease, shared_envoy
+from shared import Lease, Process, shared_envoy
 
 REPO = Path(__file__).resolve().parents[2]
 ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
@@ -70,22 +69,6 @@ def taken(log: Path) -> bool:
     since [`free_port`] found it free (another suite runs beside this one): then it starts again
     on other ports."""
     return "address already in use" in log.read_text().lower()
-
-
-class Process:
-    def __init__(self, args: list[str], log: Path):
-        self.log = log
-        self.file = open(log, "w")
-        self.proc = subprocess.Popen(args, stdout=self.file, stderr=subprocess.STDOUT, cwd=REPO)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.file.close()
 
 
 class McpServer(Process):

@@ -40,6 +40,27 @@ LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Process:
+    """A process started in the repository, its stdout and stderr written to `log`."""
+
+    def __init__(self, args: list[str], log: Path):
+        self.log = log
+        self.file = open(log, "w")
+        self.proc = subprocess.Popen(args, stdout=self.file, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.file.close()
+
+
 def admin_get(admin: int, path: str) -> str:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}{path}", timeout=5) as r:
@@ -147,33 +168,23 @@ dynamic_resources:
 """
             config = self.dir / "envoy.yaml"
             config.write_text(bootstrap.replace("- name: mcp_ingress", "- name: anchor", 1))
-            self.file = open(self.log, "w")
-            self.proc = subprocess.Popen(
+            self.process = Process(
                 [str(envoy), "-c", str(config), "--concurrency", "1", "--disable-hot-restart",
                  "--log-level", "warn", "--file-flush-interval-msec", "50",
                  # xDS from files needs a node; a listener taken out is drained this long.
                  "--service-node", "toolsift-tests", "--service-cluster", "toolsift-tests",
                  "--drain-time-s", "1"],
-                stdout=self.file, stderr=subprocess.STDOUT)
+                self.log)
             deadline = time.time() + 60
-            while time.time() < deadline and self.proc.poll() is None:
+            while time.time() < deadline and self.process.proc.poll() is None:
                 if "LIVE" in admin_get(self.admin, "/ready"):
-                    atexit.register(self.stop)
+                    atexit.register(self.process.stop)
                     return
                 time.sleep(0.05)
-            self.stop()
+            self.process.stop()
             if attempt == 2 or "address already in use" not in self.log.read_text().lower():
                 break
         raise AssertionError(f"the shared Envoy did not become ready:\n{self.log.read_text()}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.file.close()
 
     def update(self, name: str, edit: Callable[[list], list]) -> None:
         """Rewrites the xDS file `name`: its resources through `edit`, written aside and moved over
