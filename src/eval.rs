@@ -40,6 +40,7 @@ use std::path::Path;
 use std::time::Instant;
 
 pub mod followups;
+pub mod generated;
 pub use followups::{
     ANSWERED, FOLLOW_UP_ASK, FOLLOW_UPS, FollowupReport, FollowupRow, MISSED, SHIFTS,
     evaluate_followups, restated,
@@ -984,6 +985,18 @@ pub(crate) mod tests {
         format!(
             r#"{{"type":"function","function":{{"name":"{name}","description":"{description}","parameters":{{"type":"object","properties":{{}}}}}}}}"#
         )
+    }
+
+    /// Two questions, each needing a tool of [`tiny_tools`] the other does not, and one
+    /// without relevant tools.
+    pub(crate) fn followup_dataset() -> Dataset {
+        let queries = [
+            r#"{"id":"q1","query":"what is the weather forecast in Paris","relevant":["get_weather"]}"#,
+            r#"{"id":"q2","query":"create a billing invoice for the customer","relevant":["create_invoice"]}"#,
+            r#"{"id":"q3","query":"weather","relevant":[]}"#,
+        ]
+        .join("\n");
+        Dataset::parse("tiny", &tiny_tools(), &queries).unwrap()
     }
 
     /// Four tools, one per line.

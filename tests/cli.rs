@@ -792,27 +792,93 @@ fn explain_ranks_a_follow_up_with_its_question() {
     );
 }
 
+/// The tools, queries and configuration (`top_k` 1) of the `eval --followups` tests.
+fn tiny_followup_files(dir: &Scratch) -> [String; 3] {
+    std::fs::create_dir_all(dir.path("tiny")).unwrap();
+    [
+        dir.write("tiny/tools.jsonl", TOOLS),
+        dir.write("tiny/queries.jsonl", QUERIES),
+        dir.write("config.json", r#"{"top_k":1,"min_tools":0}"#),
+    ]
+}
+
+/// `eval --followups` on those files.
+fn followup_args<'a>(tools: &'a str, queries: &'a str, config: &'a str) -> Vec<&'a str> {
+    vec![
+        "eval",
+        "--tools",
+        tools,
+        "--queries",
+        queries,
+        "--config",
+        config,
+        "--followups",
+    ]
+}
+
+/// `eval --followups --generated`: every family of the grammar, each question in a catalog of
+/// the size asked, by half; `--generated` means nothing without `--followups`.
+#[test]
+fn eval_followups_generated_reports_every_family() {
+    let dir = Scratch::new("generated");
+    let [tools, queries, config] = tiny_followup_files(&dir);
+    let mut base = followup_args(&tools, &queries, &config);
+    base.extend(["--generated", "--catalog-size", "4"]);
+    let v = json(&toolsift(&[&base[..], &["--json"]].concat()));
+    assert_eq!((v["catalog"].as_u64(), v["k"].as_u64()), (Some(4), Some(1)));
+    let families: Vec<&str> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["family"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        families,
+        [
+            "confirmation",
+            "other_language",
+            "retry",
+            "same_for",
+            "topic_word",
+            "topic_words",
+            "topic_phrase",
+            "new_question"
+        ]
+    );
+    let new_question = &v["rows"][7];
+    close(
+        new_question,
+        "filter",
+        new_question["latest_only"].as_f64().unwrap(),
+    );
+    let odd = json(&toolsift(&[&base[..], &["--json", "--half", "1"]].concat()));
+    assert_eq!(odd["half"], 1);
+    assert!(odd["questions"].as_u64() < v["questions"].as_u64(), "{odd}");
+    let text = ok(&toolsift(&base));
+    assert!(
+        text.contains("catalogs of 4 tools") && text.contains("topic_phrase"),
+        "{text}"
+    );
+    let alone = toolsift(&[
+        "eval",
+        "--tools",
+        &tools,
+        "--queries",
+        &queries,
+        "--generated",
+    ]);
+    assert!(!alone.status.success());
+}
+
 /// `eval --followups`: the question's Recall@1, and each follow-up's and topic shift's, alone
 /// and as the filter ranks it. No follow-up word is in this catalog, so the filter's rankings are the questions'
 /// own and a follow-up alone ranks in catalog order (get_weather first: q1's).
 #[test]
 fn eval_followups_compares_each_follow_up_with_its_question() {
     let dir = Scratch::new("followups");
-    std::fs::create_dir_all(dir.path("tiny")).unwrap();
-    let tools = dir.write("tiny/tools.jsonl", TOOLS);
-    let queries = dir.write("tiny/queries.jsonl", QUERIES);
-    let config = dir.write("config.json", r#"{"top_k":1,"min_tools":0}"#);
-    let args = [
-        "eval",
-        "--tools",
-        &tools,
-        "--queries",
-        &queries,
-        "--config",
-        &config,
-        "--followups",
-    ];
-    let mut with_json = args.to_vec();
+    let [tools, queries, config] = tiny_followup_files(&dir);
+    let args = followup_args(&tools, &queries, &config);
+    let mut with_json = args.clone();
     with_json.push("--json");
     let v = json(&toolsift(&with_json));
     assert_eq!((v["k"].as_u64(), v["queries"].as_u64()), (Some(1), Some(4)));

@@ -101,25 +101,7 @@ pub fn evaluate_followups(
     let array = dataset.tools_array();
     let position = dataset.positions();
     let mut engine = Engine::new(config.clone());
-    let mut ranked = |messages: serde_json::Value| -> Result<Vec<usize>, EvalError> {
-        let head = serde_json::json!({"model": "m", "messages": messages}).to_string();
-        // The tools array as the file has it, spliced in after the messages.
-        let body = format!(
-            "{},\"tools\":{array}}}",
-            head.strip_suffix('}').unwrap_or(&head)
-        );
-        let analysis = engine
-            .analyse(Dialect::OpenaiChat, body.as_bytes())
-            .map_err(|s| {
-                EvalError(format!(
-                    "the filter skipped a conversation ({})",
-                    s.reason.name()
-                ))
-            })?;
-        // The ranking the pipeline made, remembered by the catalog for its query.
-        let ranking = analysis.catalog.rank(&analysis.query);
-        Ok(ranking.iter().map(|s| s.entry).collect())
-    };
+    let mut ranked = |messages: serde_json::Value| filter_ranking(&mut engine, &array, &messages);
     let recall = |order: &[usize], relevant: &[&str]| {
         let mut rank_of: HashMap<usize, usize> = HashMap::new();
         for (i, &entry) in order.iter().enumerate().take(k) {
@@ -206,6 +188,33 @@ pub fn evaluate_followups(
             )
             .collect(),
     })
+}
+
+/// The ranking the filter's pipeline makes of a conversation (`messages`) sent as an OpenAI chat
+/// body with the tools array `array` as it is written: the catalog's ranking for the query the
+/// pipeline chose.
+pub(super) fn filter_ranking(
+    engine: &mut Engine,
+    array: &str,
+    messages: &serde_json::Value,
+) -> Result<Vec<usize>, EvalError> {
+    let head = serde_json::json!({"model": "m", "messages": messages}).to_string();
+    // The tools array as the file has it, spliced in after the messages.
+    let body = format!(
+        "{},\"tools\":{array}}}",
+        head.strip_suffix('}').unwrap_or(&head)
+    );
+    let analysis = engine
+        .analyse(Dialect::OpenaiChat, body.as_bytes())
+        .map_err(|s| {
+            EvalError(format!(
+                "the filter skipped a conversation ({})",
+                s.reason.name()
+            ))
+        })?;
+    // The ranking the pipeline made, remembered by the catalog for its query.
+    let ranking = analysis.catalog.rank(&analysis.query);
+    Ok(ranking.iter().map(|s| s.entry).collect())
 }
 
 /// The question asked before query `at` changes topic: the first query from halfway round the

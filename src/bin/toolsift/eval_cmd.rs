@@ -60,6 +60,18 @@ pub struct Args {
     /// text alone, beside the question's own. Keyword ranking only.
     #[arg(long, conflicts_with_all = ["plot", "per_query"])]
     followups: bool,
+    /// With --followups: conversations generated from a grammar instead (confirmations in any
+    /// words and languages, retries, "the same for X", short and long topic shifts), each
+    /// question in a catalog of --catalog-size tools, with each family's margin and worst
+    /// phrasing.
+    #[arg(long, requires = "followups")]
+    generated: bool,
+    /// With --generated: tools in each question's catalog.
+    #[arg(long, requires = "generated", default_value_t = toolsift::eval::generated::CATALOG)]
+    catalog_size: usize,
+    /// With --generated: only the questions at even (0) or odd (1) places.
+    #[arg(long, requires = "generated", value_parser = clap::value_parser!(u8).range(0..=1))]
+    half: Option<u8>,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
 }
@@ -88,6 +100,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let mut dataset = Dataset::load(&args.tools, &args.queries)?;
     if let Some(name) = &args.name {
         dataset.name.clone_from(name);
+    }
+    if args.generated {
+        return generated(args, &config, &dataset);
     }
     if args.followups {
         return followups(args, &config, &dataset);
@@ -152,6 +167,71 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         table(&report, tokenizer.name.name())
     };
     print(&text)
+}
+
+/// `--followups --generated`: each generated family's Recall@top_k, margin and worst phrasing.
+fn generated(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Failure> {
+    if args.embeddings.embedder(config, 0, || {})?.is_some() {
+        return Err(Failure(
+            "--followups ranks with keywords only: leave out the embeddings service".to_owned(),
+        ));
+    }
+    let bar = progress_bar(dataset.queries.len());
+    let report = toolsift::eval::generated::evaluate_generated(
+        dataset,
+        config,
+        config.top_k,
+        args.catalog_size,
+        args.half.map(usize::from),
+        &mut |done| bar.set_position(done as u64),
+    );
+    bar.finish_and_clear();
+    let r = report?;
+    if args.json {
+        let mut s = serde_json::to_string(&r)?;
+        s.push('\n');
+        return print(&s);
+    }
+    use std::fmt::Write;
+    let mut s = String::new();
+    let half = match r.half {
+        Some(h) => format!(", half {h}"),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "{}: {} questions{half}, catalogs of {} tools, Recall@{} (a reply's reference: its \
+         question; a topic's: its text alone)",
+        r.dataset,
+        thousands(r.questions),
+        r.catalog,
+        r.k
+    );
+    let _ = writeln!(
+        s,
+        "{:<15} {:>6} {:>8} {:>6} {:>6} {:>7} {:>7} {:>7}  worst phrasing (margin)",
+        "family", "convs", "question", "alone", "filter", "margin", "fused1", "fused¼"
+    );
+    for row in &r.rows {
+        let worst = row
+            .worst
+            .as_ref()
+            .map(|w| format!("{:?} ({:+.3}, {})", w.text, w.margin, w.conversations))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{:<15} {:>6} {:>8.3} {:>6.3} {:>6.3} {:>+7.3} {:>7.3} {:>7.3}  {worst}",
+            row.family.name(),
+            row.conversations,
+            row.question,
+            row.latest_only,
+            row.filter,
+            row.margin,
+            row.fused_after_asking,
+            row.fused_quarter_after_asking,
+        );
+    }
+    print(&s)
 }
 
 /// `--followups`: the follow-up conversations' Recall@top_k.
