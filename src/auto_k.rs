@@ -115,6 +115,12 @@ pub enum Beyond {
 }
 
 impl AutoKConfig {
+    /// `keep` in thousandths, rounded down (`toolsift.auto_k.keep_target_permille`); the
+    /// small allowance keeps a decimal such as 0.95, stored as 0.9499…, at 950.
+    pub fn keep_permille(&self) -> u64 {
+        (self.keep * 1000.0 + 1e-6).floor().max(0.0) as u64
+    }
+
     /// The first field that is out of its range, and why.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         if !(self.keep > 0.0 && self.keep < 1.0) {

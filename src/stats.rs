@@ -15,6 +15,9 @@ pub enum Kind {
     Counter,
     /// A histogram: each value recorded (µs, a rank).
     Histogram,
+    /// A gauge: a value set, not added to. Set once, at configuration ([`configured`]), so
+    /// it costs the request path nothing.
+    Gauge,
 }
 
 /// Which stats are defined: the MCP ones only with `mcp` or `gating` configured (without them
@@ -169,6 +172,10 @@ fixed! {
     AutoKChanges: Counter Always "toolsift.auto_k.changes",
     /// `auto_k.beyond`: requests past a capped k sent with `find_tools` for the rest.
     AutoKBeyond: Counter Always "toolsift.auto_k.beyond",
+    /// `auto_k.keep`, in thousandths (rounded down; 0 without `auto_k`): the target the share
+    /// of shadowed calls kept (`toolsift.shadow.kept` over `.calls`) is held to, beside it in
+    /// the same scrape for the dashboard and the alert rules.
+    AutoKKeepTargetPermille: Gauge Always "toolsift.auto_k.keep_target_permille",
     /// MCP: `tools/list` answered by the gateway and the tokens it saved, `find_tools`
     /// answered, tools suggested, calls sent, direct calls, calls of unknown tools refused.
     McpToolsList: Counter Mcp "toolsift.mcp.tools_list",
@@ -266,6 +273,12 @@ impl From<Fixed> for Stat {
     }
 }
 
+/// The gauges a plugin sets once, at configuration: what `config` asks for.
+pub fn configured(config: &crate::config::Config) -> Vec<(Stat, u64)> {
+    let keep = config.auto_k.as_ref().map_or(0, |a| a.keep_permille());
+    vec![(Fixed::AutoKKeepTargetPermille.into(), keep)]
+}
+
 /// What one event adds: up to two stats, each with its amount (a histogram's: the value it
 /// records).
 pub type Counts = [Option<(Stat, u64)>; 2];
@@ -331,5 +344,29 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), all.len());
         assert!(names.iter().all(|n| n.starts_with("toolsift.")));
+    }
+
+    #[test]
+    fn the_keep_target_is_set_in_thousandths_rounded_down() {
+        let target = |json: &str| {
+            let config = crate::config::Config::from_json(json.as_bytes()).unwrap();
+            let set = configured(&config);
+            assert_eq!(set.len(), 1);
+            assert_eq!(set[0].0, Stat::Fixed(Fixed::AutoKKeepTargetPermille));
+            assert_eq!(set[0].0.kind(), Kind::Gauge);
+            set[0].1
+        };
+        assert_eq!(target(r#"{"top_k":5}"#), 0);
+        let auto = |keep: &str| {
+            target(&format!(
+                r#"{{"top_k":5,"shadow":{{"sample":0.1}},"auto_k":{{"keep":{keep}}}}}"#
+            ))
+        };
+        assert_eq!(auto("0.95"), 950);
+        assert_eq!(auto("0.9"), 900);
+        assert_eq!(auto("0.999"), 999);
+        // Never above the target: a target the selection could not meet would always alert.
+        assert_eq!(auto("0.9999"), 999);
+        assert_eq!(auto("0.0001"), 0);
     }
 }

@@ -171,6 +171,7 @@ pub enum Stream {
 #[repr(u32)]
 pub enum MetricKind {
     Counter = 0,
+    Gauge = 1,
     Histogram = 2,
 }
 

@@ -29,6 +29,7 @@ impl Metrics {
                 let kind = match stat.kind() {
                     Kind::Counter => MetricKind::Counter,
                     Kind::Histogram => MetricKind::Histogram,
+                    Kind::Gauge => MetricKind::Gauge,
                 };
                 metrics.define(kind, &stat.name()).map(Some)
             })
@@ -45,7 +46,8 @@ impl Metrics {
         }
     }
 
-    /// Adds `n` to a counter, or records `n` in a histogram. A failed stats call must never
+    /// Adds `n` to a counter, records `n` in a histogram, or sets a gauge to `n` (Envoy's
+    /// `proxy_record_metric` sets a gauge). A failed stats call must never
     /// fail a request, so errors are only logged.
     pub fn count(&self, stat: Stat, n: u64) {
         let Some(metric) = self.ids.get(stat.index()).copied().flatten() else {
@@ -54,7 +56,7 @@ impl Metrics {
         let done = match stat.kind() {
             Kind::Counter if n == 0 => return,
             Kind::Counter => host::increment_metric(metric, n),
-            Kind::Histogram => host::record_metric(metric, n),
+            Kind::Histogram | Kind::Gauge => host::record_metric(metric, n),
         };
         if let Err(status) = done {
             log::debug!("stat {metric} failed: {status:?}");

@@ -82,7 +82,8 @@ pub trait Proxy {
     fn now(&self) -> Option<SystemTime>;
     /// Calls the root context's tick every `period` (zero stops it).
     fn set_tick_period(&self, period: Duration) -> Result<(), Status>;
-    /// Adds `n` to a counter, or records `n` in a histogram, by the stat's kind.
+    /// Adds `n` to a counter, records `n` in a histogram, or sets a gauge to `n`, by the
+    /// stat's kind.
     fn count(&self, stat: Stat, n: u64);
     /// Defines a counter whose name only the configuration knows (an access rule's); its id.
     fn define_counter(&self, name: &str) -> Result<u32, Status>;

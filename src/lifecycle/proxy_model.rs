@@ -97,7 +97,7 @@ impl Envoy {
         String::from_utf8_lossy(&self.held(buffer).borrow()).into_owned()
     }
 
-    /// A counter's sum, or how many values a histogram has.
+    /// A counter's sum, how many values a histogram has, or a gauge's last value.
     pub fn stat(&self, stat: impl Into<Stat>) -> u64 {
         let stat = stat.into();
         let stats = self.stats.borrow();
@@ -105,6 +105,7 @@ impl Envoy {
         match stat.kind() {
             Kind::Counter => values.map_or(0, |v| v.iter().sum()),
             Kind::Histogram => values.map_or(0, |v| v.len() as u64),
+            Kind::Gauge => values.and_then(|v| v.last().copied()).unwrap_or(0),
         }
     }
 

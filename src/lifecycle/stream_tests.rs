@@ -413,3 +413,19 @@ fn background_embeddings_calls_carry_the_background_header() {
     let request = envoy.calls.borrow().last().cloned().unwrap();
     assert_eq!(header(&request), None);
 }
+
+/// `auto_k.keep` is set as a gauge at configuration, before any request: the dashboard and the
+/// recall alert read the target beside the share of shadowed calls kept.
+#[test]
+fn the_recall_target_is_a_gauge_set_at_configuration() {
+    let envoy = FakeEnvoy::new("openai");
+    let _shared = worker(
+        &envoy,
+        r#"{"top_k":2,"min_tools":3,"shadow":{"sample":0.1},"auto_k":{"keep":0.95}}"#,
+    );
+    assert_eq!(envoy.stat(Fixed::AutoKKeepTargetPermille), 950);
+    let without = FakeEnvoy::new("openai");
+    let _shared = worker(&without, r#"{"top_k":2,"min_tools":3}"#);
+    assert_eq!(without.stat(Fixed::AutoKKeepTargetPermille), 0);
+    assert_eq!(without.stat(Fixed::Requests), 0);
+}

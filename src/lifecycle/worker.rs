@@ -81,6 +81,10 @@ impl<S: SharedBytes> Shared<S> {
             config.min_tools,
             config.ranking
         );
+        // What the configuration asks for, as gauges: set here once, never per request.
+        for (stat, value) in crate::stats::configured(&config) {
+            proxy.count(stat, value);
+        }
         let vectors = super::hybrid::worker_vectors(&config, store);
         let refresh = suggestion_server(&config).map(Refresh::new);
         if refresh.is_some() {
