@@ -19,6 +19,13 @@
 //!   table, so they use the same k; a k changes at most once per `period_s`, so an agent
 //!   loop's tools array stays the same for the provider's prompt cache.
 //!
+//! Shared data outlives a configuration (it belongs to the `vm_id`, across plugin updates and
+//! new `.wasm`s), so each value starts with its layout version and the [`Fingerprint`] of what
+//! decides its meaning (`keep`, `min_k`, `max_k`, ...). A value of another version or
+//! fingerprint, or one that does not decode whole, is *foreign*: never decoded into a k,
+//! counted (`toolsift.auto_k.foreign`) and replaced on the next write. Whatever a table says,
+//! the k a request gets is bounded where it is used ([`AutoK::chosen`]).
+//!
 //! Everything here is sans-I/O: it reads and writes a [`SharedBytes`] and takes the clock as
 //! an argument; the lifecycle feeds it.
 
@@ -145,6 +152,21 @@ impl AutoKConfig {
             return Err(("period_s", "must be at least 1".into()));
         }
         Ok(())
+    }
+
+    /// The settings that decide what the VM's calibration and table mean, for their
+    /// [`Fingerprint`]: a value written under other settings is another's. A setting that comes
+    /// to decide a k (a fleet calibration's identity) is one more line here.
+    pub fn meaning(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("keep", format!("{:?}", self.keep)),
+            ("min_k", self.min_k.to_string()),
+            ("max_k", self.max_k.to_string()),
+            ("min_calls", self.min_calls.to_string()),
+            ("confidence", format!("{:?}", self.confidence)),
+            // A table's epoch counts periods: another `period_s` counts them otherwise.
+            ("period_s", self.period_s.to_string()),
+        ]
     }
 }
 
@@ -369,8 +391,26 @@ impl Table {
             .map_or(self.fallback, |(_, d)| *d)
     }
 
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![VERSION];
+    /// Whether every k it holds is one `config` and `top_k` could have decided: a calibrated or
+    /// pooled k in [`min_k`, `max_k`], a capped one at `max_k` with a share from 0 to 1, and a
+    /// default one `top_k`.
+    pub fn is_within(&self, config: &AutoKConfig, top_k: usize) -> bool {
+        std::iter::once(&self.fallback)
+            .chain(self.catalogs.iter().map(|(_, d)| d))
+            .all(|d| match d.chosen.source {
+                Source::Default => d.chosen.k == top_k && d.chosen.capped.is_none(),
+                Source::Calibrated | Source::Pooled => {
+                    (config.min_k..=config.max_k).contains(&d.chosen.k)
+                        && d.chosen.capped.is_none_or(|share| {
+                            d.chosen.k == config.max_k && (0.0..=1.0).contains(&share)
+                        })
+                }
+            })
+    }
+
+    /// The table as the VM's shared data holds it, under `fingerprint`.
+    pub fn encode(&self, fingerprint: Fingerprint) -> Vec<u8> {
+        let mut out = header(fingerprint);
         out.extend_from_slice(&self.epoch.to_le_bytes());
         put_decision(&mut out, &self.fallback);
         out.extend_from_slice(&(self.catalogs.len() as u16).to_le_bytes());
@@ -381,11 +421,10 @@ impl Table {
         out
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<Table> {
-        let mut r = Reader(bytes);
-        if r.u8()? != VERSION {
-            return None;
-        }
+    /// The table `bytes` hold, when they are one written under `fingerprint` and nothing but
+    /// one; `None` for any other bytes.
+    pub fn decode(bytes: &[u8], fingerprint: Fingerprint) -> Option<Table> {
+        let mut r = Reader::after_header(bytes, fingerprint)?;
         let epoch = r.u64()?;
         let fallback = r.decision()?;
         let n = usize::from(r.u16()?);
@@ -393,6 +432,7 @@ impl Table {
         for _ in 0..n {
             catalogs.push((r.u32()?, r.decision()?));
         }
+        r.end()?;
         Some(Table {
             epoch,
             fallback,
@@ -532,8 +572,9 @@ impl Calibration {
         (table, changes)
     }
 
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![VERSION];
+    /// The calibration as the VM's shared data holds it, under `fingerprint`.
+    pub fn encode(&self, fingerprint: Fingerprint) -> Vec<u8> {
+        let mut out = header(fingerprint);
         put_histogram(&mut out, &self.pooled);
         out.extend_from_slice(&(self.catalogs.len() as u16).to_le_bytes());
         for c in &self.catalogs {
@@ -544,14 +585,12 @@ impl Calibration {
         out
     }
 
-    /// The calibration `bytes` hold, its histograms sized for `max_k`. A value written under
-    /// another `max_k` is never read (the key names the plugin's settings, [`plugin`]); a slot
-    /// past `max_k` is folded into the last bucket only so that no value can index past it.
-    pub fn decode(bytes: &[u8], max_k: usize) -> Option<Calibration> {
-        let mut r = Reader(bytes);
-        if r.u8()? != VERSION {
-            return None;
-        }
+    /// The calibration `bytes` hold, its histograms sized for `max_k`, when they are one
+    /// written under `fingerprint` (which holds `max_k`) and nothing but one; `None` for any
+    /// other bytes. A slot past `max_k` is folded into the last bucket only so that no value
+    /// can index past it.
+    pub fn decode(bytes: &[u8], fingerprint: Fingerprint, max_k: usize) -> Option<Calibration> {
+        let mut r = Reader::after_header(bytes, fingerprint)?;
         let pooled = r.histogram(max_k)?;
         let n = usize::from(r.u16()?);
         let mut catalogs = Vec::with_capacity(n.min(MAX_CATALOGS));
@@ -562,12 +601,44 @@ impl Calibration {
                 histogram: r.histogram(max_k)?,
             });
         }
+        r.end()?;
         Some(Calibration { pooled, catalogs })
     }
 }
 
-/// The layout version of both values: another version reads as none.
-const VERSION: u8 = 1;
+/// The layout version of both values: another version is foreign. 1 had no fingerprint.
+pub const VERSION: u8 = 2;
+
+/// What decides what the VM's `auto_k` values mean ([`AutoKConfig::meaning`], `top_k`, the
+/// ranking, ...), as 8 bytes of SHA-256 over them: every value carries the fingerprint of the
+/// settings it was written under, and a worker reads only values of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(pub u64);
+
+impl Fingerprint {
+    /// Over `fields`: each a setting's name and its value as text.
+    pub fn of(fields: &[(&str, String)]) -> Fingerprint {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        for (name, value) in fields {
+            hash.update(name.as_bytes());
+            hash.update([0]);
+            hash.update(value.as_bytes());
+            hash.update([0xff]);
+        }
+        let digest = hash.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(digest.get(..8).unwrap_or(&[0; 8]));
+        Fingerprint(u64::from_le_bytes(first))
+    }
+}
+
+/// What every value starts with: [`VERSION`], then the fingerprint (u64 LE).
+pub fn header(fingerprint: Fingerprint) -> Vec<u8> {
+    let mut out = vec![VERSION];
+    out.extend_from_slice(&fingerprint.0.to_le_bytes());
+    out
+}
 
 fn put_decision(out: &mut Vec<u8>, d: &Decision) {
     out.extend_from_slice(&(d.chosen.k.min(usize::from(u16::MAX)) as u16).to_le_bytes());
@@ -595,7 +666,17 @@ fn put_histogram(out: &mut Vec<u8>, h: &Histogram) {
 /// Reads what [`Table::encode`] and [`Calibration::encode`] write; `None` past the end.
 struct Reader<'a>(&'a [u8]);
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// The bytes after the [`header`] of a value of this version written under `fingerprint`;
+    /// `None` for another's.
+    fn after_header(bytes: &'a [u8], fingerprint: Fingerprint) -> Option<Reader<'a>> {
+        let mut r = Reader(bytes);
+        (r.u8()? == VERSION && r.u64()? == fingerprint.0).then_some(r)
+    }
+    /// Nothing left: a value with bytes past its end is not one this layout wrote.
+    fn end(&self) -> Option<()> {
+        self.0.is_empty().then_some(())
+    }
     fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
         let (head, rest) = self.0.split_first_chunk::<N>()?;
         self.0 = rest;
@@ -637,67 +718,99 @@ impl Reader<'_> {
             }
             if let Some(c) = h.counts.get_mut(at) {
                 *c += count;
+                // Counts folded into one bucket may add up past f32: no such value was written.
+                if !c.is_finite() {
+                    return None;
+                }
             }
         }
         Some(h)
     }
 }
 
-/// What tells a plugin's calibration apart from another's in the VM's shared data: 8 hex
-/// digits of SHA-256 over `settings`, the plugin's settings a k depends on (the caller's
-/// text). Plugins with the same settings share one calibration (their catalogs still keep
-/// theirs apart).
-pub fn plugin(settings: &str) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(settings.as_bytes())
-        .iter()
-        .take(4)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// How often a write to the shared data is tried again when another worker wrote first.
 const CAS_TRIES: usize = 4;
 
-/// A worker's side of `auto_k`: the configuration, where the VM's shared values are, and the
+/// The shared data's key of the calibration. One key for every configuration: a configuration
+/// update finds the values of the one before, reads them as foreign and replaces them, so that
+/// updates leave nothing behind. Plugins sharing a VM keep theirs apart by `stat_prefix`
+/// ([`crate::shared_data::Namespaced`]).
+pub const CALIBRATION_KEY: &str = "toolsift.auto_k.calibration";
+/// The shared data's key of the period's table.
+pub const TABLE_KEY: &str = "toolsift.auto_k.table";
+
+/// What [`AutoK::refresh`] did: ks it changed in publishing a table, and foreign values it
+/// read (and ignored).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    pub changes: usize,
+    pub foreign: usize,
+}
+
+/// What [`AutoK::learn`] did: whether the calls were written, and whether the calibration it
+/// found was foreign (replaced by one of these calls alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Learned {
+    pub written: bool,
+    pub foreign: bool,
+}
+
+/// A worker's side of `auto_k`: the configuration, the fingerprint of its values, and the
 /// table of the current period as this worker read it.
 #[derive(Debug, Clone)]
 pub struct AutoK {
     pub config: AutoKConfig,
     top_k: usize,
-    calibration_key: String,
-    table_key: String,
+    fingerprint: Fingerprint,
     table: Option<Table>,
 }
 
 impl AutoK {
-    /// For a plugin of `top_k` and this `auto_k`; `plugin` tells plugins of one VM apart (a
-    /// fingerprint of their settings), so that each keeps its own calibration.
-    pub fn new(config: AutoKConfig, top_k: usize, plugin: &str) -> AutoK {
+    /// For a plugin of `top_k` and this `auto_k`; `more` names the plugin's other settings a
+    /// k depends on (the ranking), which the fingerprint of its values holds along with
+    /// [`AutoKConfig::meaning`] and `top_k`.
+    pub fn new(config: AutoKConfig, top_k: usize, more: &[(&str, String)]) -> AutoK {
+        let mut fields: Vec<(&str, String)> = config.meaning();
+        fields.push(("top_k", top_k.to_string()));
+        fields.extend(more.iter().cloned());
         AutoK {
-            calibration_key: format!("toolsift.auto_k.{plugin}.calibration"),
-            table_key: format!("toolsift.auto_k.{plugin}.table"),
+            fingerprint: Fingerprint::of(&fields),
             config,
             top_k,
             table: None,
         }
     }
 
-    /// The shared data's keys of the calibration and of the table.
-    pub fn keys(&self) -> [&str; 2] {
-        [&self.calibration_key, &self.table_key]
+    /// The fingerprint its values carry.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
     }
 
-    /// The k of catalog `id` in the table this worker read last (`top_k` before any).
+    /// The k of catalog `id` in the table this worker read last (`top_k` before any): always
+    /// in [`min_k`, `max_k`], or `top_k` where no calibrated or pooled k applies, whatever the
+    /// table holds.
     pub fn chosen(&self, id: u32) -> Chosen {
-        self.table.as_ref().map_or(
-            Chosen {
-                k: self.top_k,
-                source: Source::Default,
-                capped: None,
-            },
-            |t| t.chosen(id),
-        )
+        let default = Chosen {
+            k: self.top_k,
+            source: Source::Default,
+            capped: None,
+        };
+        let Some(chosen) = self.table.as_ref().map(|t| t.chosen(id)) else {
+            return default;
+        };
+        match chosen.source {
+            Source::Default => default,
+            Source::Calibrated | Source::Pooled => {
+                let k = chosen.k.clamp(self.config.min_k, self.config.max_k);
+                Chosen {
+                    k,
+                    source: chosen.source,
+                    capped: chosen
+                        .capped
+                        .filter(|s| k == self.config.max_k && (0.0..=1.0).contains(s)),
+                }
+            }
+        }
     }
 
     /// The period `now` falls in.
@@ -713,64 +826,99 @@ impl AutoK {
             .is_some_and(|t| t.epoch == self.epoch(now))
     }
 
+    /// The table `bytes` hold, when it is this worker's settings' and within their bounds.
+    fn own_table(&self, bytes: &[u8]) -> Option<Table> {
+        Table::decode(bytes, self.fingerprint).filter(|t| t.is_within(&self.config, self.top_k))
+    }
+
+    /// The calibration `store` holds, when it is this worker's settings' (empty when there is
+    /// none), and whether there was another's in its place.
+    fn own_calibration<S: SharedBytes>(&self, store: &S) -> (Calibration, bool, Option<u32>) {
+        let (bytes, version) = store.get(CALIBRATION_KEY);
+        let Some(bytes) = bytes else {
+            return (Calibration::new(self.config.max_k), false, version);
+        };
+        match Calibration::decode(&bytes, self.fingerprint, self.config.max_k) {
+            Some(calibration) => (calibration, false, version),
+            None => (Calibration::new(self.config.max_k), true, version),
+        }
+    }
+
     /// At a new period: reads the period's table from `store`, or decides it (from the
-    /// calibration and the table before) and publishes it when no worker has yet. Returns how
-    /// many ks this worker changed in publishing it.
-    pub fn refresh<S: SharedBytes>(&mut self, store: &S, now: u64) -> usize {
+    /// calibration and the table before) and publishes it when no worker has yet. A foreign
+    /// table or calibration is ignored, counted, and the table replaced.
+    pub fn refresh<S: SharedBytes>(&mut self, store: &S, now: u64) -> Refreshed {
         if self.is_current(now) {
-            return 0;
+            return Refreshed::default();
         }
         let epoch = self.epoch(now);
+        let (mut foreign_table, mut foreign_calibration) = (false, false);
         for _ in 0..CAS_TRIES {
-            let (bytes, version) = store.get(&self.table_key);
-            let previous = bytes.as_deref().and_then(Table::decode);
+            let (bytes, version) = store.get(TABLE_KEY);
+            let previous = bytes.as_deref().and_then(|b| self.own_table(b));
+            foreign_table |= bytes.is_some() && previous.is_none();
             if let Some(table) = previous.as_ref().filter(|t| t.epoch >= epoch) {
                 self.table = Some(table.clone());
-                return 0;
+                return Refreshed {
+                    changes: 0,
+                    foreign: usize::from(foreign_table),
+                };
             }
-            let calibration = self.calibration(store);
+            let (calibration, foreign, _) = self.own_calibration(store);
+            foreign_calibration |= foreign;
             let previous = previous.or_else(|| self.table.clone());
             let (table, changes) =
                 calibration.decide(&self.config, self.top_k, previous.as_ref(), epoch, now);
-            if store.set(&self.table_key, &table.encode(), version) {
+            if store.set(TABLE_KEY, &table.encode(self.fingerprint), version) {
                 self.table = Some(table);
-                return changes;
+                return Refreshed {
+                    changes,
+                    foreign: usize::from(foreign_table) + usize::from(foreign_calibration),
+                };
             }
         }
         // The store refused every write: this worker goes on with the table it had (or
         // `top_k`), and tries again on its next request.
-        0
+        Refreshed {
+            changes: 0,
+            foreign: usize::from(foreign_table) + usize::from(foreign_calibration),
+        }
     }
 
-    fn calibration<S: SharedBytes>(&self, store: &S) -> Calibration {
-        let (bytes, _) = store.get(&self.calibration_key);
-        bytes
-            .and_then(|b| Calibration::decode(&b, self.config.max_k))
-            .unwrap_or_else(|| Calibration::new(self.config.max_k))
-    }
-
-    /// Adds one shadowed answer's calls (`slots`, of catalog `id`) to the VM's calibration.
-    /// False when another worker's writes kept it out.
-    pub fn learn<S: SharedBytes>(&self, store: &S, id: u32, slots: &[usize], now: u64) -> bool {
+    /// Adds one shadowed answer's calls (`slots`, of catalog `id`) to the VM's calibration,
+    /// in place of a foreign one. Not written when another worker's writes kept it out.
+    pub fn learn<S: SharedBytes>(&self, store: &S, id: u32, slots: &[usize], now: u64) -> Learned {
+        let mut foreign = false;
         if slots.is_empty() {
-            return true;
+            return Learned {
+                written: true,
+                foreign,
+            };
         }
         for _ in 0..CAS_TRIES {
-            let (bytes, version) = store.get(&self.calibration_key);
-            let mut calibration = bytes
-                .and_then(|b| Calibration::decode(&b, self.config.max_k))
-                .unwrap_or_else(|| Calibration::new(self.config.max_k));
+            let (mut calibration, found_foreign, version) = self.own_calibration(store);
+            foreign |= found_foreign;
             calibration.learn(&self.config, id, slots, now);
-            if store.set(&self.calibration_key, &calibration.encode(), version) {
-                return true;
+            if store.set(
+                CALIBRATION_KEY,
+                &calibration.encode(self.fingerprint),
+                version,
+            ) {
+                return Learned {
+                    written: true,
+                    foreign,
+                };
             }
         }
-        false
+        Learned {
+            written: false,
+            foreign,
+        }
     }
 
-    /// What the VM has learned, for a report.
+    /// What the VM has learned under this worker's settings, for a report.
     pub fn read_calibration<S: SharedBytes>(&self, store: &S) -> Calibration {
-        self.calibration(store)
+        self.own_calibration(store).0
     }
 }
 

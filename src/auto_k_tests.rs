@@ -190,7 +190,7 @@ fn min_k_bounds_a_calibrated_k_from_below() {
 #[test]
 fn with_no_data_the_k_is_top_k() {
     let store = MemoryBytes::default();
-    let mut a = AutoK::new(config(0.99), 7, "p");
+    let mut a = AutoK::new(config(0.99), 7, &[]);
     assert_eq!(a.chosen(1).k, 7);
     a.refresh(&store, 1000);
     let chosen = a.chosen(0xdead_beef);
@@ -212,16 +212,16 @@ fn catalogs_calibrate_pool_and_share_one_table() {
         period_s: 10,
         ..config(0.9)
     };
-    let mut one = AutoK::new(cfg.clone(), 5, "p");
-    let mut two = AutoK::new(cfg, 5, "p");
+    let mut one = AutoK::new(cfg.clone(), 5, &[]);
+    let mut two = AutoK::new(cfg, 5, &[]);
     // Catalog 1: every call at slot 2 or 3; catalog 2: a few calls at slot 40.
     for i in 0..300 {
         one.learn(&store, 1, &[2 + i % 2], 100);
     }
     two.learn(&store, 2, &[40, 40], 100);
-    let changed = one.refresh(&store, 1000);
+    let changed = one.refresh(&store, 1000).changes;
     assert_eq!(
-        two.refresh(&store, 1001),
+        two.refresh(&store, 1001).changes,
         0,
         "the table was decided already"
     );
@@ -246,8 +246,8 @@ fn a_k_changes_at_most_once_per_period() {
         ..config(0.95)
     };
     let mut workers = [
-        AutoK::new(cfg.clone(), 5, "p"),
-        AutoK::new(cfg.clone(), 5, "p"),
+        AutoK::new(cfg.clone(), 5, &[]),
+        AutoK::new(cfg.clone(), 5, &[]),
     ];
     let mut rng = Rng(3);
     let mut changes_at: Vec<u64> = Vec::new();
@@ -326,14 +326,16 @@ fn a_capped_k_says_what_max_k_keeps() {
     assert_eq!(chosen.header_suffix(), " k=auto:10 capped=0.900");
 }
 
+const F: Fingerprint = Fingerprint(0x5eed);
+
 #[test]
 fn values_round_trip_and_bad_bytes_read_as_none() {
     let cfg = config(0.95);
     let mut c = Calibration::new(cfg.max_k);
     c.learn(&cfg, 7, &[1, 2, 300], 5);
     c.learn(&cfg, 8, &[4], 6);
-    let bytes = c.encode();
-    assert_eq!(Calibration::decode(&bytes, cfg.max_k), Some(c.clone()));
+    let bytes = c.encode(F);
+    assert_eq!(Calibration::decode(&bytes, F, cfg.max_k), Some(c.clone()));
     let (table, _) = c.decide(
         &AutoKConfig {
             min_calls: 1,
@@ -344,30 +346,298 @@ fn values_round_trip_and_bad_bytes_read_as_none() {
         3,
         9,
     );
-    assert_eq!(Table::decode(&table.encode()), Some(table.clone()));
+    let encoded = table.encode(F);
+    assert_eq!(Table::decode(&encoded, F), Some(table.clone()));
     for cut in 0..bytes.len() {
         assert!(
-            Calibration::decode(&bytes[..cut], 256).is_none(),
+            Calibration::decode(&bytes[..cut], F, 256).is_none(),
             "cut {cut}"
         );
     }
-    for cut in 0..table.encode().len() {
-        assert!(Table::decode(&table.encode()[..cut]).is_none(), "cut {cut}");
+    for cut in 0..encoded.len() {
+        assert!(Table::decode(&encoded[..cut], F).is_none(), "cut {cut}");
     }
+    // Bytes past a value's end: not a value this layout wrote.
+    assert!(Table::decode(&[&encoded[..], &[0][..]].concat(), F).is_none());
+    assert!(Calibration::decode(&[&bytes[..], &[0][..]].concat(), F, 256).is_none());
+    // Another fingerprint's, or another version's: none.
+    assert!(Table::decode(&encoded, Fingerprint(1)).is_none());
+    assert!(Calibration::decode(&bytes, Fingerprint(1), 256).is_none());
+    let mut old = encoded.clone();
+    old[0] = 1;
+    assert!(Table::decode(&old, F).is_none());
     // A smaller max_k folds the slots past it into its last bucket.
-    let small = Calibration::decode(&bytes, 2).unwrap();
+    let small = Calibration::decode(&bytes, F, 2).unwrap();
     assert_eq!(small.pooled.within(2), 2.0);
     assert_eq!(small.pooled.total(), 4.0);
+}
+
+/// The fingerprint changes with every setting that decides what a value means, and with the
+/// caller's (the ranking); not with `beyond`, which only says what goes past a capped k.
+#[test]
+fn the_fingerprint_names_every_setting_a_k_depends_on() {
+    let base = config(0.9);
+    let of = |cfg: &AutoKConfig, top_k: usize, more: &[(&str, String)]| {
+        AutoK::new(cfg.clone(), top_k, more).fingerprint()
+    };
+    let first = of(&base, 5, &[]);
+    assert_eq!(
+        first,
+        of(&base, 5, &[]),
+        "the same settings, another fingerprint"
+    );
+    let others = [
+        of(&config(0.95), 5, &[]),
+        of(
+            &AutoKConfig {
+                min_k: 2,
+                ..base.clone()
+            },
+            5,
+            &[],
+        ),
+        of(
+            &AutoKConfig {
+                max_k: 8,
+                ..base.clone()
+            },
+            5,
+            &[],
+        ),
+        of(
+            &AutoKConfig {
+                min_calls: 7,
+                ..base.clone()
+            },
+            5,
+            &[],
+        ),
+        of(
+            &AutoKConfig {
+                confidence: 0.9,
+                ..base.clone()
+            },
+            5,
+            &[],
+        ),
+        of(
+            &AutoKConfig {
+                period_s: 60,
+                ..base.clone()
+            },
+            5,
+            &[],
+        ),
+        of(&base, 6, &[]),
+        of(&base, 5, &[("ranking", "Hybrid".into())]),
+    ];
+    for (i, other) in others.iter().enumerate() {
+        assert_ne!(first, *other, "setting {i} does not change the fingerprint");
+    }
+    let beyond = AutoKConfig {
+        beyond: Some(Beyond::FindTools),
+        ..base.clone()
+    };
+    assert_eq!(first, of(&beyond, 5, &[]));
+}
+
+/// A worker configured with `max_k` 8 finds the calibration and table a worker with `max_k`
+/// 64 wrote (the configuration before an update, with the same `vm_id`): it reads neither
+/// into a k, counts each once, selects within its own bounds and replaces them.
+#[test]
+fn another_configurations_values_are_ignored_counted_and_replaced() {
+    let store = MemoryBytes::default();
+    let before = AutoKConfig {
+        min_calls: 50,
+        max_k: 64,
+        ..config(0.95)
+    };
+    let mut old = AutoK::new(before.clone(), 5, &[]);
+    for _ in 0..100 {
+        assert!(old.learn(&store, 1, &[40, 41], 100).written);
+    }
+    assert_eq!(old.refresh(&store, 1_000), Refreshed::default());
+    assert_eq!(
+        (old.chosen(1).k, old.chosen(1).source),
+        (41, Source::Calibrated)
+    );
+    assert_eq!(old.chosen(2).source, Source::Pooled);
+
+    let after = AutoKConfig {
+        max_k: 8,
+        min_k: 2,
+        ..before
+    };
+    let mut new = AutoK::new(after.clone(), 5, &[]);
+    assert_eq!(
+        new.refresh(&store, 1_001),
+        Refreshed {
+            changes: 0,
+            foreign: 2
+        },
+        "the table and the calibration are another's"
+    );
+    for id in [1, 2, 3] {
+        let chosen = new.chosen(id);
+        assert_eq!(
+            (chosen.k, chosen.source),
+            (5, Source::Default),
+            "catalog {id}"
+        );
+    }
+    // The table was replaced: the next worker of the new settings reads it, and no foreign.
+    let (table, _) = store.get(TABLE_KEY);
+    assert!(Table::decode(&table.unwrap(), new.fingerprint()).is_some());
+    let mut other = AutoK::new(after.clone(), 5, &[]);
+    assert_eq!(other.refresh(&store, 1_002), Refreshed::default());
+    assert_eq!(other.chosen(1), new.chosen(1));
+    // The first calls learned replace the old calibration, counted once.
+    let learned = new.learn(&store, 1, &[3], 1_003);
+    assert_eq!((learned.written, learned.foreign), (true, true));
+    let learned = new.learn(&store, 1, &[3], 1_004);
+    assert_eq!((learned.written, learned.foreign), (true, false));
+    assert_eq!(new.read_calibration(&store).pooled.total(), 2.0);
+    // Learned under the new settings: a k within them, the old worker's values gone.
+    for _ in 0..100 {
+        new.learn(&store, 1, &[30], 1_005);
+    }
+    let later = 1_000 + 3 * after.period_s as u64;
+    assert_eq!(new.refresh(&store, later).foreign, 0);
+    let chosen = new.chosen(1);
+    assert_eq!((chosen.k, chosen.source), (8, Source::Calibrated));
+    assert!(chosen.capped.is_some());
+    // And the old worker, were it still running, finds the new values foreign in turn.
+    assert_eq!(old.refresh(&store, later + 1).foreign, 2);
+    assert!((1..=64).contains(&old.chosen(1).k));
+}
+
+/// The input `make fuzz` found (issue 58): 54 bytes that version 1 read as a table whose k
+/// was 16,544. Under either key, alone or behind this version's header, no k leaves its
+/// bounds.
+#[test]
+fn the_fuzzed_table_of_k_16544_is_never_used() {
+    let input: [u8; 54] = [
+        1, 132, 2, 0, 0, 96, 0, 0, 32, 65, 3, 0, 0, 0, 0, 64, 1, 0, 7, 0, 16, 0, 0, 0, 0, 1, 0, 1,
+        0, 0, 1, 0, 1, 0, 0, 0, 160, 64, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2,
+    ];
+    let cfg = AutoKConfig {
+        min_calls: 2,
+        max_k: 1 + usize::from(input[0] % 64),
+        period_s: 7,
+        ..config(0.9)
+    };
+    let mut worker = AutoK::new(cfg.clone(), 5, &[]);
+    let mut forged = header(worker.fingerprint());
+    forged.extend_from_slice(&input[1..]);
+    for bytes in [&input[..], &forged[..]] {
+        let store = MemoryBytes::default();
+        store.set(CALIBRATION_KEY, bytes, None);
+        store.set(TABLE_KEY, bytes.get(bytes.len() / 2..).unwrap(), None);
+        for now in [0, 3, 1_000, 1_007, u64::MAX] {
+            worker.refresh(&store, now);
+            let chosen = worker.chosen(0);
+            assert!(
+                (chosen.k == 5 && chosen.source == Source::Default)
+                    || (cfg.min_k..=cfg.max_k).contains(&chosen.k),
+                "k {} out of bounds",
+                chosen.k
+            );
+        }
+    }
+}
+
+fn any_source() -> impl proptest::strategy::Strategy<Value = Source> {
+    proptest::prop_oneof![
+        proptest::strategy::Just(Source::Calibrated),
+        proptest::strategy::Just(Source::Pooled),
+        proptest::strategy::Just(Source::Default),
+    ]
+}
+
+fn any_decision() -> impl proptest::strategy::Strategy<Value = Decision> {
+    use proptest::prelude::*;
+    (
+        any::<u16>(),
+        any_source(),
+        proptest::option::of(any::<f32>()),
+        any::<u64>(),
+    )
+        .prop_map(|(k, source, capped, since)| Decision {
+            chosen: Chosen {
+                k: usize::from(k),
+                source,
+                capped,
+            },
+            since,
+        })
 }
 
 proptest::proptest! {
     #[test]
     fn any_bytes_decode_without_panicking(bytes in proptest::collection::vec(0u8..=255, 0..300)) {
-        let _ = Calibration::decode(&bytes, 64);
-        let _ = Table::decode(&bytes);
-        let mut with_version = vec![VERSION];
-        with_version.extend_from_slice(&bytes);
-        let _ = Calibration::decode(&with_version, 64);
-        let _ = Table::decode(&with_version);
+        let _ = Calibration::decode(&bytes, F, 64);
+        let _ = Table::decode(&bytes, F);
+        let mut with_header = header(F);
+        with_header.extend_from_slice(&bytes);
+        let _ = Calibration::decode(&with_header, F, 64);
+        let _ = Table::decode(&with_header, F);
+    }
+
+    /// Whatever table a worker holds (any k, any source, any share), the k it selects a
+    /// catalog with is in [`min_k`, `max_k`], or `top_k` by default; a capped k is `max_k`.
+    #[test]
+    fn chosen_is_within_bounds_whatever_the_table(
+        min_k in 1usize..=1024,
+        span in 0usize..=1024,
+        top_k in 0usize..=2048,
+        fallback in any_decision(),
+        catalogs in proptest::collection::vec((0u32..4, any_decision()), 0..6),
+        id in 0u32..5,
+    ) {
+        let cfg = AutoKConfig {
+            min_k,
+            max_k: (min_k + span).min(MAX_K_LIMIT),
+            ..config(0.9)
+        };
+        let mut worker = AutoK::new(cfg.clone(), top_k, &[]);
+        worker.table = Some(Table { epoch: 0, fallback, catalogs });
+        let chosen = worker.chosen(id);
+        match chosen.source {
+            Source::Default => proptest::prop_assert_eq!(chosen.k, top_k),
+            _ => proptest::prop_assert!(
+                (cfg.min_k..=cfg.max_k).contains(&chosen.k),
+                "k {} outside [{}, {}]", chosen.k, cfg.min_k, cfg.max_k
+            ),
+        }
+        if let Some(share) = chosen.capped {
+            proptest::prop_assert_eq!(chosen.k, cfg.max_k);
+            proptest::prop_assert!((0.0..=1.0).contains(&share));
+        }
+    }
+
+    /// The same through the shared data: any bytes behind this worker's own header, as the
+    /// table and as the calibration, and the k stays in bounds after a refresh and a learn.
+    #[test]
+    fn chosen_is_within_bounds_whatever_the_store_holds(
+        table in proptest::collection::vec(0u8..=255, 0..200),
+        calibration in proptest::collection::vec(0u8..=255, 0..200),
+        max_k in 1usize..=64,
+        now in 0u64..10_000,
+    ) {
+        let cfg = AutoKConfig { max_k, min_calls: 1, ..config(0.9) };
+        let mut worker = AutoK::new(cfg.clone(), 5, &[]);
+        let store = MemoryBytes::default();
+        store.set(TABLE_KEY, &[header(worker.fingerprint()), table].concat(), None);
+        store.set(CALIBRATION_KEY, &[header(worker.fingerprint()), calibration].concat(), None);
+        for at in [now, now + 1_000] {
+            worker.refresh(&store, at);
+            let chosen = worker.chosen(1);
+            proptest::prop_assert!(
+                (chosen.source == Source::Default && chosen.k == 5)
+                    || (cfg.min_k..=cfg.max_k).contains(&chosen.k),
+                "k {}", chosen.k
+            );
+            worker.learn(&store, 1, &[3], at);
+        }
     }
 }

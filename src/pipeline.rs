@@ -899,12 +899,13 @@ impl Engine {
             .as_ref()
             .map(|s| Rc::new(crate::suggestions::Suggestions::new(s, Vec::new())));
         let auto_k = config.auto_k.as_ref().map(|a| {
-            // What a k depends on: plugins that differ in it keep their calibrations apart.
-            let settings = format!(
-                "{a:?} top_k={} ranking={:?} weights={:?}",
-                config.top_k, config.ranking, config.channel_weights
-            );
-            crate::auto_k::AutoK::new(a.clone(), config.top_k, &crate::auto_k::plugin(&settings))
+            // What a slot means besides `auto_k`'s own settings: a calibration learned under
+            // another ranking is another's.
+            let ranking = [
+                ("ranking", format!("{:?}", config.ranking)),
+                ("channel_weights", format!("{:?}", config.channel_weights)),
+            ];
+            crate::auto_k::AutoK::new(a.clone(), config.top_k, &ranking)
         });
         Engine {
             config,

@@ -161,7 +161,8 @@ fixed! {
     /// `auto_k` ([`crate::auto_k`]): requests selected with their catalog's own k, with the
     /// pooled k, with `top_k` (too little data); those whose k is capped at `max_k`; the k
     /// each request got; shadowed calls learned, and those the VM's shared data kept out;
-    /// ks changed when a period's table was decided.
+    /// ks changed when a period's table was decided; values of another configuration or
+    /// layout found in the VM's shared data (ignored and replaced).
     AutoKCalibrated: Counter Always "toolsift.auto_k.calibrated",
     AutoKPooled: Counter Always "toolsift.auto_k.pooled",
     AutoKDefault: Counter Always "toolsift.auto_k.default",
@@ -170,6 +171,7 @@ fixed! {
     AutoKLearned: Counter Always "toolsift.auto_k.learned",
     AutoKLost: Counter Always "toolsift.auto_k.lost",
     AutoKChanges: Counter Always "toolsift.auto_k.changes",
+    AutoKForeign: Counter Always "toolsift.auto_k.foreign",
     /// `auto_k.beyond`: requests past a capped k sent with `find_tools` for the rest.
     AutoKBeyond: Counter Always "toolsift.auto_k.beyond",
     /// `auto_k.keep`, in thousandths (rounded down; 0 without `auto_k`): the target the share

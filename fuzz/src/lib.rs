@@ -901,66 +901,85 @@ pub fn memory_set(data: &[u8]) {
 }
 
 /// `auto_k`'s values in the VM's shared data, as any bytes: whatever the calibration and the
-/// table hold (another version's layout, a cut write), a worker reads, learns and decides
-/// without panicking; what it writes reads back as written; and the k it selects with stays
-/// within `top_k` and `max_k`.
+/// table hold (another version's layout, another configuration's values, a cut write), as
+/// they are and behind the worker's own header (version and fingerprint), a worker reads,
+/// learns and decides without panicking; what it writes reads back as written; and the k it
+/// selects with is `top_k` by default, else within [`min_k`, `max_k`] (`max_k` when capped).
 pub fn auto_k_values(data: &[u8]) {
-    use toolsift::auto_k::{AutoK, AutoKConfig, Calibration, Table};
+    use toolsift::auto_k::{AutoK, AutoKConfig, Calibration, Source, Table, header};
+    use toolsift::auto_k::{CALIBRATION_KEY, TABLE_KEY};
     use toolsift::embeddings::{MemoryBytes, SharedBytes};
-    let max_k = 1 + usize::from(data.first().copied().unwrap_or(0) % 64);
-    if let Some(c) = Calibration::decode(data, max_k) {
-        let again = Calibration::decode(&c.encode(), max_k);
-        assert_eq!(again, Some(c), "a calibration that does not round-trip");
-    }
-    if let Some(t) = Table::decode(data) {
-        let again = Table::decode(&t.encode());
-        assert_eq!(
-            again.map(|a| a.encode()),
-            Some(t.encode()),
-            "a table that does not round-trip"
-        );
-    }
+    let byte = |i: usize| usize::from(data.get(i).copied().unwrap_or(0));
+    let max_k = 1 + byte(0) % 64;
+    let min_k = 1 + byte(1) % max_k;
+    let top_k = 5;
     let config = AutoKConfig {
         keep: 0.9,
-        min_k: 1,
+        min_k,
         max_k,
         min_calls: 2,
         confidence: 0.95,
         period_s: 7,
         beyond: None,
     };
-    let mut worker = AutoK::new(config, 5, "fuzz");
-    let store = MemoryBytes::default();
-    let [calibration, table] = worker.keys().map(str::to_owned);
-    store.set(&calibration, data, None);
-    store.set(&table, data.get(data.len() / 2..).unwrap_or_default(), None);
-    let id = data
-        .iter()
-        .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(*b));
-    for now in [0, 3, 1_000, 1_007, u64::MAX] {
-        let _ = worker.refresh(&store, now);
-        let chosen = worker.chosen(id);
-        assert!(
-            chosen.k <= max_k.max(5) && chosen.k >= 1,
-            "k {} out of bounds",
-            chosen.k
-        );
-        let slots: Vec<usize> = data.iter().take(8).map(|b| usize::from(*b)).collect();
-        assert!(
-            worker.learn(&store, id, &slots, now),
-            "the memory store refused a write"
-        );
-        if slots.is_empty() {
-            continue;
+    let fingerprint = AutoK::new(config.clone(), top_k, &[]).fingerprint();
+    let half = data.get(data.len() / 2..).unwrap_or_default();
+    let own = header(fingerprint);
+    let values = [
+        (data.to_vec(), half.to_vec()),
+        ([&own[..], data].concat(), [&own[..], half].concat()),
+    ];
+    for (calibration, table) in values {
+        if let Some(c) = Calibration::decode(&calibration, fingerprint, max_k) {
+            let again = Calibration::decode(&c.encode(fingerprint), fingerprint, max_k);
+            assert_eq!(again, Some(c), "a calibration that does not round-trip");
         }
-        let (written, _) = store.get(&calibration);
-        let read = written
-            .as_deref()
-            .and_then(|b| Calibration::decode(b, max_k));
-        assert!(
-            read.is_some_and(|c| c.catalogs.iter().any(|x| x.id == id)),
-            "what was learned does not read back"
-        );
+        if let Some(t) = Table::decode(&table, fingerprint) {
+            let again = Table::decode(&t.encode(fingerprint), fingerprint);
+            assert_eq!(
+                again.map(|a| a.encode(fingerprint)),
+                Some(t.encode(fingerprint)),
+                "a table that does not round-trip"
+            );
+        }
+        let mut worker = AutoK::new(config.clone(), top_k, &[]);
+        let store = MemoryBytes::default();
+        store.set(CALIBRATION_KEY, &calibration, None);
+        store.set(TABLE_KEY, &table, None);
+        let id = data
+            .iter()
+            .fold(0u32, |h, b| h.rotate_left(5) ^ u32::from(*b));
+        for now in [0, 3, 1_000, 1_007, u64::MAX] {
+            let _ = worker.refresh(&store, now);
+            for catalog in [id, 0, 1] {
+                let chosen = worker.chosen(catalog);
+                let within = match chosen.source {
+                    Source::Default => chosen.k == top_k,
+                    Source::Calibrated | Source::Pooled => (min_k..=max_k).contains(&chosen.k),
+                };
+                assert!(within, "k {} out of bounds", chosen.k);
+                assert!(
+                    chosen.capped.is_none() || chosen.k == max_k,
+                    "capped below max_k"
+                );
+            }
+            let slots: Vec<usize> = data.iter().take(8).map(|b| usize::from(*b)).collect();
+            assert!(
+                worker.learn(&store, id, &slots, now).written,
+                "the memory store refused a write"
+            );
+            if slots.is_empty() {
+                continue;
+            }
+            let (written, _) = store.get(CALIBRATION_KEY);
+            let read = written
+                .as_deref()
+                .and_then(|b| Calibration::decode(b, fingerprint, max_k));
+            assert!(
+                read.is_some_and(|c| c.catalogs.iter().any(|x| x.id == id)),
+                "what was learned does not read back"
+            );
+        }
     }
 }
 

@@ -181,9 +181,12 @@ impl Request {
         // `auto_k`: at a new period, the period's table (the request path's cost until then:
         // one comparison).
         if let Some(auto_k) = engine.auto_k.as_mut().filter(|a| !a.is_current(now)) {
-            let changes = auto_k.refresh(host.store(), now);
-            if changes > 0 {
-                host.count(crate::stats::one(Fixed::AutoKChanges, changes));
+            let refreshed = auto_k.refresh(host.store(), now);
+            if refreshed.changes > 0 {
+                host.count(crate::stats::one(Fixed::AutoKChanges, refreshed.changes));
+            }
+            if refreshed.foreign > 0 {
+                host.count(crate::stats::one(Fixed::AutoKForeign, refreshed.foreign));
             }
         }
         let (actions, analysis) =

@@ -455,12 +455,16 @@ fn learn_auto_k<P: Proxy>(proxy: &P, shared: &Shared<P::Store>, record: &crate::
         return;
     }
     let now = proxy.since_epoch().as_secs();
-    let stat = if auto_k.learn(proxy.store(), record.catalog, &slots, now) {
+    let learned = auto_k.learn(proxy.store(), record.catalog, &slots, now);
+    let stat = if learned.written {
         Fixed::AutoKLearned
     } else {
         Fixed::AutoKLost
     };
     proxy.count(stat.into(), slots.len() as u64);
+    if learned.foreign {
+        proxy.count(Fixed::AutoKForeign.into(), 1);
+    }
 }
 
 fn resume(flow: Flow, side: Resume) -> Resume {
