@@ -185,7 +185,7 @@ pub use crate::shared_data::{MemoryBytes, SharedBytes};
 
 /// Entries per set of [`VectorCache`]: a vector can live in any of 4 places, and the least
 /// recently used of the 4 goes.
-const WAYS: usize = 4;
+pub const WAYS: usize = 4;
 /// Attempts at a write that lost a compare-and-swap race before giving up (the vector is then
 /// simply fetched again another time).
 const WRITE_ATTEMPTS: usize = 3;
@@ -276,9 +276,14 @@ impl<S: SharedBytes> VectorCache<S> {
     }
 }
 
-/// A set: per entry the 32-byte key, the length as u32 LE, then the f32s LE.
-fn encode_set(entries: &[(Key, Vec<f32>)]) -> Vec<u8> {
-    let mut out = Vec::new();
+/// The layout version of a set, its first byte: a set of another layout reads as empty and is
+/// replaced on the next write. 1 is the first with it; the sets before had none.
+pub const SET_LAYOUT: u8 = 1;
+
+/// A set: [`SET_LAYOUT`], then per entry the 32-byte key, the length as u32 LE, then the f32s
+/// LE.
+pub fn encode_set(entries: &[(Key, Vec<f32>)]) -> Vec<u8> {
+    let mut out = vec![SET_LAYOUT];
     for (key, v) in entries {
         out.extend_from_slice(key);
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
@@ -289,11 +294,16 @@ fn encode_set(entries: &[(Key, Vec<f32>)]) -> Vec<u8> {
     out
 }
 
-/// Decodes what [`encode_set`] wrote; a damaged tail is dropped, never trusted.
-fn decode_set(mut bytes: &[u8]) -> Vec<(Key, Vec<f32>)> {
+/// Decodes what [`encode_set`] wrote: at most [`WAYS`] entries, each of finite numbers; a set
+/// of another layout reads as empty, and a damaged tail is dropped, never trusted.
+pub fn decode_set(bytes: &[u8]) -> Vec<(Key, Vec<f32>)> {
     let four = |b: &[u8]| <[u8; 4]>::try_from(b).ok();
     let mut out = Vec::new();
-    while let (Some(key), Some(len)) = (
+    let Some((&SET_LAYOUT, mut bytes)) = bytes.split_first() else {
+        return out;
+    };
+    while let (true, Some(key), Some(len)) = (
+        out.len() < WAYS,
         bytes.get(..32).and_then(|k| Key::try_from(k).ok()),
         bytes.get(32..36).and_then(four),
     ) {
@@ -301,11 +311,14 @@ fn decode_set(mut bytes: &[u8]) -> Vec<(Key, Vec<f32>)> {
         let Some(body) = bytes.get(36..end) else {
             break;
         };
-        let v = body
+        let v: Vec<f32> = body
             .chunks_exact(4)
             .filter_map(four)
             .map(f32::from_le_bytes)
             .collect();
+        if !v.iter().all(|x| x.is_finite()) {
+            break;
+        }
         out.push((key, v));
         bytes = bytes.get(end..).unwrap_or_default();
     }
@@ -709,7 +722,25 @@ mod tests {
             cache.put(&k(i), &[1.0; 384]);
         }
         let stored = memory.size().1;
-        assert!(stored <= 4 * (36 + 384 * 4), "{stored}");
+        assert!(stored <= 1 + 4 * (36 + 384 * 4), "{stored}");
+    }
+
+    /// A set of another layout (the sets before [`SET_LAYOUT`]) reads as empty and is replaced
+    /// on the next write; a set of this layout is read to its first vector that is not
+    /// numbers, and to [`WAYS`] vectors.
+    #[test]
+    fn a_set_of_another_layout_or_past_its_bounds_is_not_read() {
+        let memory = MemoryBytes::default();
+        let cache = VectorCache::new(&memory, 4, "v.");
+        let ours = encode_set(&[(k(0), vec![0.5]), (k(1), vec![1.5])]);
+        memory.set("v.0", &ours[1..], None);
+        assert_eq!(cache.get(&k(0)), None);
+        cache.put(&k(2), &[2.0]);
+        assert_eq!(cache.get(&k(2)), Some(vec![2.0]));
+        let six: Vec<(Key, Vec<f32>)> = (0..6).map(|i| (k(i), vec![f32::from(i)])).collect();
+        assert_eq!(decode_set(&encode_set(&six)), six[..WAYS]);
+        let bad = encode_set(&[(k(0), vec![0.5]), (k(1), vec![f32::NAN]), (k(2), vec![2.0])]);
+        assert_eq!(decode_set(&bad), [(k(0), vec![0.5])]);
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("lifecycle", lifecycle),
     ("mcp_route", mcp_route),
     ("auto_k_values", auto_k_values),
+    ("vector_set", vector_set),
+    ("alias_slot", alias_slot),
+    ("mcp_generation", mcp_generation),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -846,56 +849,195 @@ pub fn header_map(data: &[u8]) {
 }
 
 /// A set of search mode's memory of found tools as shared data may hold it (another version's
-/// bytes, a damaged value, MCP sessions' search loops). Nothing panics; what decodes encodes
-/// back to the bytes it came from; and a session read and written over it (its tools and its
-/// loop) leaves the set within its bytes.
+/// bytes, a damaged value, MCP sessions' search loops), as it is and behind this version's
+/// layout byte. Nothing panics; what decodes encodes back to the bytes it came from; a
+/// session is recalled within the memory's bounds (`max_tools` tools, `MAX_QUERIES` queries);
+/// and a session read and written over it (its tools and its loop) leaves the set within its
+/// bytes.
 pub fn memory_set(data: &[u8]) {
     use toolsift::embeddings::{MemoryBytes, SharedBytes};
-    use toolsift::search::memory::{Memory, SessionKey};
+    use toolsift::search::memory::{LAYOUT, MAX_QUERIES, Memory, SessionKey};
     assert!(
         toolsift::search::memory::decode_round_trips(data),
         "decoded sessions that encode otherwise"
     );
     let config = toolsift::config::Memory {
         max_bytes: 1024,
+        max_tools: 4,
         ..Default::default()
     };
     let memory = Memory::new(&config);
-    let store = MemoryBytes::default();
-    for set in memory.set_keys() {
-        store.set(&set, data, None);
-    }
-    let name = data.get(..8).unwrap_or(data);
-    let Some(key) = SessionKey::new(7, "header", name).or(SessionKey::new(7, "header", b"s"))
-    else {
-        return;
-    };
-    let now = data.first().map_or(0, |&b| u64::from(b));
-    let _ = memory.recall(&store, &key, now);
-    memory.remember(&store, &key, &["get_weather".to_owned()], &[], now);
-    assert_eq!(memory.recall(&store, &key, now), ["get_weather"]);
-    // An MCP session's search loop over the same bytes: counted, its answer kept, ended by a
-    // real call.
-    let before = memory.recall_session(&store, &key, now).searches.count;
-    memory.searched(&store, &key, 42, &["send_email".to_owned()], now);
-    let searches = memory.recall_session(&store, &key, now).searches;
-    assert_eq!(
-        searches.count,
-        before.saturating_add(1),
-        "a search not counted"
-    );
-    assert!(searches.answered(42).is_some(), "a search's answer lost");
-    memory.end_searches(&store, &key, now);
-    assert_eq!(
-        memory.recall_session(&store, &key, now).searches,
-        Default::default(),
-        "a loop that outlived a real call"
-    );
-    for set in memory.set_keys() {
-        let (bytes, _) = store.get(&set);
+    for value in [data.to_vec(), [&[LAYOUT][..], data].concat()] {
+        let store = MemoryBytes::default();
+        for set in memory.set_keys() {
+            store.set(&set, &value, None);
+        }
+        let name = data.get(..8).unwrap_or(data);
+        let Some(key) = SessionKey::new(7, "header", name).or(SessionKey::new(7, "header", b"s"))
+        else {
+            return;
+        };
+        let now = data.first().map_or(0, |&b| u64::from(b));
+        let recalled = memory.recall_session(&store, &key, now);
+        assert!(recalled.names.len() <= 4, "more than max_tools recalled");
         assert!(
-            bytes.is_some_and(|b| b.len() <= 1024),
-            "a set past its bytes"
+            recalled.searches.queries.len() <= MAX_QUERIES,
+            "more than MAX_QUERIES recalled"
+        );
+        memory.remember(&store, &key, &["get_weather".to_owned()], &[], now);
+        let names = memory.recall(&store, &key, now);
+        assert!(
+            names.len() <= 4 && names.last().is_some_and(|n| n == "get_weather"),
+            "a remembered tool lost: {names:?}"
+        );
+        // An MCP session's search loop over the same bytes: counted, its answer kept, ended
+        // by a real call.
+        let before = memory.recall_session(&store, &key, now).searches.count;
+        memory.searched(&store, &key, 42, &["send_email".to_owned()], now);
+        let searches = memory.recall_session(&store, &key, now).searches;
+        assert_eq!(
+            searches.count,
+            before.saturating_add(1),
+            "a search not counted"
+        );
+        assert!(searches.answered(42).is_some(), "a search's answer lost");
+        memory.end_searches(&store, &key, now);
+        assert_eq!(
+            memory.recall_session(&store, &key, now).searches,
+            Default::default(),
+            "a loop that outlived a real call"
+        );
+        for set in memory.set_keys() {
+            let (bytes, _) = store.get(&set);
+            assert!(
+                bytes.is_some_and(|b| b.len() <= 1024),
+                "a set past its bytes"
+            );
+        }
+    }
+}
+
+/// A set of hybrid ranking's vector cache as shared data may hold it (another version's
+/// bytes, a damaged value), as it is and behind this version's layout byte. Nothing panics;
+/// a set reads as at most `WAYS` vectors of finite numbers, which encode and read back the
+/// same; each is what the cache answers for its key; and a vector put over the set is the
+/// one read back, the set still within `WAYS`.
+pub fn vector_set(data: &[u8]) {
+    use toolsift::embeddings::{
+        Key, MemoryBytes, SET_LAYOUT, SharedBytes, VectorCache, WAYS, decode_set, encode_set,
+    };
+    for value in [data.to_vec(), [&[SET_LAYOUT][..], data].concat()] {
+        let entries = decode_set(&value);
+        assert!(entries.len() <= WAYS, "a set past WAYS");
+        assert!(
+            entries.iter().all(|(_, v)| v.iter().all(|x| x.is_finite())),
+            "a vector that is not numbers"
+        );
+        assert_eq!(
+            decode_set(&encode_set(&entries)),
+            entries,
+            "a set that does not round-trip"
+        );
+        let store = MemoryBytes::default();
+        // One set: every key falls in `v.0`.
+        let cache = VectorCache::new(&store, WAYS, "v.");
+        store.set("v.0", &value, None);
+        let mut seen: Vec<Key> = Vec::new();
+        for (key, vector) in &entries {
+            if seen.contains(key) {
+                continue;
+            }
+            seen.push(*key);
+            assert_eq!(cache.get(key).as_ref(), Some(vector), "another vector read");
+        }
+        let new: Key = [0xa5; 32];
+        cache.put(&new, &[0.25, -0.5]);
+        assert_eq!(
+            cache.get(&new),
+            Some(vec![0.25, -0.5]),
+            "a vector put is lost"
+        );
+        let (after, _) = store.get("v.0");
+        let after = decode_set(&after.unwrap_or_default());
+        assert!(
+            after.len() <= WAYS && after.first().is_some_and(|(k, _)| *k == new),
+            "the set after a put"
+        );
+    }
+}
+
+/// A slot of the response-id aliases as shared data may hold it (another version's text, any
+/// bytes), as it is and behind this version's layout word, named by the id and owner its
+/// words give. Nothing panics; an alias followed is a whole id (1 to `MAX_ID` bytes, no
+/// space), spliced into a request as a JSON string; and an alias remembered over the slot is
+/// the one followed.
+pub fn alias_slot(data: &[u8]) {
+    use toolsift::embeddings::{MemoryBytes, SharedBytes};
+    use toolsift::search::alias::{LAYOUT, MAX_ID, lookup, remember, resolve, slot_key};
+    let text = String::from_utf8_lossy(data);
+    let words: Vec<&str> = text.split(' ').collect();
+    let shown = words
+        .get(2)
+        .copied()
+        .filter(|w| !w.is_empty())
+        .unwrap_or("resp_a");
+    let owner = words
+        .get(4)
+        .and_then(|w| u64::from_str_radix(w, 16).ok())
+        .unwrap_or(0);
+    let now = 1;
+    for value in [data.to_vec(), [LAYOUT.as_bytes(), b" ", data].concat()] {
+        let store = MemoryBytes::default();
+        store.set(&slot_key(shown), &value, None);
+        if let Some(real) = lookup(&store, shown, owner, now) {
+            assert!(
+                (1..=MAX_ID).contains(&real.len()) && !real.contains(' '),
+                "an alias of {} bytes followed",
+                real.len()
+            );
+        }
+        let body = serde_json::json!({"model": "m", "previous_response_id": shown, "input": "hi"});
+        if let Some(resolved) = resolve(&store, &body.to_string(), owner, now) {
+            let parsed: serde_json::Value =
+                serde_json::from_str(&resolved).unwrap_or_else(|e| panic!("{e}: {resolved}"));
+            assert!(parsed["previous_response_id"].is_string(), "{resolved}");
+        }
+        if (1..=MAX_ID).contains(&shown.len()) && !shown.contains(' ') {
+            remember(&store, shown, "resp_real", owner, now);
+            assert_eq!(
+                lookup(&store, shown, owner, now).as_deref(),
+                Some("resp_real"),
+                "an alias remembered is not followed"
+            );
+        }
+    }
+}
+
+/// An MCP server's tool-list generation as shared data may hold it (another version's 8
+/// bytes, any bytes), as it is and behind this version's layout byte. Nothing panics; a value
+/// of another layout reads as 0; and a change raises the generation read by one.
+pub fn mcp_generation(data: &[u8]) {
+    use toolsift::embeddings::{MemoryBytes, SharedBytes};
+    use toolsift::mcp::catalog::{
+        GENERATION_LAYOUT, bump_generation, generation, generation_key, read_generation,
+    };
+    for value in [data.to_vec(), [&[GENERATION_LAYOUT][..], data].concat()] {
+        let ours = value.len() == 9 && value.first() == Some(&GENERATION_LAYOUT);
+        if !ours {
+            assert_eq!(
+                read_generation(&value),
+                0,
+                "another layout read as a generation"
+            );
+        }
+        let store = MemoryBytes::default();
+        store.set(&generation_key("s"), &value, None);
+        let (before, _) = generation(&store, "s");
+        bump_generation(&store, "s");
+        assert_eq!(
+            generation(&store, "s").0,
+            before.wrapping_add(1),
+            "a change not counted"
         );
     }
 }

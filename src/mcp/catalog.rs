@@ -277,21 +277,31 @@ struct Cached {
 }
 
 /// The shared-data key of a server's tool-list generation.
-fn generation_key(server: &str) -> String {
+pub fn generation_key(server: &str) -> String {
     format!(
         "toolsift.mcp.generation.{:016x}",
         xxhash_rust::xxh3::xxh3_64(server.as_bytes())
     )
 }
 
-/// A server's tool-list generation in the store every worker shares (0 before any change), and
-/// the value's compare-and-swap token.
+/// The layout version of a generation's value, its first byte (then the generation, u64 LE):
+/// a value of another layout reads as 0, and the next change replaces it. 1 is the first with
+/// it; the values before were the 8 bytes alone.
+pub const GENERATION_LAYOUT: u8 = 1;
+
+/// A server's tool-list generation in the store every worker shares (0 before any change, or
+/// when the value is of another layout), and the value's compare-and-swap token.
 pub fn generation(store: &impl SharedBytes, server: &str) -> (u64, Option<u32>) {
     let (value, cas) = store.get(&generation_key(server));
-    let generation = value
-        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
-        .map_or(0, u64::from_le_bytes);
-    (generation, cas)
+    (value.as_deref().map_or(0, read_generation), cas)
+}
+
+/// The generation `value` holds; 0 for a value of another layout.
+pub fn read_generation(value: &[u8]) -> u64 {
+    match value.split_first() {
+        Some((&GENERATION_LAYOUT, rest)) => <[u8; 8]>::try_from(rest).map_or(0, u64::from_le_bytes),
+        _ => 0,
+    }
 }
 
 /// Raises a server's generation, so every worker drops its catalog (retried when another
@@ -300,7 +310,8 @@ pub fn bump_generation(store: &impl SharedBytes, server: &str) {
     let key = generation_key(server);
     for _ in 0..8 {
         let (generation, cas) = generation(store, server);
-        let next = generation.wrapping_add(1).to_le_bytes();
+        let mut next = vec![GENERATION_LAYOUT];
+        next.extend_from_slice(&generation.wrapping_add(1).to_le_bytes());
         if store.set(&key, &next, cas) {
             return;
         }

@@ -9,7 +9,9 @@
 //!
 //! Kept in proxy-wasm shared data (every worker sees it) in a fixed number of slots (a slot
 //! holds one alias; a newer one with the same slot replaces it), each with an expiry: bounded
-//! memory, no deletion needed.
+//! memory, no deletion needed. A slot's value is text, `<LAYOUT> <expiry> <shown> <real>
+//! <owner>`; a value of another layout, or not whole, is no alias (and the slot is replaced by
+//! the next alias that falls in it).
 //!
 //! An alias belongs to its [`owner`]: the caller (under access rules) and the credentials of
 //! the request that made it. A request of another owner naming the shown id is not redirected:
@@ -25,6 +27,12 @@ pub const SLOTS: u64 = 4096;
 /// How long an alias is honoured, in seconds: an agent continues a conversation within minutes;
 /// a day covers a paused session.
 pub const TTL_SECONDS: u64 = 24 * 60 * 60;
+
+/// The layout version of a slot's value, its first word: a value of another is no alias. `a1`
+/// is the first with it; the values before started with the expiry.
+pub const LAYOUT: &str = "a1";
+/// The longest response id followed: providers' ids are a few dozen characters.
+pub const MAX_ID: usize = 256;
 
 /// The request headers that say on whose account a request runs, besides the caller's identity.
 pub const CREDENTIALS: [&str; 5] = [
@@ -46,15 +54,22 @@ pub fn owner<'a>(caller: Option<&str>, header: impl Fn(&str) -> Option<&'a [u8]>
     xxhash_rust::xxh3::xxh3_64(&text)
 }
 
-fn slot_key(shown: &str) -> String {
+/// The shared-data key of the slot `shown` falls in.
+pub fn slot_key(shown: &str) -> String {
     let slot = xxhash_rust::xxh3::xxh3_64(shown.as_bytes()) % SLOTS;
     format!("toolsift.alias.{slot}")
 }
 
 /// Remembers that `owner`'s client knows `real` as `shown`, until `now + TTL_SECONDS`.
 pub fn remember<S: SharedBytes>(store: &S, shown: &str, real: &str, owner: u64, now: u64) {
+    if [shown, real]
+        .iter()
+        .any(|id| id.is_empty() || id.len() > MAX_ID || id.contains(' '))
+    {
+        return;
+    }
     let value = format!(
-        "{} {shown} {real} {owner:016x}",
+        "{LAYOUT} {} {shown} {real} {owner:016x}",
         now.saturating_add(TTL_SECONDS)
     );
     store.set(&slot_key(shown), value.as_bytes(), None);
@@ -65,10 +80,15 @@ pub fn lookup<S: SharedBytes>(store: &S, shown: &str, owner: u64, now: u64) -> O
     let (value, _) = store.get(&slot_key(shown));
     let value = String::from_utf8(value?).ok()?;
     let mut parts = value.split(' ');
+    if parts.next()? != LAYOUT {
+        return None;
+    }
     let expiry: u64 = parts.next()?.parse().ok()?;
     let (stored_shown, real) = (parts.next()?, parts.next()?);
     let stored_owner = u64::from_str_radix(parts.next()?, 16).ok()?;
-    (stored_shown == shown && stored_owner == owner && now < expiry).then(|| real.to_owned())
+    let whole = parts.next().is_none() && (1..=MAX_ID).contains(&real.len());
+    (whole && stored_shown == shown && stored_owner == owner && now < expiry)
+        .then(|| real.to_owned())
 }
 
 /// `body` (an OpenAI Responses request of `owner`) with its `previous_response_id` replaced by

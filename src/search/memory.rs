@@ -19,13 +19,19 @@
 //! ([`Searches`]): how many searches, and each distinct query's answer, so that a repeated
 //! query is answered from the first answer and a search storm is stopped.
 //!
-//! Stored bytes are read as untrusted: a damaged tail is dropped, never trusted, never a panic.
+//! Stored bytes are read as untrusted: a set of another layout ([`LAYOUT`], its first byte) is
+//! read as empty and replaced on the next write; a damaged tail is dropped, never trusted,
+//! never a panic; and a session is never recalled with more than `max_tools` tools or
+//! [`MAX_QUERIES`] queries, whatever the set holds.
 
 use crate::config::Memory as MemoryConfig;
 use crate::embeddings::SharedBytes;
 
 /// The bytes of one set, when `max_bytes` allows more than one: a few dozen sessions each.
 pub const SET_BYTES: usize = 4096;
+/// The layout version of a set, its first byte: a set of another is read as empty. 1 is the
+/// first with it; the sets before had none.
+pub const LAYOUT: u8 = 1;
 /// The shared-data keys' prefix; the set's number follows.
 const PREFIX: &str = "toolsift.memory.";
 /// Attempts at a write that lost a compare-and-swap race before giving up (the tools are then
@@ -167,7 +173,7 @@ impl Memory {
     ) -> Recalled {
         let set_key = self.set_key(key);
         let (bytes, cas) = store.get(&set_key);
-        let mut sessions = bytes.map(|b| decode(&b)).unwrap_or_default();
+        let mut sessions = bytes.map(|b| read_set(&b)).unwrap_or_default();
         let Some(at) = sessions
             .iter()
             .position(|s| s.key == *key && s.expiry > now)
@@ -175,6 +181,13 @@ impl Memory {
             return Recalled::default();
         };
         let mut session = sessions.remove(at);
+        // Within this memory's bounds whatever the set held: the latest finds and queries.
+        let over = session.names.len().saturating_sub(self.max_tools);
+        session.names.drain(..over);
+        if let Some(searches) = &mut session.searches {
+            let over = searches.queries.len().saturating_sub(MAX_QUERIES);
+            searches.queries.drain(..over);
+        }
         let recalled = Recalled {
             names: session.names.clone(),
             searches: session.searches.clone().unwrap_or_default(),
@@ -247,7 +260,7 @@ impl Memory {
         let set_key = self.set_key(key);
         for _ in 0..WRITE_ATTEMPTS {
             let (bytes, cas) = store.get(&set_key);
-            let mut sessions = bytes.map(|b| decode(&b)).unwrap_or_default();
+            let mut sessions = bytes.map(|b| read_set(&b)).unwrap_or_default();
             let mut session = sessions
                 .iter()
                 .position(|s| s.key == *key && s.expiry > now)
@@ -308,12 +321,13 @@ impl Memory {
     /// queries go, then its oldest finds.
     fn bounded(&self, sessions: Vec<Stored>, now: u64) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.set_bytes);
+        out.push(LAYOUT);
         for (i, mut session) in sessions.into_iter().enumerate() {
             if session.expiry <= now {
                 continue;
             }
             if i == 0 {
-                while encoded_len(&session) > self.set_bytes {
+                while 1 + encoded_len(&session) > self.set_bytes {
                     match &mut session.searches {
                         Some(searches) if !searches.queries.is_empty() => {
                             searches.queries.remove(0);
@@ -380,6 +394,14 @@ fn encode_names(names: &[String], out: &mut Vec<u8>) {
     for name in names {
         out.push(name.len() as u8);
         out.extend_from_slice(name.as_bytes());
+    }
+}
+
+/// The sessions of a set's bytes: none when the set is of another layout.
+fn read_set(bytes: &[u8]) -> Vec<Stored> {
+    match bytes.split_first() {
+        Some((&LAYOUT, sessions)) => decode(sessions),
+        _ => Vec::new(),
     }
 }
 
@@ -554,7 +576,11 @@ mod tests {
         assert_eq!(m.recall(&store, &alive, 100), tools);
         m.remember(&store, &keys[13], &tools, &[], 170);
         assert_eq!(m.recall(&store, &alive, 171), tools);
-        assert_eq!(store.size().1, 2 * 80);
+        assert_eq!(
+            store.size().1,
+            1 + 2 * 80,
+            "the layout byte and two sessions"
+        );
     }
 
     #[test]
@@ -791,6 +817,8 @@ mod tests {
                 }
                 for set in m.set_keys() {
                     if let (Some(bytes), _) = store.get(&set) {
+                        prop_assert_eq!(bytes.first(), Some(&LAYOUT));
+                        let bytes = bytes.get(1..).unwrap_or_default().to_vec();
                         prop_assert!(decode_round_trips(&bytes));
                         let mut again = Vec::new();
                         for s in decode(&bytes) {
@@ -850,5 +878,38 @@ mod tests {
             );
             assert!(decode_round_trips(bytes.get(..end).unwrap()));
         }
+    }
+
+    /// A set of another layout (the sets before [`LAYOUT`], another version's) reads as empty
+    /// and is replaced on the next write; a session of this layout holding more than this
+    /// memory's bounds is recalled within them.
+    #[test]
+    fn a_set_of_another_layout_is_ignored_and_one_past_the_bounds_is_cut() {
+        let m = memory(4096, 30, 3);
+        let store = MemoryBytes::default();
+        let k = key(1, "s");
+        let whole = Stored {
+            key: k,
+            expiry: 100,
+            names: names(&["a", "b", "c", "d", "e"]),
+            searches: Some(Searches {
+                count: 200,
+                queries: (0..40).map(|w| (w, names(&["q"]))).collect(),
+            }),
+        };
+        let mut old = Vec::new();
+        encode(&whole, &mut old);
+        let set = m.set_keys().next().unwrap();
+        store.set(&set, &old, None);
+        assert_eq!(m.recall_session(&store, &k, 1), Recalled::default());
+        m.remember(&store, &k, &names(&["x"]), &[], 1);
+        assert_eq!(m.recall(&store, &k, 1), names(&["x"]));
+        let mut ours = vec![LAYOUT];
+        encode(&whole, &mut ours);
+        store.set(&set, &ours, None);
+        let recalled = m.recall_session(&store, &k, 1);
+        assert_eq!(recalled.names, names(&["c", "d", "e"]));
+        assert_eq!(recalled.searches.queries.len(), MAX_QUERIES);
+        assert_eq!(recalled.searches.queries.last().map(|q| q.0), Some(39));
     }
 }
