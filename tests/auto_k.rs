@@ -171,6 +171,22 @@ fn a_capped_k_says_so() {
 /// (`common::llm::QUESTION`), as tests/shadow.rs measures it.
 const NINTH: &str = "merge_pull_request";
 
+/// A fixture request (OpenAI Chat) whose scripted model calls [`NINTH`]: its answer.
+fn call_ninth(gw: &Gateway) -> common::Response {
+    let (path, body) = common::llm::request("openai_chat", false);
+    let r = gw.post(
+        &path,
+        &[
+            ("x-demo-model", "scripted"),
+            ("x-demo-want", NINTH),
+            ("x-demo-call", NINTH),
+        ],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r
+}
+
 /// `beyond: "find_tools"`: past a k capped at `max_k`, a request gets its k best tools and
 /// `find_tools`; a call of a tool past them reaches the client after one search round, in
 /// every dialect, and a shadowed request still goes uncut.
@@ -181,21 +197,11 @@ fn past_a_capped_k_find_tools_finds_the_rest_in_every_dialect() {
         "auto_k":{"keep":0.99,"min_calls":3,"max_k":2,"period_s":1,"beyond":"find_tools"}}"#;
     let gw = Gateway::start(config);
     // The traffic calls the 9th tool: the target needs more than max_k.
-    let (path, body) = request("openai_chat", false);
     for _ in 0..200 {
         if gw.stat("toolsift.auto_k.learned") >= 3 {
             break;
         }
-        let r = gw.post(
-            &path,
-            &[
-                ("x-demo-model", "scripted"),
-                ("x-demo-want", NINTH),
-                ("x-demo-call", NINTH),
-            ],
-            body.to_string().as_bytes(),
-        );
-        assert_eq!(r.status, 200, "{}", r.text());
+        call_ninth(&gw);
     }
     assert!(gw.stat("toolsift.auto_k.learned") >= 3);
     std::thread::sleep(Duration::from_millis(2100));
@@ -250,4 +256,141 @@ fn past_a_capped_k_find_tools_finds_the_rest_in_every_dialect() {
     assert_eq!(gw.stat("toolsift.search.rounds"), cases.len() as u64);
     let log = gw.log_text();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A plugin configuration served by ECDS from a file (`path`), as a control plane updates it in
+/// place: the Wasm filter of `rendered` (one plugin) with `config` as its configuration.
+fn write_ecds(path: &std::path::Path, wasm: &serde_json::Value, config: &str, version: u32) {
+    let mut wasm = wasm.clone();
+    wasm["config"]["configuration"]["value"] = serde_json::json!(config);
+    let doc = serde_json::json!({
+        "version_info": version.to_string(),
+        "resources": [{
+            "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+            "name": "toolsift",
+            "typed_config": wasm,
+        }],
+    });
+    // Written aside and moved: Envoy watches the path for moves.
+    let aside = path.with_extension("new");
+    std::fs::write(&aside, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    std::fs::rename(&aside, path).unwrap();
+}
+
+/// Shared data belongs to the `vm_id`, across plugin configuration updates: a configuration
+/// update through ECDS that lowers `max_k` from 40 to 4 finds the old configuration's table
+/// (a k of 40) and calibration in the VM's shared data. Every request after the update is
+/// selected within the new bounds (`top_k` until the new settings have calls of their own,
+/// then a k of at most 4); the old values are counted as foreign and replaced.
+#[test]
+fn a_configuration_update_that_lowers_max_k_never_uses_the_old_table() {
+    let config = |max_k: usize| {
+        format!(
+            r#"{{"top_k":3,"min_tools":10,"shadow":{{"sample":1}},
+            "auto_k":{{"keep":0.99,"min_calls":3,"max_k":{max_k},"period_s":1}}}}"#
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("toolsift-ecds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ecds = dir.join("ecds.json");
+    let gw = Gateway::start_alone_rendered(
+        &[
+            "--service-node",
+            "toolsift-tests",
+            "--service-cluster",
+            "toolsift-tests",
+        ],
+        |ports| {
+            let rendered =
+                common::render_envoy_yaml(&config(40), ports.listener, ports.admin, ports.upstream);
+            let mut doc = common::yaml::load_yaml(&rendered).remove(0);
+            let filters = &mut doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
+                [0]["typed_config"]["http_filters"];
+            let wasm = filters[0]["typed_config"].clone();
+            assert_eq!(filters[0]["name"], "toolsift");
+            write_ecds(&ecds, &wasm, &config(40), 1);
+            filters[0] = serde_json::json!({
+                "name": "toolsift",
+                "config_discovery": {
+                    "config_source": {
+                        "resource_api_version": "V3",
+                        "path_config_source": {"path": ecds.display().to_string()},
+                    },
+                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"],
+                },
+            });
+            std::fs::write(dir.join("wasm.json"), wasm.to_string()).unwrap();
+            doc.to_string()
+        },
+    );
+    let wasm: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("wasm.json")).unwrap()).unwrap();
+    let ask = || {
+        let r = call_ninth(&gw);
+        let header = r.header("x-toolsift").unwrap().to_owned();
+        let item = header
+            .split(' ')
+            .find_map(|i| i.strip_prefix("k="))
+            .unwrap_or_else(|| panic!("no k= in {header}"))
+            .to_owned();
+        let (source, k) = item.split_once(':').unwrap();
+        (source.to_owned(), k.parse::<usize>().unwrap(), header)
+    };
+    // The old configuration learns that its tool needs the 9th slot: with so few calls the
+    // bound caps its k at max_k, 40.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (source, k, header) = ask();
+        if (source.as_str(), k) == ("auto", 40) {
+            assert!(header.contains(" capped="), "{header}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no calibrated k of 40: {header}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(gw.stat("toolsift.auto_k.foreign"), 0);
+    // The update: max_k 4, the same vm_id (the old table and calibration stay in shared data).
+    write_ecds(&ecds, &wasm, &config(4), 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut after = Vec::new();
+    loop {
+        let (source, k, header) = ask();
+        if k != 40 {
+            after.push((source, k, header));
+        }
+        if after.iter().any(|(source, ..)| source == "auto") {
+            break;
+        }
+        if after.is_empty() {
+            assert!(Instant::now() < deadline, "the update never applied");
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "no calibrated k after the update: {after:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (source, k, header) in &after {
+        match source.as_str() {
+            "default" => assert_eq!(*k, 3, "{header}"),
+            _ => assert!((1..=4).contains(k), "{header}"),
+        }
+    }
+    // The first request the new configuration served found the old table, and top_k.
+    assert_eq!(
+        (after[0].0.as_str(), after[0].1),
+        ("default", 3),
+        "{:?}",
+        after[0]
+    );
+    assert_eq!(after.last().unwrap().1, 4, "{after:?}");
+    let foreign = gw.stat("toolsift.auto_k.foreign");
+    assert!(
+        foreign >= 2,
+        "the old table and calibration counted: {foreign}"
+    );
+    let log = gw.log_text();
+    assert!(!log.contains("panicked"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
