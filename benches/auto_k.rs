@@ -535,6 +535,7 @@ fn run_case(layout: &Layout, min_calls: usize, keep: f64, seeds: u64, top_k: usi
         confidence: CONFIDENCE,
         period_s: 600,
         beyond: None,
+        calibration: None,
     };
     config.check().expect("a valid auto_k");
     let methods = Method::all();
@@ -566,8 +567,8 @@ fn run_case(layout: &Layout, min_calls: usize, keep: f64, seeds: u64, top_k: usi
         // as its k's (its own, all pooled, or none: `top_k`).
         let pool_of = |c: usize| -> Option<Vec<usize>> {
             match chosen[c].source {
-                Source::Calibrated => Some(vec![c]),
-                Source::Pooled => Some((0..layout.catalogs.len()).collect()),
+                Source::Calibrated | Source::Fleet => Some(vec![c]),
+                Source::Pooled | Source::FleetPooled => Some((0..layout.catalogs.len()).collect()),
                 Source::Default => None,
             }
         };

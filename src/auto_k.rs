@@ -94,6 +94,11 @@ pub struct AutoKConfig {
     /// (absent), or `"find_tools"`: the kept tools plus search mode's meta-tool for the rest.
     #[serde(default, deserialize_with = "crate::json::optional_variant")]
     pub beyond: Option<Beyond>,
+    /// The fleet's calibration, as `toolsift calibrate` prints it from every replica's access
+    /// logs: each catalog's k is decided from it once, the same on every replica, and nothing
+    /// is learned locally. Absent: each Envoy learns from its own shadowed answers.
+    #[serde(default)]
+    pub calibration: Option<crate::fleet::FleetCalibration>,
 }
 
 fn default_min_k() -> usize {
@@ -129,27 +134,33 @@ impl AutoKConfig {
     }
 
     /// The first field that is out of its range, and why.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let out = |field: &str, why: String| Err((field.to_owned(), why));
         if !(self.keep > 0.0 && self.keep < 1.0) {
-            return Err(("keep", "must be above 0 and below 1".into()));
+            return out("keep", "must be above 0 and below 1".into());
         }
         if !(self.confidence >= 0.5 && self.confidence < 1.0) {
-            return Err(("confidence", "must be from 0.5 to below 1".into()));
+            return out("confidence", "must be from 0.5 to below 1".into());
         }
         if !(1..=MAX_K_LIMIT).contains(&self.min_k) {
-            return Err(("min_k", format!("must be 1 to {MAX_K_LIMIT}")));
+            return out("min_k", format!("must be 1 to {MAX_K_LIMIT}"));
         }
         if !(1..=MAX_K_LIMIT).contains(&self.max_k) {
-            return Err(("max_k", format!("must be 1 to {MAX_K_LIMIT}")));
+            return out("max_k", format!("must be 1 to {MAX_K_LIMIT}"));
         }
         if self.max_k < self.min_k {
-            return Err(("max_k", "must be at least `min_k`".into()));
+            return out("max_k", "must be at least `min_k`".into());
         }
         if self.min_calls == 0 {
-            return Err(("min_calls", "must be at least 1".into()));
+            return out("min_calls", "must be at least 1".into());
         }
         if self.period_s == 0 {
-            return Err(("period_s", "must be at least 1".into()));
+            return out("period_s", "must be at least 1".into());
+        }
+        if let Some(calibration) = &self.calibration {
+            calibration
+                .check(self)
+                .map_err(|(field, why)| (format!("calibration.{field}"), why))?;
         }
         Ok(())
     }
@@ -166,6 +177,12 @@ impl AutoKConfig {
             ("confidence", format!("{:?}", self.confidence)),
             // A table's epoch counts periods: another `period_s` counts them otherwise.
             ("period_s", self.period_s.to_string()),
+            (
+                "calibration",
+                self.calibration
+                    .as_ref()
+                    .map_or_else(String::new, |c| c.identity()),
+            ),
         ]
     }
 }
@@ -256,9 +273,14 @@ impl Histogram {
 
     /// One call whose tool needed `slot` (1-based).
     pub fn add(&mut self, slot: usize) {
+        self.add_calls(slot, 1.0);
+    }
+
+    /// `calls` calls whose tool needed `slot` (1-based; past `max_k`, the last bucket).
+    pub fn add_calls(&mut self, slot: usize, calls: f32) {
         let last = self.counts.len().saturating_sub(1);
         if let Some(c) = self.counts.get_mut(slot.max(1).saturating_sub(1).min(last)) {
-            *c += 1.0;
+            *c += calls;
         }
     }
 
@@ -299,6 +321,22 @@ impl Histogram {
     }
 }
 
+impl Histogram {
+    /// The k of a catalog without enough calls of its own: these pooled calls' (as `source`)
+    /// when they are at least `min_calls`, `top_k` otherwise.
+    pub fn fallback(&self, config: &AutoKConfig, top_k: usize, z: f64, source: Source) -> Chosen {
+        let enough = self.total() >= config.min_calls as f64;
+        match enough.then(|| self.choose(config, z)).flatten() {
+            Some((k, capped)) => Chosen { k, source, capped },
+            None => Chosen {
+                k: top_k,
+                source: Source::Default,
+                capped: None,
+            },
+        }
+    }
+}
+
 /// Where a request's k came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -308,6 +346,10 @@ pub enum Source {
     Pooled,
     /// `top_k`: fewer than `min_calls` calls in all.
     Default,
+    /// The fleet's calibration (`auto_k.calibration`): its catalog's calls there.
+    Fleet,
+    /// The fleet's calibration's pooled calls: its catalog has fewer than `min_calls` there.
+    FleetPooled,
 }
 
 impl Source {
@@ -317,14 +359,20 @@ impl Source {
             Source::Calibrated => "auto",
             Source::Pooled => "pooled",
             Source::Default => "default",
+            Source::Fleet => "fleet",
+            Source::FleetPooled => "fleet_pooled",
         }
     }
 
+    /// In the VM's table. The fleet's sources are never written there (its table lives in the
+    /// configuration), and a table holding one is foreign ([`Table::is_within`]).
     fn code(self) -> u8 {
         match self {
             Source::Calibrated => 0,
             Source::Pooled => 1,
             Source::Default => 2,
+            Source::Fleet => 3,
+            Source::FleetPooled => 4,
         }
     }
 
@@ -333,6 +381,8 @@ impl Source {
             0 => Some(Source::Calibrated),
             1 => Some(Source::Pooled),
             2 => Some(Source::Default),
+            3 => Some(Source::Fleet),
+            4 => Some(Source::FleetPooled),
             _ => None,
         }
     }
@@ -399,6 +449,7 @@ impl Table {
             .chain(self.catalogs.iter().map(|(_, d)| d))
             .all(|d| match d.chosen.source {
                 Source::Default => d.chosen.k == top_k && d.chosen.capped.is_none(),
+                Source::Fleet | Source::FleetPooled => false,
                 Source::Calibrated | Source::Pooled => {
                     (config.min_k..=config.max_k).contains(&d.chosen.k)
                         && d.chosen.capped.is_none_or(|share| {
@@ -511,21 +562,7 @@ impl Calibration {
     ) -> (Table, usize) {
         let z = normal_quantile(config.confidence);
         let min_calls = config.min_calls as f64;
-        let pooled = (self.pooled.total() >= min_calls)
-            .then(|| self.pooled.choose(config, z))
-            .flatten();
-        let fallback_choice = match pooled {
-            Some((k, capped)) => Chosen {
-                k,
-                source: Source::Pooled,
-                capped,
-            },
-            None => Chosen {
-                k: top_k,
-                source: Source::Default,
-                capped: None,
-            },
-        };
+        let fallback_choice = self.pooled.fallback(config, top_k, z, Source::Pooled);
         let mut changes = 0;
         let mut settle = |candidate: Chosen, before: Option<Decision>| match before {
             None => Decision {
@@ -763,6 +800,9 @@ pub struct AutoK {
     top_k: usize,
     fingerprint: Fingerprint,
     table: Option<Table>,
+    /// With `calibration`: the fleet's table, decided once from it. Then the VM's shared data
+    /// is neither read nor written.
+    fleet: Option<Table>,
 }
 
 impl AutoK {
@@ -773,12 +813,20 @@ impl AutoK {
         let mut fields: Vec<(&str, String)> = config.meaning();
         fields.push(("top_k", top_k.to_string()));
         fields.extend(more.iter().cloned());
+        let fleet = config.calibration.as_ref().map(|c| c.table(&config, top_k));
         AutoK {
             fingerprint: Fingerprint::of(&fields),
             config,
             top_k,
             table: None,
+            fleet,
         }
+    }
+
+    /// Whether this worker learns from shadowed answers into the VM's shared data: not with
+    /// the fleet's calibration, which every replica must read alike.
+    pub fn learns(&self) -> bool {
+        self.fleet.is_none()
     }
 
     /// The fingerprint its values carry.
@@ -795,12 +843,13 @@ impl AutoK {
             source: Source::Default,
             capped: None,
         };
-        let Some(chosen) = self.table.as_ref().map(|t| t.chosen(id)) else {
+        let table = self.fleet.as_ref().or(self.table.as_ref());
+        let Some(chosen) = table.map(|t| t.chosen(id)) else {
             return default;
         };
         match chosen.source {
             Source::Default => default,
-            Source::Calibrated | Source::Pooled => {
+            Source::Calibrated | Source::Pooled | Source::Fleet | Source::FleetPooled => {
                 let k = chosen.k.clamp(self.config.min_k, self.config.max_k);
                 Chosen {
                     k,
@@ -821,9 +870,11 @@ impl AutoK {
     /// Whether the table this worker holds is `now`'s period's: then [`AutoK::refresh`] has
     /// nothing to do (the request path's only cost until the period ends).
     pub fn is_current(&self, now: u64) -> bool {
-        self.table
-            .as_ref()
-            .is_some_and(|t| t.epoch == self.epoch(now))
+        self.fleet.is_some()
+            || self
+                .table
+                .as_ref()
+                .is_some_and(|t| t.epoch == self.epoch(now))
     }
 
     /// The table `bytes` hold, when it is this worker's settings' and within their bounds.
@@ -889,6 +940,12 @@ impl AutoK {
     /// in place of a foreign one. Not written when another worker's writes kept it out.
     pub fn learn<S: SharedBytes>(&self, store: &S, id: u32, slots: &[usize], now: u64) -> Learned {
         let mut foreign = false;
+        if !self.learns() {
+            return Learned {
+                written: false,
+                foreign,
+            };
+        }
         if slots.is_empty() {
             return Learned {
                 written: true,
@@ -924,4 +981,4 @@ impl AutoK {
 
 #[cfg(test)]
 #[path = "auto_k_tests.rs"]
-mod tests;
+pub(crate) mod tests;

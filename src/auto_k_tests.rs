@@ -3,10 +3,10 @@ use super::*;
 use crate::shared_data::MemoryBytes;
 
 /// A seeded generator of its own (splitmix64): the trials are the same on every run.
-struct Rng(u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -16,7 +16,7 @@ impl Rng {
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }
@@ -82,6 +82,7 @@ fn config(keep: f64) -> AutoKConfig {
         confidence: 0.95,
         period_s: 600,
         beyond: None,
+        calibration: None,
     }
 }
 

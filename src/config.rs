@@ -1011,7 +1011,8 @@ impl Config {
             if self.shadow.as_ref().is_none_or(|s| s.sample <= 0.0) {
                 return Err(invalid(
                     "auto_k",
-                    "needs `shadow` with a `sample` above 0: it learns from shadowed answers",
+                    "needs `shadow` with a `sample` above 0: it learns from shadowed answers \
+                     (with `calibration`, the fleet's next calibration does)",
                 ));
             }
             if self.mode != Mode::Filter {

@@ -40,6 +40,7 @@ pub mod dialects;
 pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
+pub mod fleet;
 pub mod followup;
 pub mod fusion;
 pub mod gating;

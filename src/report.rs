@@ -126,6 +126,20 @@ pub struct Shadow {
     /// of calls `max_k` keeps when it capped the k (`capped=0.962`).
     pub auto_k: Option<String>,
     pub capped: Option<f64>,
+    /// `slots=`: each call's slot, where one differs from its rank (empty: each is its rank).
+    pub slots: Vec<Option<usize>>,
+}
+
+impl Shadow {
+    /// The slot of each call that has one (what `auto_k` learns, [`crate::shadow::CallRank`]):
+    /// as `slots=` gives it, or its rank where the record has no `slots=` (then no tool was
+    /// moved, and each slot is its rank).
+    pub fn learned_slots(&self) -> Vec<usize> {
+        if self.slots.is_empty() {
+            return self.calls.iter().filter_map(|c| c.rank).collect();
+        }
+        self.slots.iter().flatten().copied().collect()
+    }
 }
 
 /// `name@rank`, split on the last `@` (names keep `@` unencoded).
@@ -177,6 +191,7 @@ fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Sh
         catalog: None,
         auto_k: None,
         capped: None,
+        slots: Vec::new(),
     };
     for (key, v) in fields.iter().copied() {
         match key {
@@ -186,6 +201,19 @@ fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Sh
             "catalog" if !v.is_empty() => shadow.catalog = Some(percent_decode(v)),
             "k" if !v.is_empty() => shadow.auto_k = Some(percent_decode(v)),
             "capped" => shadow.capped = Some(v.parse().ok().filter(|s: &f64| s.is_finite())?),
+            "slots" => {
+                shadow.slots = v
+                    .split(',')
+                    .map(|s| match s {
+                        "-" => Some(None),
+                        n => n.parse::<usize>().ok().filter(|s| *s >= 1).map(Some),
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                // One per call, or it is not a record this grammar wrote.
+                if shadow.slots.len() != shadow.calls.len() {
+                    return None;
+                }
+            }
             _ => {}
         }
     }
@@ -194,7 +222,7 @@ fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Sh
 
 /// The keys of the record's own fields, after what `x-toolsift` says (docs/report.md, "The
 /// record"): `x-toolsift` (and an MCP route's value) never uses them.
-pub const RECORD_KEYS: [&str; 8] = [
+pub const RECORD_KEYS: [&str; 9] = [
     "tokens",
     "verdicts",
     "calls",
@@ -202,6 +230,7 @@ pub const RECORD_KEYS: [&str; 8] = [
     "top_k",
     "tools",
     "catalog",
+    "slots",
     "unreadable",
 ];
 
@@ -496,7 +525,12 @@ struct CatalogTally {
     filtered: u64,
     /// With `auto_k`: the k of its latest record, and what was kept since it took effect.
     auto_k: Option<AutoKTally>,
+    /// Records by the k they were selected with (`fleet:12`): what each replica logged.
+    ks_logged: BTreeMap<String, u64>,
 }
+
+/// Distinct ks listed per catalog (`logged`); the rest is counted under `others`.
+pub const MAX_KS_LOGGED: usize = 32;
 
 /// One catalog's `auto_k` k, from the record that first had it to the latest.
 #[derive(Debug, Clone, Default)]
@@ -527,6 +561,9 @@ pub struct AutoKReport {
     /// share filtered requests' calls keep, measured where the model saw every tool.
     pub calls: u64,
     pub kept: Option<f64>,
+    /// Records by the k they were selected with (`fleet:12`, `auto:9`): with several
+    /// replicas' logs, the fleet's k beside each replica's own (at most [`MAX_KS_LOGGED`]).
+    pub logged: BTreeMap<String, u64>,
 }
 
 /// One catalog's part of the report.
@@ -861,6 +898,13 @@ impl Tally {
             catalog.filtered += 1;
         }
         if let (Some(source), Some(k)) = (&s.auto_k, s.top_k) {
+            let logged = format!("{source}:{k}");
+            let room = catalog.ks_logged.len() < MAX_KS_LOGGED;
+            if room || catalog.ks_logged.contains_key(&logged) {
+                *catalog.ks_logged.entry(logged).or_default() += 1;
+            } else {
+                *catalog.ks_logged.entry("others".to_owned()).or_default() += 1;
+            }
             let same = catalog
                 .auto_k
                 .as_ref()
@@ -916,6 +960,7 @@ impl Tally {
                         calls: a.calls,
                         kept: (a.calls > 0)
                             .then(|| ratio(a.calls.saturating_sub(a.missed), a.calls)),
+                        logged: c.ks_logged.clone(),
                     }),
                 }
             })

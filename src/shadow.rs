@@ -109,7 +109,10 @@ impl Record {
 
     /// Its fields in the access log's record (docs/report.md): `calls=get_pod_logs@3,post_update@14
     /// missed=1 top_k=5 tools=200 catalog=3fa2b1c0` (`name@-` for a tool the ranking does not
-    /// hold; ` unreadable=1` when the answer could not be read). Whether it was shadowed, and
+    /// hold; ` unreadable=1` when the answer could not be read). A shadowed record whose calls'
+    /// slots (what `auto_k` learns) differ from their ranks, because access rules, the loop
+    /// guard or pins moved tools, adds ` slots=3,12,-`, one per call, for `toolsift calibrate`.
+    /// Whether it was shadowed, and
     /// `auto_k`'s source and cap, are the record's head's (`shadow=would_keep:N`, `k=auto:12`).
     pub fn fields(&self) -> String {
         let calls: Vec<String> = self
@@ -128,6 +131,20 @@ impl Record {
             self.tools,
             catalog_name(self.catalog),
         );
+        if self.sampled
+            && self
+                .calls
+                .iter()
+                .any(|c| c.rank.is_some() && c.slot != c.rank)
+        {
+            let slots: Vec<String> = self
+                .calls
+                .iter()
+                .map(|c| c.slot.map_or_else(|| "-".to_owned(), |s| s.to_string()))
+                .collect();
+            out.push_str(" slots=");
+            out.push_str(&slots.join(","));
+        }
         if self.unreadable {
             out.push_str(" unreadable=1");
         }
@@ -479,6 +496,35 @@ mod tests {
             "calls=get_pod_logs@3,post%20update@14,web_search@- missed=1 top_k=5 tools=200 \
              catalog=3fa2b1c0"
         );
+    }
+
+    #[test]
+    fn a_shadowed_record_names_slots_only_where_they_differ_from_ranks() {
+        let call = |name: &str, rank, slot| CallRank {
+            name: name.into(),
+            rank,
+            kept: true,
+            slot,
+        };
+        let mut record = Record {
+            sampled: true,
+            calls: vec![call("a", Some(4), Some(4)), call("b", None, None)],
+            top_k: 5,
+            auto_k: None,
+            tools: 9,
+            catalog: 1,
+            unreadable: false,
+        };
+        assert!(!record.fields().contains("slots="));
+        // A pinned tool takes slot 1 whatever its rank; a denied one no slot.
+        record.calls = vec![call("a", Some(4), Some(1)), call("b", Some(2), None)];
+        assert!(
+            record.fields().ends_with(" catalog=00000001 slots=1,-"),
+            "{}",
+            record.fields()
+        );
+        record.sampled = false;
+        assert!(!record.fields().contains("slots="));
     }
 
     fn head<'a>(status: &'a str, content_type: &'a str) -> Head<'a> {

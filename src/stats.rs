@@ -166,6 +166,10 @@ fixed! {
     AutoKCalibrated: Counter Always "toolsift.auto_k.calibrated",
     AutoKPooled: Counter Always "toolsift.auto_k.pooled",
     AutoKDefault: Counter Always "toolsift.auto_k.default",
+    /// `auto_k.calibration`: requests selected with the fleet's k of their catalog, and with
+    /// the fleet's pooled k (their catalog has too few calls there).
+    AutoKFleet: Counter Always "toolsift.auto_k.fleet",
+    AutoKFleetPooled: Counter Always "toolsift.auto_k.fleet_pooled",
     AutoKCapped: Counter Always "toolsift.auto_k.capped",
     AutoKChosen: Histogram Always "toolsift.auto_k.k",
     AutoKLearned: Counter Always "toolsift.auto_k.learned",

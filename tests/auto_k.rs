@@ -17,19 +17,22 @@ use common::llm::{Question, dataset_catalog};
 use std::time::{Duration, Instant};
 
 /// What one response said of its request.
-struct Seen {
+pub struct Seen {
     /// `x-toolsift`'s `k=<source>:<k>`.
-    source: String,
-    k: usize,
+    pub source: String,
+    pub k: usize,
     /// Shadowed: every tool went upstream.
-    shadowed: bool,
+    pub shadowed: bool,
     /// The question's tools the upstream received, of those it needs.
-    kept: usize,
-    needed: usize,
+    pub kept: usize,
+    pub needed: usize,
+    /// The tools the upstream received, in order.
+    pub tools: Vec<String>,
     at: Instant,
 }
 
-fn ask(gw: &Gateway, catalog: &[serde_json::Value], q: &Question) -> Seen {
+/// `q` asked through `gw` with `catalog`, the scripted model calling its relevant tools.
+pub fn ask(gw: &Gateway, catalog: &[serde_json::Value], q: &Question) -> Seen {
     let body = serde_json::json!({"model": "gpt-4.1",
         "messages": [{"role": "user", "content": q.query}], "tools": catalog});
     let calls = q.relevant.join(",");
@@ -49,17 +52,19 @@ fn ask(gw: &Gateway, catalog: &[serde_json::Value], q: &Question) -> Seen {
         .find_map(|i| i.strip_prefix("k="))
         .unwrap_or_else(|| panic!("no k= in {header}"));
     let (source, k) = k_item.split_once(':').unwrap();
-    let received: Vec<&str> = r.header("x-demo-tools").unwrap_or("").split(',').collect();
+    let tools: Vec<String> = r
+        .header("x-demo-tools")
+        .unwrap_or("")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
     Seen {
         source: source.to_owned(),
         k: k.parse().unwrap(),
         shadowed: header.contains(" shadow="),
-        kept: q
-            .relevant
-            .iter()
-            .filter(|t| received.contains(&t.as_str()))
-            .count(),
+        kept: q.relevant.iter().filter(|t| tools.contains(t)).count(),
         needed: q.relevant.len(),
+        tools,
         at: Instant::now(),
     }
 }
@@ -260,7 +265,7 @@ fn past_a_capped_k_find_tools_finds_the_rest_in_every_dialect() {
 
 /// A plugin configuration served by ECDS from a file (`path`), as a control plane updates it in
 /// place: the Wasm filter of `rendered` (one plugin) with `config` as its configuration.
-fn write_ecds(path: &std::path::Path, wasm: &serde_json::Value, config: &str, version: u32) {
+pub fn write_ecds(path: &std::path::Path, wasm: &serde_json::Value, config: &str, version: u32) {
     let mut wasm = wasm.clone();
     wasm["config"]["configuration"]["value"] = serde_json::json!(config);
     let doc = serde_json::json!({
@@ -277,6 +282,46 @@ fn write_ecds(path: &std::path::Path, wasm: &serde_json::Value, config: &str, ve
     std::fs::rename(&aside, path).unwrap();
 }
 
+/// An Envoy of its own whose plugin configuration (`config` first) ECDS serves from
+/// `dir/ecds.json`: the gateway, and the Wasm filter to update it with ([`write_ecds`]).
+pub fn start_with_ecds(dir: &std::path::Path, config: &str) -> (Gateway, serde_json::Value) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ecds = dir.join("ecds.json");
+    let wasm_file = dir.join("wasm.json");
+    let gw = Gateway::start_alone_rendered(
+        &[
+            "--service-node",
+            "toolsift-tests",
+            "--service-cluster",
+            "toolsift-tests",
+        ],
+        |ports| {
+            let rendered =
+                common::render_envoy_yaml(config, ports.listener, ports.admin, ports.upstream);
+            let mut doc = common::yaml::load_yaml(&rendered).remove(0);
+            let filters = &mut doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
+                [0]["typed_config"]["http_filters"];
+            let wasm = filters[0]["typed_config"].clone();
+            assert_eq!(filters[0]["name"], "toolsift");
+            write_ecds(&ecds, &wasm, config, 1);
+            filters[0] = serde_json::json!({
+                "name": "toolsift",
+                "config_discovery": {
+                    "config_source": {
+                        "resource_api_version": "V3",
+                        "path_config_source": {"path": ecds.display().to_string()},
+                    },
+                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"],
+                },
+            });
+            std::fs::write(&wasm_file, wasm.to_string()).unwrap();
+            doc.to_string()
+        },
+    );
+    let wasm = serde_json::from_slice(&std::fs::read(&wasm_file).unwrap()).unwrap();
+    (gw, wasm)
+}
+
 /// Shared data belongs to the `vm_id`, across plugin configuration updates: a configuration
 /// update through ECDS that lowers `max_k` from 40 to 4 finds the old configuration's table
 /// (a k of 40) and calibration in the VM's shared data. Every request after the update is
@@ -291,40 +336,8 @@ fn a_configuration_update_that_lowers_max_k_never_uses_the_old_table() {
         )
     };
     let dir = std::env::temp_dir().join(format!("toolsift-ecds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let ecds = dir.join("ecds.json");
-    let gw = Gateway::start_alone_rendered(
-        &[
-            "--service-node",
-            "toolsift-tests",
-            "--service-cluster",
-            "toolsift-tests",
-        ],
-        |ports| {
-            let rendered =
-                common::render_envoy_yaml(&config(40), ports.listener, ports.admin, ports.upstream);
-            let mut doc = common::yaml::load_yaml(&rendered).remove(0);
-            let filters = &mut doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
-                [0]["typed_config"]["http_filters"];
-            let wasm = filters[0]["typed_config"].clone();
-            assert_eq!(filters[0]["name"], "toolsift");
-            write_ecds(&ecds, &wasm, &config(40), 1);
-            filters[0] = serde_json::json!({
-                "name": "toolsift",
-                "config_discovery": {
-                    "config_source": {
-                        "resource_api_version": "V3",
-                        "path_config_source": {"path": ecds.display().to_string()},
-                    },
-                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"],
-                },
-            });
-            std::fs::write(dir.join("wasm.json"), wasm.to_string()).unwrap();
-            doc.to_string()
-        },
-    );
-    let wasm: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("wasm.json")).unwrap()).unwrap();
+    let (gw, wasm) = start_with_ecds(&dir, &config(40));
     let ask = || {
         let r = call_ninth(&gw);
         let header = r.header("x-toolsift").unwrap().to_owned();

@@ -28,6 +28,7 @@ mod cli_tls;
 mod conformance;
 mod custom;
 mod deploy;
+mod fleet;
 mod followups;
 mod fuzz_regressions;
 mod gateway;

@@ -41,6 +41,17 @@ const PARSER_ONLY: &[(&str, &str)] = &[
     ("access_shadow.rules[*].name", "names another rule too"),
     ("loop_guard.window", "must be from `repeats`"),
     ("auto_k.max_k", "must be at least `min_k`"),
+    // A calibration's counts against each other and against the plugin's `max_k`.
+    ("auto_k.calibration.max_k", "but `auto_k.max_k` is"),
+    ("auto_k.calibration.pooled.slots[*]", "slots go from 1"),
+    ("auto_k.calibration.catalogs[*].slots[*]", "slots go from 1"),
+    ("auto_k.calibration.pooled.calls", "but its slots hold"),
+    ("auto_k.calibration.catalogs[*].calls", "but its slots hold"),
+    (
+        "auto_k.calibration.pooled.calls",
+        "fewer than its catalogs'",
+    ),
+    ("auto_k.calibration.catalogs[*].catalog", "is listed twice"),
 ];
 
 /// Strings of the shapes the configuration's fields take, valid for some field and not for
@@ -248,10 +259,11 @@ fn types(schema: &Value) -> Vec<&str> {
 struct Gen<'s> {
     schema: &'s Schema,
     rng: Rng,
-    /// The top-level key a configuration is about: always set, the others seldom, so that
-    /// every section gets configurations of its own (one valid section among many broken ones
-    /// would be rare).
-    focus: String,
+    /// The field a configuration is about, as the keys on its path by depth (`""` at an
+    /// array's level): always set, the others seldom, so that every section, and every field
+    /// deep in one, gets configurations of its own (one valid section among many broken ones
+    /// would be rare, and a field three optional levels down rarer still).
+    focus: Vec<String>,
 }
 
 impl Gen<'_> {
@@ -291,6 +303,25 @@ impl Gen<'_> {
             "object" => self.object(schema, depth),
             _ => self.free(depth),
         }
+    }
+
+    /// A value for a field on the focus's path: of a branch other than `null` most of the
+    /// time (a null section is valid whatever it would hold, so the valid configurations
+    /// found first would seldom hold the focus).
+    fn present(&mut self, schema: &Value, depth: usize) -> Value {
+        let schema = self.schema.resolve(schema);
+        if let Some(Value::Array(options)) = schema.get("anyOf").or(schema.get("oneOf")) {
+            let present: Vec<Value> = options
+                .iter()
+                .filter(|o| types(self.schema.resolve(o)) != ["null"])
+                .cloned()
+                .collect();
+            if !present.is_empty() && self.rng.chance(95) {
+                let option = self.rng.pick(&present).clone();
+                return self.value(&option, depth);
+            }
+        }
+        self.value(schema, depth)
     }
 
     fn bound(schema: &Value, key: &str, default: f64) -> f64 {
@@ -371,7 +402,9 @@ impl Gen<'_> {
     }
 
     fn array(&mut self, schema: &Value, depth: usize) -> Value {
-        let min = Self::bound(schema, "minItems", 0.0) as usize;
+        // An array on the focus's path holds at least one item.
+        let on_focus = self.focus.get(depth).is_some_and(String::is_empty);
+        let min = Self::bound(schema, "minItems", if on_focus { 1.0 } else { 0.0 }) as usize;
         let len = if self.rng.chance(95) {
             min + self.rng.below(3)
         } else {
@@ -389,8 +422,8 @@ impl Gen<'_> {
             implied,
         } = self.keys_of_rules(schema);
         wanted.extend(required(schema));
-        if depth == 0 {
-            wanted.push(self.focus.clone());
+        if let Some(key) = self.focus.get(depth) {
+            wanted.push(key.clone());
         }
         if let Some(Value::Object(properties)) = schema.get("properties") {
             let mut chosen: Vec<&String> = properties
@@ -409,7 +442,12 @@ impl Gen<'_> {
             }
             for (key, property) in properties {
                 if chosen.contains(&key) {
-                    out.insert(key.clone(), self.value(property, depth + 1));
+                    let value = if self.focus.get(depth) == Some(key) {
+                        self.present(property, depth + 1)
+                    } else {
+                        self.value(property, depth + 1)
+                    };
+                    out.insert(key.clone(), value);
                 }
             }
         }
@@ -492,7 +530,21 @@ impl Gen<'_> {
             .as_object()
             .map(|p| p.keys().cloned().collect())
             .unwrap_or_default();
-        self.focus = self.rng.pick(&keys).clone();
+        // Half the time a top-level section, half the time any field of the schema.
+        let field = if self.rng.chance(50) {
+            self.rng.pick(&keys).clone()
+        } else {
+            let mut all = Vec::new();
+            schema_fields(self.schema, &self.schema.root, "", 0, &mut all);
+            self.rng.pick(&all).clone()
+        };
+        self.focus = field
+            .split('.')
+            .flat_map(|part| match part.strip_suffix("[*]") {
+                Some(array) => vec![array.to_owned(), String::new()],
+                None => vec![part.to_owned()],
+            })
+            .collect();
         (0..1_000).find_map(|_| {
             let config = self.value(&self.schema.root.clone(), 0);
             self.schema.valid(&config).then_some(config)
@@ -685,7 +737,7 @@ fn the_filter_accepts_exactly_the_configurations_the_schema_accepts() {
     let mut generator = Gen {
         schema: &schema,
         rng: Rng(0x5eed_c0f1_9000_0048),
-        focus: String::new(),
+        focus: Vec::new(),
     };
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     let mut found: BTreeMap<String, (String, Value)> = BTreeMap::new();
@@ -795,7 +847,7 @@ fn the_generator_reaches_every_field() {
     let mut generator = Gen {
         schema: &schema,
         rng: Rng(0x5eed_c0f1_9000_0048),
-        focus: String::new(),
+        focus: Vec::new(),
     };
     let mut reached = std::collections::BTreeSet::new();
     let mut refused = std::collections::BTreeSet::new();

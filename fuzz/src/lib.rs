@@ -55,6 +55,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("vector_set", vector_set),
     ("alias_slot", alias_slot),
     ("mcp_generation", mcp_generation),
+    ("fleet_calibration", fleet_calibration),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -1063,6 +1064,7 @@ pub fn auto_k_values(data: &[u8]) {
         confidence: 0.95,
         period_s: 7,
         beyond: None,
+        calibration: None,
     };
     let fingerprint = AutoK::new(config.clone(), top_k, &[]).fingerprint();
     let half = data.get(data.len() / 2..).unwrap_or_default();
@@ -1098,6 +1100,8 @@ pub fn auto_k_values(data: &[u8]) {
                 let within = match chosen.source {
                     Source::Default => chosen.k == top_k,
                     Source::Calibrated | Source::Pooled => (min_k..=max_k).contains(&chosen.k),
+                    // Only from `auto_k.calibration`, which this configuration has not.
+                    Source::Fleet | Source::FleetPooled => false,
                 };
                 assert!(within, "k {} out of bounds", chosen.k);
                 assert!(
@@ -1786,5 +1790,66 @@ pub fn mcp_route(data: &[u8]) {
     request.on_response_body(&envoy, envoy.response_body.len());
     for server in envoy.changed.borrow().iter() {
         assert_eq!(server, "mcp|tools.internal");
+    }
+}
+
+/// `toolsift calibrate`: any bytes as log lines (access log JSON, OTLP JSON, anything) for a
+/// `max_k` the first byte picks. Reading never panics; a calibration it prints is one the
+/// configuration accepts (its own check, and the configuration parser), round-trips through
+/// JSON, and gives every catalog a k within [`min_k`, `max_k`], or `top_k`.
+pub fn fleet_calibration(data: &[u8]) {
+    use toolsift::auto_k::{AutoK, AutoKConfig, Source};
+    use toolsift::fleet::FleetCalibration;
+    use toolsift::fleet::logs::Collector;
+    let max_k = 1 + usize::from(data.first().copied().unwrap_or(0)) % 64;
+    let mut collector = Collector::new(max_k);
+    for line in data.get(1..).unwrap_or_default().split(|b| *b == b'\n') {
+        collector.add_line(Some(line));
+    }
+    let Ok(calibration) = collector.finish(vec!["fuzz.log".into()]) else {
+        return;
+    };
+    let config = AutoKConfig {
+        keep: 0.9,
+        min_k: 1,
+        max_k,
+        min_calls: 1,
+        confidence: 0.95,
+        period_s: 7,
+        beyond: None,
+        calibration: Some(calibration.clone()),
+    };
+    if let Err((field, why)) = calibration.check(&config) {
+        panic!("calibrate printed a calibration its check refuses: {field}: {why}");
+    }
+    let text = serde_json::to_string(&calibration).unwrap_or_default();
+    let back: Option<FleetCalibration> = serde_json::from_str(&text).ok();
+    assert_eq!(
+        back.as_ref(),
+        Some(&calibration),
+        "a calibration that does not round-trip"
+    );
+    let plugin = format!(
+        r#"{{"shadow": {{"sample": 0.1}}, "auto_k": {{"keep": 0.9, "max_k": {max_k},
+            "calibration": {text}}}}}"#
+    );
+    if let Err(e) = Config::from_json(plugin.as_bytes()) {
+        panic!("the configuration refuses what calibrate printed: {}", e.0);
+    }
+    let worker = AutoK::new(config, 5, &[]);
+    for c in calibration
+        .catalogs
+        .iter()
+        .map(|c| c.catalog.as_str())
+        .chain(["ffffffff"])
+    {
+        let id = toolsift::fleet::catalog_id(c).unwrap_or(0);
+        let chosen = worker.chosen(id);
+        let within = match chosen.source {
+            Source::Default => chosen.k == 5,
+            Source::Fleet | Source::FleetPooled => (1..=max_k).contains(&chosen.k),
+            Source::Calibrated | Source::Pooled => false,
+        };
+        assert!(within, "k {} ({:?}) out of bounds", chosen.k, chosen.source);
     }
 }

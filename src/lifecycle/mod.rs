@@ -145,6 +145,8 @@ impl Counter {
                     crate::auto_k::Source::Calibrated => Fixed::AutoKCalibrated,
                     crate::auto_k::Source::Pooled => Fixed::AutoKPooled,
                     crate::auto_k::Source::Default => Fixed::AutoKDefault,
+                    crate::auto_k::Source::Fleet => Fixed::AutoKFleet,
+                    crate::auto_k::Source::FleetPooled => Fixed::AutoKFleetPooled,
                 };
                 return two((counter, 1), Some((Fixed::AutoKChosen, n as u64)));
             }

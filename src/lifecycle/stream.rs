@@ -447,7 +447,7 @@ fn learn_auto_k<P: Proxy>(proxy: &P, shared: &Shared<P::Store>, record: &crate::
     let Ok(engine) = shared.engine.try_borrow() else {
         return;
     };
-    let Some(auto_k) = engine.auto_k.as_ref() else {
+    let Some(auto_k) = engine.auto_k.as_ref().filter(|a| a.learns()) else {
         return;
     };
     let slots: Vec<usize> = record.calls.iter().filter_map(|c| c.slot).collect();

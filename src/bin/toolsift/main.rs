@@ -9,6 +9,9 @@
 //!
 //! `report` sums up the access logs the shipped configurations write (`toolsift::report`).
 //!
+//! `calibrate` counts `auto_k`'s calls over every replica's logs into the fleet's calibration
+//! (`toolsift::fleet`), the JSON object `auto_k.calibration` takes.
+//!
 //! `schema` prints the plugin configuration's JSON Schema, derived from the configuration types.
 //!
 //! Exit codes: 0 on success (a request the filter would skip is a success: the report says why),
@@ -16,6 +19,7 @@
 //! and when the embeddings service of `--embeddings-url` fails. `check`: 0 clean, 1 findings, 2 a
 //! file that cannot be read.
 
+mod calibrate;
 mod check;
 mod eval_cmd;
 mod explain;
@@ -54,6 +58,9 @@ enum Command {
     /// Sum up access logs: how many called tools each top_k keeps, outcomes, tokens saved,
     /// access decisions, loops and unknown tools.
     Report(report::Args),
+    /// Count auto_k's shadowed calls over every replica's logs into the fleet's calibration:
+    /// the JSON object `auto_k.calibration` takes.
+    Calibrate(calibrate::Args),
     /// Print the plugin configuration's JSON Schema (`--markdown`: the configuration
     /// reference drawn from it).
     Schema(schema::Args),
@@ -76,6 +83,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain::run(&args),
         Command::Eval(args) => eval_cmd::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
         Command::Schema(args) => schema::run(&args),
         Command::Check(args) => return check::run(&args),
     };

@@ -226,11 +226,12 @@ pub fn text(r: &Report, files: usize) -> String {
         let _ = writeln!(
             s,
             "auto_k per catalog (the k of its latest record; the requests since it took effect, \
-             and the share of their shadowed calls it kept):"
+             and the share of their shadowed calls it kept; where records were selected with \
+             another k, each logged k and its records):"
         );
         let _ = writeln!(
             s,
-            "{:<10}  {:>5}  {:<8}  {:>8}  {:>8}  {:>7}  {:>8}  capped",
+            "{:<10}  {:>5}  {:<12}  {:>8}  {:>8}  {:>7}  {:>8}  capped",
             "catalog", "k", "source", "filtered", "shadowed", "calls", "kept"
         );
         for (catalog, a) in auto_k {
@@ -243,7 +244,7 @@ pub fn text(r: &Report, files: usize) -> String {
             );
             let _ = writeln!(
                 s,
-                "{:<10}  {:>5}  {:<8}  {:>8}  {:>8}  {:>7}  {:>8}  {capped}",
+                "{:<10}  {:>5}  {:<12}  {:>8}  {:>8}  {:>7}  {:>8}  {capped}",
                 catalog,
                 a.k,
                 a.source,
@@ -252,6 +253,14 @@ pub fn text(r: &Report, files: usize) -> String {
                 thousands(a.calls),
                 kept,
             );
+            if a.logged.len() > 1 {
+                let logged: Vec<String> = a
+                    .logged
+                    .iter()
+                    .map(|(k, n)| format!("{k} {}", thousands(*n)))
+                    .collect();
+                let _ = writeln!(s, "{:<10}  logged: {}", "", logged.join(", "));
+            }
         }
     }
 

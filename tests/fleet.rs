@@ -1,0 +1,326 @@
+//! The fleet's calibration in real Envoys with the real `.wasm` (issue 55): replicas' access
+//! logs → `toolsift calibrate` → `auto_k.calibration` → every replica, and ECDS updating a
+//! running Envoy's calibration in place.
+//!
+//! The traffic: a shared dataset's questions in one 700-tool catalog, the scripted model
+//! calling each question's relevant tools. The even questions are the traffic replicas learn
+//! from (every request shadowed), the odd ones held out: each is sent to every replica, and
+//! only filtered requests (the held-out replicas shadow one in a thousand) are compared.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use crate::common;
+
+use crate::auto_k::{Seen as Answer, ask, start_with_ecds, write_ecds};
+use common::Gateway;
+use common::llm::{Question, dataset_catalog};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const KEEP: f64 = 0.95;
+const MAX_K: usize = 64;
+/// Replicas learning apart.
+const REPLICAS: usize = 4;
+/// Shadowed requests while learning; one in a thousand once calibrated.
+const SAMPLE: f64 = 0.3;
+
+/// The plugin configuration: learning (every request shadowed) or with a calibration.
+fn plugin(sample: f64, calibration: Option<&str>) -> String {
+    let calibration = calibration
+        .map(|c| format!(r#","calibration":{c}"#))
+        .unwrap_or_default();
+    format!(
+        r#"{{"top_k":3,"min_tools":10,"shadow":{{"sample":{sample}}},
+            "auto_k":{{"keep":{KEEP},"min_calls":60,"max_k":{MAX_K},"period_s":1{calibration}}}}}"#
+    )
+}
+
+/// A replica: an Envoy of its own (one worker), its access log in `log`.
+fn replica(config: &str, log: &Path) -> Gateway {
+    let log = log.to_owned();
+    Gateway::start_alone_with(config, &["--concurrency", "1"], move |yaml| {
+        common::access_log_to_file(&yaml, &log)
+    })
+}
+
+/// Held-out questions sent to each of `fleet`: the share of their calls kept in filtered
+/// requests, the mean tools sent, the questions whose tools arrays differed between replicas,
+/// and the `source:k` each replica answered with.
+struct Held {
+    share: f64,
+    tools: f64,
+    differing: usize,
+    questions: usize,
+    ks: Vec<String>,
+}
+
+fn held_out(fleet: &[&Gateway], catalog: &[Value], questions: &[&Question]) -> Held {
+    let (mut kept, mut needed, mut sent, mut requests, mut differing) = (0, 0, 0, 0, 0);
+    let mut ks: Vec<String> = Vec::new();
+    for q in questions {
+        let answers: Vec<Answer> = fleet.iter().map(|gw| ask(gw, catalog, q)).collect();
+        let filtered: Vec<&Answer> = answers.iter().filter(|a| !a.shadowed).collect();
+        if filtered.windows(2).any(|w| w[0].tools != w[1].tools) {
+            differing += 1;
+        }
+        for a in &filtered {
+            kept += a.kept;
+            needed += a.needed;
+            sent += a.tools.len();
+            requests += 1;
+        }
+        for a in &answers {
+            let k = format!("{}:{}", a.source, a.k);
+            if !ks.contains(&k) {
+                ks.push(k);
+            }
+        }
+    }
+    Held {
+        share: kept as f64 / needed as f64,
+        tools: sent as f64 / requests as f64,
+        differing,
+        questions: questions.len(),
+        ks,
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = common::repo().join(format!(
+        "target/test-scratch/{name}-{}-{}",
+        std::process::id(),
+        Gateway::free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Four replicas learn apart from shadowed traffic; `toolsift calibrate` reads their four
+/// access logs; four fresh replicas, and a fifth started after they served, take the
+/// calibration. Every filtered request of a held-out question gets the same tools array on
+/// every calibrated replica, from its first request; their share kept is at least `keep` −
+/// .01, and their tools no more than 1.15 times those of one replica that saw all the traffic.
+#[test]
+fn replicas_given_the_fleets_calibration_send_the_same_tools_and_keep_the_target() {
+    let (catalog, questions) = dataset_catalog("seal_tools", 300, 700, true);
+    let (learn, fresh): (Vec<_>, Vec<_>) =
+        questions.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let learn: Vec<&Question> = learn.into_iter().map(|(_, q)| q).collect();
+    let fresh: Vec<&Question> = fresh.into_iter().map(|(_, q)| q).collect();
+    let dir = scratch("fleet");
+    let logs: Vec<PathBuf> = (0..REPLICAS)
+        .map(|i| dir.join(format!("replica-{i}.log")))
+        .collect();
+    let apart: Vec<Gateway> = logs
+        .iter()
+        .map(|l| replica(&plugin(SAMPLE, None), l))
+        .collect();
+    let whole = replica(&plugin(SAMPLE, None), &dir.join("whole.log"));
+    // Each learning question three times, dealt round-robin as a load balancer deals
+    // requests; one replica sees them all.
+    let mut dealt = [0; REPLICAS];
+    for (i, q) in learn.iter().cycle().take(3 * learn.len()).enumerate() {
+        ask(&apart[i % REPLICAS], &catalog, q);
+        dealt[i % REPLICAS] += 1;
+        ask(&whole, &catalog, q);
+    }
+    // A period later each learning replica's table holds what it learned.
+    std::thread::sleep(Duration::from_millis(2100));
+
+    let paths: Vec<String> = logs.iter().map(|p| p.display().to_string()).collect();
+    for (log, n) in logs.iter().zip(dealt) {
+        assert_eq!(common::access_log_lines(log, n).len(), n);
+    }
+    let learned: u64 = apart
+        .iter()
+        .map(|gw| gw.stat("toolsift.auto_k.learned"))
+        .sum();
+    let max_k = MAX_K.to_string();
+    let mut args = vec!["calibrate", "--max-k", &max_k];
+    args.extend(paths.iter().map(String::as_str));
+    let (code, out) = common::toolsift(&args);
+    assert_eq!(code, 0, "{out}");
+    let calibration = out.lines().next().unwrap().to_owned();
+    let parsed: Value = serde_json::from_str(&calibration).unwrap();
+    // Every call the replicas learned, counted once.
+    assert_eq!(parsed["pooled"]["calls"], learned, "{out}");
+    assert_eq!(parsed["from"]["files"].as_array().unwrap().len(), REPLICAS);
+
+    let config = plugin(0.001, Some(&calibration));
+    let fleet_dir = scratch("fleet-calibrated");
+    let fleet: Vec<Gateway> = (0..REPLICAS)
+        .map(|i| replica(&config, &fleet_dir.join(format!("{i}.log"))))
+        .collect();
+    // Each fresh replica's first request: the fleet's k already.
+    let first: Vec<Answer> = fleet.iter().map(|gw| ask(gw, &catalog, fresh[0])).collect();
+    for a in &first {
+        assert_eq!(
+            a.source, "fleet",
+            "a calibrated catalog from the first request"
+        );
+    }
+    let calibrated = held_out(&fleet.iter().collect::<Vec<_>>(), &catalog, &fresh);
+    // A replica started later (a rollout, a restart): the same from its first request.
+    let late = replica(&config, &fleet_dir.join("late.log"));
+    let late_first = ask(&late, &catalog, fresh[0]);
+    assert_eq!(
+        (late_first.source.as_str(), late_first.k),
+        ("fleet", first[0].k)
+    );
+    let mut everyone: Vec<&Gateway> = fleet.iter().collect();
+    everyone.push(&late);
+    let with_late = held_out(&everyone, &catalog, &fresh);
+
+    // A replica restarted without the calibration learns again from nothing: `top_k` first.
+    let restarted = replica(&plugin(SAMPLE, None), &dir.join("restarted.log"));
+    let restarted_first = ask(&restarted, &catalog, fresh[0]);
+    assert_eq!(
+        (restarted_first.source.as_str(), restarted_first.k),
+        ("default", 3)
+    );
+    let restarted_held = held_out(&[&restarted], &catalog, &fresh);
+    let apart_held = held_out(&apart.iter().collect::<Vec<_>>(), &catalog, &fresh);
+    let whole_held = held_out(&[&whole], &catalog, &fresh);
+    for (name, h) in [
+        ("one replica, all the traffic", &whole_held),
+        ("four replicas learning apart", &apart_held),
+        ("four replicas, the fleet's calibration", &calibrated),
+        ("the same and one started later", &with_late),
+        ("one replica restarted without it", &restarted_held),
+    ] {
+        eprintln!(
+            "fleet: {name}: share kept {:.3}, mean tools {:.1}, questions whose tools differed \
+             between replicas {} of {}, k {:?}",
+            h.share, h.tools, h.differing, h.questions, h.ks
+        );
+    }
+    assert_eq!(calibrated.differing, 0, "{:?}", calibrated.ks);
+    assert_eq!(with_late.differing, 0, "{:?}", with_late.ks);
+    assert_eq!(
+        with_late.ks.len(),
+        1,
+        "one k on every replica: {:?}",
+        with_late.ks
+    );
+    assert!(
+        calibrated.share >= KEEP - 0.01,
+        "kept {:.3}",
+        calibrated.share
+    );
+    assert!(
+        calibrated.tools <= 1.15 * whole_held.tools,
+        "{:.1} tools against one replica's {:.1}",
+        calibrated.tools,
+        whole_held.tools
+    );
+    for gw in fleet.iter().chain([&late]) {
+        assert!(gw.stat("toolsift.auto_k.fleet") > 0);
+        assert_eq!(
+            gw.stat("toolsift.auto_k.learned"),
+            0,
+            "a calibrated replica learns nothing"
+        );
+        assert!(!gw.log_text().contains("panicked"));
+    }
+
+    // `toolsift report` reads the calibrated replicas' logs: the fleet's k per catalog.
+    let late_log = fleet_dir.join("late.log");
+    common::access_log_lines(&late_log, fresh.len());
+    let (code, report) = common::toolsift(&["report", "--json", late_log.to_str().unwrap()]);
+    assert_eq!(code, 0, "{report}");
+    let report: Value = serde_json::from_str(report.lines().next().unwrap()).unwrap();
+    let sources: Vec<&Value> = report["shadow"]["catalogs"]
+        .as_array()
+        .map(|c| c.iter().map(|c| &c["auto_k"]["source"]).collect())
+        .unwrap_or_default();
+    assert!(
+        sources.iter().all(|s| *s == "fleet"),
+        "{}",
+        report["shadow"]["catalogs"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&fleet_dir);
+}
+
+/// An Envoy counter from `/stats` by its full name (0 when absent).
+fn envoy_stat(gw: &Gateway, name: &str) -> u64 {
+    let text = gw.admin_get(&format!("/stats?filter=^{}$", name.replace('.', "\\.")));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .map_or(0, |v| v.trim().parse().unwrap_or(0))
+}
+
+/// ECDS puts a calibration into a running Envoy: the same process selects with the fleet's k
+/// after the update, in the same Wasm VM. A calibration it cannot use (another `max_k`) is
+/// refused by Envoy, named in its log, and the running configuration stays.
+#[test]
+fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() {
+    let (catalog, questions) = dataset_catalog("seal_tools", 120, 200, true);
+    // A calibration of this traffic, from one replica's log.
+    let dir = scratch("fleet-ecds");
+    let learner = replica(&plugin(1.0, None), &dir.join("learn.log"));
+    for q in &questions {
+        ask(&learner, &catalog, q);
+    }
+    let log = dir.join("learn.log");
+    common::access_log_lines(&log, questions.len());
+    let (code, out) = common::toolsift(&["calibrate", "--max-k", "64", log.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let calibration = out.lines().next().unwrap().to_owned();
+    drop(learner);
+
+    let ecds = dir.join("ecds.json");
+    let (gw, wasm) = start_with_ecds(&dir, &plugin(0.001, None));
+    let pid = gw.pid();
+    let before = ask(&gw, &catalog, &questions[1]);
+    assert_eq!((before.source.as_str(), before.k), ("default", 3));
+    let vms = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.created");
+
+    write_ecds(&ecds, &wasm, &plugin(0.001, Some(&calibration)), 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let updated = loop {
+        let a = ask(&gw, &catalog, &questions[1]);
+        if a.source == "fleet" {
+            break a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the update never applied: {}",
+            a.source
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(gw.pid(), pid, "no restart");
+    let vms_after = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.created");
+    let active = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.active");
+    eprintln!(
+        "fleet ecds: V8 VMs created before the update {vms}, after {vms_after}; active {active}"
+    );
+
+    // Another max_k: refused, and the fleet's k stays.
+    let bad = plugin(0.001, Some(&calibration))
+        .replace("\"max_k\":64,\"period_s\"", "\"max_k\":32,\"period_s\"");
+    assert_ne!(bad, plugin(0.001, Some(&calibration)));
+    write_ecds(&ecds, &wasm, &bad, 3);
+    let log = gw.log_containing("config update rejected");
+    assert!(
+        log.contains("field `auto_k.calibration.max_k`: is 64, but `auto_k.max_k` is 32"),
+        "{log}"
+    );
+    for q in questions.iter().take(20) {
+        let a = ask(&gw, &catalog, q);
+        assert_eq!(
+            (a.source.as_str(), a.k),
+            ("fleet", updated.k),
+            "after a refused update"
+        );
+    }
+    assert_eq!(gw.pid(), pid);
+    assert!(!gw.log_text().contains("panicked"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
