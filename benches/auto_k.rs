@@ -44,6 +44,15 @@
 //! with fewer tools on average; medians over the seeds), says in how many seeds it held, and
 //! also compares each set with the fixed k of its own threshold rule. Last, each score's fewest
 //! tools for each share with the threshold set in hindsight: what it could give at best.
+//!
+//! `--shrink` (issue 55, item 5) prints only its own comparison, over 40 seeds unless
+//! `--seeds` says otherwise: `auto_k` as it is (a catalog's own histogram from `min_calls`
+//! calls, else the pooled one) against every catalog's share within k shrunk toward the pooled
+//! share with m pseudo-calls (an empirical-Bayes prior), the bound counting either the
+//! catalog's own calls or those plus the pseudo-calls (at most the pooled calls). m and the
+//! count are chosen on the first half of the seeds and reported on the second. Each is learned
+//! from all of the calibration half's calls (a fleet's) and from a quarter (one replica of four,
+//! cutting a quarter of the held-out requests), at `min_calls` 200 and the issue's 50.
 
 #![allow(
     clippy::unwrap_used,
@@ -55,7 +64,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use toolsift::auto_k::{
-    AutoKConfig, Calibration, MAX_K_LIMIT, Source, normal_quantile, wilson_lower,
+    AutoKConfig, Calibration, Histogram, MAX_K_LIMIT, Source, normal_quantile, wilson_lower,
 };
 use toolsift::config::Config;
 use toolsift::dialects::{Dialect, MAX_QUERY_BYTES};
@@ -526,7 +535,8 @@ impl Case {
     }
 }
 
-fn run_case(layout: &Layout, min_calls: usize, keep: f64, seeds: u64, top_k: usize) -> Case {
+/// The `auto_k` measured: `keep` and `min_calls`, the rest as the constants above say.
+fn auto_k_config(keep: f64, min_calls: usize) -> AutoKConfig {
     let config = AutoKConfig {
         keep,
         min_k: MIN_K,
@@ -538,17 +548,18 @@ fn run_case(layout: &Layout, min_calls: usize, keep: f64, seeds: u64, top_k: usi
         calibration: None,
     };
     config.check().expect("a valid auto_k");
+    config
+}
+
+fn run_case(layout: &Layout, min_calls: usize, keep: f64, seeds: u64, top_k: usize) -> Case {
+    let config = auto_k_config(keep, min_calls);
     let methods = Method::all();
     let mut trials = vec![Vec::new(); methods.len()];
     let mut decided = Vec::new();
     for seed in 0..seeds {
         let split = split(layout, seed);
         // auto_k: every calibration request learned as it arrives, then one decision.
-        let mut calibration = Calibration::new(MAX_K);
-        for &(c, q) in &split.arrivals {
-            let slots = &layout.catalogs[c].queries[q].slots;
-            calibration.learn(&config, c as u32, slots, 0);
-        }
+        let calibration = learned(layout, &split.arrivals, &config);
         let (table, _) = calibration.decide(&config, top_k, None, 0, 0);
         let chosen: Vec<_> = (0..layout.catalogs.len())
             .map(|c| table.chosen(c as u32))
@@ -732,11 +743,34 @@ fn source_names(decided: &[Decided]) -> String {
     names.join("/")
 }
 
+/// Each shared dataset in each layout, ranked by the filter's code, one at a time (a ranked
+/// layout holds every query's scores).
+fn each_layout(config: &Config, mut f: impl FnMut(Layout)) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");
+    for name in DATASETS {
+        let dir = root.join(name);
+        let dataset =
+            Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).expect("dataset");
+        for layout_name in LAYOUTS {
+            f(Layout {
+                dataset: name,
+                name: layout_name,
+                catalogs: catalogs_in(&dataset, layout_name)
+                    .iter()
+                    .map(|c| rank(c, config))
+                    .collect(),
+            });
+        }
+    }
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--shrink") {
+        return shrink_main();
+    }
     let seeds = catalogs::seeds_argument("auto_k", DEFAULT_SEEDS);
     let config = Config::default();
     let top_k = config.top_k;
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");
     let mut cases = Vec::new();
     let mut hindsight = Vec::new();
     println!("## Layouts\n");
@@ -744,33 +778,20 @@ fn main() {
         "| dataset | catalogs | tools per catalog | queries | calls | calls ranked past 50 | calls of a zero-score tool | their median slot | questions matching no tool |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    for name in DATASETS {
-        let dir = root.join(name);
-        let dataset =
-            Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).expect("dataset");
-        for layout_name in LAYOUTS {
-            let layout = Layout {
-                dataset: name,
-                name: layout_name,
-                catalogs: catalogs_in(&dataset, layout_name)
-                    .iter()
-                    .map(|c| rank(c, &config))
-                    .collect(),
-            };
-            print_layout(&layout);
-            hindsight.push(Hindsight::of(&layout));
-            let calls = layout.calls();
-            let mut floors = vec![MIN_CALLS];
-            if calls / 2 < MIN_CALLS {
-                floors.push(LOW_MIN_CALLS);
-            }
-            for &min_calls in &floors {
-                for keep in KEEPS {
-                    cases.push(run_case(&layout, min_calls, keep, seeds, top_k));
-                }
+    each_layout(&config, |layout| {
+        print_layout(&layout);
+        hindsight.push(Hindsight::of(&layout));
+        let calls = layout.calls();
+        let mut floors = vec![MIN_CALLS];
+        if calls / 2 < MIN_CALLS {
+            floors.push(LOW_MIN_CALLS);
+        }
+        for &min_calls in &floors {
+            for keep in KEEPS {
+                cases.push(run_case(&layout, min_calls, keep, seeds, top_k));
             }
         }
-    }
+    });
     println!(
         "\n{seeds} seeds; confidence {CONFIDENCE}, max_k {MAX_K}, min_k {MIN_K}, top_k {top_k} (no calibration). Figures: median over seeds (min–max).\n"
     );
@@ -1116,6 +1137,518 @@ fn print_verdict(cases: &[Case]) {
                 if datasets(1).len() >= 2 { "yes" } else { "no" },
                 list(2),
                 list(3),
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `--shrink` (issue 55, item 5): a small catalog's histogram shrunk toward the pooled one
+// instead of the switch at `min_calls`, and the fleet's calls against one replica's.
+// ---------------------------------------------------------------------------------------------
+
+/// `--shrink`'s floors: `auto_k`'s default, and the issue's replay's.
+const SHRINK_MIN_CALLS: [usize; 2] = [MIN_CALLS, 50];
+/// The prior's strengths tried, in pseudo-calls. The last is past any pooled histogram's
+/// calls (`auto_k::window` halves one past 1,600): counted with the prior, it is the whole pool.
+const SHRINK_M: [f64; 9] = [5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0];
+/// The fleet of the issue: round-robin, each replica learns from a quarter of the calls and
+/// cuts a quarter of the requests.
+const REPLICAS: usize = 4;
+/// `--shrink`'s seeds unless `--seeds` says otherwise: the first half chooses m, the second
+/// half is reported.
+const SHRINK_SEEDS: u64 = 40;
+
+/// What Wilson's bound counts as calls when a catalog's share within k is shrunk toward the
+/// pooled share: `(x + m·q) / (n + m)`, x of the catalog's n calls within k, q the pooled
+/// histogram's share within k.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Counted {
+    /// n: the catalog's own calls. The pseudo-calls move the share, never the bound's width.
+    Own,
+    /// n + m', m' = min(m, N − n) for a pooled histogram of N calls: the Beta posterior's
+    /// weight (`calibration.md`), but never more calls than the calibration holds (N).
+    WithPrior,
+}
+
+/// How each catalog's k is chosen from one calibration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chooser {
+    /// `Calibration::decide`: a catalog's own histogram from `min_calls` calls, else the
+    /// pooled one, else `top_k`.
+    AutoK,
+    /// Every catalog with calls shrunk toward the pool with `m` pseudo-calls; a catalog
+    /// without calls takes the pooled k, and fewer than `min_calls` pooled calls `top_k`, as
+    /// `decide` does.
+    Shrunk { counted: Counted, m: f64 },
+}
+
+impl Chooser {
+    fn all() -> Vec<Chooser> {
+        let mut all = vec![Chooser::AutoK];
+        for counted in [Counted::Own, Counted::WithPrior] {
+            all.extend(SHRINK_M.iter().map(|&m| Chooser::Shrunk { counted, m }));
+        }
+        all
+    }
+
+    fn name(self) -> String {
+        match self {
+            Chooser::AutoK => "auto_k as it is".into(),
+            Chooser::Shrunk {
+                counted: Counted::Own,
+                m,
+            } => format!("shrunk, m {m}, bound on n"),
+            Chooser::Shrunk {
+                counted: Counted::WithPrior,
+                m,
+            } => format!("shrunk, m {m}, bound on n + m (≤ N)"),
+        }
+    }
+}
+
+/// A histogram's calls within each k (k = 0 to `MAX_K`), and its total.
+struct Within {
+    within: Vec<f64>,
+    total: f64,
+}
+
+impl Within {
+    /// Of `h`, in a layout whose largest catalog has `largest` tools: no call's slot is past
+    /// it, so `within` is computed up to it only.
+    fn of(h: &Histogram, largest: usize) -> Within {
+        let top = largest.min(MAX_K);
+        let mut within: Vec<f64> = (0..=top).map(|k| h.within(k)).collect();
+        within.resize(MAX_K + 1, within[top]);
+        Within {
+            within,
+            total: h.total(),
+        }
+    }
+}
+
+/// The smallest k in [`min_k`, `max_k`] whose shrunk share has a Wilson lower bound of at
+/// least `keep` (n counted as `counted` says), as `Histogram::choose` walks it; `max_k`
+/// (capped) when none has.
+fn shrunk_k(
+    own: &Within,
+    pooled: &Within,
+    counted: Counted,
+    m: f64,
+    config: &AutoKConfig,
+) -> usize {
+    let z = normal_quantile(config.confidence);
+    let n = own.total;
+    let (m, bound_n) = match counted {
+        Counted::Own => (m, n),
+        Counted::WithPrior => {
+            let m = m.min((pooled.total - n).max(0.0));
+            (m, n + m)
+        }
+    };
+    (config.min_k..=config.max_k)
+        .find(|&k| {
+            let share = (own.within[k] + m * pooled.within[k] / pooled.total) / (n + m);
+            wilson_lower(share * bound_n, bound_n, z) >= config.keep
+        })
+        .unwrap_or(config.max_k)
+}
+
+/// Each catalog's k (by index) from `calibration`, for every chooser of [`Chooser::all`].
+fn ks_by_chooser(
+    calibration: &Calibration,
+    layout: &Layout,
+    config: &AutoKConfig,
+    top_k: usize,
+) -> Vec<Vec<usize>> {
+    let largest = layout.catalogs.iter().map(|c| c.tools).max().unwrap_or(0);
+    let pooled = Within::of(&calibration.pooled, largest);
+    let own: Vec<Option<Within>> = (0..layout.catalogs.len())
+        .map(|c| {
+            calibration
+                .catalogs
+                .iter()
+                .find(|calls| calls.id == c as u32 && calls.histogram.total() > 0.0)
+                .map(|calls| Within::of(&calls.histogram, largest))
+        })
+        .collect();
+    let (table, _) = calibration.decide(config, top_k, None, 0, 0);
+    let fallback = table.fallback.chosen;
+    Chooser::all()
+        .into_iter()
+        .map(|chooser| match chooser {
+            Chooser::AutoK => (0..own.len()).map(|c| table.chosen(c as u32).k).collect(),
+            // Too few calls in all: `top_k`, as `decide` answers.
+            Chooser::Shrunk { .. } if fallback.source == Source::Default => vec![top_k; own.len()],
+            Chooser::Shrunk { counted, m } => own
+                .iter()
+                .map(|own| {
+                    own.as_ref()
+                        .map_or(fallback.k, |own| shrunk_k(own, &pooled, counted, m, config))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// What one chooser gave in one seed under one way of learning.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    share: f64,
+    tools: f64,
+    /// Per catalog: its k (with a quarter of the calls, the first replica's).
+    ks: Vec<usize>,
+}
+
+/// How the calibration half's calls are learned.
+const SCENARIOS: [&str; 2] = ["all calls", "a quarter (1 of 4 replicas)"];
+
+/// One (layout, min_calls, keep) over every seed.
+struct ShrinkCase {
+    dataset: &'static str,
+    layout: &'static str,
+    catalogs: usize,
+    min_calls: usize,
+    keep: f64,
+    /// Calibration calls per catalog, per scenario (mean over catalogs and seeds).
+    calls_per_catalog: [f64; 2],
+    /// Per chooser ([`Chooser::all`] order), per seed, per scenario ([`SCENARIOS`]).
+    runs: Vec<Vec<[Run; 2]>>,
+}
+
+impl ShrinkCase {
+    /// The runs of chooser `at` in `scenario` over `seeds`.
+    fn runs(&self, at: usize, scenario: usize, seeds: &std::ops::Range<usize>) -> Vec<&Run> {
+        self.runs[at][seeds.clone()]
+            .iter()
+            .map(|r| &r[scenario])
+            .collect()
+    }
+}
+
+/// Median share, median mean tools, and each catalog's median k, over `runs`.
+fn summary(runs: &[&Run]) -> (f64, f64, Vec<f64>) {
+    let median_of = |f: &dyn Fn(&Run) -> f64| median(&sorted(runs.iter().map(|r| f(r)).collect()));
+    let catalogs = runs.first().map_or(0, |r| r.ks.len());
+    (
+        median_of(&|r| r.share),
+        median_of(&|r| r.tools),
+        (0..catalogs)
+            .map(|c| median_of(&|r| r.ks[c] as f64))
+            .collect(),
+    )
+}
+
+/// A calibration that learned `arrivals`' calls, in that order.
+fn learned(layout: &Layout, arrivals: &[(usize, usize)], config: &AutoKConfig) -> Calibration {
+    let mut calibration = Calibration::new(MAX_K);
+    for &(c, q) in arrivals {
+        calibration.learn(config, c as u32, &layout.catalogs[c].queries[q].slots, 0);
+    }
+    calibration
+}
+
+/// `requests` dealt to [`REPLICAS`] replicas in turn.
+fn round_robin(requests: &[(usize, usize)]) -> Vec<Vec<(usize, usize)>> {
+    (0..REPLICAS)
+        .map(|r| requests.iter().skip(r).step_by(REPLICAS).copied().collect())
+        .collect()
+}
+
+/// Every chooser's runs on `layout` at `min_calls`, both keeps, over `seeds`.
+fn run_shrink(layout: &Layout, min_calls: usize, seeds: u64, top_k: usize) -> Vec<ShrinkCase> {
+    let config_at = |keep: f64| auto_k_config(keep, min_calls);
+    let choosers = Chooser::all().len();
+    let mut cases: Vec<ShrinkCase> = KEEPS
+        .iter()
+        .map(|&keep| ShrinkCase {
+            dataset: layout.dataset,
+            layout: layout.name,
+            catalogs: layout.catalogs.len(),
+            min_calls,
+            keep,
+            calls_per_catalog: [0.0; 2],
+            runs: vec![Vec::new(); choosers],
+        })
+        .collect();
+    let calls_of = |arrivals: &[(usize, usize)]| -> f64 {
+        let calls: usize = arrivals
+            .iter()
+            .map(|&(c, q)| layout.catalogs[c].queries[q].slots.len())
+            .sum();
+        calls as f64 / layout.catalogs.len() as f64 / seeds as f64
+    };
+    for seed in 0..seeds {
+        let split = split(layout, seed);
+        // The histograms depend on `min_calls` (the window), not on `keep`.
+        let learning = config_at(KEEPS[0]);
+        // Calibration request i reaches replica i mod 4, and so does held-out request i.
+        let quarters = round_robin(&split.arrivals);
+        let fleet = learned(layout, &split.arrivals, &learning);
+        let replicas: Vec<Calibration> = quarters
+            .iter()
+            .map(|arrivals| learned(layout, arrivals, &learning))
+            .collect();
+        let dealt = round_robin(&split.held_out);
+        for case in &mut cases {
+            case.calls_per_catalog[0] += calls_of(&split.arrivals);
+            case.calls_per_catalog[1] += calls_of(&quarters[0]);
+            let config = config_at(case.keep);
+            let fleet_ks = ks_by_chooser(&fleet, layout, &config, top_k);
+            let replica_ks: Vec<Vec<Vec<usize>>> = replicas
+                .iter()
+                .map(|r| ks_by_chooser(r, layout, &config, top_k))
+                .collect();
+            for (at, runs) in case.runs.iter_mut().enumerate() {
+                let ks = &fleet_ks[at];
+                let all = outcome(layout, &split.held_out, &|c| Cut::Fixed(ks[c]));
+                let (mut calls, mut kept, mut sent) = (0.0, 0.0, 0.0);
+                for (requests, ks) in dealt.iter().zip(&replica_ks) {
+                    let ks = &ks[at];
+                    let part = outcome(layout, requests, &|c| Cut::Fixed(ks[c]));
+                    let n: usize = requests
+                        .iter()
+                        .map(|&(c, q)| layout.catalogs[c].queries[q].slots.len())
+                        .sum();
+                    calls += n as f64;
+                    kept += part.share * n as f64;
+                    sent += part.mean_tools * requests.len() as f64;
+                }
+                runs.push([
+                    Run {
+                        share: all.share,
+                        tools: all.mean_tools,
+                        ks: ks.clone(),
+                    },
+                    Run {
+                        share: kept / calls.max(1.0),
+                        tools: sent / split.held_out.len().max(1) as f64,
+                        ks: replica_ks[0][at].clone(),
+                    },
+                ]);
+            }
+        }
+    }
+    cases
+}
+
+/// Chooser `at` against auto_k over `seeds`, per (case, scenario) of `cases` × `scenarios`
+/// (medians over the seeds).
+#[derive(Debug, Clone, Copy, Default)]
+struct Against {
+    /// Pairs compared.
+    of: usize,
+    /// Its share below auto_k's − .01.
+    short: usize,
+    more: usize,
+    fewer: usize,
+    /// The geometric mean of its tools over auto_k's.
+    ratio: f64,
+}
+
+impl Against {
+    fn of(
+        cases: &[&ShrinkCase],
+        at: usize,
+        seeds: &std::ops::Range<usize>,
+        scenarios: &[usize],
+    ) -> Against {
+        let mut against = Against::default();
+        let mut log_ratio = 0.0;
+        for case in cases {
+            for &scenario in scenarios {
+                let (base_share, base_tools, _) = summary(&case.runs(0, scenario, seeds));
+                let (share, tools, _) = summary(&case.runs(at, scenario, seeds));
+                against.of += 1;
+                against.short += usize::from(share < base_share - SAME_SHARE - 1e-12);
+                against.more += usize::from(tools > base_tools + 1e-9);
+                against.fewer += usize::from(tools < base_tools - 1e-9);
+                log_ratio += (tools / base_tools).ln();
+            }
+        }
+        against.ratio = (log_ratio / against.of.max(1) as f64).exp();
+        against
+    }
+
+    /// The rule this comparison ships by: no pair short, none with more tools, some with fewer.
+    fn wins(self) -> bool {
+        self.short == 0 && self.more == 0 && self.fewer > 0
+    }
+}
+
+/// A catalog's median ks, in catalog order.
+fn ks_cell(ks: &[f64]) -> String {
+    ks.iter()
+        .map(|k| format!("{k:.0}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shrink_main() {
+    let mut seeds = SHRINK_SEEDS;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--shrink" => {}
+            "--seeds" => seeds = args.next().and_then(|n| n.parse().ok()).expect("--seeds N"),
+            other => panic!("unknown argument {other} (usage: auto_k [--shrink] [--seeds N])"),
+        }
+    }
+    assert!(
+        seeds >= 2,
+        "--shrink needs two seeds or more: half choose m"
+    );
+    let config = Config::default();
+    let top_k = config.top_k;
+    let mut cases = Vec::new();
+    each_layout(&config, |layout| {
+        for min_calls in SHRINK_MIN_CALLS {
+            cases.extend(run_shrink(&layout, min_calls, seeds, top_k));
+        }
+    });
+    let half = (seeds / 2) as usize;
+    let (tuning, reported) = (0..half, half..seeds as usize);
+    let choosers = Chooser::all();
+    println!("## Shrinking small catalogs toward the pool (issue 55, item 5)\n");
+    println!(
+        "{seeds} seeds: m is chosen on seeds 0–{} and reported on seeds {}–{}. confidence {CONFIDENCE}, max_k {MAX_K}, min_k {MIN_K}, top_k {top_k}. Figures: medians over seeds.\n",
+        half - 1,
+        half,
+        seeds - 1
+    );
+    println!(
+        "Shrunk: a catalog with x of its n calls within k has the share (x + m·q) / (n + m) within k, q the pooled histogram's share within k (N calls), and its k is the smallest whose Wilson lower bound reaches keep, counting as calls either n (\"bound on n\": the pseudo-calls move the share, never the bound's width) or n + min(m, N − n) (\"bound on n + m (≤ N)\": never more calls than the calibration holds). Every catalog with calls is shrunk; a catalog without any takes the pooled k, and fewer than min_calls pooled calls give top_k, as auto_k does.\n"
+    );
+    println!("### Choosing the shrinkage on the first seeds\n");
+    println!(
+        "Against auto_k on every case with more than one catalog (both floors, both keeps, all calls and a quarter). The chosen one is the first by (cases short of auto_k's share − .01, then tools over auto_k's) on the tuning seeds; the reported seeds' columns are shown, not used.\n"
+    );
+    println!(
+        "| chooser | tuning: cases short | more tools / fewer | tools / auto_k's | reported: cases short | more tools / fewer | tools / auto_k's |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    // With one catalog, shrinking toward the pool changes nothing.
+    let shrinkable: Vec<&ShrinkCase> = cases.iter().filter(|c| c.catalogs > 1).collect();
+    let both = [0, 1];
+    let mut best: Option<(usize, Against)> = None;
+    for (at, chooser) in choosers.iter().enumerate().skip(1) {
+        let t = Against::of(&shrinkable, at, &tuning, &both);
+        let r = Against::of(&shrinkable, at, &reported, &both);
+        println!(
+            "| {} | {} of {} | {} / {} | {:.3} | {} of {} | {} / {} | {:.3} |",
+            chooser.name(),
+            t.short,
+            t.of,
+            t.more,
+            t.fewer,
+            t.ratio,
+            r.short,
+            r.of,
+            r.more,
+            r.fewer,
+            r.ratio,
+        );
+        if best.is_none_or(|(_, b)| (t.short, t.ratio) < (b.short, b.ratio)) {
+            best = Some((at, t));
+        }
+    }
+    let chosen = best.expect("a shrunk chooser").0;
+    println!(
+        "\nChosen on the tuning seeds: **{}**.\n",
+        choosers[chosen].name()
+    );
+    println!("### Shrunk against auto_k, reported seeds\n");
+    println!(
+        "Cases with one catalog (livemcpbench's 200-tool layouts, every whole catalog) are left out: a catalog shrunk toward itself is itself. k per catalog: each catalog's median over the seeds (with a quarter, the first replica's).\n"
+    );
+    println!(
+        "| dataset | catalogs | min_calls | keep | calls | calls per catalog | auto_k: share | tools | k per catalog | shrunk: share | tools | k per catalog | share ≥ −.01 and fewer tools (seeds) |"
+    );
+    println!("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|");
+    for case in &shrinkable {
+        for (scenario, name) in SCENARIOS.iter().enumerate() {
+            let base = case.runs(0, scenario, &reported);
+            let shrunk = case.runs(chosen, scenario, &reported);
+            let (base_share, base_tools, base_ks) = summary(&base);
+            let (share_, tools, ks) = summary(&shrunk);
+            let seeds_won = base
+                .iter()
+                .zip(&shrunk)
+                .filter(|(b, s)| s.share >= b.share - SAME_SHARE && s.tools < b.tools)
+                .count();
+            let wins = share_ >= base_share - SAME_SHARE && tools < base_tools;
+            println!(
+                "| {} | {} × {} | {} | {} | {name} | {:.0} | {} | {base_tools:.1} | {} | {} | {tools:.1} | {} | {} ({seeds_won}/{}) |",
+                case.dataset,
+                case.catalogs,
+                case.layout,
+                case.min_calls,
+                case.keep,
+                case.calls_per_catalog[scenario],
+                share(base_share),
+                ks_cell(&base_ks),
+                share(share_),
+                ks_cell(&ks),
+                if wins { "**yes**" } else { "no" },
+                base.len(),
+            );
+        }
+    }
+    println!("\n### The fleet's calls against one replica's, reported seeds\n");
+    println!(
+        "All calls: one calibration learns every call of the calibration half (what a fleet of four pools). A quarter: four replicas each learn every fourth call and cut every fourth held-out request with their own k; k per catalog is the first replica's.\n"
+    );
+    println!(
+        "| dataset | catalogs | min_calls | keep | chooser | all calls: per catalog | share | tools | k per catalog | a quarter: per catalog | share | tools | k per catalog |"
+    );
+    println!("|---|---|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---|");
+    for case in &cases {
+        let shown: &[usize] = if case.catalogs > 1 {
+            &[0, chosen]
+        } else {
+            &[0]
+        };
+        for &at in shown {
+            let (all_share, all_tools, all_ks) = summary(&case.runs(at, 0, &reported));
+            let (q_share, q_tools, q_ks) = summary(&case.runs(at, 1, &reported));
+            println!(
+                "| {} | {} × {} | {} | {} | {} | {:.0} | {} | {all_tools:.1} | {} | {:.0} | {} | {q_tools:.1} | {} |",
+                case.dataset,
+                case.catalogs,
+                case.layout,
+                case.min_calls,
+                case.keep,
+                if at == 0 { "auto_k" } else { "shrunk" },
+                case.calls_per_catalog[0],
+                share(all_share),
+                ks_cell(&all_ks),
+                case.calls_per_catalog[1],
+                share(q_share),
+                ks_cell(&q_ks),
+            );
+        }
+    }
+    println!("\n### Verdict (reported seeds)\n");
+    for min_calls in SHRINK_MIN_CALLS {
+        for (scenario, name) in SCENARIOS.iter().enumerate() {
+            let at_floor: Vec<&ShrinkCase> = shrinkable
+                .iter()
+                .copied()
+                .filter(|c| c.min_calls == min_calls)
+                .collect();
+            let r = Against::of(&at_floor, chosen, &reported, &[scenario]);
+            println!(
+                "- min_calls {min_calls}, {name}: of {} cases, {} short of auto_k's share − .01, {} with fewer tools, {} with more (tools / auto_k's {:.3}): {}.",
+                r.of,
+                r.short,
+                r.fewer,
+                r.more,
+                r.ratio,
+                if r.wins() {
+                    "**shrinkage wins**"
+                } else {
+                    "shrinkage does not win"
+                }
             );
         }
     }
