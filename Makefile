@@ -339,7 +339,9 @@ bench-search:
 # auto_k measured offline (issue 45): each shared dataset's queries, in 200-tool catalogs and in
 # the whole catalog, halved by seed into shadowed calls that calibrate and filtered requests that
 # are held out: the share of calls auto_k's k keeps and the tools it sends, beside the report's
-# top_k and per-request (conformal) sets.
+# top_k and per-request (conformal) sets. `cargo run --release --example auto_k -- --shrink`
+# prints instead issue 55's item 5: small catalogs shrunk toward the pool against the switch at
+# min_calls, and the calls of a fleet of four against one replica's (40 seeds, m chosen on 20).
 bench-auto-k:
 	$(CARGO) run --release --example auto_k
 
