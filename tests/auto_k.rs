@@ -285,39 +285,53 @@ pub fn write_ecds(path: &std::path::Path, wasm: &serde_json::Value, config: &str
 /// An Envoy of its own whose plugin configuration (`config` first) ECDS serves from
 /// `dir/ecds.json`: the gateway, and the Wasm filter to update it with ([`write_ecds`]).
 pub fn start_with_ecds(dir: &std::path::Path, config: &str) -> (Gateway, serde_json::Value) {
+    start_with_ecds_and(dir, config, &[], |yaml| yaml)
+}
+
+/// [`start_with_ecds`] with `extra_args` for Envoy and the rendered YAML passed through `edit`
+/// first.
+pub fn start_with_ecds_and(
+    dir: &std::path::Path,
+    config: &str,
+    extra_args: &[&str],
+    edit: impl Fn(String) -> String,
+) -> (Gateway, serde_json::Value) {
     std::fs::create_dir_all(dir).unwrap();
     let ecds = dir.join("ecds.json");
     let wasm_file = dir.join("wasm.json");
-    let gw = Gateway::start_alone_rendered(
-        &[
-            "--service-node",
-            "toolsift-tests",
-            "--service-cluster",
-            "toolsift-tests",
-        ],
-        |ports| {
-            let rendered =
-                common::render_envoy_yaml(config, ports.listener, ports.admin, ports.upstream);
-            let mut doc = common::yaml::load_yaml(&rendered).remove(0);
-            let filters = &mut doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
-                [0]["typed_config"]["http_filters"];
-            let wasm = filters[0]["typed_config"].clone();
-            assert_eq!(filters[0]["name"], "toolsift");
-            write_ecds(&ecds, &wasm, config, 1);
-            filters[0] = serde_json::json!({
-                "name": "toolsift",
-                "config_discovery": {
-                    "config_source": {
-                        "resource_api_version": "V3",
-                        "path_config_source": {"path": ecds.display().to_string()},
-                    },
-                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"],
+    let mut args = vec![
+        "--service-node",
+        "toolsift-tests",
+        "--service-cluster",
+        "toolsift-tests",
+    ];
+    args.extend_from_slice(extra_args);
+    let gw = Gateway::start_alone_rendered(&args, |ports| {
+        let rendered = edit(common::render_envoy_yaml(
+            config,
+            ports.listener,
+            ports.admin,
+            ports.upstream,
+        ));
+        let mut doc = common::yaml::load_yaml(&rendered).remove(0);
+        let filters = &mut doc["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
+            [0]["typed_config"]["http_filters"];
+        let wasm = filters[0]["typed_config"].clone();
+        assert_eq!(filters[0]["name"], "toolsift");
+        write_ecds(&ecds, &wasm, config, 1);
+        filters[0] = serde_json::json!({
+            "name": "toolsift",
+            "config_discovery": {
+                "config_source": {
+                    "resource_api_version": "V3",
+                    "path_config_source": {"path": ecds.display().to_string()},
                 },
-            });
-            std::fs::write(&wasm_file, wasm.to_string()).unwrap();
-            doc.to_string()
-        },
-    );
+                "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"],
+            },
+        });
+        std::fs::write(&wasm_file, wasm.to_string()).unwrap();
+        doc.to_string()
+    });
     let wasm = serde_json::from_slice(&std::fs::read(&wasm_file).unwrap()).unwrap();
     (gw, wasm)
 }

@@ -559,3 +559,122 @@ fn every_shipped_envoy_and_manifest_tags_toolsift_stats_by_plugin() {
         assert_eq!(names.len(), n, "{kit:?}: {names:?}");
     }
 }
+
+/// RFC 7386's merge patch (what `kubectl patch --type merge` applies).
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(target), Some(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge_patch(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+/// deploy/fleet/calibrate.sh over replicas' access logs, `--dry-run`: its patches, applied as
+/// `kubectl patch` would to the shipped fleet manifests, give objects the CRDs accept, whose
+/// plugin configuration toolsift's parser reads, with the replicas' calls as its calibration.
+#[test]
+fn the_fleet_script_patches_in_a_calibration_the_crds_and_the_plugin_accept() {
+    let record = |catalog: &str, ranks: &str| {
+        json!({"start_time": "2026-11-29T10:00:00.000Z", "toolsift": format!(
+            "kept=80 total=80 denied=0 shadow=would_keep:5 calls={ranks} missed=0 top_k=5 \
+             tools=80 catalog={catalog}")})
+        .to_string()
+    };
+    let log = common::scratch_file(
+        "fleet-script",
+        "replicas.log",
+        &[
+            record("0000000a", "a@1,b@3"),
+            record("0000000b", "c@70"),
+            "not a record".to_owned(),
+        ]
+        .join("\n"),
+    );
+    let script = repo().join("deploy/fleet/calibrate.sh");
+    let run = |args: &[&str]| {
+        Command::new(&script)
+            .args(args)
+            .env("TOOLSIFT", env!("CARGO_BIN_EXE_toolsift"))
+            .output()
+            .unwrap()
+    };
+    let schemas = schemas();
+    let log = log.to_str().unwrap();
+    for (kind, manifest, config_at) in [
+        (
+            "istio",
+            "deploy/istio/fleet/wasmplugin-auto-k.yaml",
+            "/spec/pluginConfig",
+        ),
+        (
+            "envoy-gateway",
+            "deploy/envoy-gateway/fleet/envoyextensionpolicy-auto-k.yaml",
+            "/spec/wasm/0/config",
+        ),
+    ] {
+        let out = run(&["--max-k", "64", "--dry-run", kind, "ns", "toolsift", log]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let patch: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut object = common::yaml::load_file(manifest).remove(0);
+        if kind == "istio" {
+            merge_patch(&mut object, &patch);
+        } else {
+            assert_eq!(patch[0]["op"], "add");
+            let path = patch[0]["path"].as_str().unwrap();
+            let (parent, key) = path.rsplit_once('/').unwrap();
+            let parent = object
+                .pointer_mut(parent)
+                .expect("the patch's parent exists");
+            parent[key] = patch[0]["value"].clone();
+        }
+        let errors = validate(&schemas, &object);
+        assert!(errors.is_empty(), "{manifest} patched: {errors:?}");
+        let config = object.pointer(config_at).unwrap();
+        let parsed = toolsift::config::Config::from_json(config.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{manifest} patched: {}", e.0));
+        let calibration = parsed.auto_k.unwrap().calibration.unwrap();
+        assert_eq!(calibration.pooled.calls, 3, "{manifest}");
+        assert_eq!(calibration.catalogs.len(), 2);
+        // The rest of the plugin's configuration is untouched.
+        assert_eq!(config["auto_k"]["keep"], 0.95);
+    }
+    // A calibration for another max_k than the manifests' is refused by the plugin.
+    let out = run(&["--max-k", "32", "--dry-run", "istio", "ns", "toolsift", log]);
+    let patch: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut object = common::yaml::load_file("deploy/istio/fleet/wasmplugin-auto-k.yaml").remove(0);
+    merge_patch(&mut object, &patch);
+    let error =
+        toolsift::config::Config::from_json(object["spec"]["pluginConfig"].to_string().as_bytes())
+            .unwrap_err()
+            .0;
+    assert!(error.contains("auto_k.calibration.max_k"), "{error}");
+    // Logs with nothing to calibrate from, and bad arguments: an error, no patch.
+    let empty = common::scratch_file(
+        "fleet-script",
+        "empty.log",
+        "{\"toolsift\": \"kept=1 total=1\"}\n",
+    );
+    let out = run(&[
+        "--dry-run",
+        "istio",
+        "ns",
+        "toolsift",
+        empty.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to calibrate from"));
+    let out = run(&["--dry-run", "kubernetes", "ns", "toolsift", log]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -15,7 +15,7 @@
 
 use crate::common;
 
-use crate::auto_k::{Seen as Answer, ask, start_with_ecds, write_ecds};
+use crate::auto_k::{Seen as Answer, ask, start_with_ecds, start_with_ecds_and, write_ecds};
 use common::Gateway;
 use common::llm::{Question, dataset_catalog};
 use serde_json::Value;
@@ -26,8 +26,6 @@ const KEEP: f64 = 0.95;
 const MAX_K: usize = 64;
 /// Replicas learning apart.
 const REPLICAS: usize = 4;
-/// Shadowed requests while learning; one in a thousand once calibrated.
-const SAMPLE: f64 = 0.3;
 
 /// The plugin configuration: learning (every request shadowed) or with a calibration.
 fn plugin(sample: f64, calibration: Option<&str>) -> String {
@@ -36,7 +34,7 @@ fn plugin(sample: f64, calibration: Option<&str>) -> String {
         .unwrap_or_default();
     format!(
         r#"{{"top_k":3,"min_tools":10,"shadow":{{"sample":{sample}}},
-            "auto_k":{{"keep":{KEEP},"min_calls":60,"max_k":{MAX_K},"period_s":1{calibration}}}}}"#
+            "auto_k":{{"keep":{KEEP},"min_calls":30,"max_k":{MAX_K},"period_s":1{calibration}}}}}"#
     )
 }
 
@@ -46,6 +44,38 @@ fn replica(config: &str, log: &Path) -> Gateway {
     Gateway::start_alone_with(config, &["--concurrency", "1"], move |yaml| {
         common::access_log_to_file(&yaml, &log)
     })
+}
+
+/// A replica that learns (every request shadowed, so that what the replicas learn together
+/// is exactly what one replica of all the traffic learns), its plugin configuration served
+/// by ECDS from `dir`, so that it can then shadow one in a thousand and be measured on
+/// filtered requests: the same `auto_k` settings, so its learned values in the VM's shared
+/// data stay its own.
+fn learner(dir: &Path, log: &Path) -> (Gateway, Value) {
+    let log = log.to_owned();
+    start_with_ecds_and(
+        dir,
+        &plugin(1.0, None),
+        &["--concurrency", "1"],
+        move |yaml| common::access_log_to_file(&yaml, &log),
+    )
+}
+
+/// The learner now filters, with what it learned.
+fn measure_with(dir: &Path, gw: &Gateway, wasm: &Value) {
+    let reloads = || {
+        envoy_stat(
+            gw,
+            "extension_config_discovery.http_filter.toolsift.config_reload",
+        )
+    };
+    let before = reloads();
+    write_ecds(&dir.join("ecds.json"), wasm, &plugin(0.001, None), 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reloads() == before {
+        assert!(Instant::now() < deadline, "the update never applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Held-out questions sent to each of `fleet`: the share of their calls kept in filtered
@@ -116,30 +146,28 @@ fn replicas_given_the_fleets_calibration_send_the_same_tools_and_keep_the_target
     let logs: Vec<PathBuf> = (0..REPLICAS)
         .map(|i| dir.join(format!("replica-{i}.log")))
         .collect();
-    let apart: Vec<Gateway> = logs
+    let apart: Vec<(Gateway, Value)> = logs
         .iter()
-        .map(|l| replica(&plugin(SAMPLE, None), l))
+        .enumerate()
+        .map(|(i, l)| learner(&dir.join(format!("ecds-{i}")), l))
         .collect();
-    let whole = replica(&plugin(SAMPLE, None), &dir.join("whole.log"));
-    // Each learning question three times, dealt round-robin as a load balancer deals
-    // requests; one replica sees them all.
+    let (whole, whole_wasm) = learner(&dir.join("ecds-whole"), &dir.join("whole.log"));
+    // Dealt round-robin, as a load balancer deals requests; one replica sees them all.
     let mut dealt = [0; REPLICAS];
-    for (i, q) in learn.iter().cycle().take(3 * learn.len()).enumerate() {
-        ask(&apart[i % REPLICAS], &catalog, q);
+    for (i, q) in learn.iter().enumerate() {
+        ask(&apart[i % REPLICAS].0, &catalog, q);
         dealt[i % REPLICAS] += 1;
         ask(&whole, &catalog, q);
     }
-    // A period later each learning replica's table holds what it learned.
-    std::thread::sleep(Duration::from_millis(2100));
-
     let paths: Vec<String> = logs.iter().map(|p| p.display().to_string()).collect();
     for (log, n) in logs.iter().zip(dealt) {
         assert_eq!(common::access_log_lines(log, n).len(), n);
     }
     let learned: u64 = apart
         .iter()
-        .map(|gw| gw.stat("toolsift.auto_k.learned"))
+        .map(|(gw, _)| gw.stat("toolsift.auto_k.learned"))
         .sum();
+    assert_eq!(learned, whole.stat("toolsift.auto_k.learned"));
     let max_k = MAX_K.to_string();
     let mut args = vec!["calibrate", "--max-k", &max_k];
     args.extend(paths.iter().map(String::as_str));
@@ -177,14 +205,24 @@ fn replicas_given_the_fleets_calibration_send_the_same_tools_and_keep_the_target
     let with_late = held_out(&everyone, &catalog, &fresh);
 
     // A replica restarted without the calibration learns again from nothing: `top_k` first.
-    let restarted = replica(&plugin(SAMPLE, None), &dir.join("restarted.log"));
+    let restarted = replica(&plugin(0.3, None), &dir.join("restarted.log"));
     let restarted_first = ask(&restarted, &catalog, fresh[0]);
     assert_eq!(
         (restarted_first.source.as_str(), restarted_first.k),
         ("default", 3)
     );
     let restarted_held = held_out(&[&restarted], &catalog, &fresh);
-    let apart_held = held_out(&apart.iter().collect::<Vec<_>>(), &catalog, &fresh);
+    // The learners now filter with what they learned, each on its own.
+    for (i, (gw, wasm)) in apart.iter().enumerate() {
+        measure_with(&dir.join(format!("ecds-{i}")), gw, wasm);
+    }
+    measure_with(&dir.join("ecds-whole"), &whole, &whole_wasm);
+    std::thread::sleep(Duration::from_millis(1100));
+    let apart_held = held_out(
+        &apart.iter().map(|(gw, _)| gw).collect::<Vec<_>>(),
+        &catalog,
+        &fresh,
+    );
     let whole_held = held_out(&[&whole], &catalog, &fresh);
     for (name, h) in [
         ("one replica, all the traffic", &whole_held),
@@ -280,6 +318,7 @@ fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() 
     let before = ask(&gw, &catalog, &questions[1]);
     assert_eq!((before.source.as_str(), before.k), ("default", 3));
     let vms = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.created");
+    let active = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.active");
 
     write_ecds(&ecds, &wasm, &plugin(0.001, Some(&calibration)), 2);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -296,11 +335,15 @@ fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() 
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(gw.pid(), pid, "no restart");
+    // What the book says survives an update: the workers' VMs (one more created, for the
+    // new configuration's check; as many active).
     let vms_after = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.created");
-    let active = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.active");
+    let active_after = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.active");
     eprintln!(
-        "fleet ecds: V8 VMs created before the update {vms}, after {vms_after}; active {active}"
+        "fleet ecds: V8 VMs created before the update {vms}, after {vms_after}; active \
+         {active}, after {active_after}"
     );
+    assert_eq!(active_after, active, "the active VMs");
 
     // Another max_k: refused, and the fleet's k stays.
     let bad = plugin(0.001, Some(&calibration))

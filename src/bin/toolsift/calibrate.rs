@@ -18,9 +18,6 @@ pub struct Args {
     /// The plugins' `auto_k.max_k`: a calibration is refused by a plugin of another.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=1024))]
     max_k: u16,
-    /// Indent the JSON.
-    #[arg(long)]
-    pretty: bool,
 }
 
 pub fn run(args: &Args) -> Result<(), Failure> {
@@ -44,23 +41,22 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let calibration = collector.finish(files).map_err(Failure)?;
     if let Some(from) = &calibration.from {
         eprintln!(
-            "toolsift: {} calls of {} shadowed records ({} records read), {} catalogs apart; \
+            "toolsift: {} calls of {} shadowed records ({} records read), {} kept apart; \
              skipped {} malformed, {} foreign, {} unreadable, {} duplicate",
             thousands(calibration.pooled.calls),
             thousands(from.shadowed),
             thousands(from.records),
-            calibration.catalogs.len(),
+            match calibration.catalogs.len() {
+                1 => "1 catalog".to_owned(),
+                n => format!("{n} catalogs"),
+            },
             thousands(from.malformed),
             thousands(from.foreign),
             thousands(from.unreadable),
             thousands(from.duplicate),
         );
     }
-    let mut text = if args.pretty {
-        serde_json::to_string_pretty(&calibration)?
-    } else {
-        serde_json::to_string(&calibration)?
-    };
+    let mut text = serde_json::to_string(&calibration)?;
     text.push('\n');
     print(&text)
 }
