@@ -217,10 +217,22 @@ fn listener_configs(prefix: bool) -> Vec<(&'static str, Value)> {
 fn auto_k_config(prefix: bool) -> Vec<(&'static str, Value)> {
     let mut config = json!({"top_k": 3, "min_tools": 10, "shadow": {"sample": 1},
         "auto_k": {"keep": 0.95, "min_calls": 20, "max_k": 6, "period_s": 1}});
+    // The same with the fleet's calibration: the fixture request's catalog has calls of its
+    // own there (all in slot 2), and every catalog's pooled calls send another to slot 4.
+    let (_, question) = request("openai_chat", false);
+    let names = question["tools"].as_array().unwrap().iter();
+    let catalog = toolsift::shadow::catalog_name(toolsift::rank::catalog_id(
+        names.map(|t| t["function"]["name"].as_str().unwrap()),
+    ));
+    let mut fleet = config.clone();
+    fleet["auto_k"]["calibration"] = json!({"version": 1, "max_k": 6,
+        "pooled": {"calls": 200, "slots": [[2, 100], [4, 100]]},
+        "catalogs": [{"catalog": catalog, "calls": 100, "slots": [[2, 100]]}]});
     if prefix {
         config["stat_prefix"] = json!("auto_k");
+        fleet["stat_prefix"] = json!("auto_k_fleet");
     }
-    vec![("auto_k", config)]
+    vec![("auto_k", config), ("auto_k_fleet", fleet)]
 }
 
 /// One Envoy with a listener per configuration; the ports by listener name. The `embeddings`
@@ -433,6 +445,22 @@ fn drive_auto_k(port: u16) -> usize {
     calls
 }
 
+/// Requests to the plugin with the fleet's calibration: the fixture's catalog with the fleet's
+/// own k, another with the fleet's pooled k. Returns the shadowed calls made.
+fn drive_fleet(port: u16) -> usize {
+    let (chat, question) = request("openai_chat", false);
+    let mut other = question.clone();
+    other["tools"].as_array_mut().unwrap().pop();
+    for (body, k) in [(&question, "k=fleet:2"), (&other, "k=fleet_pooled:4")] {
+        for _ in 0..3 {
+            let r = post(port, &chat, &scripted(AUTO_K_CALLS[1], "staff"), body);
+            let header = x_toolsift(&r);
+            assert!(header.contains(k), "{k}: {header}");
+        }
+    }
+    6
+}
+
 /// `{{label}}`s of a legend.
 fn legend_labels(legend: &str) -> Vec<&str> {
     legend
@@ -500,7 +528,7 @@ fn a_real_prometheus_evaluates_every_panel_and_alert_rule_over_real_envoys() {
         assert_eq!(target["lastError"], "", "{target}");
     }
     drive(&ports);
-    let auto_k_calls = drive_auto_k(auto_ports["auto_k"]);
+    let auto_k_calls = drive_auto_k(auto_ports["auto_k"]) + drive_fleet(auto_ports["auto_k_fleet"]);
     for (gw, name) in [(&gw, "first"), (&auto_gw, "auto_k")] {
         assert!(
             !gw.log_text().contains("panicked"),
