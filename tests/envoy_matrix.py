@@ -5,7 +5,9 @@ official SDK clients and real upstreams.
 
 Nothing here is a test of its own: each feature is a chosen part of the existing suites (the
 cargo integration tests by name, the SDK and MCP suites' pytest files and `-k` expressions), run
-with TOOLSIFT_ENVOY naming that version's binary. A failure names the feature and the version.
+with TOOLSIFT_ENVOY naming that version's binary; one version after another, and in each the
+cargo tests beside the pytest runs, as `make test` runs its suites. A failure names the feature
+and the version.
 
 A feature that needs a newer Envoy than a version is not run on it; instead the version must
 refuse the feature's shipped configuration with the message that says why, or, where it loads
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,11 +281,14 @@ class Shared:
                 pass
 
 
-def run_feature(version: str, feature: Feature, shared: Shared) -> tuple[bool, str]:
+def run_part(version: str, feature: Feature, shared: Shared, kind: str) -> tuple[list[str], float]:
+    """One feature's cargo tests (`kind` "rust") or pytest runs ("pytest") on `version`: what
+    failed, and the seconds it took."""
     env = dict(os.environ, TOOLSIFT_ENVOY=str(envoy_path(version)), TOOLSIFT_SHARED_ENVOY=str(shared.dir),
                TOOLSIFT_BIN_DIR=os.environ.get("TOOLSIFT_BIN_DIR", "target/debug"))
+    started = time.monotonic()
     failures = []
-    if feature.rust:
+    if kind == "rust" and feature.rust:
         cargo = [os.environ.get("CARGO", "cargo"), "test", "--quiet", "--test", "integration", "--",
                  "--exact", *feature.rust]
         run = subprocess.run(cargo, cwd=REPO, env=env, capture_output=True, text=True)
@@ -293,13 +299,32 @@ def run_feature(version: str, feature: Feature, shared: Shared) -> tuple[bool, s
         if run.returncode != 0 or count != len(feature.rust):
             why = "" if count == len(feature.rust) else f"({count} of {len(feature.rust)} tests ran)\n"
             failures.append(f"{' '.join(cargo)}\n{why}{tail(output, 80)}")
-    for args in feature.pytest:
+    for args in feature.pytest if kind == "pytest" else []:
         command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
         run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         output = run.stdout + run.stderr
         if run.returncode != 0 or re.search(r"\b[1-9]\d* passed\b", output) is None:
             failures.append(f"{' '.join(command[1:])}\n{tail(output, 80)}")
-    return not failures, "\n\n".join(failures)
+    return failures, time.monotonic() - started
+
+
+def run_version(version: str, features: list[Feature], shared: Shared) -> dict[str, tuple[bool, str, float]]:
+    """Every feature of `features` on `version`, in two streams side by side (as `make test` runs
+    its suites): the cargo tests, and the SDK and MCP suites' runs. A feature's result is both
+    of its parts'; its time, their sum."""
+    def stream(kind: str) -> dict[str, tuple[list[str], float]]:
+        return {f.key: run_part(version, f, shared, kind) for f in features
+                if (f.rust if kind == "rust" else f.pytest)}
+
+    with ThreadPoolExecutor(2) as pool:
+        rust, pytest = pool.submit(stream, "rust"), pool.submit(stream, "pytest")
+        parts = [rust.result(), pytest.result()]
+    results = {}
+    for f in features:
+        failures = [line for part in parts for line in part.get(f.key, ([], 0.0))[0]]
+        seconds = sum(part.get(f.key, ([], 0.0))[1] for part in parts)
+        results[f.key] = (not failures, "\n\n".join(failures), seconds)
+    return results
 
 
 def row(version: str, versions: list[str], no_wasm: list[str]) -> str:
@@ -412,19 +437,21 @@ def main() -> int:
         print(f"Envoy {version}", flush=True)
         shared = Shared(version)
         try:
-            for feature in FEATURES:
-                if only and feature.key not in only:
-                    continue
-                t0 = time.monotonic()
-                if feature.needs and key(version) < key(feature.needs.version):
+            chosen = [f for f in FEATURES if not only or f.key in only]
+            older = [f for f in chosen if f.needs and key(version) < key(f.needs.version)]
+            ran = run_version(version, [f for f in chosen if f not in older], shared)
+            for feature in chosen:
+                if feature in older:
+                    t0 = time.monotonic()
                     ok, detail = refuses(version, feature.needs)
+                    seconds = time.monotonic() - t0
                     outcome = "needs-newer" if ok else "failed"
                     said = f"not run: needs Envoy {feature.needs.version}: {feature.needs.why} (checked on Envoy {version})"
                 else:
-                    ok, detail = run_feature(version, feature, shared)
+                    ok, detail, seconds = ran[feature.key]
                     outcome = "passed" if ok else "failed"
                     said = "passed"
-                seconds = round(time.monotonic() - t0, 1)
+                seconds = round(seconds, 1)
                 results[version][feature.key] = {"result": outcome, "seconds": seconds}
                 if ok:
                     print(f"  {feature.name}: {said} ({seconds} s)", flush=True)
