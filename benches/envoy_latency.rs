@@ -1807,7 +1807,8 @@ mod shadow {
 
 /// `--auto-k`: filter mode at 200 tools, the same catalog every request (64 questions), with
 /// `shadow` (a share too small to draw in the run, so that every request is filtered and its
-/// answer read) and `auto_k`, against the same filter without `auto_k`, and with
+/// answer read) and `auto_k` (learning, and with the fleet's calibration), against the same
+/// filter without `auto_k`, and with
 /// `TOOLSIFT_BASELINE_WASM=path` against a previous `.wasm` without it. Each variant runs in a
 /// fresh Envoy of its own (two workers), in mirrored order (A B C C B A), and its row is the
 /// filter's own time (`toolsift.filter_time_us`, P50 and P99 over the run) and the median time
@@ -1820,6 +1821,10 @@ mod auto_k {
     const REQUESTS: usize = 1500;
     const SHADOW: &str = r#"{"shadow":{"sample":0.000001}}"#;
     const AUTO_K: &str = r#"{"shadow":{"sample":0.000001},"auto_k":{"keep":0.95}}"#;
+    /// With the fleet's calibration: every pooled call at slot 5, so that the catalog gets
+    /// `k=fleet_pooled:5`, the same cut as `top_k` 5; the k is decided at configuration.
+    const FLEET: &str = r#"{"shadow":{"sample":0.000001},"auto_k":{"keep":0.95,
+        "calibration":{"version":1,"max_k":64,"pooled":{"calls":300,"slots":[[5,300]]}}}}"#;
 
     fn body(tools: &str, i: usize) -> String {
         format!(
@@ -1848,6 +1853,11 @@ mod auto_k {
             .to_owned();
         assert!(shown.starts_with("kept=5 total=200"), "{head}");
         assert_eq!(shown.contains(" k=default:5"), config == AUTO_K, "{shown}");
+        assert_eq!(
+            shown.contains(" k=fleet_pooled:5"),
+            config == FLEET,
+            "{shown}"
+        );
         // A warm-up for V8's optimising tier; in the histogram too (200 of 1,700 requests).
         for i in 0..200 {
             client.send(path, &extra, &bodies[i % 64]);
@@ -1869,9 +1879,15 @@ mod auto_k {
         let mut variants: Vec<(&str, &str, Option<&str>)> = Vec::new();
         if let Some(wasm) = baseline.as_deref() {
             variants.push(("baseline .wasm, shadow", SHADOW, Some(wasm)));
+            variants.push(("baseline .wasm, shadow + auto_k", AUTO_K, Some(wasm)));
         }
         variants.push(("this .wasm, shadow", SHADOW, None));
         variants.push(("this .wasm, shadow + auto_k", AUTO_K, None));
+        variants.push((
+            "this .wasm, shadow + auto_k, the fleet's calibration",
+            FLEET,
+            None,
+        ));
         let order: Vec<usize> = (0..variants.len())
             .chain((0..variants.len()).rev())
             .collect();

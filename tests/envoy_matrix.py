@@ -110,7 +110,9 @@ FEATURES = [
         "auto_k", "`auto_k`",
         rust=["auto_k::a_recall_target_learned_from_replayed_traffic_holds_for_new_questions",
               "auto_k::a_capped_k_says_so",
-              "auto_k::past_a_capped_k_find_tools_finds_the_rest_in_every_dialect"],
+              "auto_k::past_a_capped_k_find_tools_finds_the_rest_in_every_dialect",
+              # The fleet's calibration, brought to a running Envoy by ECDS.
+              "fleet::ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing"],
     ),
     Feature(
         "mcp", "MCP behind `envoy-mcp.yaml`",
