@@ -5,6 +5,9 @@ attributes are checked against the request it came from and what its answer's `x
 said: filter mode in four dialects, a refusal, a shadowed request, search mode, a loop and a
 made-up tool."""
 
+import json
+import os
+import subprocess
 import threading
 import time
 from concurrent import futures
@@ -13,6 +16,7 @@ import anthropic
 import grpc
 import openai
 import pytest
+from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
 import conftest
@@ -34,6 +38,9 @@ class Receiver(logs_service_pb2_grpc.LogsServiceServicer):
 
     def __init__(self):
         self.records = []
+        # Each export as the OpenTelemetry Collector's file exporter writes it: one line of
+        # OTLP JSON (protobuf's JSON mapping), for `toolsift calibrate`.
+        self.lines = []
         self.changed = threading.Condition()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(self, self.server)
@@ -42,6 +49,7 @@ class Receiver(logs_service_pb2_grpc.LogsServiceServicer):
 
     def Export(self, request, context):
         with self.changed:
+            self.lines.append(json_format.MessageToJson(request, indent=None))
             for resource in request.resource_logs:
                 for scope in resource.scope_logs:
                     for record in scope.log_records:
@@ -218,6 +226,17 @@ def test_a_shadowed_request(tmp_path_factory, receiver):
         rank = int(calls.split("@")[1])
         assert attributes["toolsift.shadow.missed"] == ("0" if rank <= 5 else "1")
         assert attributes["toolsift.shadow.top_k"] == "5"
+        # `toolsift calibrate` reads the records as the Collector's file exporter writes them.
+        exported = tmp_path_factory.mktemp("otel-calibrate") / "otlp.jsonl"
+        exported.write_text("\n".join(receiver.lines) + "\n")
+        binary = conftest.REPO / os.environ.get("TOOLSIFT_BIN_DIR", "target/release") / "toolsift"
+        run = subprocess.run([binary, "calibrate", "--max-k", "64", exported],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        calibration = json.loads(run.stdout)
+        assert calibration["pooled"] == {"calls": 1, "slots": [[rank, 1]]}, calibration
+        assert calibration["from"]["shadowed"] == 1, calibration
+        assert calibration["catalogs"][0]["catalog"] == body.split("catalog=")[1].split(" ")[0]
     finally:
         gw.close()
 
