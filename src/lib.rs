@@ -33,6 +33,8 @@
 
 pub mod access;
 pub mod auto_k;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod calibrate;
 pub mod config;
 pub mod connectors;
 pub mod custom;
@@ -40,7 +42,6 @@ pub mod dialects;
 pub mod embeddings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod eval;
-pub mod fleet;
 pub mod followup;
 pub mod fusion;
 pub mod gating;

@@ -1798,9 +1798,9 @@ pub fn mcp_route(data: &[u8]) {
 /// configuration accepts (its own check, and the configuration parser), round-trips through
 /// JSON, and gives every catalog a k within [`min_k`, `max_k`], or `top_k`.
 pub fn fleet_calibration(data: &[u8]) {
+    use toolsift::auto_k::fleet::FleetCalibration;
     use toolsift::auto_k::{AutoK, AutoKConfig, Source};
-    use toolsift::fleet::FleetCalibration;
-    use toolsift::fleet::logs::Collector;
+    use toolsift::calibrate::Collector;
     let max_k = 1 + usize::from(data.first().copied().unwrap_or(0)) % 64;
     let mut collector = Collector::new(max_k);
     for line in data.get(1..).unwrap_or_default().split(|b| *b == b'\n') {
@@ -1843,7 +1843,7 @@ pub fn fleet_calibration(data: &[u8]) {
         .map(|c| c.catalog.as_str())
         .chain(["ffffffff"])
     {
-        let id = toolsift::fleet::catalog_id(c).unwrap_or(0);
+        let id = toolsift::auto_k::fleet::catalog_id(c).unwrap_or(0);
         let chosen = worker.chosen(id);
         let within = match chosen.source {
             Source::Default => chosen.k == 5,

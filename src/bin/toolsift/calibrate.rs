@@ -1,11 +1,11 @@
-//! `toolsift calibrate LOG…`: the fleet's calibration of `auto_k` (`toolsift::fleet`) from
+//! `toolsift calibrate LOG…`: the fleet's calibration of `auto_k` (`toolsift::auto_k::fleet`) from
 //! every replica's records, printed as the one JSON object `auto_k.calibration` takes.
 
 use crate::Failure;
 use crate::output::print;
 use std::io::BufReader;
 use std::path::PathBuf;
-use toolsift::fleet::logs::Collector;
+use toolsift::calibrate::Collector;
 use toolsift::report::{MAX_LINE_BYTES, for_each_line, thousands};
 
 #[derive(clap::Args)]

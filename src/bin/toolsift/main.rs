@@ -10,7 +10,8 @@
 //! `report` sums up the access logs the shipped configurations write (`toolsift::report`).
 //!
 //! `calibrate` counts `auto_k`'s calls over every replica's logs into the fleet's calibration
-//! (`toolsift::fleet`), the JSON object `auto_k.calibration` takes.
+//! (`toolsift::calibrate`, `toolsift::auto_k::fleet`): the JSON object `auto_k.calibration`
+//! takes.
 //!
 //! `schema` prints the plugin configuration's JSON Schema, derived from the configuration types.
 //!

@@ -1,4 +1,5 @@
-//! The replicas' records, read for the fleet's calibration (`toolsift calibrate`). Native only.
+//! The replicas' records, read for the fleet's calibration (`toolsift calibrate`,
+//! [`crate::auto_k::fleet`]). Native only, like [`crate::report`], whose record parsers it uses.
 //!
 //! Two kinds of line, mixed freely:
 //! - the shipped access logs' JSON lines, whose `toolsift` key holds the request's record
@@ -14,7 +15,7 @@
 //! one millisecond with the same record count once, an undercount of no consequence to a
 //! share. Whatever a line holds, it is counted and skipped, never a panic.
 
-use super::{Counts, FleetCalibration, Provenance, catalog_id};
+use crate::auto_k::fleet::{Counts, FleetCalibration, Provenance, catalog_id};
 use crate::report::{parse_record_parts, split_record};
 use serde_json::Value;
 use std::collections::HashSet;

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-use super::logs::{Collector, rfc3339};
 use super::*;
+use crate::calibrate::{Collector, rfc3339};
 
 fn config(max_k: usize, min_calls: usize) -> AutoKConfig {
     AutoKConfig {
@@ -288,7 +288,7 @@ fn a_calibration_that_cannot_be_used_is_refused_with_its_field() {
     let many = |c: &mut FleetCalibration| {
         c.catalogs = (0..=MAX_CATALOGS as u32)
             .map(|i| CatalogCounts {
-                catalog: crate::shadow::catalog_name(i),
+                catalog: format!("{i:08x}"),
                 calls: 0,
                 slots: vec![],
             })

@@ -1,6 +1,6 @@
 //! The fleet's calibration: `auto_k`'s histograms counted over every replica's records
-//! (`toolsift calibrate`, [`logs`]) and given to every replica in its configuration
-//! (`auto_k.calibration`).
+//! (`toolsift calibrate`, which reads them with `crate::calibrate`) and given to every replica
+//! in its configuration (`auto_k.calibration`).
 //!
 //! One Envoy's `auto_k` learns in its VM's shared data: replicas learn apart, disagree on k,
 //! and forget at a restart. A fleet calibration is the same histograms (a catalog's calls by
@@ -15,10 +15,7 @@
 //! that updates the plugin configuration (ECDS, Istio's `WasmPlugin`, Envoy Gateway's
 //! `EnvoyExtensionPolicy`). Everything here is pure: the CLI and the configuration feed it.
 
-#[cfg(not(target_arch = "wasm32"))]
-pub mod logs;
-
-use crate::auto_k::{
+use super::{
     AutoKConfig, Chosen, Decision, Fingerprint, Histogram, MAX_CATALOGS, Source, Table,
     normal_quantile,
 };
@@ -332,7 +329,7 @@ impl FleetCalibration {
 
     /// Calibrations of disjoint records (each replica's) as one: the same as one calibration of
     /// all their records, while their catalogs stay within [`MAX_CATALOGS`] (past it, the least
-    /// called are pooled, as [`logs::Collector`] does). All must share a `max_k`; `None` when
+    /// called are pooled, as `toolsift calibrate` does). All must share a `max_k`; `None` when
     /// they do not, or there are none.
     pub fn merge(parts: &[FleetCalibration]) -> Option<FleetCalibration> {
         let first = parts.first()?;
@@ -467,7 +464,7 @@ impl Counts {
             .catalogs
             .iter()
             .map(|(id, m)| CatalogCounts {
-                catalog: crate::shadow::catalog_name(*id),
+                catalog: format!("{id:08x}"),
                 calls: total(m),
                 slots: pairs(m),
             })
@@ -499,5 +496,5 @@ impl Counts {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
+#[path = "fleet_tests.rs"]
 mod tests;

@@ -98,7 +98,7 @@ pub struct AutoKConfig {
     /// logs: each catalog's k is decided from it once, the same on every replica, and nothing
     /// is learned locally. Absent: each Envoy learns from its own shadowed answers.
     #[serde(default)]
-    pub calibration: Option<crate::fleet::FleetCalibration>,
+    pub calibration: Option<fleet::FleetCalibration>,
 }
 
 fn default_min_k() -> usize {
@@ -979,6 +979,7 @@ impl AutoK {
     }
 }
 
+pub mod fleet;
+
 #[cfg(test)]
-#[path = "auto_k_tests.rs"]
 pub(crate) mod tests;
