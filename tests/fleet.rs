@@ -63,12 +63,7 @@ fn learner(dir: &Path, log: &Path) -> (Gateway, Value) {
 
 /// The learner now filters, with what it learned.
 fn measure_with(dir: &Path, gw: &Gateway, wasm: &Value) {
-    let reloads = || {
-        envoy_stat(
-            gw,
-            "extension_config_discovery.http_filter.toolsift.config_reload",
-        )
-    };
+    let reloads = || gw.envoy_stat("extension_config_discovery.http_filter.toolsift.config_reload");
     let before = reloads();
     write_ecds(&dir.join("ecds.json"), wasm, &plugin(0.001, None), 2);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -285,14 +280,6 @@ fn replicas_given_the_fleets_calibration_send_the_same_tools_and_keep_the_target
     let _ = std::fs::remove_dir_all(&fleet_dir);
 }
 
-/// An Envoy counter from `/stats` by its full name (0 when absent).
-fn envoy_stat(gw: &Gateway, name: &str) -> u64 {
-    let text = gw.admin_get(&format!("/stats?filter=^{}$", name.replace('.', "\\.")));
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-        .map_or(0, |v| v.trim().parse().unwrap_or(0))
-}
-
 /// ECDS puts a calibration into a running Envoy: the same process selects with the fleet's k
 /// after the update, in the same Wasm VM. A calibration it cannot use (another `max_k`) is
 /// refused by Envoy, named in its log, and the running configuration stays.
@@ -317,8 +304,8 @@ fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() 
     let pid = gw.pid();
     let before = ask(&gw, &catalog, &questions[1]);
     assert_eq!((before.source.as_str(), before.k), ("default", 3));
-    let vms = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.created");
-    let active = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.active");
+    let vms = gw.envoy_stat("wasm.envoy.wasm.runtime.v8.created");
+    let active = gw.envoy_stat("wasm.envoy.wasm.runtime.v8.active");
 
     write_ecds(&ecds, &wasm, &plugin(0.001, Some(&calibration)), 2);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -337,8 +324,8 @@ fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() 
     assert_eq!(gw.pid(), pid, "no restart");
     // What the book says survives an update: the workers' VMs (one more created, for the
     // new configuration's check; as many active).
-    let vms_after = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.created");
-    let active_after = envoy_stat(&gw, "wasm.envoy.wasm.runtime.v8.active");
+    let vms_after = gw.envoy_stat("wasm.envoy.wasm.runtime.v8.created");
+    let active_after = gw.envoy_stat("wasm.envoy.wasm.runtime.v8.active");
     eprintln!(
         "fleet ecds: V8 VMs created before the update {vms}, after {vms_after}; active \
          {active}, after {active_after}"

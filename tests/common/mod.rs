@@ -481,16 +481,17 @@ impl Gateway {
             Some(lease) => format!("{}.{name}", lease.prefix),
             None => name.to_owned(),
         };
-        let r = http(
-            self.admin,
-            "GET",
-            &format!("/stats?filter=^wasmcustom\\.{}$", name.replace('.', "\\.")),
-            &[],
-            b"",
-        );
+        self.envoy_stat(&format!("wasmcustom.{name}"))
+    }
+
+    /// A counter or gauge from `/stats` by its full name, Envoy's own or a plugin's (0 when
+    /// absent).
+    pub fn envoy_stat(&self, name: &str) -> u64 {
+        let filter = format!("/stats?filter=^{}$", name.replace('.', "\\."));
+        let r = http(self.admin, "GET", &filter, &[], b"");
         let text = String::from_utf8_lossy(&r.body);
         text.lines()
-            .find_map(|l| l.strip_prefix(&format!("wasmcustom.{name}: ")))
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
             .map(|v| v.trim().parse().unwrap())
             .unwrap_or(0)
     }
