@@ -29,9 +29,10 @@ pub fn tool_text(t: &ToolText) -> String {
 
 /// The texts embedded for a request: the whole request, then each of its sentences when it has
 /// several, so every step of a multi-step task can find its tool. A follow-up's turns are
-/// embedded as the lines a person reads ([`crate::followup::readable`]).
+/// embedded as the lines a person reads ([`crate::followup::readable`]); what only orders
+/// ties is not embedded ([`crate::followup::own_words`]).
 pub fn query_texts(query: &str) -> Vec<String> {
-    let query = crate::followup::readable(query);
+    let query = crate::followup::readable(crate::followup::own_words(query));
     let query = query.as_ref();
     let mut texts = vec![crate::text::bounded(query, MAX_TOOL_TEXT).to_owned()];
     texts.extend(

@@ -63,15 +63,33 @@ pub const TURN_MARK: char = '\u{1e}';
 /// Each turn of a query of several weighs this much of the turn before it in the query.
 pub const TURN_DECAY: f32 = 0.5;
 
+/// Starts the part of a query that only orders what the turns before it leave equal (ASCII's
+/// unit separator, which no user text keeps either): a text ranked on its own, with the
+/// question before it after this mark, keeps the ranking of its own words and has the
+/// question order the tools its words do not reach ([`crate::followup`]).
+pub const TIE_MARK: char = '\u{1f}';
+
+/// The weight of the terms after [`TIE_MARK`]: small enough that no sum of them (a question's
+/// scores stay far below 100) reaches the weight of one matched term of the turns before it
+/// (at least about 0.05 for a term in most of a catalog's tools).
+pub const TIE_WEIGHT: f32 = 1e-5;
+
 /// The user turns of a query and the weight of each: the first (the text before the first
-/// [`TURN_MARK`]) 1, each next one [`TURN_DECAY`] of the one before it. A query without a
-/// mark is one turn of weight 1.
+/// [`TURN_MARK`]) 1, each next one [`TURN_DECAY`] of the one before it; the text after a
+/// [`TIE_MARK`], if any, [`TIE_WEIGHT`]. A query without a mark is one turn of weight 1.
 pub fn turn_weights(query: &str) -> impl Iterator<Item = (&str, f32)> {
-    query.split(TURN_MARK).scan(1.0f32, |weight, turn| {
-        let this = *weight;
-        *weight *= TURN_DECAY;
-        Some((turn, this))
-    })
+    let (turns, ties) = match query.split_once(TIE_MARK) {
+        Some((turns, ties)) => (turns, Some(ties)),
+        None => (query, None),
+    };
+    turns
+        .split(TURN_MARK)
+        .scan(1.0f32, |weight, turn| {
+            let this = *weight;
+            *weight *= TURN_DECAY;
+            Some((turn, this))
+        })
+        .chain(ties.map(|t| (t, TIE_WEIGHT)))
 }
 
 /// A term's id in the index: the `bm25` crate's hash of the term (FxHash, 32 bits), computed on

@@ -623,6 +623,9 @@ pub fn rank_fused(
     query_vectors: &[&[f32]],
     tool_vectors: &[Option<&[f32]>],
 ) -> Fused {
+    // The channels read the query's own words: what only orders keyword ties
+    // (`followup::own_words`) would have every channel vote for the earlier question's tools.
+    let query = crate::followup::own_words(query);
     fusion::rank(
         &catalog.index,
         &catalog.lexicon,
@@ -651,6 +654,7 @@ pub fn rank_fused_among(
     let Some((index, lexicon)) = allowed.and_then(|a| catalog.among(a)) else {
         return rank_fused(catalog, config, query, query_vectors, tool_vectors);
     };
+    let query = crate::followup::own_words(query);
     fusion::rank(
         &index,
         &lexicon,
@@ -946,7 +950,8 @@ impl Engine {
         }
         let catalog = &analysis.catalog;
         let names = (0..catalog.draft.entries.len()).filter_map(|e| catalog.name(e));
-        self.gating_rules.verdict(&analysis.query, names)
+        self.gating_rules
+            .verdict(crate::followup::own_words(&analysis.query), names)
     }
 
     /// The access rules, `None` without an `access` section.
@@ -1074,6 +1079,7 @@ impl Engine {
         let request = Request {
             query: found.query,
             earlier: Vec::new(),
+            assistant: None,
             choice: Choice::default(),
             called: Vec::new(),
             history: Vec::new(),
@@ -1166,7 +1172,12 @@ impl Engine {
         }
         let allowed_functions = total - access.as_ref().map_or(0, |g| g.denied_functions);
         // A follow-up ("Yes, go ahead") is ranked with the user turns before it.
-        let query = crate::followup::query(&request.query, &request.earlier, &catalog.index);
+        let query = crate::followup::query(
+            &request.query,
+            &request.earlier,
+            request.assistant.as_deref(),
+            &catalog.index,
+        );
         let ranking = catalog.rank(&query);
         let allowed = access.as_ref().map(|g| &*g.allowed);
         let every_tool = allowed_functions <= self.config.min_tools || native_search;

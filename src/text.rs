@@ -565,19 +565,22 @@ pub fn bounded(text: &str, max: usize) -> &str {
     text.get(..end).unwrap_or_default()
 }
 
+/// The last at most `max` bytes of `text`, cut on a character boundary.
+pub fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    text.get(start..).unwrap_or_default()
+}
+
 /// Like [`bounded`] but keeps the first and the last `max / 2` bytes.
 pub fn head_and_tail(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
     let half = max / 2;
-    let head = bounded(text, half);
-    let mut start = text.len().saturating_sub(half);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    let tail = text.get(start..).unwrap_or_default();
-    format!("{head} {tail}")
+    format!("{} {}", bounded(text, half), tail(text, half))
 }
 
 #[cfg(test)]

@@ -30,6 +30,11 @@ pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 /// [`MAX_QUERY_BYTES`].
 pub const MAX_EARLIER_TURNS: usize = 3;
 
+/// How much of the assistant's text before the latest user text is read
+/// ([`Request::assistant`]): its last bytes, where it asks to go on or hands back
+/// ([`crate::followup::assistant`] reads its last sentence or two).
+pub const MAX_ASSISTANT_BYTES: usize = 512;
+
 /// Registers the dialects: `Variant => folder::Codec`. Adding a dialect is one folder and one
 /// line here. The order is the order of [`Dialect::ALL`]: the path match, the configuration's
 /// names and `toolsift explain`'s guess try them in it.
@@ -218,6 +223,11 @@ pub struct Request {
     /// bounded to an equal share of [`MAX_QUERY_BYTES`]. A follow-up ("Yes, go ahead") is
     /// ranked with them ([`crate::followup`]).
     pub earlier: Vec<String>,
+    /// The assistant's text just before the latest user text, its last
+    /// [`MAX_ASSISTANT_BYTES`]: whether it asked to go on decides whether
+    /// that text answers it ([`crate::followup::assistant`]). `None` when the message before
+    /// the latest user text is not the assistant's or has no text (tool calls alone).
+    pub assistant: Option<String>,
     /// What `tool_choice` (or the dialect's equivalent) asks for.
     pub choice: Choice,
     /// Tools the conversation already called, in the order of their first call.
@@ -442,6 +452,53 @@ mod tests {
         );
         // No such field in the other APIs: only the header names their session.
         assert_eq!(session(Dialect::Ollama, &chat(r#""user":"u","#)), None);
+    }
+
+    #[test]
+    fn every_dialect_reads_the_assistants_text_just_before_the_latest_user_text() {
+        let ask = "Shall I go ahead?";
+        let said = |dialect: Dialect, body: &str| dialect.parse(body).unwrap().assistant;
+        let cases = [
+            (
+                Dialect::OpenaiChat,
+                r#"{"messages":[{"role":"user","content":"Deploy it"},{"role":"assistant","content":"Shall I go ahead?"},{"role":"user","content":"k"}]}"#,
+            ),
+            (
+                Dialect::OpenaiChat,
+                r#"{"messages":[{"role":"user","content":"Deploy it"},{"role":"assistant","content":[{"type":"text","text":"Shall I go ahead?"},{"type":"refusal","refusal":"no"}]},{"role":"user","content":"k"}]}"#,
+            ),
+            (
+                Dialect::Ollama,
+                r#"{"messages":[{"role":"user","content":"Deploy it"},{"role":"assistant","content":"Shall I go ahead?"},{"role":"user","content":"k"}]}"#,
+            ),
+            (
+                Dialect::OpenaiResponses,
+                r#"{"input":[{"role":"user","content":"Deploy it"},{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Shall I go ahead?"}]},{"role":"user","content":[{"type":"input_text","text":"k"}]}]}"#,
+            ),
+            (
+                Dialect::Anthropic,
+                r#"{"messages":[{"role":"user","content":"Deploy it"},{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"x"},{"type":"text","text":"Shall I go ahead?"}]},{"role":"user","content":"k"}]}"#,
+            ),
+            (
+                Dialect::Gemini,
+                r#"{"contents":[{"role":"user","parts":[{"text":"Deploy it"}]},{"role":"model","parts":[{"text":"Let me think.","thought":true},{"text":"Shall I go ahead?"}]},{"role":"user","parts":[{"text":"k"}]}]}"#,
+            ),
+            (
+                Dialect::Bedrock,
+                r#"{"messages":[{"role":"user","content":[{"text":"Deploy it"}]},{"role":"assistant","content":[{"reasoningContent":{"reasoningText":{"text":"hmm"}}},{"text":"Shall I go ahead?"}]},{"role":"user","content":[{"text":"k"}]}]}"#,
+            ),
+        ];
+        for (dialect, body) in cases {
+            assert_eq!(said(dialect, body).as_deref(), Some(ask), "{dialect:?}");
+            assert_eq!(dialect.parse(body).unwrap().query, "k", "{dialect:?}");
+        }
+        // Tool calls alone, then their results: no text the latest turn answers.
+        let after_calls = r#"{"messages":[{"role":"user","content":"Deploy it"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"deploy","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"},{"role":"user","content":"k"}]}"#;
+        assert_eq!(said(Dialect::OpenaiChat, after_calls), None);
+        // A conversation that opens with the user, and a Responses input that is one string.
+        let first = r#"{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"k"}]}"#;
+        assert_eq!(said(Dialect::OpenaiChat, first), None);
+        assert_eq!(said(Dialect::OpenaiResponses, r#"{"input":"k"}"#), None);
     }
 
     #[test]

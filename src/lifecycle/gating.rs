@@ -59,7 +59,10 @@ impl Request {
         if let Some(verdict) = &local {
             count_verdict(verdict, &mut actions);
         }
-        if let Some(call) = gating_call(&engine.config, &analysis.query) {
+        // What the request asks: a text on its own, without the question that only orders
+        // its ranking's ties.
+        let asked = crate::followup::own_words(&analysis.query);
+        if let Some(call) = gating_call(&engine.config, asked) {
             self.verdict = local;
             return Gate::Ask(actions, call);
         }

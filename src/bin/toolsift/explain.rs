@@ -357,7 +357,12 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
             let query = catalog.as_ref().map_or_else(
                 || request.query.clone(),
                 |(_, catalog)| {
-                    toolsift::followup::query(&request.query, &request.earlier, &catalog.index)
+                    toolsift::followup::query(
+                        &request.query,
+                        &request.earlier,
+                        request.assistant.as_deref(),
+                        &catalog.index,
+                    )
                 },
             );
             let (rows, builtins, hybrid) = match catalog {
@@ -601,8 +606,13 @@ fn to_text(e: &Explanation, config: &Config) -> String {
     let query = if e.query.is_empty() {
         "(none: no user text found)".to_owned()
     } else {
-        // A follow-up's earlier turns after a bar, latest first.
-        one_line(&e.query.replace(toolsift::index::TURN_MARK, "| "), 300)
+        // A follow-up's earlier turns after a bar, latest first; the question that only
+        // orders what a text on its own leaves after "ties:".
+        let turns = e
+            .query
+            .replace(toolsift::index::TURN_MARK, "| ")
+            .replace(toolsift::index::TIE_MARK, "| ties: ");
+        one_line(&turns, 300)
     };
     field(&mut s, "query", &query);
     let limits = format!(

@@ -4,7 +4,7 @@
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::access::Connector;
 use crate::dialects::{Choice, Entry, Held, Holder, Problem, Request};
-use crate::dialects::shared::{History, first_text, asked, user_text};
+use crate::dialects::shared::{History, asked, first_text, role_text, user_text};
 use crate::dialects::shared::{
     array_at, entry_type, may_mention, names, object, set_nested_member, url_host,
 };
@@ -65,9 +65,11 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     // Tool results travel in user messages as `tool_result` blocks, which carry no query text:
     // the latest user message with text is the question the agent loop is answering.
-    let turns = asked(&messages, |m| {
-        user_text(m.role.as_deref(), m.content, &["text"])
-    });
+    let turns = asked(
+        &messages,
+        |m| user_text(m.role.as_deref(), m.content, &["text"]),
+        |m| role_text("assistant", m.role.as_deref(), m.content, &["text"]),
+    );
     let question = turns.at;
     let mut history = History::new(body);
     for (at, m) in messages.iter().enumerate() {
@@ -89,6 +91,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query: turns.latest,
         earlier: turns.earlier,
+        assistant: turns.assistant,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,

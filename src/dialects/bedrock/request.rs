@@ -4,7 +4,7 @@
 use crate::dialects::schema::{Member, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
 use crate::dialects::shared::note::{self, Answer, Turn};
-use crate::dialects::shared::{History, asked, user_text};
+use crate::dialects::shared::{History, asked, role_text, user_text};
 use crate::json::Str;
 use serde::Deserialize;
 use serde_json::json;
@@ -58,9 +58,11 @@ struct ToolChoice<'a> {
 pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
-    let turns = asked(&messages, |m| {
-        user_text(m.role.as_deref(), m.content, &[])
-    });
+    let turns = asked(
+        &messages,
+        |m| user_text(m.role.as_deref(), m.content, &[]),
+        |m| role_text("assistant", m.role.as_deref(), m.content, &[]),
+    );
     let question = turns.at;
     let mut history = History::new(body);
     for (at, m) in messages.iter().enumerate() {
@@ -88,6 +90,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query: turns.latest,
         earlier: turns.earlier,
+        assistant: turns.assistant,
         choice,
         called: history.called,
         history: history.task,

@@ -7,7 +7,7 @@ use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Group, Item, Layout, Problem, Request};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::dialects::shared::{History, asked};
-use crate::json::Str;
+use crate::json::{Str, is_true};
 use crate::json::ArrayLayout;
 use serde::Deserialize;
 use serde_json::json;
@@ -36,6 +36,9 @@ struct Content<'a> {
 struct Part<'a> {
     #[serde(borrow, default)]
     text: Option<Str<'a>>,
+    /// A part of the model's thinking (`"thought": true`), not what it said to the user.
+    #[serde(borrow, default)]
+    thought: Option<&'a RawValue>,
     #[serde(borrow, default, rename = "functionCall", alias = "function_call")]
     function_call: Option<Named<'a>>,
 }
@@ -75,12 +78,20 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let contents = parsed.contents.ok_or(Problem::BadShape)?;
     // Single-turn requests may omit the role; function responses come back as parts without
     // text, so the latest content with text is the user's question.
-    let turns = asked(&contents, |c| {
-        matches!(c.role.as_deref(), None | Some("user")).then(|| {
-            let texts: Vec<&str> = c.parts.iter().filter_map(|p| p.text.as_deref()).collect();
-            texts.join("\n")
-        })
-    });
+    let text = |c: &Content| {
+        let texts: Vec<&str> = c
+            .parts
+            .iter()
+            .filter(|p| !is_true(p.thought))
+            .filter_map(|p| p.text.as_deref())
+            .collect();
+        texts.join("\n")
+    };
+    let turns = asked(
+        &contents,
+        |c| matches!(c.role.as_deref(), None | Some("user")).then(|| text(c)),
+        |c| (c.role.as_deref() == Some("model")).then(|| text(c)),
+    );
     let question = turns.at;
     let mut history = History::new(body);
     for (at, content) in contents.iter().enumerate() {
@@ -99,6 +110,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query: turns.latest,
         earlier: turns.earlier,
+        assistant: turns.assistant,
         choice,
         called: history.called,
         history: history.task,

@@ -2,7 +2,7 @@
 //! assistant `tool_calls: [{"function":{"name","arguments":{…}}}]`), `tools` in OpenAI's
 //! function format, and `stream`, which is true when absent. Ollama has no `tool_choice`.
 
-use crate::dialects::shared::{History, asked, user_text};
+use crate::dialects::shared::{History, asked, role_text, user_text};
 use crate::dialects::{Choice, Problem, Request};
 use crate::json::Str;
 use serde::Deserialize;
@@ -48,9 +48,11 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let parsed: Body = serde_json::from_str(body).map_err(|e| Problem::of(&e))?;
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     // Tool results are role "tool": an agent loop keeps ranking against its question.
-    let turns = asked(&messages, |m| {
-        user_text(m.role.as_deref(), m.content, &["text"])
-    });
+    let turns = asked(
+        &messages,
+        |m| user_text(m.role.as_deref(), m.content, &["text"]),
+        |m| role_text("assistant", m.role.as_deref(), m.content, &["text"]),
+    );
     let question = turns.at;
     let mut history = History::new(body);
     for (at, message) in messages.iter().enumerate() {
@@ -63,6 +65,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query: turns.latest,
         earlier: turns.earlier,
+        assistant: turns.assistant,
         choice: Choice::default(),
         called: history.called,
         history: history.task,

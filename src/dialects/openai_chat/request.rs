@@ -3,7 +3,7 @@
 
 use crate::dialects::schema::{Schema, Text, tool_text};
 use crate::dialects::{Choice, Entry, Problem, Request};
-use crate::dialects::shared::{History, first_text, asked, user_text};
+use crate::dialects::shared::{History, asked, first_text, role_text, user_text};
 use crate::dialects::shared::note::{self, Answer, Turn};
 use crate::json::{Str, is_true};
 use serde::Deserialize;
@@ -64,9 +64,11 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     let messages = parsed.messages.ok_or(Problem::BadShape)?;
     // The latest user message that has text: tool results are role "tool", so an agent loop
     // keeps ranking against the question that started it.
-    let turns = asked(&messages, |m| {
-        user_text(m.role.as_deref(), m.content, &["text"])
-    });
+    let turns = asked(
+        &messages,
+        |m| user_text(m.role.as_deref(), m.content, &["text"]),
+        |m| role_text("assistant", m.role.as_deref(), m.content, &["text"]),
+    );
     let question = turns.at;
     let mut history = History::new(body);
     for (at, m) in messages.iter().enumerate() {
@@ -84,6 +86,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query: turns.latest,
         earlier: turns.earlier,
+        assistant: turns.assistant,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,

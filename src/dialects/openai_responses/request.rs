@@ -63,15 +63,21 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
             at: None,
             latest: text.into_owned(),
             earlier: Vec::new(),
+            assistant: None,
         }
     } else {
         let items: Vec<Item> = serde_json::from_str(input.get()).map_err(|e| Problem::of(&e))?;
-        let turns = asked(&items, |i| {
+        let message_text = |i: &Item, role: &str, types: &[&str]| {
             let message = matches!(i.kind.as_deref(), None | Some("message"));
-            (message && i.role.as_deref() == Some("user"))
-                .then(|| i.content.map(|c| content_text(c, &["input_text"])))
+            (message && i.role.as_deref() == Some(role))
+                .then(|| i.content.map(|c| content_text(c, types)))
                 .flatten()
-        });
+        };
+        let turns = asked(
+            &items,
+            |i| message_text(i, "user", &["input_text"]),
+            |i| message_text(i, "assistant", &["output_text", "input_text"]),
+        );
         let question = turns.at;
         // One turn's calls are consecutive items: a turn is known by its first call's index.
         let mut turn = 0;
@@ -96,6 +102,7 @@ pub(crate) fn parse(body: &str) -> Result<Request, Problem> {
     Ok(Request {
         query: turns.latest,
         earlier: turns.earlier,
+        assistant: turns.assistant,
         choice: parsed.tool_choice.map(choice).unwrap_or_default(),
         called: history.called,
         history: history.task,

@@ -74,11 +74,20 @@ pub(crate) struct Asked {
     /// The texts of the user messages before it, most recent first, at most
     /// [`super::MAX_EARLIER_TURNS`]: what a follow-up is ranked with ([`crate::followup`]).
     pub earlier: Vec<String>,
+    /// The text of the assistant's message just before it, if that is the assistant's and
+    /// has text (a message of tool calls alone, or a tool result, has none), its last
+    /// [`crate::dialects::MAX_ASSISTANT_BYTES`]: what the latest text may answer.
+    pub assistant: Option<String>,
 }
 
 /// The user's turns of `messages`: `text` gives a message's text if it is a user's (`None`
-/// for any other role); messages whose text is blank are no turn.
-pub(crate) fn asked<T>(messages: &[T], text: impl Fn(&T) -> Option<String>) -> Asked {
+/// for any other role); messages whose text is blank are no turn. `said` gives a message's
+/// text if it is the assistant's.
+pub(crate) fn asked<T>(
+    messages: &[T],
+    text: impl Fn(&T) -> Option<String>,
+    said: impl Fn(&T) -> Option<String>,
+) -> Asked {
     let mut turns = messages
         .iter()
         .enumerate()
@@ -88,6 +97,19 @@ pub(crate) fn asked<T>(messages: &[T], text: impl Fn(&T) -> Option<String>) -> A
     let Some((at, latest)) = turns.next() else {
         return Asked::default();
     };
+    let assistant = at
+        .checked_sub(1)
+        .and_then(|before| messages.get(before))
+        .and_then(said)
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| {
+            let max = crate::dialects::MAX_ASSISTANT_BYTES;
+            if t.len() <= max {
+                t
+            } else {
+                crate::text::tail(&t, max).to_owned()
+            }
+        });
     Asked {
         at: Some(at),
         latest,
@@ -95,6 +117,7 @@ pub(crate) fn asked<T>(messages: &[T], text: impl Fn(&T) -> Option<String>) -> A
             .take(super::MAX_EARLIER_TURNS)
             .map(|(_, t)| t)
             .collect(),
+        assistant,
     }
 }
 
@@ -104,7 +127,17 @@ pub(crate) fn user_text(
     content: Option<&RawValue>,
     keys: &[&str],
 ) -> Option<String> {
-    (role == Some("user"))
+    role_text("user", role, content, keys)
+}
+
+/// The text of a message of `role` (`keys`: see [`content_text`]); `None` for any other role.
+pub(crate) fn role_text(
+    wanted: &str,
+    role: Option<&str>,
+    content: Option<&RawValue>,
+    keys: &[&str],
+) -> Option<String> {
+    (role == Some(wanted))
         .then(|| content.map(|c| content_text(c, keys)))
         .flatten()
 }
@@ -339,17 +372,33 @@ mod tests {
             m("user", "Yes"),
             m("tool", "result"),
         ];
-        let a = asked(&messages, text);
+        let said = |(role, text): &(&str, &str)| (*role == "assistant").then(|| (*text).to_owned());
+        let a = asked(&messages, text, said);
         assert_eq!(a.at, Some(6));
         assert_eq!(a.latest, "Yes");
         assert_eq!(a.earlier, ["third", "second", "first"]);
+        assert_eq!(a.assistant.as_deref(), Some("Shall I go ahead?"));
+        // Only the message just before the latest turn: a tool result between is no answer.
+        let after_tools = [
+            m("assistant", "Shall I?"),
+            m("tool", "ok"),
+            m("user", "Yes"),
+        ];
+        assert_eq!(asked(&after_tools, text, said).assistant, None);
+        let blank = [m("assistant", " "), m("user", "Yes")];
+        assert_eq!(asked(&blank, text, said).assistant, None);
+        let long = format!("{}Shall I go ahead?", "x ".repeat(1000));
+        let long = [("assistant", long.as_str()), m("user", "Yes")];
+        let kept = asked(&long, text, said).assistant.unwrap();
+        assert!(kept.len() <= crate::dialects::MAX_ASSISTANT_BYTES);
+        assert!(kept.ends_with("Shall I go ahead?"));
         let mut many = vec![m("user", "q"); 10];
         many.push(m("user", "last"));
         assert_eq!(
-            asked(&many, text).earlier.len(),
+            asked(&many, text, said).earlier.len(),
             crate::dialects::MAX_EARLIER_TURNS
         );
-        assert_eq!(asked(&[m("tool", "x")], text), Asked::default());
+        assert_eq!(asked(&[m("tool", "x")], text, said), Asked::default());
     }
 
     #[test]

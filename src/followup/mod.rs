@@ -1,20 +1,28 @@
-//! Follow-up turns: what a request is ranked by when its latest user text says too little.
+//! Follow-up turns: what a request is ranked by when its latest user text answers or goes
+//! on from what came before.
 //!
 //! The query is the latest user text, so a conversation that ends "Shall I go ahead?" / "Yes,
-//! please go ahead." would rank the catalog against "go ahead". When the latest text is too
-//! weak to rank by ([`is_follow_up`]), the user turns before it join the query, back to the
-//! latest one that is not weak itself (the question the follow-up is about), at most
-//! [`MAX_EARLIER`]. The turns are weighed ([`crate::index::turn_weights`]) in this order: that
-//! question 1, the follow-up a half (its words break ties and add what they name: "do the
-//! same for staging"), the weak turns between them a quarter, an eighth. The dialects hand over
-//! the earlier turns ([`crate::dialects::Request::earlier`]); this module alone decides, for
-//! every dialect, the CLI and search mode alike.
+//! please go ahead." would rank the catalog against "go ahead". When the latest text follows
+//! up, the user turns before it join the query, back to the latest one that is not weak itself
+//! (the question the follow-up is about), at most [`MAX_EARLIER`]. The turns are weighed
+//! ([`crate::index::turn_weights`]) in this order: that question 1, the follow-up a half (its
+//! words break ties and add what they name: "do the same for staging"), the weak turns between
+//! them a quarter, an eighth. The dialects hand over the earlier turns and the assistant's
+//! text before the latest one ([`crate::dialects::Request::earlier`],
+//! [`crate::dialects::Request::assistant`]); this module alone decides, for every dialect, the
+//! CLI and search mode alike.
 //!
-//! The follow-up weighs less than its question because its words mislead more than they help:
-//! with the follow-up first and the question at half weight, "Yes, please go ahead." after
-//! livemcpbench's questions kept Recall@5 .279 where the questions alone keep .352 ("go" names
-//! browser tools); with the question first, .363 (`docs/BENCHMARKS.md`, "Follow-up turns").
+//! **What the assistant said decides first.** After a turn that asks to go on ("Shall I go
+//! ahead?", "Please confirm and I'll send it.": [`assistant::asks_to_go_on`]), the latest text
+//! answers it, whatever its words: "k", "do it", "Definitely start.", "vas-y", "👍". Its words
+//! alone cannot tell: in a catalog of 200 tools a reply shares a word with a few tools ("start",
+//! "run", "time") as often as a short new topic names one, and the rule of words that shipped
+//! before read such replies as new topics (`docs/BENCHMARKS.md`, "Follow-ups that hold on
+//! phrasings nobody wrote down"). A reply that says more than its question (more distinct
+//! content terms) leads, the question after it.
 //!
+//! **Otherwise, the text's words.** After a turn that hands back ("Done. Anything else?"), a
+//! statement, or none, a text follows up when it is too weak to rank by ([`is_follow_up`]).
 //! Length alone does not make a follow-up: a short text can change the topic ("And the weather
 //! in Lisbon?", "What about invoices?"), and then the question before it is another task's,
 //! whose words only mislead (joined, a short new topic's Recall@5 fell from .356 to .012 on
@@ -22,13 +30,20 @@
 //! has and does not point back to what came before; a word of a conversation's own ("again",
 //! "same", "it", [`REFERRING`]) says it follows up, whatever else it names.
 //!
+//! The follow-up weighs less than its question because its words mislead more than they help:
+//! with the follow-up first and the question at half weight, "Yes, please go ahead." after
+//! livemcpbench's questions kept Recall@5 .279 where the questions alone keep .352 ("go" names
+//! browser tools); with the question first, .363 (`docs/BENCHMARKS.md`, "Follow-up turns").
+//!
 //! The query is a function of the question turn and the user turns before it, never of what
 //! follows the question: every turn of an agent loop (tool calls and their results) ranks the
 //! query of the turn that started it, so its selection, and the provider's prompt cache, stay
 //! as they were. A loop started by a question that ranks on its own ranks that question alone,
 //! as before follow-ups were read.
 
-use crate::index::{Index, TURN_MARK};
+pub mod assistant;
+
+use crate::index::{Index, TIE_MARK, TURN_MARK};
 use std::borrow::Cow;
 use std::collections::HashSet;
 
@@ -45,15 +60,32 @@ pub const MAX_EARLIER: usize = crate::dialects::MAX_EARLIER_TURNS;
 /// sentence) and the lexical channels see the turns apart, then [`TURN_MARK`].
 const JOINER: &str = "\n\u{1e}";
 
-/// The query to rank for a request whose latest user text is `latest` and whose earlier user
-/// turns are `earlier` (most recent first): `latest` alone unless it is a follow-up, else the
-/// question it follows up, then `latest`, then the weak turns between, joined by
-/// [`TURN_MARK`]s. `index` is the request's catalog's: a text no tool has a term of is weak
-/// too. A deterministic function of its arguments, so a catalog's rankings are remembered per
-/// query as before.
-pub fn query(latest: &str, earlier: &[String], index: &Index) -> String {
+/// What puts the question after a text ranked on its own, to order the tools the text's words
+/// do not reach: a newline, then [`TIE_MARK`].
+const TIE_JOINER: &str = "\n\u{1f}";
+
+/// The query to rank for a request whose latest user text is `latest`, whose earlier user
+/// turns are `earlier` (most recent first) and whose assistant said `assistant` just before
+/// `latest`. `latest` follows up when the assistant asked to go on
+/// ([`assistant::asks_to_go_on`]) and it says no more than its question (no more distinct
+/// content terms), or, without such a turn, when it is too weak to rank by
+/// ([`is_follow_up`]); a follow-up is ranked as the question it follows up, then `latest`,
+/// then the weak turns between, joined by [`TURN_MARK`]s. Any other `latest` ranks on its
+/// own words, and the question before it, after a [`TIE_MARK`], only orders the tools those
+/// words do not reach: a reply taken for a new topic keeps its question's best tools in the
+/// places its own words leave, and a new topic loses nothing. `index` is the request's
+/// catalog's: a text no tool has a term of is weak too. A deterministic function of its
+/// arguments, so a catalog's rankings are remembered per query as before.
+pub fn query(latest: &str, earlier: &[String], assistant: Option<&str>, index: &Index) -> String {
+    let answers = assistant.is_some_and(assistant::asks_to_go_on);
+    query_answering(latest, earlier, answers, index)
+}
+
+/// [`query`] with what the assistant's turn says decided by the caller: `answers`, whether
+/// `latest` answers a question to go on (the evaluation measures other ways to decide it).
+pub fn query_answering(latest: &str, earlier: &[String], answers: bool, index: &Index) -> String {
     let latest = unmarked(latest);
-    if earlier.is_empty() || !is_follow_up(&latest, index) {
+    if earlier.is_empty() {
         return latest.into_owned();
     }
     let mut between = Vec::new();
@@ -70,17 +102,58 @@ pub fn query(latest: &str, earlier: &[String], index: &Index) -> String {
             break;
         }
     }
-    let mut out = String::new();
-    if let Some(question) = question {
-        out.push_str(&unmarked(question));
-        out.push_str(JOINER);
+    let question = question.map(|q| unmarked(q));
+    let says_more = |q: &str| {
+        let own = content_terms(&latest, COUNTED_TERMS);
+        own > 0 && content_terms(q, own) < own
+    };
+    let follows_up = if answers {
+        !question.as_deref().is_some_and(says_more)
+    } else {
+        is_follow_up(&latest, index)
+    };
+    if !follows_up {
+        return match question {
+            Some(q) => [latest.as_ref(), q.as_ref()].join(TIE_JOINER),
+            None => latest.into_owned(),
+        };
     }
-    out.push_str(&latest);
-    for turn in between {
-        out.push_str(JOINER);
-        out.push_str(&unmarked(turn));
+    let mut turns: Vec<&str> = Vec::with_capacity(2 + between.len());
+    if let Some(q) = &question {
+        turns.push(q);
     }
-    out
+    turns.push(&latest);
+    let between: Vec<Cow<'_, str>> = between.into_iter().map(|t| unmarked(t)).collect();
+    turns.extend(between.iter().map(|t| t.as_ref()));
+    turns.join(JOINER)
+}
+
+/// `query` without what only orders ties ([`TIE_MARK`] and after): what hybrid ranking's
+/// channels read, and what a query is embedded from.
+pub fn own_words(query: &str) -> &str {
+    query
+        .split_once(TIE_JOINER)
+        .or_else(|| query.split_once(TIE_MARK))
+        .map_or(query, |(own, _)| own)
+}
+
+/// At most this many distinct content terms of a reply are counted to tell whether it says
+/// more than its question: a text of more is as long as any question.
+const COUNTED_TERMS: usize = 64;
+
+/// How many distinct content terms `text` has, counted up to `at_most` (a reply's few terms
+/// are compared with a question's many: counting stops where the comparison is decided).
+fn content_terms(text: &str, at_most: usize) -> usize {
+    let mut terms: Vec<u32> = Vec::new();
+    crate::text::for_each_term(text, |t| {
+        if terms.len() < at_most {
+            let id = crate::index::term_id(t);
+            if !terms.contains(&id) {
+                terms.push(id);
+            }
+        }
+    });
+    terms.len()
 }
 
 /// Whether `latest` says too little to rank by on its own. A text of [`MIN_TERMS`] content
@@ -138,20 +211,21 @@ fn refers_back(text: &str) -> bool {
         })
 }
 
-/// The query as a person reads it: its turns on lines of their own, latest first (the CLI
-/// shows it so).
+/// The query as a person reads it: its turns on lines of their own, the weightiest first, the
+/// one that only orders ties last (the CLI shows it so).
 pub fn readable(query: &str) -> Cow<'_, str> {
-    if query.contains(TURN_MARK) {
-        Cow::Owned(query.replace(TURN_MARK, ""))
+    if query.contains([TURN_MARK, TIE_MARK]) {
+        Cow::Owned(query.replace([TURN_MARK, TIE_MARK], ""))
     } else {
         Cow::Borrowed(query)
     }
 }
 
-/// A user's text with any [`TURN_MARK`] in it made a space: only joining turns writes one.
+/// A user's text with any [`TURN_MARK`] or [`TIE_MARK`] in it made a space: only joining
+/// turns writes one.
 fn unmarked(text: &str) -> Cow<'_, str> {
-    if text.contains(TURN_MARK) {
-        Cow::Owned(text.replace(TURN_MARK, " "))
+    if text.contains([TURN_MARK, TIE_MARK]) {
+        Cow::Owned(text.replace([TURN_MARK, TIE_MARK], " "))
     } else {
         Cow::Borrowed(text)
     }
@@ -204,9 +278,15 @@ mod tests {
     fn a_question_ranks_on_its_own() {
         let c = catalog();
         let earlier = vec!["Book me a flight to Paris".to_owned()];
-        assert_eq!(query(QUESTION, &earlier, &c.index), QUESTION);
+        // On its own words; the question before it only orders what they leave equal.
+        let q = query(QUESTION, &earlier, None, &c.index);
+        assert_eq!(q, format!("{QUESTION}\n\u{1f}Book me a flight to Paris"));
+        assert_eq!(own_words(&q), QUESTION);
         // No earlier turns: the latest text, however weak.
-        assert_eq!(query("Yes, go ahead.", &[], &c.index), "Yes, go ahead.");
+        assert_eq!(
+            query("Yes, go ahead.", &[], None, &c.index),
+            "Yes, go ahead."
+        );
     }
 
     #[test]
@@ -219,7 +299,7 @@ mod tests {
             "Do the same for staging",
         ] {
             // The question leads; the older "Hello" is another task's, and stays out.
-            let q = query(latest, &earlier, &c.index);
+            let q = query(latest, &earlier, None, &c.index);
             assert_eq!(q, format!("{QUESTION}\n\u{1e}{latest}"));
             assert_eq!(names(&c, &q)[0], "deploy_service", "{latest}");
             // The turn alone would not find it ("go" finds the browser tool).
@@ -234,7 +314,7 @@ mod tests {
         assert!(is_follow_up(latest, &c.index));
         assert!(!is_follow_up(QUESTION, &c.index));
         let earlier = vec![QUESTION.to_owned()];
-        assert!(query(latest, &earlier, &c.index).starts_with(QUESTION));
+        assert!(query(latest, &earlier, None, &c.index).starts_with(QUESTION));
     }
 
     #[test]
@@ -245,6 +325,7 @@ mod tests {
         let q = query(
             "and the weather too?",
             &["Book a flight ticket to Paris".to_owned()],
+            None,
             &c.index,
         );
         let mut top = names(&c, &q);
@@ -264,12 +345,14 @@ mod tests {
             "Restart pods",
         ] {
             assert!(!is_follow_up(latest, &c.index), "{latest}");
-            assert_eq!(query(latest, &earlier, &c.index), latest);
+            let q = query(latest, &earlier, None, &c.index);
+            assert_eq!(own_words(&q), latest);
+            assert_eq!(names(&c, &q)[0], names(&c, latest)[0], "{latest}");
         }
         assert_eq!(names(&c, "And the weather in Lisbon?")[0], "get_weather");
         // A topic of its own is a question a later follow-up goes back to.
         let earlier = vec!["What about email?".to_owned(), QUESTION.to_owned()];
-        let q = query("Yes, go ahead.", &earlier, &c.index);
+        let q = query("Yes, go ahead.", &earlier, None, &c.index);
         assert_eq!(q, "What about email?\n\u{1e}Yes, go ahead.");
         assert_eq!(names(&c, &q)[0], "send_email");
     }
@@ -286,7 +369,7 @@ mod tests {
             "What about the other page?",
         ] {
             assert!(is_follow_up(latest, &c.index), "{latest}");
-            assert!(query(latest, &earlier, &c.index).starts_with(QUESTION));
+            assert!(query(latest, &earlier, None, &c.index).starts_with(QUESTION));
         }
         // Whole words only: "items" is not "it", nor "sameday" "same".
         assert!(!refers_back("items sameday"));
@@ -318,7 +401,7 @@ mod tests {
         let earlier: Vec<String> = ["Try again", " ", "Yes", QUESTION, "Book a flight ticket"]
             .map(String::from)
             .to_vec();
-        let q = query("Go on", &earlier, &c.index);
+        let q = query("Go on", &earlier, None, &c.index);
         assert_eq!(
             q,
             format!("{QUESTION}\n\u{1e}Go on\n\u{1e}Try again\n\u{1e}Yes")
@@ -328,21 +411,67 @@ mod tests {
         let weak: Vec<String> = ["a one", "b four", "c three", QUESTION]
             .map(String::from)
             .to_vec();
-        let q = query("ok", &weak, &c.index);
+        let q = query("ok", &weak, None, &c.index);
         assert_eq!(q, "ok\n\u{1e}a one\n\u{1e}b four\n\u{1e}c three");
+    }
+
+    #[test]
+    fn after_an_ask_a_reply_is_ranked_with_its_question_whatever_its_words() {
+        let c = catalog();
+        let earlier = vec![QUESTION.to_owned()];
+        let ask = Some("I can deploy it now. Shall I go ahead?");
+        // "page" and "email" name tools: by their words alone, new topics.
+        for latest in ["page me", "email me when done", "k", "👍"] {
+            let q = query(latest, &earlier, ask, &c.index);
+            assert_eq!(q, format!("{QUESTION}\n\u{1e}{latest}"), "{latest}");
+            assert_eq!(names(&c, &q)[0], "deploy_service", "{latest}");
+        }
+        assert!(!is_follow_up("page me", &c.index) && !is_follow_up("Restart pods", &c.index));
+        // After a turn that hands back, the same short topic ranks on its own words.
+        for said in ["Done. Anything else?", "Deployed.", "Here you go!"] {
+            let q = query("Restart pods", &earlier, Some(said), &c.index);
+            assert_eq!(q, format!("Restart pods\n\u{1f}{QUESTION}"));
+        }
+        // A reply that says more than its question is a request of its own.
+        let short = vec!["Deploy billing".to_owned()];
+        let longer = "yes, and then restart the pod and send an email";
+        let q = query(longer, &short, ask, &c.index);
+        assert_eq!(q, format!("{longer}\n\u{1f}Deploy billing"));
+        // No earlier turn: the text alone, whatever was asked.
+        assert_eq!(query("k", &[], ask, &c.index), "k");
+    }
+
+    #[test]
+    fn the_question_after_a_text_on_its_own_orders_only_what_its_words_leave() {
+        let c = catalog();
+        let earlier = vec![QUESTION.to_owned()];
+        let q = query("Restart pods", &earlier, Some("Done."), &c.index);
+        let ranked = c.index.rank(&q);
+        let alone = c.index.rank("Restart pods");
+        // The text's one match keeps its place and, to the bit, its score's order…
+        assert_eq!(ranked[0].entry, alone[0].entry);
+        assert!(ranked[0].score > 1.0 && ranked[1].score < 0.01);
+        // … and the question's tool comes next, where the catalog's order put the first tool.
+        assert_eq!(names(&c, &q)[1], "deploy_service");
+        assert_eq!(names(&c, "Restart pods")[1], "book_flight");
+        assert_eq!(readable(&q), format!("Restart pods\n{QUESTION}"));
+        // A mark of the user's own is a space, in every turn.
+        let earlier = ["deploy\u{1f}the service to production".to_owned()];
+        let q = query("a\u{1f}b pods", &earlier, None, &c.index);
+        assert_eq!(q, "a b pods\n\u{1f}deploy the service to production");
     }
 
     #[test]
     fn a_mark_in_user_text_is_a_space() {
         let c = catalog();
         assert_eq!(
-            query("deploy\u{1e}service now please", &[], &c.index),
+            query("deploy\u{1e}service now please", &[], None, &c.index),
             "deploy service now please"
         );
-        let q = query("ok", &["x\u{1e}y".to_owned()], &c.index);
+        let q = query("ok", &["x\u{1e}y".to_owned()], None, &c.index);
         assert_eq!(q, "ok\n\u{1e}x y");
         let question = "deploy\u{1e}the service to production";
-        let q = query("ok", &[question.to_owned()], &c.index);
+        let q = query("ok", &[question.to_owned()], None, &c.index);
         assert_eq!(q, "deploy the service to production\n\u{1e}ok");
     }
 
