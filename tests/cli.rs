@@ -790,6 +790,23 @@ fn explain_ranks_a_follow_up_with_its_question() {
         text.contains(&format!("{question} | Yes, please go ahead.")),
         "{text}"
     );
+    // After a hand-back, a short new topic ranks on its own words; the question only orders
+    // what they leave.
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.truncate(2);
+    messages.push(serde_json::json!({"role": "assistant", "content": "Done. Anything else?"}));
+    messages.push(serde_json::json!({"role": "user", "content": "What about the weather?"}));
+    let request = dir.write("topic.json", &body.to_string());
+    let v = json(&toolsift(&["explain", "--json", &request]));
+    assert_eq!(
+        v["query"].as_str().unwrap(),
+        format!("What about the weather?\n\u{1f}{question}")
+    );
+    let text = ok(&toolsift(&["explain", &request]));
+    assert!(
+        text.contains(&format!("What about the weather? | ties: {question}")),
+        "{text}"
+    );
 }
 
 /// The tools, queries and configuration (`top_k` 1) of the `eval --followups` tests.
@@ -854,11 +871,23 @@ fn eval_followups_generated_reports_every_family() {
     let odd = json(&toolsift(&[&base[..], &["--json", "--half", "1"]].concat()));
     assert_eq!(odd["half"], 1);
     assert!(odd["questions"].as_u64() < v["questions"].as_u64(), "{odd}");
+    assert_eq!(v["assistant"], "fourth");
+    assert!(v["asks_read"][1].as_u64() > Some(0), "{v}");
     let text = ok(&toolsift(&base));
     assert!(
-        text.contains("catalogs of 4 tools") && text.contains("topic_phrase"),
+        text.contains("catalogs of 4 tools")
+            && text.contains("topic_phrase")
+            && text.contains("the assistant's turns read right")
+            && text.contains("margin by form"),
         "{text}"
     );
+    let lists = json(&toolsift(
+        &[&base[..], &["--json", "--assistant", "lists"]].concat(),
+    ));
+    assert_eq!(lists["assistant"], "lists");
+    let wrong = toolsift(&[&base[..], &["--assistant", "nope"]].concat());
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("one of lists, first"));
     let alone = toolsift(&[
         "eval",
         "--tools",

@@ -12,6 +12,21 @@ fn datasets() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets")
 }
 
+/// Every fifth question of seal_tools, every third of toolbench, every one of livemcpbench:
+/// about a hundred to three hundred each, for the conversation checks.
+fn strided() -> Vec<(&'static str, Dataset)> {
+    [("seal_tools", 5), ("toolbench", 3), ("livemcpbench", 1)]
+        .into_iter()
+        .map(|(name, stride)| {
+            let dir = datasets().join(name);
+            let mut dataset =
+                Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).unwrap();
+            dataset.queries = dataset.queries.into_iter().step_by(stride).collect();
+            (name, dataset)
+        })
+        .collect()
+}
+
 #[test]
 fn recall_at_5_stays_above_the_recorded_floor() {
     let floor_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/quality-floor.json");
@@ -59,11 +74,7 @@ fn follow_ups_keep_their_questions_tools_and_new_topics_their_own() {
     use toolsift::eval::{FOLLOW_UPS, MISSED, evaluate_followups};
     let config = Config::default();
     let mut failures = Vec::new();
-    for (name, stride) in [("seal_tools", 5), ("toolbench", 3), ("livemcpbench", 1)] {
-        let dir = datasets().join(name);
-        let mut dataset =
-            Dataset::load(&dir.join("tools.jsonl"), &dir.join("queries.jsonl")).unwrap();
-        dataset.queries = dataset.queries.into_iter().step_by(stride).collect();
+    for (name, dataset) in strided() {
         let r = evaluate_followups(&dataset, &config, 5, &mut |_| {}).unwrap();
         assert!(r.queries > 90, "{name}: {} questions", r.queries);
         for (i, row) in r.rows.iter().enumerate() {
@@ -92,6 +103,61 @@ fn follow_ups_keep_their_questions_tools_and_new_topics_their_own() {
                     "{name}: {}: Recall@5 {:.3} < {reference:.3} - {within}",
                     row.text, row.filter
                 ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Replies and topic shifts generated from a grammar (`toolsift eval --followups
+/// --generated`), each question in a 200-tool catalog of its own, on every third to fifth
+/// question of each shared dataset: after the assistant's turns the reading of those turns was
+/// written beside (the fourteen of the first generator) and revised on first (two grammars
+/// written blind), every reply family keeps Recall@5 within .02 of its question's and every
+/// topic family within .05 of its text alone (issue 54's margins). After the last grammar it
+/// was revised on and the held-out one, written blind once the reading was final, the margins
+/// measured (`docs/BENCHMARKS.md`, "Follow-ups that hold on phrasings nobody wrote down") are
+/// floors: replies within .04 (retries keep .035 less at worst), topics within .05.
+#[test]
+fn generated_replies_keep_their_questions_tools_and_topics_their_own() {
+    use toolsift::eval::generated::{Assistant, Setting, evaluate_generated};
+    let config = Config::default();
+    let mut failures = Vec::new();
+    for (name, dataset) in strided() {
+        for assistant in [
+            Assistant::Lists,
+            Assistant::First,
+            Assistant::Second,
+            Assistant::Third,
+            Assistant::Fourth,
+        ] {
+            let setting = Setting {
+                k: 5,
+                size: 200,
+                half: None,
+                assistant,
+            };
+            let r = evaluate_generated(&dataset, &config, setting, &mut |_| {}).unwrap();
+            assert!(r.questions > 90, "{name}: {} questions", r.questions);
+            for row in &r.rows {
+                let within = match (row.family.is_reply(), assistant) {
+                    (true, Assistant::Third | Assistant::Fourth) => 0.04,
+                    _ => row.family.within(),
+                };
+                println!(
+                    "{name} {}: {:<15} margin {:+.3} (within {within})",
+                    assistant.name(),
+                    row.family.name(),
+                    row.margin
+                );
+                if row.margin < -within {
+                    failures.push(format!(
+                        "{name} {}: {}: {:+.3} < -{within}",
+                        assistant.name(),
+                        row.family.name(),
+                        row.margin
+                    ));
+                }
             }
         }
     }

@@ -4,23 +4,29 @@
 //! Each question of a dataset gets a catalog of its own ([`CATALOG`] tools by default: its
 //! relevant tools, those of an unrelated question, and tools drawn at random, in a shuffled
 //! order, as an agent's catalog mixes them) and one conversation of each [`Family`]:
-//! - **replies** after the assistant asks to go on ([`ASKS`]): confirmations of one to four
+//! - **replies** after the assistant asks to go on: confirmations of one to four
 //!   words from [`OPENERS`], [`ACTIONS`] and [`TAILS`] (some words of them are words tools
 //!   have: "run", "start", "send", "fine"), with and without punctuation; confirmations in other
 //!   languages or an emoji; retries ("That failed, run it once more."); "the same for X".
 //!   Each needs the question's tools.
-//! - **topic shifts** after an unrelated question and an answer ([`ANSWERS`]): a short topic
+//! - **topic shifts** after an unrelated question and the assistant handing back: a short topic
 //!   in one or two of the question's rarest words, or three words of it as written, in a form
 //!   of [`TOPIC_FORMS`]; or the whole question. Each needs its own tools.
 //!
+//! What the assistant says before each comes from an [`Assistant`] source: four grammars
+//! written blind (the reading of the assistant's turn was revised on the first three; the
+//! fourth is held out), the fourteen turns it was first written beside, or turns in other
+//! languages.
+//!
 //! Every draw comes from a generator seeded by the question's place and the family, so a run
 //! is repeatable. Which words are drawn is fixed by the lists below, written once for every
-//! dataset; no list of the decision's own (the words that point back) is read here.
+//! dataset; no list of the decision's own (the words that point back, what the reading of the
+//! assistant's turn looks for) is read here.
 //!
-//! Beside the filter's ranking each row reports two forms measured for issue 54 and not
-//! shipped: after an assistant turn that asks something, the latest text's ranking fused with
-//! the question's (their BM25 scores added, the question's × 1 or × ¼).
+//! Beside the filter's ranking each row reports the margin of every other form of
+//! [`super::forms`] measured for issue 54 and not shipped.
 
+use super::forms::{self, FORMS, Form};
 use super::{Dataset, EvalError, distinct_relevant, score};
 use crate::config::Config;
 use crate::dialects::Dialect;
@@ -334,14 +340,96 @@ fn phrase_of(question: &str, draw: &mut Draw) -> Option<String> {
     (!chosen.is_empty()).then(|| chosen.join(" "))
 }
 
-/// The latest user text of `family` for `question`, and what the assistant said before it;
-/// none when the question has no word to restate.
+/// Where the assistant's turns come from: a decision that reads them must be measured on
+/// turns it was not written from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Assistant {
+    /// [`ASKS`] and [`ANSWERS`]: the fourteen turns the reading of the assistant's turn was
+    /// first written beside.
+    Lists,
+    /// [`super::assistant_first`]: written blind, then used to revise the reading.
+    First,
+    /// [`super::assistant_second`]: written blind, then used to revise the reading again.
+    Second,
+    /// [`super::assistant_third`]: written blind, then used to revise the reading a third time.
+    Third,
+    /// [`super::assistant_fourth`]: written blind once the reading was final; held out.
+    Fourth,
+    /// The four grammars' turns in other languages.
+    OtherLanguages,
+}
+
+impl Assistant {
+    pub const ALL: [Assistant; 6] = [
+        Assistant::Lists,
+        Assistant::First,
+        Assistant::Second,
+        Assistant::Third,
+        Assistant::Fourth,
+        Assistant::OtherLanguages,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Assistant::Lists => "lists",
+            Assistant::First => "first",
+            Assistant::Second => "second",
+            Assistant::Third => "third",
+            Assistant::Fourth => "fourth",
+            Assistant::OtherLanguages => "other_languages",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Assistant> {
+        Assistant::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// What the assistant says before a conversation of `family`: it asks to go on before a
+    /// reply, hands back before a topic shift.
+    fn turn(self, family: Family, draw: &mut Draw) -> String {
+        use super::{
+            assistant_first as a, assistant_fourth as d, assistant_second as b,
+            assistant_third as c,
+        };
+        let asks = family.is_reply();
+        let mut choose = |n: usize| draw.below(n);
+        // Each grammar has its own `Situation`; the same choice for each.
+        macro_rules! from {
+            ($grammar:ident, $how:ident) => {{
+                let situation = if asks {
+                    $grammar::Situation::Ask
+                } else {
+                    $grammar::Situation::Handback
+                };
+                $grammar::$how(situation, &mut choose)
+            }};
+        }
+        match self {
+            Assistant::Lists => draw.pick(if asks { ASKS } else { ANSWERS }).to_owned(),
+            Assistant::First => from!(a, english),
+            Assistant::Second => from!(b, english),
+            Assistant::Third => from!(c, english),
+            Assistant::Fourth => from!(d, english),
+            Assistant::OtherLanguages => match choose(4) {
+                0 => from!(a, other_language),
+                1 => from!(b, other_language),
+                2 => from!(c, other_language),
+                _ => from!(d, other_language),
+            },
+        }
+    }
+}
+
+/// The latest user text of `family` for `question`, and what the assistant said before it
+/// (from `assistant`); none when the question has no word to restate.
 fn conversation(
     family: Family,
     question: &str,
     catalog: &Catalog,
+    assistant: Assistant,
     draw: &mut Draw,
-) -> Option<(String, &'static str)> {
+) -> Option<(String, String)> {
     let topic = |words: Option<String>, draw: &mut Draw| {
         words.map(|w| draw.pick(TOPIC_FORMS).replace('X', &w))
     };
@@ -358,8 +446,7 @@ fn conversation(
         }
         Family::NewQuestion => Some(question.to_owned()),
     }?;
-    let assistant = draw.pick(if family.is_reply() { ASKS } else { ANSWERS });
-    Some((latest, assistant))
+    Some((latest, assistant.turn(family, draw)))
 }
 
 /// The `words` content terms of `question` that the fewest tools of `catalog` have, in the
@@ -385,12 +472,16 @@ pub struct GeneratedRow {
     pub filter: f64,
     /// `filter` less the reference.
     pub margin: f64,
-    /// The forms not shipped: after an assistant turn that asks, the latest text's scores
-    /// plus the question's × 1 and × ¼.
-    pub fused_after_asking: f64,
-    pub fused_quarter_after_asking: f64,
+    /// Each form of [`FORMS`] after the filter's: its Recall@k less the reference.
+    pub forms: Vec<FormMargin>,
     /// The phrasing with the lowest margin among those drawn at least [`WORST_MIN`] times.
     pub worst: Option<Worst>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FormMargin {
+    pub form: String,
+    pub margin: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -410,6 +501,13 @@ pub struct GeneratedReport {
     pub catalog: usize,
     /// The questions' half: `Some(h)` scores the questions at even (0) or odd (1) places.
     pub half: Option<usize>,
+    /// Where the assistant's turns came from.
+    pub assistant: Assistant,
+    /// How the filter read them ([`crate::followup::assistant::asks_to_go_on`]): the turns
+    /// before replies read as asking to go on, of all of them, and the turns before topic
+    /// shifts read as not asking, of all of them.
+    pub asks_read: [usize; 2],
+    pub handbacks_read: [usize; 2],
     pub questions: usize,
     pub rows: Vec<GeneratedRow>,
 }
@@ -420,23 +518,37 @@ struct Sums {
     question: f64,
     latest_only: f64,
     filter: f64,
-    fused: f64,
-    fused_quarter: f64,
+    /// Recall summed per form of [`FORMS`] after the filter's.
+    forms: Vec<f64>,
     /// Per phrasing (lowercased): conversations and summed margins.
     phrasings: HashMap<String, (usize, f64)>,
 }
 
-/// Recall@`k` of every [`Family`] on `dataset`'s questions (of one `half`, or all), each in a
-/// catalog of `size` tools, through the filter's pipeline as [`super::evaluate_followups`]
-/// sends its conversations.
+/// What a generated evaluation measures: `dataset`'s questions of one `half` (or all), each in
+/// a catalog of `size` tools, Recall@`k`, the assistant's turns from `assistant`.
+#[derive(Clone, Copy, Debug)]
+pub struct Setting {
+    pub k: usize,
+    pub size: usize,
+    pub half: Option<usize>,
+    pub assistant: Assistant,
+}
+
+/// Recall@`k` of every [`Family`] under `setting`, through the filter's pipeline as
+/// [`super::evaluate_followups`] sends its conversations, and under every other form of
+/// [`FORMS`].
 pub fn evaluate_generated(
     dataset: &Dataset,
     config: &Config,
-    k: usize,
-    size: usize,
-    half: Option<usize>,
+    setting: Setting,
     progress: &mut dyn FnMut(usize),
 ) -> Result<GeneratedReport, EvalError> {
+    let Setting {
+        k,
+        size,
+        half,
+        assistant,
+    } = setting;
     if k == 0 || size == 0 {
         return Err(EvalError(
             "k and the catalog size must be at least 1".to_owned(),
@@ -454,9 +566,11 @@ pub fn evaluate_generated(
             .filter_map(|name| by_name.get(name).copied())
             .collect()
     };
+    let others: Vec<Form> = FORMS.into_iter().filter(|f| *f != Form::Filter).collect();
     let mut engine = Engine::new(config.clone());
     let weights = engine.weights;
     let mut sums: HashMap<Family, Sums> = HashMap::new();
+    let (mut asks_read, mut handbacks_read) = ([0; 2], [0; 2]);
     let mut questions = 0;
     let count = dataset.queries.len();
     for (at, q) in dataset.queries.iter().enumerate() {
@@ -514,33 +628,13 @@ pub fn evaluate_generated(
                 .collect();
             score(&ranks, &[k]).recall.first().copied().unwrap_or(0.0)
         };
-        let scores = |text: &str| -> HashMap<usize, f32> {
-            catalog
-                .index
-                .rank(text)
-                .into_iter()
-                .map(|s| (s.entry, s.score))
-                .collect()
-        };
-        let fused = |latest: &HashMap<usize, f32>, earlier: &HashMap<usize, f32>, w: f32| {
-            let mut order: Vec<(usize, f32)> = catalog
-                .index
-                .documents()
-                .iter()
-                .map(|&e| {
-                    let of = |m: &HashMap<usize, f32>| m.get(&e).copied().unwrap_or(0.0);
-                    (e, of(latest) + w * of(earlier))
-                })
-                .collect();
-            order.sort_by(|a, b| b.1.total_cmp(&a.1));
-            order.into_iter().map(|(e, _)| e).collect::<Vec<_>>()
-        };
         let alone = |text: &str| -> Vec<usize> {
             catalog.index.rank(text).iter().map(|s| s.entry).collect()
         };
         let question_recall = recall(&alone(&q.query));
         for family in Family::ALL {
-            let Some((latest, assistant)) = conversation(family, &q.query, &catalog, &mut draw)
+            let Some((latest, said)) =
+                conversation(family, &q.query, &catalog, assistant, &mut draw)
             else {
                 continue;
             };
@@ -551,31 +645,35 @@ pub fn evaluate_generated(
             };
             let messages = serde_json::json!([
                 {"role": "user", "content": earlier},
-                {"role": "assistant", "content": assistant},
+                {"role": "assistant", "content": said},
                 {"role": "user", "content": latest},
             ]);
             let filter_order = super::followups::filter_ranking(&mut engine, &array, &messages)?;
-            let latest_order = alone(&latest);
-            let asked = assistant.trim_end().ends_with('?');
-            let (filter, latest_only) = (recall(&filter_order), recall(&latest_order));
-            let (fused_one, fused_quarter) = if asked {
-                let (l, e) = (scores(&latest), scores(earlier));
-                (recall(&fused(&l, &e, 1.0)), recall(&fused(&l, &e, 0.25)))
+            let asks = crate::followup::assistant::asks_to_go_on(&said);
+            let read = if family.is_reply() {
+                &mut asks_read
             } else {
-                (filter, filter)
+                &mut handbacks_read
             };
+            read[0] += usize::from(asks == family.is_reply());
+            read[1] += 1;
+            let (filter, latest_only) = (recall(&filter_order), recall(&alone(&latest)));
             let reference = if family.is_reply() {
                 question_recall
             } else {
                 latest_only
             };
             let s = sums.entry(family).or_default();
+            s.forms.resize(others.len(), 0.0);
+            for (form, sum) in others.iter().zip(s.forms.iter_mut()) {
+                if let Some(order) = forms::ranking(*form, &catalog, earlier, &said, &latest) {
+                    *sum += recall(&order);
+                }
+            }
             s.conversations += 1;
             s.question += question_recall;
             s.latest_only += latest_only;
             s.filter += filter;
-            s.fused += fused_one;
-            s.fused_quarter += fused_quarter;
             let phrasing = s.phrasings.entry(latest.to_lowercase()).or_default();
             phrasing.0 += 1;
             phrasing.1 += filter - reference;
@@ -602,6 +700,14 @@ pub fn evaluate_generated(
                     margin: sum / count as f64,
                 })
                 .min_by(|a, b| a.margin.total_cmp(&b.margin).then(a.text.cmp(&b.text)));
+            let forms = others
+                .iter()
+                .zip(&s.forms)
+                .map(|(form, sum)| FormMargin {
+                    form: form.name(),
+                    margin: sum / n - reference,
+                })
+                .collect();
             Some(GeneratedRow {
                 family,
                 conversations: s.conversations,
@@ -609,8 +715,7 @@ pub fn evaluate_generated(
                 latest_only,
                 filter: s.filter / n,
                 margin: s.filter / n - reference,
-                fused_after_asking: s.fused / n,
-                fused_quarter_after_asking: s.fused_quarter / n,
+                forms,
                 worst,
             })
         })
@@ -620,6 +725,9 @@ pub fn evaluate_generated(
         k,
         catalog: size,
         half,
+        assistant,
+        asks_read,
+        handbacks_read,
         questions,
         rows,
     })
@@ -656,6 +764,85 @@ mod tests {
         }
     }
 
+    /// Every grammar of assistant turns (each written blind, without tests of its own): the
+    /// same turns for the same seed; in each situation, hundreds of distinct English turns of
+    /// 2,000, at least a third of them not ending in a question mark, none empty or with a
+    /// slot left unfilled; whole turns in other languages.
+    #[test]
+    fn every_grammar_of_assistant_turns_is_varied_and_filled() {
+        use crate::eval::{assistant_first, assistant_fourth, assistant_second, assistant_third};
+        type Grammar = fn(bool, &mut dyn FnMut(usize) -> usize) -> String;
+        macro_rules! grammar {
+            ($g:ident, $how:ident) => {
+                |ask: bool, choose: &mut dyn FnMut(usize) -> usize| {
+                    let situation = if ask {
+                        $g::Situation::Ask
+                    } else {
+                        $g::Situation::Handback
+                    };
+                    $g::$how(situation, choose)
+                }
+            };
+        }
+        let grammars: [(&str, Grammar, Grammar); 4] = [
+            (
+                "first",
+                grammar!(assistant_first, english),
+                grammar!(assistant_first, other_language),
+            ),
+            (
+                "second",
+                grammar!(assistant_second, english),
+                grammar!(assistant_second, other_language),
+            ),
+            (
+                "third",
+                grammar!(assistant_third, english),
+                grammar!(assistant_third, other_language),
+            ),
+            (
+                "fourth",
+                grammar!(assistant_fourth, english),
+                grammar!(assistant_fourth, other_language),
+            ),
+        ];
+        for (name, english, other) in grammars {
+            for ask in [true, false] {
+                let draws = |seed: u64| {
+                    let mut d = Draw::new(seed);
+                    (0..2000)
+                        .map(|_| english(ask, &mut |n| d.below(n)))
+                        .collect::<Vec<_>>()
+                };
+                let turns = draws(11);
+                assert_eq!(turns, draws(11), "{name}");
+                let distinct: HashSet<&String> = turns.iter().collect();
+                assert!(distinct.len() >= 200, "{name} {ask}: {}", distinct.len());
+                let questions = turns
+                    .iter()
+                    .filter(|t| {
+                        t.trim_end_matches(|c: char| !c.is_alphanumeric() && c != '?')
+                            .ends_with('?')
+                    })
+                    .count();
+                assert!(
+                    questions * 3 <= turns.len() * 2,
+                    "{name} {ask}: {questions}"
+                );
+                for t in &turns {
+                    assert!(
+                        !t.trim().is_empty() && !t.contains(['{', '}']),
+                        "{name}: {t:?}"
+                    );
+                }
+                let mut d = Draw::new(5);
+                for _ in 0..100 {
+                    assert!(!other(ask, &mut |n| d.below(n)).trim().is_empty(), "{name}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_phrase_is_three_of_the_questions_words() {
         let mut d = Draw::new(3);
@@ -674,7 +861,13 @@ mod tests {
     fn every_family_is_scored_in_catalogs_of_the_size_asked() {
         let d = crate::eval::tests::followup_dataset();
         let config = Config::from_json(br#"{"top_k":1,"min_tools":0}"#).unwrap();
-        let r = evaluate_generated(&d, &config, 1, 3, None, &mut |_| {}).unwrap();
+        let setting = |half| Setting {
+            k: 1,
+            size: 3,
+            half,
+            assistant: Assistant::Fourth,
+        };
+        let r = evaluate_generated(&d, &config, setting(None), &mut |_| {}).unwrap();
         assert_eq!((r.questions, r.catalog), (2, 3));
         let families: Vec<Family> = r.rows.iter().map(|row| row.family).collect();
         assert_eq!(families, Family::ALL);
@@ -684,7 +877,7 @@ mod tests {
         assert_eq!(new_question.filter, 1.0);
         let halves: Vec<usize> = [0, 1]
             .iter()
-            .map(|&h| evaluate_generated(&d, &config, 1, 3, Some(h), &mut |_| {}).unwrap())
+            .map(|&h| evaluate_generated(&d, &config, setting(Some(h)), &mut |_| {}).unwrap())
             .map(|r| r.questions)
             .collect();
         assert_eq!(halves, [1, 1]);

@@ -72,6 +72,12 @@ pub struct Args {
     /// With --generated: only the questions at even (0) or odd (1) places.
     #[arg(long, requires = "generated", value_parser = clap::value_parser!(u8).range(0..=1))]
     half: Option<u8>,
+    /// With --generated: where the assistant's turns come from: `fourth` (a grammar written
+    /// blind once the reading of the assistant's turn was final: held out), `first`, `second`
+    /// and `third` (grammars written blind, which the reading was revised on), `lists` (the
+    /// fourteen turns it was first written beside) or `other_languages`.
+    #[arg(long, requires = "generated", default_value = "fourth", value_parser = assistant_source)]
+    assistant: toolsift::eval::generated::Assistant,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
 }
@@ -169,7 +175,16 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     print(&text)
 }
 
-/// `--followups --generated`: each generated family's Recall@top_k, margin and worst phrasing.
+fn assistant_source(name: &str) -> Result<toolsift::eval::generated::Assistant, String> {
+    use toolsift::eval::generated::Assistant;
+    Assistant::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Assistant::ALL.iter().map(|a| a.name()).collect();
+        format!("one of {}", names.join(", "))
+    })
+}
+
+/// `--followups --generated`: each generated family's Recall@top_k, margin and worst phrasing,
+/// and the margin of every form measured beside the filter's.
 fn generated(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Failure> {
     if args.embeddings.embedder(config, 0, || {})?.is_some() {
         return Err(Failure(
@@ -177,14 +192,16 @@ fn generated(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Fail
         ));
     }
     let bar = progress_bar(dataset.queries.len());
-    let report = toolsift::eval::generated::evaluate_generated(
-        dataset,
-        config,
-        config.top_k,
-        args.catalog_size,
-        args.half.map(usize::from),
-        &mut |done| bar.set_position(done as u64),
-    );
+    let setting = toolsift::eval::generated::Setting {
+        k: config.top_k,
+        size: args.catalog_size,
+        half: args.half.map(usize::from),
+        assistant: args.assistant,
+    };
+    let report =
+        toolsift::eval::generated::evaluate_generated(dataset, config, setting, &mut |done| {
+            bar.set_position(done as u64)
+        });
     bar.finish_and_clear();
     let r = report?;
     if args.json {
@@ -200,17 +217,31 @@ fn generated(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Fail
     };
     let _ = writeln!(
         s,
-        "{}: {} questions{half}, catalogs of {} tools, Recall@{} (a reply's reference: its \
-         question; a topic's: its text alone)",
+        "{}: {} questions{half}, catalogs of {} tools, assistant's turns: {}, Recall@{} (a \
+         reply's reference: its question; a topic's: its text alone)",
         r.dataset,
         thousands(r.questions),
         r.catalog,
+        r.assistant.name(),
         r.k
+    );
+    let share = |[read, all]: [usize; 2]| {
+        format!(
+            "{read} of {all} ({:.1} %)",
+            100.0 * read as f64 / all.max(1) as f64
+        )
+    };
+    let _ = writeln!(
+        s,
+        "the assistant's turns read right: before replies, asking to go on: {}; before topic \
+         shifts, not: {}",
+        share(r.asks_read),
+        share(r.handbacks_read)
     );
     let _ = writeln!(
         s,
-        "{:<15} {:>6} {:>8} {:>6} {:>6} {:>7} {:>7} {:>7}  worst phrasing (margin)",
-        "family", "convs", "question", "alone", "filter", "margin", "fused1", "fused¼"
+        "{:<15} {:>6} {:>8} {:>6} {:>6} {:>7}  worst phrasing (margin)",
+        "family", "convs", "question", "alone", "filter", "margin"
     );
     for row in &r.rows {
         let worst = row
@@ -220,16 +251,32 @@ fn generated(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Fail
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "{:<15} {:>6} {:>8.3} {:>6.3} {:>6.3} {:>+7.3} {:>7.3} {:>7.3}  {worst}",
+            "{:<15} {:>6} {:>8.3} {:>6.3} {:>6.3} {:>+7.3}  {worst}",
             row.family.name(),
             row.conversations,
             row.question,
             row.latest_only,
             row.filter,
             row.margin,
-            row.fused_after_asking,
-            row.fused_quarter_after_asking,
         );
+    }
+    // Every other form's margins, a column each.
+    let forms: Vec<&str> = r
+        .rows
+        .first()
+        .map(|row| row.forms.iter().map(|f| f.form.as_str()).collect())
+        .unwrap_or_default();
+    let _ = write!(s, "\nmargin by form\n{:<15} {:>7}", "family", "filter");
+    for form in &forms {
+        let _ = write!(s, " {:>13}", form);
+    }
+    let _ = writeln!(s);
+    for row in &r.rows {
+        let _ = write!(s, "{:<15} {:>+7.3}", row.family.name(), row.margin);
+        for f in &row.forms {
+            let _ = write!(s, " {:>+13.3}", f.margin);
+        }
+        let _ = writeln!(s);
     }
     print(&s)
 }
