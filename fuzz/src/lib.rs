@@ -56,6 +56,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("alias_slot", alias_slot),
     ("mcp_generation", mcp_generation),
     ("fleet_calibration", fleet_calibration),
+    ("assistant_turn", assistant_turn),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -1852,4 +1853,27 @@ pub fn fleet_calibration(data: &[u8]) {
         };
         assert!(within, "k {} ({:?}) out of bounds", chosen.k, chosen.source);
     }
+}
+
+/// What the assistant said before the latest user text, as any bytes (read as UTF-8, lossy,
+/// as the dialects hand over a JSON string's text): reading it never panics, and the answer
+/// depends on the text alone: the same when read again, and with trailing spaces or line
+/// breaks.
+pub fn assistant_turn(data: &[u8]) {
+    use toolsift::followup::assistant::{asks_to_go_on, ends_in_question};
+    let said = String::from_utf8_lossy(data);
+    let asks = asks_to_go_on(&said);
+    let question = ends_in_question(&said);
+    assert_eq!(asks, asks_to_go_on(&said), "read twice, decided otherwise");
+    let padded = format!("{said} \n\t ");
+    assert_eq!(
+        asks,
+        asks_to_go_on(&padded),
+        "trailing spaces changed it: {said:?}"
+    );
+    assert_eq!(
+        question,
+        ends_in_question(&padded),
+        "trailing spaces changed it: {said:?}"
+    );
 }
