@@ -1194,10 +1194,8 @@ fn register(
             let signoff = pick(choose, SIGNOFFS);
             text = format!("{text}\n\n{signoff}");
         }
-        11..=16 => {
-            if text.ends_with('.') && !text.ends_with("..") {
-                text.pop();
-            }
+        11..=16 if text.ends_with('.') && !text.ends_with("..") => {
+            text.pop();
         }
         _ => {}
     }
