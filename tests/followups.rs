@@ -360,3 +360,92 @@ fn a_conversation_ending_in_tool_results_keeps_its_selection_in_every_dialect() 
         assert_eq!(next, first, "{dialect}");
     }
 }
+
+/// Issue 54's generated conversations through Envoy in every dialect: the twelve toolbench
+/// questions above in their 200-tool catalog, each followed by the held-out grammar's ask
+/// (written blind once the reading of the assistant's turn was final) and a generated reply
+/// of each family (a confirmation, one in another language or an emoji, a retry, "the same
+/// for X"): over the twelve, each family keeps all but one of the tools the questions keep
+/// alone. And each question's topic in its one or two rarest words, or three of its words,
+/// after another question and a generated hand-back: every tool the short text scores among
+/// its five best alone is kept.
+#[test]
+fn generated_replies_and_topics_hold_in_every_dialect() {
+    use toolsift::eval::generated::{Assistant, Family, sample};
+    let (catalog, questions) = dataset_catalog("toolbench", 12, 200, true);
+    let array = serde_json::to_string(&catalog).unwrap();
+    let index = Catalog::build(
+        toolsift::dialects::Dialect::OpenaiChat,
+        &array,
+        FieldWeights::default(),
+    )
+    .unwrap();
+    let gw = Gateway::start(r#"{"top_k":5}"#);
+    let replies = [
+        Family::Confirmation,
+        Family::OtherLanguage,
+        Family::Retry,
+        Family::SameFor,
+    ];
+    let topics = [Family::TopicWord, Family::TopicWords, Family::TopicPhrase];
+    for dialect in DIALECTS {
+        let (path, base) = request(dialect, false);
+        let base = with_tools(dialect, base, &catalog);
+        let ask = |turns: &[(&str, &str)]| {
+            let (kept, header) = sent(
+                &gw,
+                dialect,
+                &path,
+                &with_turns(dialect, base.clone(), turns),
+            );
+            assert!(
+                header.starts_with("kept=5 total=200"),
+                "{dialect}: {header}"
+            );
+            kept
+        };
+        let mut question_total = 0;
+        let mut reply_totals = [0; 4];
+        for (i, q) in questions.iter().enumerate() {
+            let needed = |kept: &[String]| q.relevant.iter().filter(|t| kept.contains(t)).count();
+            question_total += needed(&ask(&[("user", &q.query)]));
+            for (family, total) in replies.iter().zip(reply_totals.iter_mut()) {
+                let seed = (i * 8 + *family as usize) as u64;
+                let (latest, said) =
+                    sample(*family, &q.query, &index, Assistant::Fourth, seed).unwrap();
+                let kept = ask(&[("user", &q.query), ("assistant", &said), ("user", &latest)]);
+                *total += needed(&kept);
+            }
+            let other = (1..questions.len())
+                .map(|step| &questions[(i + step) % questions.len()])
+                .find(|o| o.relevant.iter().all(|t| !q.relevant.contains(t)))
+                .unwrap();
+            for family in topics {
+                let seed = (i * 8 + family as usize) as u64;
+                let Some((latest, said)) =
+                    sample(family, &q.query, &index, Assistant::Fourth, seed)
+                else {
+                    continue;
+                };
+                let kept = ask(&[
+                    ("user", &other.query),
+                    ("assistant", &said),
+                    ("user", &latest),
+                ]);
+                for tool in scored_by(&index, &latest, 5) {
+                    assert!(
+                        kept.contains(&tool),
+                        "{dialect}: {said:?} / {latest:?}: {tool}: {kept:?}"
+                    );
+                }
+            }
+        }
+        for (family, total) in replies.iter().zip(reply_totals) {
+            assert!(
+                total + 1 >= question_total,
+                "{dialect}: {}: {total} of {question_total}",
+                family.name()
+            );
+        }
+    }
+}

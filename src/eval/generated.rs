@@ -421,6 +421,21 @@ impl Assistant {
     }
 }
 
+/// One conversation of `family` for `question` in `catalog`, drawn as [`evaluate_generated`]
+/// draws them, from a generator seeded with `seed`: its latest user text and what the
+/// assistant said before it (a reply's question is `question`, a topic's another one); none
+/// when the question has no word to restate. For tests that send generated conversations
+/// through Envoy.
+pub fn sample(
+    family: Family,
+    question: &str,
+    catalog: &Catalog,
+    assistant: Assistant,
+    seed: u64,
+) -> Option<(String, String)> {
+    conversation(family, question, catalog, assistant, &mut Draw::new(seed))
+}
+
 /// The latest user text of `family` for `question`, and what the assistant said before it
 /// (from `assistant`); none when the question has no word to restate.
 fn conversation(
