@@ -39,6 +39,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
+pub mod assistant_fifth;
 pub mod assistant_first;
 pub mod assistant_fourth;
 pub mod assistant_second;

@@ -871,7 +871,7 @@ fn eval_followups_generated_reports_every_family() {
     let odd = json(&toolsift(&[&base[..], &["--json", "--half", "1"]].concat()));
     assert_eq!(odd["half"], 1);
     assert!(odd["questions"].as_u64() < v["questions"].as_u64(), "{odd}");
-    assert_eq!(v["assistant"], "fourth");
+    assert_eq!(v["assistant"], "fifth");
     assert!(v["asks_read"][1].as_u64() > Some(0), "{v}");
     let text = ok(&toolsift(&base));
     assert!(

@@ -412,7 +412,7 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
             for (family, total) in replies.iter().zip(reply_totals.iter_mut()) {
                 let seed = (i * 8 + *family as usize) as u64;
                 let (latest, said) =
-                    sample(*family, &q.query, &index, Assistant::Fourth, seed).unwrap();
+                    sample(*family, &q.query, &index, Assistant::Fifth, seed).unwrap();
                 let kept = ask(&[("user", &q.query), ("assistant", &said), ("user", &latest)]);
                 *total += needed(&kept);
             }
@@ -422,8 +422,7 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
                 .unwrap();
             for family in topics {
                 let seed = (i * 8 + family as usize) as u64;
-                let Some((latest, said)) =
-                    sample(family, &q.query, &index, Assistant::Fourth, seed)
+                let Some((latest, said)) = sample(family, &q.query, &index, Assistant::Fifth, seed)
                 else {
                     continue;
                 };

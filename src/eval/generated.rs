@@ -13,9 +13,9 @@
 //!   in one or two of the question's rarest words, or three words of it as written, in a form
 //!   of [`TOPIC_FORMS`]; or the whole question. Each needs its own tools.
 //!
-//! What the assistant says before each comes from an [`Assistant`] source: four grammars
-//! written blind (the reading of the assistant's turn was revised on the first three; the
-//! fourth is held out), the fourteen turns it was first written beside, or turns in other
+//! What the assistant says before each comes from an [`Assistant`] source: five grammars
+//! written blind (the reading of the assistant's turn was revised on the first four; the
+//! fifth is held out), the fourteen turns it was first written beside, or turns in other
 //! languages.
 //!
 //! Every draw comes from a generator seeded by the question's place and the family, so a run
@@ -354,19 +354,23 @@ pub enum Assistant {
     Second,
     /// [`super::assistant_third`]: written blind, then used to revise the reading a third time.
     Third,
-    /// [`super::assistant_fourth`]: written blind once the reading was final; held out.
+    /// [`super::assistant_fourth`]: written blind, measured once as held out, then used to
+    /// revise the reading a fourth time.
     Fourth,
-    /// The four grammars' turns in other languages.
+    /// [`super::assistant_fifth`]: written blind once the reading was final; held out.
+    Fifth,
+    /// The five grammars' turns in other languages.
     OtherLanguages,
 }
 
 impl Assistant {
-    pub const ALL: [Assistant; 6] = [
+    pub const ALL: [Assistant; 7] = [
         Assistant::Lists,
         Assistant::First,
         Assistant::Second,
         Assistant::Third,
         Assistant::Fourth,
+        Assistant::Fifth,
         Assistant::OtherLanguages,
     ];
 
@@ -377,6 +381,7 @@ impl Assistant {
             Assistant::Second => "second",
             Assistant::Third => "third",
             Assistant::Fourth => "fourth",
+            Assistant::Fifth => "fifth",
             Assistant::OtherLanguages => "other_languages",
         }
     }
@@ -389,8 +394,8 @@ impl Assistant {
     /// reply, hands back before a topic shift.
     fn turn(self, family: Family, draw: &mut Draw) -> String {
         use super::{
-            assistant_first as a, assistant_fourth as d, assistant_second as b,
-            assistant_third as c,
+            assistant_fifth as e, assistant_first as a, assistant_fourth as d,
+            assistant_second as b, assistant_third as c,
         };
         let asks = family.is_reply();
         let mut choose = |n: usize| draw.below(n);
@@ -411,11 +416,13 @@ impl Assistant {
             Assistant::Second => from!(b, english),
             Assistant::Third => from!(c, english),
             Assistant::Fourth => from!(d, english),
-            Assistant::OtherLanguages => match choose(4) {
+            Assistant::Fifth => from!(e, english),
+            Assistant::OtherLanguages => match choose(5) {
                 0 => from!(a, other_language),
                 1 => from!(b, other_language),
                 2 => from!(c, other_language),
-                _ => from!(d, other_language),
+                3 => from!(d, other_language),
+                _ => from!(e, other_language),
             },
         }
     }
@@ -785,7 +792,9 @@ mod tests {
     /// slot left unfilled; whole turns in other languages.
     #[test]
     fn every_grammar_of_assistant_turns_is_varied_and_filled() {
-        use crate::eval::{assistant_first, assistant_fourth, assistant_second, assistant_third};
+        use crate::eval::{
+            assistant_fifth, assistant_first, assistant_fourth, assistant_second, assistant_third,
+        };
         type Grammar = fn(bool, &mut dyn FnMut(usize) -> usize) -> String;
         macro_rules! grammar {
             ($g:ident, $how:ident) => {
@@ -799,7 +808,7 @@ mod tests {
                 }
             };
         }
-        let grammars: [(&str, Grammar, Grammar); 4] = [
+        let grammars: [(&str, Grammar, Grammar); 5] = [
             (
                 "first",
                 grammar!(assistant_first, english),
@@ -819,6 +828,11 @@ mod tests {
                 "fourth",
                 grammar!(assistant_fourth, english),
                 grammar!(assistant_fourth, other_language),
+            ),
+            (
+                "fifth",
+                grammar!(assistant_fifth, english),
+                grammar!(assistant_fifth, other_language),
             ),
         ];
         for (name, english, other) in grammars {
@@ -880,7 +894,7 @@ mod tests {
             k: 1,
             size: 3,
             half,
-            assistant: Assistant::Fourth,
+            assistant: Assistant::Fifth,
         };
         let r = evaluate_generated(&d, &config, setting(None), &mut |_| {}).unwrap();
         assert_eq!((r.questions, r.catalog), (2, 3));

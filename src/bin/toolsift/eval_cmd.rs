@@ -72,11 +72,11 @@ pub struct Args {
     /// With --generated: only the questions at even (0) or odd (1) places.
     #[arg(long, requires = "generated", value_parser = clap::value_parser!(u8).range(0..=1))]
     half: Option<u8>,
-    /// With --generated: where the assistant's turns come from: `fourth` (a grammar written
-    /// blind once the reading of the assistant's turn was final: held out), `first`, `second`
-    /// and `third` (grammars written blind, which the reading was revised on), `lists` (the
+    /// With --generated: where the assistant's turns come from: `fifth` (a grammar written
+    /// blind once the reading of the assistant's turn was final: held out), `first` to
+    /// `fourth` (grammars written blind, which the reading was revised on), `lists` (the
     /// fourteen turns it was first written beside) or `other_languages`.
-    #[arg(long, requires = "generated", default_value = "fourth", value_parser = assistant_source)]
+    #[arg(long, requires = "generated", default_value = "fifth", value_parser = assistant_source)]
     assistant: toolsift::eval::generated::Assistant,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
