@@ -26,7 +26,8 @@
 //! With `--loop-guard` (`make bench-latency-loop`): the time the loop guard adds at 200 tools
 //! with a 100-message history; see [`loop_guard`].
 //!
-//! With `--auto-k` (`make bench-latency-auto-k`): what `auto_k` adds to a filtered request of
+//! With `--auto-k` (`make bench-latency-auto-k`; `--turns`: each question followed by the
+//! assistant's ask and a reply): what `auto_k` adds to a filtered request of
 //! the same catalog, against the same filter without it and against a previous `.wasm`
 //! (`TOOLSIFT_BASELINE_WASM`); see [`auto_k`].
 #![allow(
@@ -109,7 +110,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--auto-k") {
-        auto_k::run(&pool);
+        auto_k::run(&pool, args.iter().any(|a| a == "--turns"));
         return;
     }
     if args.iter().any(|a| a == "--rotating") {
@@ -1826,15 +1827,29 @@ mod auto_k {
     const FLEET: &str = r#"{"shadow":{"sample":0.000001},"auto_k":{"keep":0.95,
         "calibration":{"version":1,"max_k":64,"pooled":{"calls":300,"slots":[[5,300]]}}}}"#;
 
-    fn body(tools: &str, i: usize) -> String {
-        format!(
-            r#"{{"model":"gpt-4.1","messages":[{{"role":"user","content":"{}"}}],"tools":[{tools}]}}"#,
-            super::bodies::question(i)
-        )
+    /// Request `i`: its question, or with `turns` the question, the assistant asking to go on
+    /// and "Yes, please." (ranked with the question before and since the assistant's turn is
+    /// read: what reading it adds).
+    fn body(tools: &str, i: usize, turns: bool) -> String {
+        let question = super::bodies::question(i);
+        let messages = if turns {
+            format!(
+                r#"{{"role":"user","content":"{question}"}},{{"role":"assistant","content":"I can do that now. Shall I go ahead?"}},{{"role":"user","content":"Yes, please."}}"#
+            )
+        } else {
+            format!(r#"{{"role":"user","content":"{question}"}}"#)
+        };
+        format!(r#"{{"model":"gpt-4.1","messages":[{messages}],"tools":[{tools}]}}"#)
     }
 
     /// One variant's run: its filter time P50 and P99 (µs), and the median through Envoy (ms).
-    fn measure(config: &str, wasm: Option<&str>, tools: &str, want: &str) -> (String, String, f64) {
+    fn measure(
+        config: &str,
+        wasm: Option<&str>,
+        tools: &str,
+        want: &str,
+        turns: bool,
+    ) -> (String, String, f64) {
         let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| match wasm {
             Some(wasm) => {
                 let ours = super::repo().join("target/wasm32-wasip1/release/toolsift.wasm");
@@ -1844,7 +1859,7 @@ mod auto_k {
         });
         let extra =
             format!("x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n");
-        let bodies: Vec<String> = (0..64).map(|i| body(tools, i)).collect();
+        let bodies: Vec<String> = (0..64).map(|i| body(tools, i, turns)).collect();
         let mut client = Client::connect(gw.port);
         let path = "/v1/chat/completions";
         let (_, head) = client.send(path, &extra, &bodies[0]);
@@ -1869,8 +1884,11 @@ mod auto_k {
         (p50, p99, percentile(&mut times, 0.5))
     }
 
-    pub fn run(pool: &[String]) {
+    pub fn run(pool: &[String], turns: bool) {
         let n = 200;
+        if turns {
+            println!("each request: its question, the assistant's ask, \"Yes, please.\"");
+        }
         println!("load before: {}", load());
         let tools = pool[..n].join(",\n");
         let first: serde_json::Value = serde_json::from_str(&pool[0]).unwrap();
@@ -1894,7 +1912,7 @@ mod auto_k {
         let mut rows: Vec<Vec<(String, String, f64)>> = vec![Vec::new(); variants.len()];
         for &v in &order {
             let (_, config, wasm) = variants[v];
-            rows[v].push(measure(config, wasm, &tools, &want));
+            rows[v].push(measure(config, wasm, &tools, &want, turns));
         }
         println!(
             "| {n} tools, same catalog, {REQUESTS} requests a run | filter time P50 (µs), runs A B C C B A | P99 (µs) | median through Envoy (ms) |"
