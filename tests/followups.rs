@@ -367,8 +367,9 @@ fn a_conversation_ending_in_tool_results_keeps_its_selection_in_every_dialect() 
 /// of each family (a confirmation, one in another language or an emoji, a retry, "the same
 /// for X"): over the twelve, each family keeps all but one of the tools the questions keep
 /// alone. And each question's topic in its one or two rarest words, or three of its words,
-/// after another question and a generated hand-back: every tool the short text scores among
-/// its five best alone is kept.
+/// after another question and a generated hand-back: their Recall@5 through the filter is
+/// within .05 of the texts' alone (issue 54's margin; a hand-back of the held-out grammar read
+/// as an ask joins its topic to the question before).
 #[test]
 fn generated_replies_and_topics_hold_in_every_dialect() {
     use toolsift::eval::generated::{Assistant, Family, sample};
@@ -406,6 +407,7 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
         };
         let mut question_total = 0;
         let mut reply_totals = [0; 4];
+        let (mut topic_kept, mut topic_alone, mut topic_relevant) = (0, 0, 0);
         for (i, q) in questions.iter().enumerate() {
             let needed = |kept: &[String]| q.relevant.iter().filter(|t| kept.contains(t)).count();
             question_total += needed(&ask(&[("user", &q.query)]));
@@ -431,14 +433,20 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
                     ("assistant", &said),
                     ("user", &latest),
                 ]);
-                for tool in scored_by(&index, &latest, 5) {
-                    assert!(
-                        kept.contains(&tool),
-                        "{dialect}: {said:?} / {latest:?}: {tool}: {kept:?}"
-                    );
-                }
+                let alone = scored_by(&index, &latest, 5);
+                topic_relevant += q.relevant.len();
+                topic_alone += needed(&alone);
+                topic_kept += needed(&kept);
             }
         }
+        // Recall@5 through the filter within .05 of the texts' alone.
+        assert!(
+            (topic_alone as f64 - topic_kept as f64) / topic_relevant as f64 <= 0.05,
+            "{dialect}: topics keep {topic_kept} of {topic_relevant} needed tools, alone {topic_alone}"
+        );
+        println!(
+            "{dialect}: topics keep {topic_kept} of {topic_relevant} needed tools, alone {topic_alone}"
+        );
         for (family, total) in replies.iter().zip(reply_totals) {
             assert!(
                 total + 1 >= question_total,
