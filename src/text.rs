@@ -289,20 +289,36 @@ fn split(chars: impl Iterator<Item = char>, emit: impl FnMut(&str)) {
 }
 
 /// Text → terms, character by character, with the words written in `word` (empty at first).
+///
+/// Scripts written without spaces between words (Han, Hiragana, Katakana, Hangul, Thai:
+/// [`is_unspaced`]) have no word boundary to split at: a run of their characters becomes its
+/// overlapping character bigrams ("東京の天気" → 東京, 京の, の天, 天気), and a run of one
+/// character that character, as Lucene's `CJKBigramFilter` and Elasticsearch's `cjk_bigram`
+/// index them. A catalog described in Chinese then ranks for a question in Chinese by the
+/// words they share, with no dictionary in the `.wasm`; a bigram that straddles two words only
+/// adds a term no tool has. Every other character splits as before.
 fn split_into(chars: impl Iterator<Item = char>, word: &mut String, mut emit: impl FnMut(&str)) {
     let mut prev = Class::Other;
     let mut chars = chars.peekable();
+    // The run of unspaced characters so far: its last character and its length.
+    let mut run: Option<(char, usize)> = None;
     while let Some(c) = chars.next() {
         let class = Class::of(c);
-        if class == Class::Other {
+        if class == Class::Ideograph {
             flush(word, &mut emit);
+            run = Some(match run {
+                Some((last, len)) => {
+                    emit_pair(last, c, &mut emit);
+                    (c, len + 1)
+                }
+                None => (c, 1),
+            });
             prev = Class::Other;
             continue;
         }
-        if class == Class::Ideograph {
-            // CJK text has no spaces: each ideograph is a term of its own.
+        end_run(run.take(), &mut emit);
+        if class == Class::Other {
             flush(word, &mut emit);
-            emit(c.encode_utf8(&mut [0u8; 4]));
             prev = Class::Other;
             continue;
         }
@@ -326,7 +342,27 @@ fn split_into(chars: impl Iterator<Item = char>, word: &mut String, mut emit: im
         }
         prev = class;
     }
+    end_run(run, &mut emit);
     flush(word, &mut emit);
+}
+
+/// The end of a run of unspaced characters: a run of one is a term of its own (its bigrams,
+/// if it had any, are out already).
+fn end_run(run: Option<(char, usize)>, emit: &mut impl FnMut(&str)) {
+    if let Some((last, 1)) = run {
+        emit(last.encode_utf8(&mut [0u8; 4]));
+    }
+}
+
+/// Two characters of an unspaced run as one term. Lowercased as any term is (Han and kana
+/// have no case; a fullwidth Latin letter inside a run would).
+fn emit_pair(first: char, second: char, emit: &mut impl FnMut(&str)) {
+    let mut pair = [0u8; 8];
+    let a = first.encode_utf8(&mut pair).len();
+    let b = second.encode_utf8(pair.get_mut(a..).unwrap_or_default()).len();
+    if let Some(Ok(text)) = pair.get(..a + b).map(std::str::from_utf8) {
+        emit(text);
+    }
 }
 
 /// What a character is to the splitter. ASCII is decided without Unicode tables: tool text is
@@ -338,6 +374,7 @@ enum Class {
     /// A letter without case (most scripts other than Latin, Greek, Cyrillic).
     Letter,
     Digit,
+    /// A character of a script written without spaces ([`is_unspaced`]).
     Ideograph,
     Other,
 }
@@ -369,7 +406,7 @@ impl Class {
                 .copied()
                 .unwrap_or(Class::Other);
         }
-        if is_cjk(c) {
+        if is_unspaced(c) {
             Class::Ideograph
         } else if c.is_lowercase() {
             Class::Lower
@@ -530,13 +567,24 @@ fn plural(w: &[u8]) -> Fold {
     }
 }
 
-fn is_cjk(c: char) -> bool {
+/// Characters of scripts written without spaces between words, tokenised into bigrams
+/// ([`split_into`]): the letters of Han, kana, Hangul and Thai (not their digits or
+/// punctuation, which split as before).
+fn is_unspaced(c: char) -> bool {
     matches!(c as u32,
-        0x3040..=0x30FF      // Hiragana, Katakana
+        0x0E01..=0x0E4E      // Thai letters, vowels and tone marks
+        | 0x1100..=0x11FF    // Hangul Jamo
+        | 0x3005..=0x3007    // 々 〆 〇
+        | 0x3040..=0x309F    // Hiragana
+        | 0x30A0..=0x30FF    // Katakana (with the prolonged sound mark ー)
+        | 0x3131..=0x318E    // Hangul compatibility Jamo
+        | 0x31F0..=0x31FF    // Katakana phonetic extensions
         | 0x3400..=0x4DBF    // CJK Extension A
         | 0x4E00..=0x9FFF    // CJK Unified Ideographs
         | 0xAC00..=0xD7AF    // Hangul syllables
-        | 0xF900..=0xFAFF) // CJK Compatibility Ideographs
+        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
+        | 0xFF66..=0xFF9F    // halfwidth Katakana
+        | 0x20000..=0x2FA1F) // CJK Extensions B to F, compatibility supplement
 }
 
 /// The sentences of a request that asks for several things ("Geocode the address. Then find
@@ -883,11 +931,59 @@ mod tests {
     }
 
     #[test]
-    fn cjk_characters_are_terms() {
+    fn unspaced_scripts_split_into_bigrams() {
         assert_eq!(
             terms("查询天气 weather"),
-            ["查", "询", "天", "气", "weather"]
+            ["查询", "询天", "天气", "weather"]
         );
+        assert_eq!(terms("東京の天気"), ["東京", "京の", "の天", "天気"]);
+        // A run of one is a term; punctuation and spaces end a run.
+        assert_eq!(terms("天，气 雨"), ["天", "气", "雨"]);
+        assert_eq!(
+            terms("iPhone用の充電器"),
+            ["phone", "用の", "の充", "充電", "電器"]
+        );
+        assert_eq!(terms("날씨 알려줘"), ["날씨", "알려", "려줘"]);
+        assert_eq!(terms("พยากรณ์"), ["พย", "ยา", "าก", "กร", "รณ", "ณ์"]);
+        // Digits inside a run split it, as elsewhere.
+        assert_eq!(terms("第3章"), ["第", "3", "章"]);
+    }
+
+    proptest::proptest! {
+        /// Text in scripts with spaces, and Latin text around unspaced runs, splits as it
+        /// did before bigrams: only the runs themselves become bigrams.
+        #[test]
+        fn only_unspaced_runs_change(
+            latin in "([a-zA-Z0-9 _.,-]|ä|é|ß|Ж|ж|σ|ع|ب|ש){0,30}",
+            run in "[一-龥ぁ-んァ-ン가-힣]{0,6}"
+        ) {
+            let before = terms(&latin);
+            let around = terms(&format!("{latin} {run} {latin}"));
+            let run_terms = terms(&run);
+            let expected: Vec<String> = before
+                .iter()
+                .chain(&run_terms)
+                .chain(&before)
+                .cloned()
+                .collect();
+            proptest::prop_assert_eq!(around, expected);
+            let n = run.chars().count();
+            proptest::prop_assert_eq!(run_terms.len(), if n == 1 { 1 } else { n.saturating_sub(1) });
+        }
+    }
+
+    proptest::proptest! {
+        /// Any text at all, unspaced runs among every other class: no panic, every term
+        /// non-empty, the same terms twice, and the character path's terms.
+        #[test]
+        fn any_text_with_unspaced_runs(
+            t in r"([a-cA-C0-9 _.\n-]|[一-龥]|[ぁ-ん]|[ァ-ンー]|[가-힣]|[ก-๛]|[ｦ-ﾟ]|\PC){0,40}"
+        ) {
+            let once = terms(&t);
+            proptest::prop_assert!(once.iter().all(|w| !w.is_empty()));
+            proptest::prop_assert_eq!(&once, &terms(&t));
+            proptest::prop_assert_eq!(once, by_chars(&t));
+        }
     }
 
     #[test]
