@@ -31,16 +31,35 @@
 //! with no word a tool has), while a hand-back taken for a question joins the new topic after
 //! it to the task before it.
 
+/// How the assistant's turn reads: whether it asks to go on, and by what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// It does not ask (a hand-back, a statement, or no turn).
+    No,
+    /// Its words ask: an answer prompt, a step that waits on the user, a check of a step.
+    Named,
+    /// Only its question mark asks: the one sign every language has, which ends a hand-back
+    /// ("¿Algo más?", "他に何かありますか？") as often as an ask. What follows it is read by
+    /// what it says against the question ([`super::query`]), not taken for a reply.
+    QuestionMark,
+}
+
 /// Whether the assistant's turn `said` (the message just before the latest user text) asks
 /// the user to go on with the task in hand, so that a short text after it answers it.
 pub fn asks_to_go_on(said: &str) -> bool {
+    reads(said) != Ask::No
+}
+
+/// How the assistant's turn `said` asks to go on, if it does ([`asks_to_go_on`]'s steps).
+pub fn reads(said: &str) -> Ask {
     let said = without_sign_off(said);
     if ends_in_answer_prompt(said) {
-        return true;
+        return Ask::Named;
     }
     let Some((sentence, question)) = last_sentence(said) else {
-        return false;
+        return Ask::No;
     };
+    let named = |asks: bool| if asks { Ask::Named } else { Ask::No };
     let before = said
         .rfind(sentence)
         .and_then(|at| said.get(..at))
@@ -49,33 +68,35 @@ pub fn asks_to_go_on(said: &str) -> bool {
     // "Anything else?" hands back; "I can retry, or we can try something else." offers a
     // step of the task.
     if last.invites() && !last.going_on() {
-        return false;
+        return Ask::No;
     }
     if last.waiting_step(question) {
-        return true;
+        return Ask::Named;
     }
     if question && last.checks_result() {
         // A check of a step named just before it, or of a plan laid out, asks: "I'll deploy
         // it. Does that look right?", "Plan: … Does this look right?".
         let step_before = last_sentence(before).is_some_and(|(s, q)| Words::of(s).waiting_step(q));
-        return step_before || Words::of(before).plans();
+        return named(step_before || Words::of(before).plans());
     }
     if question {
-        return true;
+        return Ask::QuestionMark;
     }
     // A short statement after what asks ("Which branch should I use? The rest is set up.",
     // "I'll need the cutoff date. Everything else is ready.") leaves the ask standing.
     let Some((previous, asked)) = last_sentence(before) else {
-        return false;
+        return Ask::No;
     };
     let previous = Words::of(previous);
-    last.0.len() <= AFTERWORD_WORDS
-        && !previous.invites()
-        && if asked {
-            !previous.checks_result() || previous.waiting_step(true)
-        } else {
-            previous.consent()
-        }
+    named(
+        last.0.len() <= AFTERWORD_WORDS
+            && !previous.invites()
+            && if asked {
+                !previous.checks_result() || previous.waiting_step(true)
+            } else {
+                previous.consent()
+            },
+    )
 }
 
 /// At most this many words make a statement after an ask an afterword that leaves it standing

@@ -44,6 +44,7 @@
 pub mod assistant;
 
 use crate::index::{Index, TIE_MARK, TURN_MARK};
+use assistant::Ask;
 use std::borrow::Cow;
 
 /// A user text with fewer distinct content terms than this (words that are not stop words:
@@ -76,13 +77,31 @@ const TIE_JOINER: &str = "\n\u{1f}";
 /// catalog's: a text no tool has a term of is weak too. A deterministic function of its
 /// arguments, so a catalog's rankings are remembered per query as before.
 pub fn query(latest: &str, earlier: &[String], assistant: Option<&str>, index: &Index) -> String {
-    let answers = assistant.is_some_and(assistant::asks_to_go_on);
-    query_answering(latest, earlier, answers, index)
+    let ask = assistant.map_or(Ask::No, assistant::reads);
+    answering(latest, earlier, ask, index)
 }
 
 /// [`query`] with what the assistant's turn says decided by the caller: `answers`, whether
 /// `latest` answers a question to go on (the evaluation measures other ways to decide it).
 pub fn query_answering(latest: &str, earlier: &[String], answers: bool, index: &Index) -> String {
+    let ask = if answers { Ask::Named } else { Ask::No };
+    answering(latest, earlier, ask, index)
+}
+
+/// A text says as much as a question of its own, whatever its language, when it has at least
+/// this share of the question's distinct content terms (and [`MIN_TERMS`])...
+pub const STANDS_ALONE_SHARE: f32 = 0.5;
+
+/// ... or at least this many. Replies to an ask are short in every language (at most 7 terms,
+/// Han and kana counted in bigrams, among the 84 hand-written replies of half 0); a new
+/// question seldom is. Both chosen on half 0 of `tests/data/languages/` (hand-backs and asks
+/// in seven languages between translated questions): a new question after a hand-back kept
+/// its Recall@5 within .018 of its own, every reply its question's (`docs/BENCHMARKS.md`,
+/// "Follow-ups in any language").
+pub const STANDS_ALONE_TERMS: usize = 8;
+
+/// [`query`] for an assistant's turn read as `ask`.
+fn answering(latest: &str, earlier: &[String], ask: Ask, index: &Index) -> String {
     let latest = unmarked(latest);
     if earlier.is_empty() {
         return latest.into_owned();
@@ -106,10 +125,21 @@ pub fn query_answering(latest: &str, earlier: &[String], answers: bool, index: &
         let own = content_terms(&latest, COUNTED_TERMS);
         own > 0 && content_terms(q, own) < own
     };
-    let follows_up = if answers {
-        !question.as_deref().is_some_and(says_more)
-    } else {
-        is_follow_up(&latest, index)
+    // Whether `latest` says as much as a question of its own, in any language: after a turn
+    // whose question mark alone asks, where the assistant's words cannot tell.
+    let stands_alone = |q: &str| {
+        let own = content_terms(&latest, COUNTED_TERMS);
+        own >= STANDS_ALONE_TERMS
+            || own >= MIN_TERMS
+                && own as f32 >= STANDS_ALONE_SHARE * content_terms(q, COUNTED_TERMS) as f32
+    };
+    let follows_up = match ask {
+        Ask::Named => !question.as_deref().is_some_and(says_more),
+        // A text that goes back to its task ("attempt it one more time") answers it still.
+        Ask::QuestionMark => !question
+            .as_deref()
+            .is_some_and(|q| says_more(q) || !refers_back(&latest) && stands_alone(q)),
+        Ask::No => is_follow_up(&latest, index),
     };
     if !follows_up {
         return match question {
