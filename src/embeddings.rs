@@ -57,15 +57,26 @@ pub fn key(provider: &str, model: &str, dimensions: Option<usize>, text: &str) -
     h.finalize().into()
 }
 
-/// The body of an OpenAI-compatible embeddings request.
-pub fn request_body(model: &str, inputs: &[&str], dimensions: Option<usize>) -> String {
+/// The body of an OpenAI-compatible embeddings request; `input_type`, the role of its texts for
+/// a service that takes it as a field (`embeddings.roles.input_type`).
+pub fn request_body(
+    model: &str,
+    inputs: &[&str],
+    dimensions: Option<usize>,
+    input_type: Option<&str>,
+) -> String {
     let mut body = serde_json::json!({
         "model": model,
         "input": inputs,
         "encoding_format": "float",
     });
-    if let (Some(d), Some(obj)) = (dimensions, body.as_object_mut()) {
-        obj.insert("dimensions".to_owned(), d.into());
+    if let Some(obj) = body.as_object_mut() {
+        if let Some(d) = dimensions {
+            obj.insert("dimensions".to_owned(), d.into());
+        }
+        if let Some(role) = input_type {
+            obj.insert("input_type".to_owned(), role.into());
+        }
     }
     body.to_string()
 }
@@ -329,6 +340,7 @@ pub fn decode_set(bytes: &[u8]) -> Vec<(Key, Vec<f32>)> {
 /// The vectors of one request: the query's texts, and every function tool of its catalog (kept
 /// in the tools' parts, shared by every catalog that holds the tool).
 pub struct Gathered {
+    /// The question's texts as sent (with `roles.query_prefix`).
     pub query_texts: Vec<String>,
     pub query: Vec<Option<Vec<f32>>>,
     /// Every catalog entry's parts, which hold the tools' vectors.
@@ -338,6 +350,10 @@ pub struct Gathered {
     /// Entries of function tools without a vector whose text a background call of this worker
     /// is embedding now (for this catalog or another): not asked for again.
     pub coming_tools: Vec<usize>,
+    /// `roles.document_prefix`, written before each tool's text.
+    tool_prefix: String,
+    /// `roles.input_type` is set: a question's texts and tools' texts never share a call.
+    split: bool,
 }
 
 /// The query's vectors and each catalog entry's, borrowed from a [`Gathered`].
@@ -358,21 +374,46 @@ pub struct Source<'a, S> {
     /// The `dimensions` asked of the service, if any.
     pub dimensions: Option<usize>,
     pub cache: &'a VectorCache<S>,
+    /// How the service tells a question from a tool's text (`embeddings.roles`).
+    pub roles: Option<&'a crate::config::EmbeddingRoles>,
 }
 
 impl<S: SharedBytes> Source<'_, S> {
-    fn key(&self, text: &str) -> Key {
-        key(self.provider, self.model, self.dimensions, text)
+    /// A text's cache key: the text as sent (prefix included), and the `input_type` its role
+    /// is sent with, if any.
+    fn key(&self, text: &str, query: bool) -> Key {
+        match self.roles.and_then(|r| r.input_type(query)) {
+            Some(role) => key(
+                self.provider,
+                &format!("{}\u{0}{role}", self.model),
+                self.dimensions,
+                text,
+            ),
+            None => key(self.provider, self.model, self.dimensions, text),
+        }
+    }
+
+    fn tool_key(&self, text: &str) -> Key {
+        self.key(text, false)
+    }
+
+    /// A tool's text as sent (with `roles.document_prefix`).
+    fn tool_input(&self, t: &ToolText) -> String {
+        with_prefix(self.roles.map_or("", |r| &r.document_prefix), tool_text(t))
     }
 
     /// Everything already known for `query` over `catalog`: the tools' parts first (this
     /// worker's vectors, kept whatever the shared cache evicts, so a catalog always completes,
     /// and shared by every catalog that holds the tool), then the shared cache for the rest.
     pub fn gather(&self, catalog: &Catalog, query: &str) -> Gathered {
-        let query_texts = query_texts(query);
+        let prefix = self.roles.map_or("", |r| &r.query_prefix);
+        let query_texts: Vec<String> = query_texts(query)
+            .into_iter()
+            .map(|t| with_prefix(prefix, t))
+            .collect();
         let query = query_texts
             .iter()
-            .map(|t| self.cache.get(&self.key(t)))
+            .map(|t| self.cache.get(&self.key(t, true)))
             .collect();
         let tools = Rc::clone(catalog.parts());
         let (mut missing_tools, mut coming_tools) = (Vec::new(), Vec::new());
@@ -383,7 +424,7 @@ impl<S: SharedBytes> Source<'_, S> {
             if parts.vector().is_some() {
                 continue;
             }
-            let key = self.key(&tool_text(t));
+            let key = self.tool_key(&self.tool_input(t));
             match self.cache.get(&key) {
                 Some(v) => catalog.remember_vector(i, v),
                 None if self.cache.coming(&key) => coming_tools.push(i),
@@ -396,6 +437,10 @@ impl<S: SharedBytes> Source<'_, S> {
             tools,
             missing_tools,
             coming_tools,
+            tool_prefix: self
+                .roles
+                .map_or_else(String::new, |r| r.document_prefix.clone()),
+            split: self.roles.is_some_and(|r| r.input_type.is_some()),
         }
     }
 
@@ -412,7 +457,7 @@ impl<S: SharedBytes> Source<'_, S> {
             match *slot {
                 Slot::Query(i) => {
                     if let Some(text) = gathered.query_texts.get(i) {
-                        self.cache.put(&self.key(text), &v);
+                        self.cache.put(&self.key(text, true), &v);
                     }
                     if let Some(q) = gathered.query.get_mut(i) {
                         *q = Some(v);
@@ -420,7 +465,7 @@ impl<S: SharedBytes> Source<'_, S> {
                 }
                 Slot::Tool(entry) => {
                     if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
-                        self.cache.put(&self.key(&tool_text(t)), &v);
+                        self.cache.put(&self.tool_key(&self.tool_input(t)), &v);
                     }
                     catalog.remember_vector(entry, v);
                     gathered.missing_tools.retain(|&m| m != entry);
@@ -434,10 +479,19 @@ impl<S: SharedBytes> Source<'_, S> {
     pub fn fill_tools(&self, catalog: &Catalog, entries: &[usize], vectors: Vec<Vec<f32>>) {
         for (&entry, v) in entries.iter().zip(vectors) {
             if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
-                self.cache.put(&self.key(&tool_text(t)), &v);
+                self.cache.put(&self.tool_key(&self.tool_input(t)), &v);
                 catalog.remember_vector(entry, v);
             }
         }
+    }
+}
+
+/// `text` with `prefix` before it (the text itself without one).
+fn with_prefix(prefix: &str, text: String) -> String {
+    if prefix.is_empty() {
+        text
+    } else {
+        format!("{prefix}{text}")
     }
 }
 
@@ -535,8 +589,8 @@ impl BackfillQueue {
                 if batch.catalog.vector(entry).is_some() {
                     continue;
                 }
-                let text = tool_text(t);
-                let key = source.key(&text);
+                let text = source.tool_input(t);
+                let key = source.tool_key(&text);
                 if source.cache.coming(&key) || batch.keys.contains(&key) {
                     rest.push(entry);
                 } else if let Some(v) = source.cache.get(&key) {
@@ -647,14 +701,25 @@ impl Gathered {
                 inputs.push(text.clone());
             }
         }
-        let batch = if catalog.fetching() { 0 } else { max_batch };
+        // With roles sent as a field, a call is of one role: the question's texts first.
+        let batch = if catalog.fetching() || self.split && !slots.is_empty() {
+            0
+        } else {
+            max_batch
+        };
         for &entry in self.missing_tools.iter().take(batch) {
             if let Some(Entry::Function(t)) = catalog.draft.entries.get(entry) {
                 slots.push(Slot::Tool(entry));
-                inputs.push(tool_text(t));
+                inputs.push(with_prefix(&self.tool_prefix, tool_text(t)));
             }
         }
         (slots, inputs)
+    }
+
+    /// Whether a question's texts and tools' texts go in calls of their own
+    /// (`roles.input_type`).
+    pub fn split(&self) -> bool {
+        self.split
     }
 
     /// The size of the vectors already known, if any.
@@ -808,6 +873,7 @@ mod tests {
             model: "m",
             dimensions: None,
             cache: &cache,
+            roles: None,
         };
         let catalog = catalog(10);
         let mut g = source.gather(&catalog, "thing");
@@ -842,6 +908,7 @@ mod tests {
             model: "m",
             dimensions: None,
             cache: &cache,
+            roles: None,
         };
         let catalog = catalog(5);
         catalog.set_fetching(true);
@@ -863,6 +930,7 @@ mod tests {
             model: "m",
             dimensions: None,
             cache,
+            roles: None,
         }
     }
 
@@ -1112,12 +1180,71 @@ mod tests {
 
     #[test]
     fn request_bodies_are_openai_shaped() {
-        let b: Value = serde_json::from_str(&request_body("m", &["a", "b"], Some(256))).unwrap();
+        let b: Value =
+            serde_json::from_str(&request_body("m", &["a", "b"], Some(256), None)).unwrap();
         assert_eq!(b["model"], "m");
         assert_eq!(b["input"], serde_json::json!(["a", "b"]));
         assert_eq!(b["dimensions"], 256);
-        let b: Value = serde_json::from_str(&request_body("m", &["a"], None)).unwrap();
+        let b: Value = serde_json::from_str(&request_body("m", &["a"], None, None)).unwrap();
         assert!(b.get("dimensions").is_none());
+        assert!(b.get("input_type").is_none());
+        let b: Value =
+            serde_json::from_str(&request_body("m", &["a"], None, Some("query"))).unwrap();
+        assert_eq!(b["input_type"], "query");
+    }
+
+    /// `roles`: prefixes are written before the texts sent and keyed; with `input_type` a
+    /// question's texts and tools' texts never share a call, and a text keyed under one role
+    /// is not found under the other.
+    #[test]
+    fn roles_mark_the_texts_and_split_the_calls() {
+        let memory = MemoryBytes::default();
+        let cache = VectorCache::new(&memory, 64, "v.");
+        let prefixes = crate::config::EmbeddingRoles {
+            query_prefix: "query: ".into(),
+            document_prefix: "passage: ".into(),
+            input_type: None,
+        };
+        let mut source = Source {
+            provider: "p",
+            model: "m",
+            dimensions: None,
+            cache: &cache,
+            roles: Some(&prefixes),
+        };
+        let catalog = catalog(3);
+        let g = source.gather(&catalog, "thing");
+        let (slots, inputs) = g.plan(&catalog, 6);
+        assert_eq!(slots.len(), 4, "the question and three tools, in one call");
+        assert_eq!(inputs[0], "query: thing");
+        assert!(
+            inputs[1..].iter().all(|t| t.starts_with("passage: ")),
+            "{inputs:?}"
+        );
+        let field = crate::config::EmbeddingRoles {
+            input_type: Some(crate::config::InputTypes {
+                query: "query".into(),
+                document: "passage".into(),
+            }),
+            ..prefixes.clone()
+        };
+        source.roles = Some(&field);
+        let mut g = source.gather(&catalog, "thing");
+        let (slots, inputs) = g.plan(&catalog, 6);
+        assert_eq!((slots.len(), inputs[0].as_str()), (1, "query: thing"));
+        source.fill(&catalog, &mut g, &slots, vec![vec![1.0, 0.0]]);
+        let (slots, _) = g.plan(&catalog, 6);
+        assert_eq!(slots.len(), 3, "then the tools, in calls of their own");
+        assert!(slots.iter().all(|s| matches!(s, Slot::Tool(_))));
+        // The question's vector is keyed under its role: not found as a tool's text, nor
+        // without roles.
+        assert!(source.gather(&catalog, "thing").query[0].is_some());
+        assert_ne!(
+            source.key("query: thing", true),
+            source.key("query: thing", false)
+        );
+        source.roles = None;
+        assert!(source.gather(&catalog, "thing").query[0].is_none());
     }
 
     #[test]

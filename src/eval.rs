@@ -24,7 +24,7 @@
 use crate::config::Config;
 use crate::dialects::{Choice, Dialect, Entry, MAX_QUERY_BYTES};
 use crate::embeddings::{
-    Fallback, Gathered, MAX_SENTENCES, MemoryBytes, Source, VectorCache, parse_response,
+    Fallback, Gathered, MAX_SENTENCES, MemoryBytes, Slot, Source, VectorCache, parse_response,
     request_body,
 };
 use crate::fusion::FusionParams;
@@ -328,6 +328,9 @@ pub struct Selected {
     pub tools: f64,
     /// Mean tokens of the kept tools (caller's tokenizer).
     pub tokens: f64,
+    /// Queries too weak to rank by ([`crate::weak_query`]), whose selection kept what
+    /// `weak_query.action` keeps.
+    pub weak: usize,
 }
 
 /// One query's outcome, for digging into a ranking.
@@ -339,6 +342,11 @@ pub struct QueryResult {
     pub ndcg10: f64,
     pub reciprocal_rank: f64,
     pub rank_us: f64,
+    /// What the ranking could read of the question ([`crate::weak_query`]).
+    pub reading: crate::weak_query::Reading,
+    /// Too weak to rank by under the configuration's `weak_query` (hybrid: and no confident
+    /// dense match): its selection kept what `weak_query.action` keeps.
+    pub weak: bool,
 }
 
 /// The evaluation of one dataset. Serialises to one flat JSON object with keys such as
@@ -457,6 +465,7 @@ impl Serialize for Report {
         m.serialize_entry("selected_complete", &self.selected.complete)?;
         m.serialize_entry("selected_tools", &self.selected.tools)?;
         m.serialize_entry("selected_tokens", &self.selected.tokens)?;
+        m.serialize_entry("selected_weak", &self.selected.weak)?;
         m.serialize_entry("rank_us_median", &self.rank_us_median)?;
         m.serialize_entry("rank_us_p99", &self.rank_us_p99)?;
         m.serialize_entry("rank_us_mean", &self.rank_us_mean)?;
@@ -515,6 +524,9 @@ impl Serialize for Report {
                 ndcg10: f64,
                 rr: f64,
                 rank_us: f64,
+                /// `known/terms` of the question's content terms.
+                reading: String,
+                weak: bool,
             }
             struct Ranks<'a>(&'a [(String, Option<usize>)]);
             impl Serialize for Ranks<'_> {
@@ -535,6 +547,8 @@ impl Serialize for Report {
                     ndcg10: q.ndcg10,
                     rr: q.reciprocal_rank,
                     rank_us: q.rank_us,
+                    reading: q.reading.describe(),
+                    weak: q.weak,
                 })
                 .collect();
             m.serialize_entry("per_query", &rows)?;
@@ -644,6 +658,7 @@ pub fn evaluate_with(
     let mut estimate_sum = vec![0.0; ks.len()];
     let (mut ndcg_sum, mut rr_sum) = (0.0, 0.0);
     let (mut sel_recall, mut sel_complete, mut sel_tools, mut sel_tokens) = (0.0, 0.0, 0.0, 0.0);
+    let mut sel_weak = 0;
     let mut times = Vec::with_capacity(dataset.queries.len());
     let mut per_query = Vec::with_capacity(dataset.queries.len());
     let mut unknown_relevant = 0;
@@ -662,6 +677,8 @@ pub fn evaluate_with(
             continue;
         }
         let text = head_and_tail(&q.query, MAX_QUERY_BYTES);
+        let reading = crate::weak_query::Reading::of(&catalog.index, &text);
+        let mut weak = config.weak_query.is_weak(reading);
         let (ranking, us) = match &mut ranker {
             Ranker::Keyword => {
                 let t0 = Instant::now();
@@ -675,9 +692,15 @@ pub fn evaluate_with(
                 let (query_vectors, tool_vectors) = embedder.complete(&gathered)?;
                 let t0 = Instant::now();
                 let fused = rank_fused(&catalog, config, &text, &query_vectors, &tool_vectors);
-                (fused.order, t0.elapsed().as_secs_f64() * 1e6)
+                let elapsed = t0.elapsed().as_secs_f64() * 1e6;
+                if weak {
+                    let cosines = crate::pipeline::best_cosines(&query_vectors, &tool_vectors);
+                    weak = !crate::weak_query::dense_confident(&cosines);
+                }
+                (fused.order, elapsed)
             }
         };
+        sel_weak += usize::from(weak);
         progress(done + 1);
         times.push(us);
         for (i, s) in ranking.iter().enumerate() {
@@ -713,16 +736,25 @@ pub fn evaluate_with(
         ndcg_sum += scores.ndcg10;
         rr_sum += scores.reciprocal_rank;
 
-        let selection = select(
-            config,
-            config.top_k,
-            &catalog,
-            &ranking,
-            &Choice::default(),
-            &[],
-            None,
-            &[],
-        );
+        let selection = if weak && config.weak_query.action == crate::weak_query::Action::Pass {
+            crate::select::all_allowed(&catalog, &ranking, None, &[])
+        } else {
+            let k = if weak {
+                config.weak_query.keep(config.top_k)
+            } else {
+                config.top_k
+            };
+            select(
+                config,
+                k,
+                &catalog,
+                &ranking,
+                &Choice::default(),
+                &[],
+                None,
+                &[],
+            )
+        };
         let kept: Vec<usize> = selection
             .decisions
             .iter()
@@ -744,6 +776,8 @@ pub fn evaluate_with(
             ndcg10: scores.ndcg10,
             reciprocal_rank: scores.reciprocal_rank,
             rank_us: us,
+            reading,
+            weak,
         });
     }
 
@@ -798,6 +832,7 @@ pub fn evaluate_with(
             complete: mean(sel_complete),
             tools: mean(sel_tools),
             tokens: mean(sel_tokens),
+            weak: sel_weak,
         },
         rank_us_median: percentile(&sorted, 50.0),
         rank_us_p99: percentile(&sorted, 99.0),
@@ -830,6 +865,8 @@ pub struct Embedder<'a> {
     /// Calls made, and texts sent in them.
     pub calls: usize,
     pub inputs: usize,
+    /// `embeddings.roles` of the configuration.
+    roles: Option<crate::config::EmbeddingRoles>,
 }
 
 impl<'a> Embedder<'a> {
@@ -852,7 +889,14 @@ impl<'a> Embedder<'a> {
             post,
             calls: 0,
             inputs: 0,
+            roles: None,
         }
+    }
+
+    /// With `embeddings.roles`: how the service tells a question from a tool's text.
+    pub fn with_roles(mut self, roles: Option<crate::config::EmbeddingRoles>) -> Embedder<'a> {
+        self.roles = roles;
+        self
     }
 
     /// A cache capacity that holds every tool and query text of `dataset` with room to spare
@@ -874,6 +918,7 @@ impl<'a> Embedder<'a> {
             model: &self.model,
             dimensions: self.dimensions,
             cache: &self.cache,
+            roles: self.roles.as_ref(),
         };
         let mut gathered = source.gather(catalog, query);
         loop {
@@ -882,7 +927,10 @@ impl<'a> Embedder<'a> {
                 break;
             }
             let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
-            let body = request_body(&self.model, &texts, self.dimensions);
+            // A call is of one role when roles are a field ([`Gathered::plan`]).
+            let query = slots.iter().all(|s| matches!(s, Slot::Query(_)));
+            let role = self.roles.as_ref().and_then(|r| r.input_type(query));
+            let body = request_body(&self.model, &texts, self.dimensions, role);
             let answer = (self.post)(&body).map_err(|e| self.failure(e))?;
             self.calls += 1;
             self.inputs += inputs.len();
@@ -1053,8 +1101,11 @@ pub(crate) mod tests {
         assert!(close(r.at(4).unwrap().tokens, 40.0));
         assert_eq!(r.tokens_catalog, 40);
         assert!(close(r.mrr, (1.0 + 1.0 + 0.25) / 3.0));
-        assert!(close(r.selected.recall, r.recall_at(2).unwrap()));
-        assert!(close(r.selected.tools, 2.0));
+        // q3 shares no term with the catalog: too weak to rank by, it keeps every tool
+        // (`weak_query`'s default `max_k`, 128, is more than the catalog has).
+        assert_eq!(r.selected.weak, 1);
+        assert!(close(r.selected.recall, (1.0 + 1.0 + 0.5) / 3.0));
+        assert!(close(r.selected.tools, (2.0 + 2.0 + 4.0) / 3.0));
         let json = serde_json::to_value(&r).unwrap();
         assert!(close(json["recall@2"].as_f64().unwrap(), 2.0 / 3.0));
         assert_eq!(json["tokens_catalog"], 40);

@@ -22,6 +22,8 @@
 //!   (on json, sse, text, and loop_guard's calls);
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
 //! - [`config`] (on access, custom, dialects, gating), [`fusion`] (on index);
+//! - [`weak_query`] (on index and text: what the ranking can read of a question, and what a
+//!   question it cannot read gets);
 //! - [`followup`] (on index: what a follow-up turn is ranked with);
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
@@ -67,6 +69,7 @@ pub mod sse;
 pub mod stats;
 pub mod suggestions;
 pub mod text;
+pub mod weak_query;
 
 #[cfg(target_arch = "wasm32")]
 mod filter;

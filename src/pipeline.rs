@@ -9,6 +9,7 @@ use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::{rebuild_container_text, write_container};
 use crate::select::{Selection, Verdict, all_allowed, select};
+use crate::weak_query::Reading;
 use std::ops::Range;
 use std::rc::Rc;
 
@@ -152,6 +153,11 @@ pub struct Analysis {
     pub top_k: usize,
     /// With `auto_k`: the k chosen for the catalog, and where it came from.
     pub auto_k: Option<crate::auto_k::Chosen>,
+    /// What the ranking could read of the question ([`crate::weak_query`]).
+    pub reading: Reading,
+    /// The question was too weak to rank by (its reading fell short of `weak_query`'s, and no
+    /// embedding read it with confidence): its tools went as `weak_query.action` says.
+    pub weak: bool,
     /// Where the tools container sits in the body.
     pub container: Range<usize>,
     pub stream: bool,
@@ -284,16 +290,57 @@ impl Analysis {
                 self.catalog.remember_fusion(&self.query, Rc::clone(&fused));
                 fused
             });
+        // A question the keywords could not read is read when its embeddings match a tool
+        // with confidence: it is cut as any other.
+        if self.weak && crate::weak_query::dense_confident(&best_cosines(query, tools)) {
+            self.weak = false;
+        }
         self.selection = self.select(config, &fused.order);
         self.fused = Some(fused);
+    }
+
+    /// The k the selection keeps: `top_k` (or `auto_k`'s), or what `weak_query` gives a weak
+    /// question.
+    pub fn selected_k(&self, config: &Config) -> usize {
+        if self.weak {
+            config.weak_query.keep(self.top_k)
+        } else {
+            self.top_k
+        }
+    }
+
+    /// The k the selection kept, as the shadow record states it: `top_k` (or `auto_k`'s),
+    /// or a weak question's bound when it had one.
+    pub fn selected_k_or_top_k(&self) -> usize {
+        if self.weak {
+            self.selection.kept_count().max(self.top_k)
+        } else {
+            self.top_k
+        }
+    }
+
+    /// `auto_k`'s choice, when the selection used it: a weak question's k is not the
+    /// catalog's, and it teaches `auto_k` nothing.
+    pub fn auto_k_used(&self) -> Option<crate::auto_k::Chosen> {
+        self.auto_k.filter(|_| !self.weak)
+    }
+
+    /// `x-toolsift`'s part for a weak question: ` weak=0/9` (of the question's content terms,
+    /// how many the catalog has).
+    pub fn weak_suffix(&self) -> Option<String> {
+        self.weak.then(|| self.reading.describe())
     }
 
     /// Selects from `ranking` under `config`, for this request's pins and what its caller may
     /// see.
     pub fn select(&self, config: &Config, ranking: &[crate::rank::Scored]) -> Selection {
+        if self.weak && config.weak_query.action == crate::weak_query::Action::Pass {
+            let allowed = self.access.as_ref().map(|g| &*g.allowed);
+            return all_allowed(&self.catalog, ranking, allowed, &self.evicted);
+        }
         select_for(
             config,
-            self.top_k,
+            self.selected_k(config),
             &self.catalog,
             ranking,
             &self.choice,
@@ -612,6 +659,20 @@ pub fn fusion_params(config: &Config) -> FusionParams {
         k: config.rrf_k,
         weights: config.channel_weights.as_array(),
     }
+}
+
+/// Each tool's best cosine with the question's vectors (tools without a vector left out).
+pub fn best_cosines(query: &[&[f32]], tools: &[Option<&[f32]>]) -> Vec<f32> {
+    tools
+        .iter()
+        .flatten()
+        .map(|v| {
+            query
+                .iter()
+                .map(|q| crate::fusion::dot(q, v))
+                .fold(f32::NEG_INFINITY, f32::max)
+        })
+        .collect()
 }
 
 /// Hybrid ranking of `catalog` for `query`, given the query's vectors and every entry's: what
@@ -1179,7 +1240,6 @@ impl Engine {
             &catalog.index,
         );
         let ranking = catalog.rank(&query);
-        let allowed = access.as_ref().map(|g| &*g.allowed);
         let every_tool = allowed_functions <= self.config.min_tools || native_search;
         // `auto_k`: the k this period's table gives the catalog, for a selection by rank.
         let auto_k = self
@@ -1188,29 +1248,22 @@ impl Engine {
             .filter(|_| !every_tool)
             .map(|a| a.chosen(catalog.id()));
         let top_k = auto_k.map_or(self.config.top_k, |c| c.k);
-        let selection = if every_tool {
-            all_allowed(&catalog, &ranking, allowed, &evicted)
-        } else {
-            select_for(
-                &self.config,
-                top_k,
-                &catalog,
-                &ranking,
-                &request.choice,
-                &request.called,
-                access.as_ref(),
-                &evicted,
-            )
-        };
+        // What the ranking can read of the question: one it cannot is not cut by chance.
+        let reading = Reading::of(&catalog.index, crate::followup::own_words(&query));
+        let weak = !every_tool
+            && self.config.mode == crate::config::Mode::Filter
+            && self.config.weak_query.is_weak(reading);
         let unknown = unknown_calls(&request.latest_calls, &catalog);
-        Ok(Analysis {
+        let mut analysis = Analysis {
             reader,
             query,
             catalog,
             cache_hit,
-            selection,
+            selection: Selection::default(),
             top_k,
             auto_k,
+            reading,
+            weak,
             container,
             stream: request.stream,
             choice: request.choice,
@@ -1225,7 +1278,14 @@ impl Engine {
             native_search,
             session: request.session,
             model: request.model,
-        })
+        };
+        analysis.selection = if every_tool {
+            let allowed = analysis.access.as_ref().map(|g| &*g.allowed);
+            all_allowed(&analysis.catalog, &ranking, allowed, &analysis.evicted)
+        } else {
+            analysis.select(&self.config, &ranking)
+        };
+        Ok(analysis)
     }
 
     /// The tools the loop guard takes out of `request`: those its current task calls in a

@@ -56,6 +56,8 @@ pub struct Decision {
     pub noted: Vec<String>,
     /// Made-up tools the model's latest turn called (`unknown=x,y`).
     pub unknown: Vec<String>,
+    /// A question the ranking could not read (`weak=0/9`), sent as `weak_query` says.
+    pub weak: bool,
 }
 
 /// Reads an `x-toolsift` value; `None` when it is none of the shapes the filter writes.
@@ -80,6 +82,7 @@ pub fn parse_decision(value: &str) -> Option<Decision> {
             "loop" => d.evicted = names(v.strip_prefix("evicted:")?),
             "noted" => d.noted = names(v),
             "unknown" => d.unknown = names(v),
+            "weak" => d.weak = true,
             "mcp" if mcp.is_none() => mcp = Some(v),
             // Keys this version does not sum up (ranking, fallback, gating, remembered…).
             _ => {}
@@ -652,6 +655,15 @@ pub struct Unknown {
     pub shadow_calls: Counts,
 }
 
+/// Requests whose question the ranking could not read (`weak=` of `x-toolsift`), and the
+/// tools they carried and were sent with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WeakQueries {
+    pub requests: u64,
+    pub tools_in: u64,
+    pub tools_out: u64,
+}
+
 /// Lines read, and what they were.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Lines {
@@ -685,6 +697,8 @@ pub struct Report {
     pub access: Access,
     pub loops: Loops,
     pub unknown_tools: Unknown,
+    /// Questions the ranking could not read (`weak=`): not cut to `top_k`.
+    pub weak_queries: WeakQueries,
     /// The sentence to act on.
     pub summary: String,
 }
@@ -712,6 +726,7 @@ pub struct Tally {
     unknown_requests: u64,
     unknown: Counts,
     shadow_unranked: Counts,
+    weak: WeakQueries,
 }
 
 /// A string value of `key`; `Ok(None)` when unset (`null`, `"-"`, absent), `Err` when not a
@@ -848,6 +863,11 @@ impl Tally {
         self.tools_in += d.total.unwrap_or(0);
         self.tools_out += d.kept.unwrap_or(0);
         self.denied_tools += d.denied;
+        if d.weak {
+            self.weak.requests += 1;
+            self.weak.tools_in += d.total.unwrap_or(0);
+            self.weak.tools_out += d.kept.unwrap_or(0);
+        }
         self.refused += u64::from(d.outcome == "refused" || d.outcome.starts_with("refused="));
         if !d.evicted.is_empty() || !d.noted.is_empty() {
             self.loops.0 += u64::from(!d.evicted.is_empty());
@@ -1035,6 +1055,7 @@ impl Tally {
                 tools: self.unknown.clone(),
                 shadow_calls: self.shadow_unranked.clone(),
             },
+            weak_queries: self.weak.clone(),
             summary: String::new(),
         };
         report.summary = summary(&report.shadow);

@@ -89,7 +89,7 @@ pub struct Decision {
 }
 
 /// The outcome for a whole catalog.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Selection {
     /// Per function tool, in rank order.
     pub decisions: Vec<Decision>,

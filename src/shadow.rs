@@ -179,8 +179,8 @@ impl Scorecard {
             catalog: Rc::clone(&analysis.catalog),
             decisions: selection.decisions.clone(),
             sampled,
-            top_k: analysis.top_k,
-            auto_k: analysis.auto_k,
+            top_k: analysis.selected_k_or_top_k(),
+            auto_k: analysis.auto_k_used(),
         }
     }
 

@@ -176,6 +176,9 @@ fixed! {
     AutoKLost: Counter Always "toolsift.auto_k.lost",
     AutoKChanges: Counter Always "toolsift.auto_k.changes",
     AutoKForeign: Counter Always "toolsift.auto_k.foreign",
+    /// Filter mode: questions the ranking could not read ([`crate::weak_query`]), sent with
+    /// what `weak_query.action` keeps instead of being cut to `top_k`.
+    WeakQuery: Counter Always "toolsift.weak_query",
     /// `auto_k.beyond`: requests past a capped k sent with `find_tools` for the rest.
     AutoKBeyond: Counter Always "toolsift.auto_k.beyond",
     /// `auto_k.keep`, in thousandths (rounded down; 0 without `auto_k`): the target the share

@@ -359,7 +359,9 @@ fn end_run(run: Option<(char, usize)>, emit: &mut impl FnMut(&str)) {
 fn emit_pair(first: char, second: char, emit: &mut impl FnMut(&str)) {
     let mut pair = [0u8; 8];
     let a = first.encode_utf8(&mut pair).len();
-    let b = second.encode_utf8(pair.get_mut(a..).unwrap_or_default()).len();
+    let b = second
+        .encode_utf8(pair.get_mut(a..).unwrap_or_default())
+        .len();
     if let Some(Ok(text)) = pair.get(..a + b).map(std::str::from_utf8) {
         emit(text);
     }
@@ -570,7 +572,7 @@ fn plural(w: &[u8]) -> Fold {
 /// Characters of scripts written without spaces between words, tokenised into bigrams
 /// ([`split_into`]): the letters of Han, kana, Hangul and Thai (not their digits or
 /// punctuation, which split as before).
-fn is_unspaced(c: char) -> bool {
+pub fn is_unspaced(c: char) -> bool {
     matches!(c as u32,
         0x0E01..=0x0E4E      // Thai letters, vowels and tone marks
         | 0x1100..=0x11FF    // Hangul Jamo

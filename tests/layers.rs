@@ -36,6 +36,7 @@ const LAYERED: &[&str] = &[
     "shadow",
     "sse",
     "text",
+    "weak_query",
 ];
 
 /// The circles allowed elsewhere: each circle found must lie within one of these (a circle that

@@ -33,6 +33,7 @@ mod followups;
 mod fuzz_regressions;
 mod gateway;
 mod hybrid;
+mod languages;
 mod layers;
 mod lockfiles;
 mod loop_guard;

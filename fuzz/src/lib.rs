@@ -57,6 +57,7 @@ pub const TARGETS: &[(&str, Property)] = &[
     ("mcp_generation", mcp_generation),
     ("fleet_calibration", fleet_calibration),
     ("assistant_turn", assistant_turn),
+    ("question_reading", question_reading),
 ];
 
 pub fn request_openai_chat(data: &[u8]) {
@@ -1875,5 +1876,44 @@ pub fn assistant_turn(data: &[u8]) {
         question,
         ends_in_question(&padded),
         "trailing spaces changed it: {said:?}"
+    );
+}
+
+/// A question in any script, as any bytes (read as UTF-8, lossy, as the dialects hand over a
+/// JSON string's text), with the catalog's text taken from its first line: tokenising never
+/// panics and gives the same non-empty terms twice (bigrams of unspaced runs included), and
+/// what the ranking reads of it ([`toolsift::weak_query::Reading`]) is bounded and the same
+/// read twice: at most as many known terms as terms, a coverage from 0 to 1.
+pub fn question_reading(data: &[u8]) {
+    use toolsift::weak_query::Reading;
+    let text = String::from_utf8_lossy(data);
+    let (catalog_text, question) = text.split_once('\n').unwrap_or(("", &text));
+    let terms = toolsift::text::terms(question);
+    assert!(terms.iter().all(|t| !t.is_empty()), "an empty term");
+    assert_eq!(
+        terms,
+        toolsift::text::terms(question),
+        "tokenised twice, otherwise"
+    );
+    let tool = serde_json::json!([{"type": "function", "function": {"name": "tool",
+        "description": catalog_text, "parameters": {"type": "object", "properties": {}}}}]);
+    let Ok(catalog) = toolsift::rank::Catalog::build(
+        Dialect::OpenaiChat,
+        &tool.to_string(),
+        toolsift::rank::FieldWeights::default(),
+    ) else {
+        return;
+    };
+    let reading = Reading::of(&catalog.index, question);
+    assert_eq!(
+        reading,
+        Reading::of(&catalog.index, question),
+        "read twice, otherwise"
+    );
+    assert!(reading.known <= reading.terms && reading.unknown_pairs <= reading.terms);
+    let coverage = reading.coverage();
+    assert!(
+        (0.0..=1.0).contains(&coverage),
+        "coverage {coverage} for {question:?}"
     );
 }

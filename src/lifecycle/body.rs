@@ -354,9 +354,13 @@ impl Request {
             noted: noted_tools(analysis),
             unknown: analysis.unknown.clone(),
             shadow,
-            auto_k: analysis.auto_k,
+            auto_k: analysis.auto_k_used(),
+            weak: analysis.weak_suffix(),
         });
-        if let Some(chosen) = analysis.auto_k {
+        if analysis.weak {
+            actions.push(Action::Count(Counter::WeakQuery, 1));
+        }
+        if let Some(chosen) = analysis.auto_k_used() {
             actions.push(Action::Count(Counter::AutoK(chosen.source), chosen.k));
             if chosen.capped.is_some() {
                 actions.push(Action::Count(Counter::AutoKCapped, 1));
@@ -375,7 +379,9 @@ impl Request {
         analysis: &mut Analysis,
         actions: &mut Vec<Action>,
     ) -> Option<usize> {
-        let drawn = self.shadow_drawn.take()?;
+        // A weak question is not shadowed: its answer's calls say nothing of its catalog's
+        // ranking, and `auto_k` must not learn from them.
+        let drawn = self.shadow_drawn.take()? && !analysis.weak;
         let dialect = analysis.dialect()?;
         // The provider's own search gets every allowed tool anyway: no cut to measure.
         if analysis.native_search {

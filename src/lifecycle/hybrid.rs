@@ -14,8 +14,10 @@ use crate::rank::Catalog;
 
 /// How a hybrid-ranked request starts.
 pub enum Start {
-    /// Ranked already: every vector was known, or it goes on by keyword (and why).
-    Ranked(Ranked),
+    /// Ranked already: every vector was known, or it goes on by keyword (and why); with the
+    /// tools to embed in background calls meanwhile, when a request's calls may not carry
+    /// them (`roles.input_type`).
+    Ranked(Ranked, Option<Vec<usize>>),
     /// The request waits for an embeddings call of these texts.
     Call(Call),
 }
@@ -67,6 +69,7 @@ pub fn source<'a, S>(
         model: &e.model,
         dimensions: e.dimensions,
         cache,
+        roles: e.roles.as_ref(),
     };
     Some((source, e))
 }
@@ -100,18 +103,25 @@ pub fn start<S: SharedBytes>(
     let gathered = source.gather(&analysis.catalog, &analysis.query);
     if let Some((query, tools)) = gathered.complete() {
         analysis.rank_hybrid(config, &query, &tools);
-        return Start::Ranked(Ranked::Hybrid);
+        return Start::Ranked(Ranked::Hybrid, None);
     }
     let (slots, inputs) = gathered.plan(&analysis.catalog, e.max_batch);
     if inputs.is_empty() {
-        return Start::Ranked(if !gathered.tools_known() {
-            // The question is known; the tools are still coming in the background (this
-            // catalog's fetch, or another catalog's that holds the same tools).
-            Ranked::Incomplete
-        } else {
-            // Everything is known but the sizes disagree: cached under another model.
-            Ranked::Fallback(Fallback::Dimensions)
-        });
+        // Tools no call is embedding yet go to background calls, when a request's call may
+        // not carry them.
+        let backfill = (gathered.split() && !gathered.missing_tools.is_empty())
+            .then(|| gathered.missing_tools.clone());
+        return Start::Ranked(
+            if !gathered.tools_known() {
+                // The question is known; the tools are still coming in the background (this
+                // catalog's fetch, or another catalog's that holds the same tools).
+                Ranked::Incomplete
+            } else {
+                // Everything is known but the sizes disagree: cached under another model.
+                Ranked::Fallback(Fallback::Dimensions)
+            },
+            backfill,
+        );
     }
     Start::Call(Call {
         inputs,
@@ -153,7 +163,10 @@ impl Call {
             }
         };
         let had_tools = self.slots.iter().any(|s| matches!(s, Slot::Tool(_)));
-        let backfill = (ranked == Ranked::Fallback(Fallback::Timeout) && had_tools)
+        // A call that timed out hands its tools to background calls; with roles sent as a
+        // field, a question's call never carries them, and they go there at once.
+        let split = self.gathered.split() && !self.gathered.missing_tools.is_empty();
+        let backfill = (ranked == Ranked::Fallback(Fallback::Timeout) && had_tools || split)
             .then_some(self.gathered.missing_tools);
         Answered { ranked, backfill }
     }
@@ -190,7 +203,13 @@ pub fn dispatch<P: super::proxy::Proxy>(
     timeout: std::time::Duration,
     waiting: Waiting,
 ) -> Result<u32, super::proxy::Status> {
-    let body = crate::embeddings::request_body(&e.model, inputs, e.dimensions);
+    // A request's calls carry its question (tools' texts share them only without
+    // `roles.input_type`); background calls carry tools' texts.
+    let role = e
+        .roles
+        .as_ref()
+        .and_then(|r| r.input_type(waiting == Waiting::Request));
+    let body = crate::embeddings::request_body(&e.model, inputs, e.dimensions, role);
     let mut headers: Vec<(&str, &str)> = vec![
         (":method", "POST"),
         (":path", &e.path),

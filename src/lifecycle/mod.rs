@@ -126,6 +126,8 @@ pub enum Counter {
     AutoK(crate::auto_k::Source),
     /// `toolsift.auto_k.capped`: its k was capped at `max_k`.
     AutoKCapped,
+    /// `toolsift.weak_query`: a question the ranking could not read, not cut to `top_k`.
+    WeakQuery,
 }
 
 impl Counter {
@@ -151,6 +153,7 @@ impl Counter {
                 return two((counter, 1), Some((Fixed::AutoKChosen, n as u64)));
             }
             Counter::AutoKCapped => Fixed::AutoKCapped,
+            Counter::WeakQuery => Fixed::WeakQuery,
             Counter::SearchNative => Fixed::SearchNative,
             Counter::SearchProvider => Fixed::SearchProvider,
             Counter::SearchRequests => Fixed::SearchRequests,

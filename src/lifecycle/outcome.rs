@@ -39,6 +39,9 @@ pub enum Outcome {
         shadow: Option<usize>,
         /// `auto_k`: the k the selection had and where it came from (`k=auto:12`).
         auto_k: Option<crate::auto_k::Chosen>,
+        /// A question the ranking could not read ([`crate::weak_query`]): of its content
+        /// terms, how many the catalog has (`weak=0/9`).
+        weak: Option<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -93,6 +96,7 @@ impl Outcome {
             unknown: Vec::new(),
             shadow: None,
             auto_k: None,
+            weak: None,
         }
     }
 
@@ -113,6 +117,7 @@ impl Outcome {
                 unknown,
                 shadow,
                 auto_k,
+                weak,
                 ..
             } => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -150,7 +155,12 @@ impl Outcome {
                     .map(|n| format!(" shadow=would_keep:{n}"))
                     .unwrap_or_default();
                 let auto_k = auto_k.map(|c| c.header_suffix()).unwrap_or_default();
+                let weak = weak
+                    .as_ref()
+                    .map(|w| format!(" weak={w}"))
+                    .unwrap_or_default();
                 header_value(*kept, *total, None)
+                    + &weak
                     + &auto_k
                     + &denied
                     + &evicted
@@ -217,6 +227,7 @@ mod tests {
             unknown: vec!["x".to_owned(), "x".to_owned()],
             shadow: Some(5),
             auto_k: None,
+            weak: None,
         };
         let gated = Gated {
             excluded: 2,

@@ -165,7 +165,8 @@ impl Request {
             // Search mode answers made-up names itself (`x-toolsift-search`).
             unknown: Vec::new(),
             shadow: None,
-            auto_k: analysis.auto_k,
+            auto_k: analysis.auto_k_used(),
+            weak: None,
         });
         actions.extend(loop_counts(analysis));
         actions.push(Action::Count(
@@ -182,7 +183,7 @@ impl Request {
     /// shown and `find_tools` for the rest. True when it will be.
     pub fn reach_beyond(&mut self, config: &crate::config::Config, analysis: &Analysis) -> bool {
         let beyond = config.auto_k.as_ref().and_then(|a| a.beyond).is_some();
-        let capped = analysis.auto_k.is_some_and(|c| c.capped.is_some());
+        let capped = analysis.auto_k_used().is_some_and(|c| c.capped.is_some());
         if !beyond || !capped || self.shadow_drawn == Some(true) || self.search_headers.is_some() {
             return false;
         }

@@ -292,7 +292,12 @@ impl Request {
         let hybrid = hybrid::source(worker.vectors, config).filter(|_| !analysis.native_search);
         let ranked = match hybrid {
             Some((source, e)) => match hybrid::start(&source, config, e, &mut analysis) {
-                hybrid::Start::Ranked(ranked) => ranked,
+                hybrid::Start::Ranked(ranked, backfill) => {
+                    if let Some(entries) = backfill {
+                        host.backfill(&analysis.catalog, entries);
+                    }
+                    ranked
+                }
                 hybrid::Start::Call(call) => {
                     let inputs: Vec<&str> = call.inputs.iter().map(String::as_str).collect();
                     match host.embed(e, &inputs) {

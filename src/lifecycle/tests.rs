@@ -951,6 +951,7 @@ fn vector_source<'a>(
         model: &e.model,
         dimensions: e.dimensions,
         cache,
+        roles: e.roles.as_ref(),
     }
 }
 
@@ -995,7 +996,7 @@ fn hybrid_ranking_waits_for_one_call_then_ranks_from_the_cache() {
     let (_, mut analysis, _) = analysed(&mut engine, &mut third, &sent);
     assert!(matches!(
         hybrid::start(&source, &engine.config, &e, &mut analysis),
-        hybrid::Start::Ranked(Ranked::Hybrid)
+        hybrid::Start::Ranked(Ranked::Hybrid, None)
     ));
 
     // New tools whose call times out (Envoy answers 504): keyword, and the tools are left to

@@ -49,6 +49,7 @@ impl Host for Mock {
                 model: &embeddings.model,
                 dimensions: embeddings.dimensions,
                 cache,
+                roles: embeddings.roles.as_ref(),
             },
             embeddings,
             config,

@@ -129,6 +129,8 @@ struct Explanation {
     body_bytes: usize,
     tokenizer: TokenizerName,
     hybrid: Option<HybridInfo>,
+    /// A question the ranking could not read: `known/terms` of its content terms.
+    weak: Option<String>,
 }
 
 impl Explanation {
@@ -156,7 +158,10 @@ impl Explanation {
     fn header(&self) -> String {
         match &self.outcome {
             Outcome::Skipped(s) => header_value(0, 0, Some(s)),
-            _ => header_value(self.kept(), self.total(), None),
+            _ => {
+                let weak = self.weak.as_ref().map(|w| format!(" weak={w}"));
+                header_value(self.kept(), self.total(), None) + &weak.unwrap_or_default()
+            }
         }
     }
 }
@@ -293,6 +298,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
         body_bytes: body.len(),
         tokenizer: args.tokenizer,
         hybrid,
+        weak: None,
     };
     match engine.analyse(dialect, &body) {
         Ok(mut analysis) => {
@@ -324,13 +330,15 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 },
                 None => Outcome::Unchanged,
             };
-            Ok(explanation(
+            let mut explained = explanation(
                 analysis.query.clone(),
                 outcome,
                 rows,
                 builtins(&analysis.catalog),
                 hybrid,
-            ))
+            );
+            explained.weak = analysis.weak_suffix();
+            Ok(explained)
         }
         Err(skipped) if matches!(skipped.reason, Skip::MalformedJson | Skip::BadShape) => {
             Err(Failure(format!(
@@ -431,6 +439,10 @@ struct JsonOut<'a> {
     skip_reason: Option<&'static str>,
     /// The `x-toolsift` response header the filter adds.
     x_toolsift: String,
+    /// A question the ranking could not read (`weak_query`): `known/terms` of its content
+    /// terms; absent when it read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weak: Option<&'a str>,
     total: usize,
     kept: usize,
     builtins: usize,
@@ -553,6 +565,7 @@ fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
         outcome,
         skip_reason,
         x_toolsift: e.header(),
+        weak: e.weak.as_deref(),
         total: e.total(),
         kept: e.kept(),
         builtins: e.builtins,
@@ -678,6 +691,17 @@ fn to_text(e: &Explanation, config: &Config) -> String {
     };
     field(&mut s, "outcome", &outcome);
     field(&mut s, "header", &format!("x-toolsift: {}", e.header()));
+    if let Some(weak) = &e.weak {
+        field(
+            &mut s,
+            "not ranked",
+            &format!(
+                "the catalog has {weak} of the question's content terms, below \
+                 weak_query.min_coverage: the ranking cannot read it, so it is not cut to top_k \
+                 (weak_query.action decides what is sent)"
+            ),
+        );
+    }
     if e.builtins > 0 {
         field(
             &mut s,

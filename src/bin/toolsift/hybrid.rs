@@ -104,13 +104,9 @@ impl EmbeddingArgs {
             on_call();
             client.post_json(body)
         };
-        Ok(Some(Embedder::new(
-            url_text,
-            model,
-            dimensions,
-            BATCH,
-            capacity,
-            Box::new(post),
-        )))
+        Ok(Some(
+            Embedder::new(url_text, model, dimensions, BATCH, capacity, Box::new(post))
+                .with_roles(embeddings.and_then(|e| e.roles.clone())),
+        ))
     }
 }

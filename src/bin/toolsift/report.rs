@@ -351,6 +351,17 @@ pub fn text(r: &Report, files: usize) -> String {
             String::new()
         },
     );
+    let w = &r.weak_queries;
+    if w.requests > 0 {
+        let _ = writeln!(
+            s,
+            "questions the ranking could not read: {} (not cut to top_k: {} of their {} tools \
+             sent, as weak_query says)",
+            requests(w.requests),
+            thousands(w.tools_out),
+            thousands(w.tools_in),
+        );
+    }
     if u.shadow_calls.total() > 0 {
         let _ = writeln!(
             s,
