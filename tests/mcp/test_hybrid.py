@@ -15,7 +15,7 @@ from mcp import Client
 def gateway():
     binary = REPO / "target/embed/release/toolsift-embed"
     assert binary.exists(), f"{binary} not found: run `make embed` (make test does it)"
-    embed = subprocess.Popen([str(binary), "--listen", "127.0.0.1:0"], cwd=REPO,
+    embed = subprocess.Popen([str(binary), "--listen", "127.0.0.1:0", "--model", "all-MiniLM-L6-v2"], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     line = embed.stderr.readline()
     assert line.startswith("embeddings server listening on "), line
