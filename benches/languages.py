@@ -108,6 +108,22 @@ def measure(binary, name, queries, args, seed):
     return rows
 
 
+def measure_group(binary, tools, queries, args):
+    """Per query of one catalog, in order: as [`measure`] gives them."""
+    report = evaluate(binary, tools, queries, args)
+    by_id = {q["id"]: q for q in report["per_query"]}
+    rows = []
+    for q in queries:
+        pq = by_id[q["id"]]
+        ranks = list(pq["relevant_ranks"].values())
+        rec = lambda k: sum(1 for r in ranks if r is not None and r <= k) / len(ranks)
+        rows.append({"recall@5": rec(5), "recall@10": rec(10), "weak": pq["weak"],
+                     "reading": pq["reading"], "ranks": ranks,
+                     "dense_margin": pq.get("dense_margin"),
+                     "selected_top_k": report["selected_top_k"]})
+    return rows
+
+
 def kept(row, args, weak_keep):
     """Relevant share and tools the selection sends (weak: `weak_keep` tools, else top_k)."""
     k = weak_keep if row["weak"] else row["selected_top_k"]
@@ -127,6 +143,8 @@ def main():
     p.add_argument("--languages", default=",".join(LANGS))
     p.add_argument("--datasets", default=",".join(NAMES))
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--rows", help="write every question's row (ranks, reading, weak, dense "
+                   "margin) to this JSON file")
     args = p.parse_args()
     args.catalog = None if args.catalog == "full" else int(args.catalog)
     weak_keep = 128
@@ -134,6 +152,7 @@ def main():
         with open(args.config) as f:
             weak_keep = json.load(f).get("weak_query", {}).get("max_k", 128)
     results = {}
+    all_rows = {}
     for name in args.datasets.split(","):
         if args.english_traffic:
             queries = read_jsonl(os.path.join(DATASETS, name, "queries.jsonl"))
@@ -146,11 +165,28 @@ def main():
             print(f"{name}: {len(weak)} of {len(rows)} English questions weak "
                   f"({100 * len(weak) / max(1, len(rows)):.2f} %)", file=sys.stderr)
             continue
-        for lang in args.languages.split(","):
+        # Every language's questions are the same questions in the same order: their groups
+        # get the same catalogs, so each group is ranked once for all languages (with
+        # embeddings, its tools are embedded once).
+        langs = args.languages.split(",")
+        by_lang = {}
+        for lang in langs:
             queries = read_jsonl(os.path.join(LANGUAGES, name, f"{lang}.jsonl"))
             if args.half is not None:
                 queries = [q for q in queries if q["half"] == args.half]
-            rows = measure(args.binary, name, queries, args, f"languages-{name}")
+            by_lang[lang] = queries
+        every = [dict(q, id=f"{lang}|{q['id']}") for lang in langs for q in by_lang[lang]]
+        first = by_lang[langs[0]]
+        rows_of = {lang: [] for lang in langs}
+        for tools, group in catalogs(tools_lines(name), first, args.catalog, f"languages-{name}"):
+            ids = {q["id"] for q in group}
+            batch = [q for q in every if q["id"].split("|", 1)[1] in ids]
+            for row, q in zip(measure_group(args.binary, tools, batch, args), batch):
+                rows_of[q["id"].split("|", 1)[0]].append(row)
+        if args.rows:
+            all_rows[name] = rows_of
+        for lang in langs:
+            rows = rows_of[lang]
             n = max(1, len(rows))
             kept_rows = [kept(r, args, weak_keep) for r in rows]
             results[f"{name}/{lang}"] = {
@@ -161,6 +197,9 @@ def main():
                 "selected_recall": sum(k[0] for k in kept_rows) / n,
                 "selected_tools": sum(min(k[1], args.catalog or 10**9) for k in kept_rows) / n,
             }
+    if args.rows:
+        with open(args.rows, "w") as f:
+            json.dump(all_rows, f)
     if args.json:
         print(json.dumps(results, indent=1))
         return

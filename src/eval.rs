@@ -347,6 +347,9 @@ pub struct QueryResult {
     /// Too weak to rank by under the configuration's `weak_query` (hybrid: and no confident
     /// dense match): its selection kept what `weak_query.action` keeps.
     pub weak: bool,
+    /// Hybrid: how far the best tool's cosine stands above the catalog's mean, in standard
+    /// deviations ([`crate::weak_query::dense_margin`]).
+    pub dense_margin: Option<f32>,
 }
 
 /// The evaluation of one dataset. Serialises to one flat JSON object with keys such as
@@ -527,6 +530,8 @@ impl Serialize for Report {
                 /// `known/terms` of the question's content terms.
                 reading: String,
                 weak: bool,
+                #[serde(skip_serializing_if = "Option::is_none")]
+                dense_margin: Option<f32>,
             }
             struct Ranks<'a>(&'a [(String, Option<usize>)]);
             impl Serialize for Ranks<'_> {
@@ -549,6 +554,7 @@ impl Serialize for Report {
                     rank_us: q.rank_us,
                     reading: q.reading.describe(),
                     weak: q.weak,
+                    dense_margin: q.dense_margin,
                 })
                 .collect();
             m.serialize_entry("per_query", &rows)?;
@@ -679,6 +685,7 @@ pub fn evaluate_with(
         let text = head_and_tail(&q.query, MAX_QUERY_BYTES);
         let reading = crate::weak_query::Reading::of(&catalog.index, &text);
         let mut weak = config.weak_query.is_weak(reading);
+        let mut dense_margin = None;
         let (ranking, us) = match &mut ranker {
             Ranker::Keyword => {
                 let t0 = Instant::now();
@@ -693,8 +700,9 @@ pub fn evaluate_with(
                 let t0 = Instant::now();
                 let fused = rank_fused(&catalog, config, &text, &query_vectors, &tool_vectors);
                 let elapsed = t0.elapsed().as_secs_f64() * 1e6;
+                let cosines = crate::pipeline::best_cosines(&query_vectors, &tool_vectors);
+                dense_margin = crate::weak_query::dense_margin(&cosines);
                 if weak {
-                    let cosines = crate::pipeline::best_cosines(&query_vectors, &tool_vectors);
                     weak = !crate::weak_query::dense_confident(&cosines);
                 }
                 (fused.order, elapsed)
@@ -778,6 +786,7 @@ pub fn evaluate_with(
             rank_us: us,
             reading,
             weak,
+            dense_margin,
         });
     }
 

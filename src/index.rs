@@ -278,8 +278,19 @@ impl TermScratch {
     fn read(&mut self, t: &ToolText) -> (Box<[TermCount]>, [u32; 3], LexicalTool) {
         let ids = &mut self.ids;
         ids.clear();
+        // Bigrams of unspaced scripts, per field: not counted in its length (below).
+        let mut pairs = [0usize; 4];
+        let mut field = 0;
         let mut add = |text: &str| {
-            crate::text::for_each_term(text, |term| ids.push(term_id(term)));
+            crate::text::for_each_term(text, |term| {
+                ids.push(term_id(term));
+                if crate::text::is_unspaced_pair(term) {
+                    if let Some(n) = pairs.get_mut(field) {
+                        *n += 1;
+                    }
+                }
+            });
+            field += 1;
             ids.len()
         };
         let name_end = add(&t.name);
@@ -293,7 +304,12 @@ impl TermScratch {
         ];
         let terms = self.count(&fields);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let lengths = fields.map(|range| count(range.len()));
+        // A field's length counts its words and characters, not the bigrams beside them: a
+        // text in Han or kana is as long as it was before bigrams were read, so the catalog's
+        // average length, and every Latin question's scores, are what they were.
+        let mut field_pairs = pairs.into_iter();
+        let lengths =
+            fields.map(|range| count(range.len().saturating_sub(field_pairs.next().unwrap_or(0))));
         // The lexical facts in one list: the name's run, the description's, and the terms of
         // the parameter names, sorted and distinct.
         let keys = self.ids.get_mut(params_end..keys_end).unwrap_or_default();

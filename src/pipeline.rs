@@ -4,7 +4,7 @@
 use crate::access::{Caller, Grant, Policy, Surface, Why};
 use crate::config::Config;
 use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
-use crate::fusion::{self, Fused, FusionParams};
+use crate::fusion::{self, Channel, Fused, FusionParams};
 use crate::json::splice_bytes;
 use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
 use crate::rewrite::{rebuild_container_text, write_container};
@@ -661,6 +661,21 @@ pub fn fusion_params(config: &Config) -> FusionParams {
     }
 }
 
+/// [`fusion_params`] for a question of `reading`: the keyword channels weigh what the
+/// question lets them read (`weak_query.full_coverage`).
+fn fusion_params_for(config: &Config, reading: Reading) -> FusionParams {
+    let mut params = fusion_params(config);
+    let share = config.weak_query.lexical_share(reading);
+    if share < 1.0 {
+        for channel in [Channel::Bm25, Channel::Exact, Channel::ParamKeys] {
+            if let Some(w) = params.weights.get_mut(channel as usize) {
+                *w *= share;
+            }
+        }
+    }
+    params
+}
+
 /// Each tool's best cosine with the question's vectors (tools without a vector left out).
 pub fn best_cosines(query: &[&[f32]], tools: &[Option<&[f32]>]) -> Vec<f32> {
     tools
@@ -695,7 +710,7 @@ pub fn rank_fused(
         // Remembered from the keyword ranking the request already had.
         &catalog.rank(query),
         Some((query_vectors, tool_vectors)),
-        &fusion_params(config),
+        &fusion_params_for(config, Reading::of(&catalog.index, query)),
     )
 }
 
@@ -723,7 +738,7 @@ pub fn rank_fused_among(
         query,
         &index.rank(query),
         Some((query_vectors, tool_vectors)),
-        &fusion_params(config),
+        &fusion_params_for(config, Reading::of(&index, query)),
     )
 }
 
@@ -1249,7 +1264,7 @@ impl Engine {
             .map(|a| a.chosen(catalog.id()));
         let top_k = auto_k.map_or(self.config.top_k, |c| c.k);
         // What the ranking can read of the question: one it cannot is not cut by chance.
-        let reading = Reading::of(&catalog.index, crate::followup::own_words(&query));
+        let reading = catalog.reading(&query);
         let weak = !every_tool
             && self.config.mode == crate::config::Mode::Filter
             && self.config.weak_query.is_weak(reading);

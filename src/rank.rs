@@ -78,6 +78,8 @@ pub struct Catalog {
     /// The last query and its ranking: every turn of an agent loop asks the same question of
     /// the same catalog.
     last: RefCell<Option<(String, Rc<[Scored]>)>>,
+    /// What the ranking reads of the last question ranked ([`Catalog::reading`]).
+    last_reading: Cell<Option<crate::weak_query::Reading>>,
     /// The last question's hybrid ranking, once all vectors were known.
     last_fused: RefCell<Option<(String, Rc<Fused>)>>,
     /// Which entries the last grant's callers may see ([`Catalog::allowed_for`]), keyed by
@@ -196,6 +198,7 @@ impl Catalog {
             last_used: Cell::new(0),
             parts,
             last: RefCell::new(None),
+            last_reading: Cell::new(None),
             last_fused: RefCell::new(None),
             last_allowed: RefCell::new(None),
             rule_matches: RuleMatches::default(),
@@ -244,8 +247,28 @@ impl Catalog {
             let old = last.as_ref().map_or(0, |(q, r)| ranking_bytes(q, r));
             self.tallies.remembered(old, ranking_bytes(query, &ranking));
             *last = Some((query.to_owned(), Rc::clone(&ranking)));
+            self.last_reading.set(None);
         }
         ranking
+    }
+
+    /// What the ranking can read of `query` ([`crate::weak_query::Reading`] of its own words),
+    /// remembered with the last ranking: every turn of an agent loop asks the same question
+    /// of the same catalog, and reads it once.
+    pub fn reading(&self, query: &str) -> crate::weak_query::Reading {
+        let last = self
+            .last
+            .try_borrow()
+            .is_ok_and(|l| l.as_ref().is_some_and(|(q, _)| q == query));
+        if let Some(reading) = self.last_reading.get().filter(|_| last) {
+            return reading;
+        }
+        let reading =
+            crate::weak_query::Reading::of(&self.index, crate::followup::own_words(query));
+        if last {
+            self.last_reading.set(Some(reading));
+        }
+        reading
     }
 
     /// The keyword ranking of the function tools `allowed` marks (per entry), scored by

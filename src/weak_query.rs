@@ -69,11 +69,24 @@ pub struct WeakQueryConfig {
     /// left out) are in the catalog's vocabulary, 0 to 1 (0: never weak).
     #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0, max = 1)))]
     pub min_coverage: f32,
+    /// Hybrid ranking: the coverage from which the keyword channels (`bm25`, `exact`,
+    /// `param_keys`) keep their whole weight; below it their weights fall in proportion, so
+    /// a question whose words the catalog lacks is ranked by its embeddings rather than
+    /// averaged with a keyword ranking of a name or two. 0 to 1 (0: always whole).
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0, max = 1)))]
+    pub full_coverage: f32,
 }
 
 /// `min_coverage`'s default, chosen on half 0 of the translated questions
 /// (`tests/data/languages/`, `docs/BENCHMARKS.md`).
 pub const DEFAULT_MIN_COVERAGE: f32 = 0.25;
+
+/// `full_coverage`'s default, chosen on half 0 of the translated questions with
+/// multilingual-e5-small among 0 (keywords at full weight), 0.5 and 1: 0.5 and 1 lifted every
+/// language's hybrid Recall@5 by about the same (Spanish on seal_tools .869 → .929 / .931,
+/// Arabic .692 → .775 / .758) and left English's as it was; 0.5 leaves the questions that
+/// keywords read well, most English ones, untouched (`docs/BENCHMARKS.md`).
+pub const DEFAULT_FULL_COVERAGE: f32 = 0.5;
 
 /// `max_k`'s default: OpenAI's limit on tools.
 pub const DEFAULT_MAX_K: usize = 128;
@@ -84,6 +97,7 @@ impl Default for WeakQueryConfig {
             action: Action::MaxK,
             max_k: DEFAULT_MAX_K,
             min_coverage: DEFAULT_MIN_COVERAGE,
+            full_coverage: DEFAULT_FULL_COVERAGE,
         }
     }
 }
@@ -97,7 +111,19 @@ impl WeakQueryConfig {
         if !(0.0..=1.0).contains(&self.min_coverage) {
             return Err(("min_coverage", "must be 0 to 1".to_owned()));
         }
+        if !(0.0..=1.0).contains(&self.full_coverage) {
+            return Err(("full_coverage", "must be 0 to 1".to_owned()));
+        }
         Ok(())
+    }
+
+    /// The share of their configured weight the keyword channels keep in hybrid ranking for a
+    /// question of `reading`: 1 from `full_coverage` up, in proportion below it.
+    pub fn lexical_share(&self, reading: Reading) -> f32 {
+        if self.full_coverage <= 0.0 {
+            return 1.0;
+        }
+        (reading.coverage() / self.full_coverage).clamp(0.0, 1.0)
     }
 
     /// Whether a question of `reading` is weak under this configuration.
@@ -119,11 +145,19 @@ impl WeakQueryConfig {
 /// that its share is known.
 const READ_TERMS: usize = 64;
 
+/// Whether `term` is one character of an unspaced script: its bigrams say what it reads, and a
+/// character alone (的, の) is in most texts of its script, so it would read a question in
+/// Chinese against any catalog with a few Chinese descriptions.
+fn is_unspaced_char(term: &str) -> bool {
+    let mut chars = term.chars();
+    matches!((chars.next(), chars.next()), (Some(c), None) if crate::text::is_unspaced(c))
+}
+
 /// What the ranking can read of a question: its distinct content terms, numbers left out, and
 /// how many of them the catalog's vocabulary has. A run of Han, kana, Hangul or Thai is read
-/// as its bigrams ([`crate::text`]), and about half of them straddle two words, which no
-/// catalog has whatever its language: an unknown bigram counts half (`unknown_pairs`), so a
-/// Chinese question on a Chinese catalog reads as a question in words does.
+/// by its bigrams ([`crate::text`] also indexes its characters, which are left out here), and
+/// about half of the bigrams straddle two words, which no catalog has whatever its language:
+/// an unknown bigram counts half (`unknown_pairs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reading {
     pub terms: u16,
@@ -139,7 +173,10 @@ impl Reading {
         let mut seen: Vec<u32> = Vec::new();
         let (mut known, mut unknown_pairs) = (0u16, 0u16);
         crate::text::for_each_term(query, |term| {
-            if seen.len() >= READ_TERMS || term.bytes().all(|b| b.is_ascii_digit()) {
+            if seen.len() >= READ_TERMS
+                || term.bytes().all(|b| b.is_ascii_digit())
+                || is_unspaced_char(term)
+            {
                 return;
             }
             let id = term_id(term);
@@ -149,7 +186,7 @@ impl Reading {
             seen.push(id);
             if index.idf(id).is_some() {
                 known += 1;
-            } else if term.chars().next().is_some_and(crate::text::is_unspaced) {
+            } else if crate::text::is_unspaced_pair(term) {
                 unknown_pairs += 1;
             }
         });
@@ -178,11 +215,15 @@ impl Reading {
 
 /// How far the best tool's cosine must stand above the catalog's others, in standard
 /// deviations of the question's cosines over the catalog, for the embeddings to read a
-/// question the keywords cannot. Not yet chosen on data (the multilingual embedder's figures
-/// are still to come, `docs/BENCHMARKS.md`): 3 is a bar that a tool picked out of a catalog
-/// of unrelated ones clears and one of a flat spread does not, so that a weak question is cut
-/// only on clear evidence.
-pub const DENSE_CONFIDENCE: f32 = 3.0;
+/// question the keywords cannot. Chosen on half 0 of the translated questions (657 that the
+/// keywords could not read, 200-tool catalogs) as the smallest step of 0.5 at which cutting
+/// the questions past it to `top_k` keeps their tools within .02 of never cutting them, with
+/// both embedders: at 5.5, .970 against .979 with multilingual-e5-small, .890 against .906
+/// with all-MiniLM-L6-v2 (at 3, .759 and .517: the best cosine of a question neither model
+/// reads well still stands out of a catalog by three deviations). It cuts few such
+/// questions: the embeddings' share of the work is the fusion's
+/// ([`WeakQueryConfig::lexical_share`]).
+pub const DENSE_CONFIDENCE: f32 = 5.5;
 
 /// Whether the best of `cosines` (one per tool with a vector) stands out of the rest by
 /// [`DENSE_CONFIDENCE`] standard deviations: the embeddings found a tool the question is about,
@@ -299,6 +340,11 @@ mod tests {
         let mut one = flat.clone();
         one[7] = 0.8;
         assert!(dense_confident(&one));
+        // Three deviations are not enough.
+        let mut some: Vec<f32> = (0..50).map(|i| 0.3 + 0.01 * (i % 7) as f32).collect();
+        some[7] = 0.4;
+        assert!(dense_margin(&some).is_some_and(|z| z > 2.0 && z < DENSE_CONFIDENCE));
+        assert!(!dense_confident(&some));
         assert_eq!(dense_margin(&[0.5; 3]), None);
         assert_eq!(dense_margin(&[0.5; 20]), None);
         assert!(!dense_confident(&[f32::NAN; 20]));

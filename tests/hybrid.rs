@@ -54,7 +54,13 @@ const PARAPHRASED_TOOL: &str = "send_slack_message";
 #[test]
 fn hybrid_finds_a_paraphrase_that_keyword_ranking_misses() {
     let embed = EmbedServer::start();
-    let keyword = gateway(r#"{"top_k": 5, "min_tools": 20}"#, embed.port);
+    // The paraphrase shares one word of five with the catalog ("build"): a question the
+    // keywords cannot read, which `weak_query` would send with every tool; cut to `top_k`
+    // here, to show what keyword ranking keeps of it.
+    let keyword = gateway(
+        r#"{"top_k": 5, "min_tools": 20, "weak_query": {"action": "top_k"}}"#,
+        embed.port,
+    );
     let r = chat(&keyword, PARAPHRASE);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(
@@ -64,10 +70,14 @@ fn hybrid_finds_a_paraphrase_that_keyword_ranking_misses() {
     );
     drop(keyword);
 
-    let hybrid = gateway(
-        &hybrid_config(json!({"timeout_ms": 30000, "max_batch": 128})),
-        embed.port,
-    );
+    // With `weak_query` as configured by default the paraphrase goes with every tool: its
+    // embeddings do not stand out enough to cut it (`weak_query::DENSE_CONFIDENCE`).
+    let mut config: Value = serde_json::from_str(&hybrid_config(
+        json!({"timeout_ms": 30000, "max_batch": 128}),
+    ))
+    .unwrap();
+    config["weak_query"] = json!({"action": "top_k"});
+    let hybrid = gateway(&config.to_string(), embed.port);
     let r = chat(&hybrid, PARAPHRASE);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(
@@ -77,7 +87,7 @@ fn hybrid_finds_a_paraphrase_that_keyword_ranking_misses() {
     );
     assert_eq!(
         r.header("x-toolsift"),
-        Some("kept=5 total=80 ranking=hybrid")
+        Some("kept=5 total=80 weak=1/5 ranking=hybrid")
     );
     // The debug header says which channels put each tool there.
     let explained = r.header("x-toolsift-tools").unwrap();

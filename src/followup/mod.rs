@@ -88,16 +88,15 @@ pub fn query_answering(latest: &str, earlier: &[String], answers: bool, index: &
     answering(latest, earlier, ask, index)
 }
 
-/// A text says as much as a question of its own, whatever its language, when it has at least
-/// this share of the question's distinct content terms (and [`MIN_TERMS`])...
-pub const STANDS_ALONE_SHARE: f32 = 0.5;
-
-/// ... or at least this many. Replies to an ask are short in every language (at most 7 terms,
-/// Han and kana counted in bigrams, among the 84 hand-written replies of half 0); a new
-/// question seldom is. Both chosen on half 0 of `tests/data/languages/` (hand-backs and asks
-/// in seven languages between translated questions): a new question after a hand-back kept
-/// its Recall@5 within .018 of its own, every reply its question's (`docs/BENCHMARKS.md`,
-/// "Follow-ups in any language").
+/// After a turn whose question mark alone asks, a text of at least this many distinct content
+/// terms says as much as a question of its own, whatever its language. Replies to an ask are
+/// short in every language (at most 7 terms, Han and kana counted in bigrams, among the 84
+/// hand-written replies of half 0); a new question seldom is. Chosen on half 0 of
+/// `tests/data/languages/` (hand-backs and asks in seven languages between translated
+/// questions) among 6 to 12, alone and with a share of the question's terms (0.3 to 1.0, which
+/// changed nothing beside it): a new question after a hand-back kept its Recall@5 within .018
+/// of its own, every reply its question's (`docs/BENCHMARKS.md`, "Follow-ups in any
+/// language").
 pub const STANDS_ALONE_TERMS: usize = 8;
 
 /// [`query`] for an assistant's turn read as `ask`.
@@ -127,18 +126,13 @@ fn answering(latest: &str, earlier: &[String], ask: Ask, index: &Index) -> Strin
     };
     // Whether `latest` says as much as a question of its own, in any language: after a turn
     // whose question mark alone asks, where the assistant's words cannot tell.
-    let stands_alone = |q: &str| {
-        let own = content_terms(&latest, COUNTED_TERMS);
-        own >= STANDS_ALONE_TERMS
-            || own >= MIN_TERMS
-                && own as f32 >= STANDS_ALONE_SHARE * content_terms(q, COUNTED_TERMS) as f32
-    };
+    let stands_alone = || content_terms(&latest, COUNTED_TERMS) >= STANDS_ALONE_TERMS;
     let follows_up = match ask {
         Ask::Named => !question.as_deref().is_some_and(says_more),
         // A text that goes back to its task ("attempt it one more time") answers it still.
         Ask::QuestionMark => !question
             .as_deref()
-            .is_some_and(|q| says_more(q) || !refers_back(&latest) && stands_alone(q)),
+            .is_some_and(|q| says_more(q) || !refers_back(&latest) && stands_alone()),
         Ask::No => is_follow_up(&latest, index),
     };
     if !follows_up {
