@@ -308,8 +308,11 @@ fn ten_thousand_tools_of_one_name() {
     let body = chat_with(&tools, "");
     let r = gw.post(PATH, &[ECHO], body.as_bytes());
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("x-toolsift"), Some("kept=5 total=10000"));
-    assert_eq!(assert_cut(&body, &tools, &r.body).len(), 5);
+    // The fixture's question shares one word of six with this catalog: too weak to rank by
+    // (`weak_query`), it goes with the `max_k` best tools.
+    let header = r.header("x-toolsift").unwrap_or_default();
+    assert!(header.starts_with("kept=128 total=10000 weak="), "{header}");
+    assert_eq!(assert_cut(&body, &tools, &r.body).len(), 128);
     assert_still_serving(&gw);
 }
 
