@@ -28,6 +28,15 @@ fn questions(name: &str, lang: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The relevant tools' names of `questions`.
+fn relevant<'a>(questions: &[&'a Value]) -> Vec<&'a str> {
+    questions
+        .iter()
+        .flat_map(|q| q["relevant"].as_array().unwrap().iter())
+        .map(|r| r.as_str().unwrap())
+        .collect()
+}
+
 /// 200 tools of the shared dataset `name`: every tool `wanted` names, then the catalog's first
 /// others.
 fn catalog(name: &str, wanted: &[&str]) -> Vec<Value> {
@@ -99,13 +108,7 @@ fn a_question_the_ranking_cannot_read_is_never_cut_to_top_k_in_any_language() {
             assert_eq!(translated.len(), english.len(), "{name}/{lang}");
             let mut weak_here = 0;
             for (q, en) in translated.iter().zip(&english).take(8) {
-                let wanted: Vec<&str> = q["relevant"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|r| r.as_str().unwrap())
-                    .collect();
-                let tools = catalog(name, &wanted);
+                let tools = catalog(name, &relevant(&[q]));
                 let (sent, header) = ask(&gw, &tools, q["query"].as_str().unwrap());
                 requests += 1;
                 if header.contains(" weak=") {
@@ -152,13 +155,7 @@ fn a_question_the_ranking_cannot_read_is_never_cut_to_top_k_in_any_language() {
 #[test]
 fn the_weak_query_actions_in_envoy() {
     let q = &questions("seal_tools", "ja")[0];
-    let wanted: Vec<&str> = q["relevant"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap())
-        .collect();
-    let tools = catalog("seal_tools", &wanted);
+    let tools = catalog("seal_tools", &relevant(&[q]));
     let text = q["query"].as_str().unwrap();
     for (config, kept) in [
         (r#"{"weak_query":{"action":"pass"}}"#, 200),
@@ -287,12 +284,7 @@ fn follow_ups_in_every_language_keep_their_tools() {
         let (mut alone, mut after_handback, mut question, mut after_ask) = (0.0, 0.0, 0.0, 0.0);
         for (i, pair) in questions.windows(2).take(6).enumerate() {
             let (a, b) = (&pair[0], &pair[1]);
-            let wanted: Vec<&str> = [a, b]
-                .iter()
-                .flat_map(|q| q["relevant"].as_array().unwrap().iter())
-                .map(|r| r.as_str().unwrap())
-                .collect();
-            let tools = catalog("toolbench", &wanted);
+            let tools = catalog("toolbench", &relevant(&[a, b]));
             let user = |text: &Value| json!({"role": "user", "content": text});
             let assistant = |text: &Value| json!({"role": "assistant", "content": text});
             let handback = &handbacks[i % handbacks.len()]["assistant"];
@@ -335,12 +327,7 @@ fn follow_ups_in_every_language_keep_their_tools() {
 fn hybrid_with_the_multilingual_embedder_reads_every_language() {
     let embed = common::EmbedServer::start_model("multilingual-e5-small");
     let english = questions("seal_tools", "en");
-    let wanted: Vec<&str> = english
-        .iter()
-        .flat_map(|q| q["relevant"].as_array().unwrap().iter())
-        .map(|r| r.as_str().unwrap())
-        .collect();
-    let tools = catalog("seal_tools", &wanted);
+    let tools = catalog("seal_tools", &relevant(&english.iter().collect::<Vec<_>>()));
     // The whole catalog in the first request's call: its questions wait for it (no timing in
     // this test, only what is ranked).
     let config = json!({"top_k": 5, "debug": true, "ranking": "hybrid",
