@@ -60,7 +60,7 @@ fn main() {
         let per_query: Vec<Vec<String>> = dataset
             .queries
             .iter()
-            .map(|q| query_texts(&q.query))
+            .map(|q| query_texts(&q.query, toolsift::embeddings::MAX_SENTENCES))
             .collect();
         let flat: Vec<String> = per_query.iter().flatten().cloned().collect();
         let flat_vectors = cached(&repo, &format!("{name}-query-texts"), || embed(port, &flat));

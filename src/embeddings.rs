@@ -13,7 +13,8 @@ use std::rc::Rc;
 /// Tool text beyond this many bytes adds nothing a small embedding model reads (MiniLM stops at
 /// 256 word pieces) and only costs the call.
 const MAX_TOOL_TEXT: usize = 2048;
-/// At most this many sentences of a request are embedded besides the whole request.
+/// At most this many sentences of a request are embedded besides the whole request (the
+/// default and the bound of `embeddings.query_sentences`).
 pub const MAX_SENTENCES: usize = 8;
 
 /// The text embedded for a tool: name, description, then the parameters' names and
@@ -27,16 +28,19 @@ pub fn tool_text(t: &ToolText) -> String {
     crate::text::bounded(&text, MAX_TOOL_TEXT).to_owned()
 }
 
-/// The texts embedded for a request: the whole request, then each of its sentences when it has
-/// several, so every step of a multi-step task can find its tool. A follow-up's turns are
+/// The texts embedded for a request: the whole request, then each of its first `sentences`
+/// sentences when it has several, so every step of a multi-step task can find its tool. A follow-up's turns are
 /// embedded as the lines a person reads ([`crate::followup::readable`]); what only orders
 /// ties is not embedded ([`crate::followup::own_words`]).
-pub fn query_texts(query: &str) -> Vec<String> {
+pub fn query_texts(query: &str, sentences: usize) -> Vec<String> {
     let query = crate::followup::readable(crate::followup::own_words(query));
     let query = query.as_ref();
     let mut texts = vec![crate::text::bounded(query, MAX_TOOL_TEXT).to_owned()];
+    if sentences == 0 {
+        return texts;
+    }
     texts.extend(
-        crate::text::sentences(query, MAX_SENTENCES)
+        crate::text::sentences(query, sentences.min(MAX_SENTENCES))
             .into_iter()
             .map(|s| crate::text::bounded(s, MAX_TOOL_TEXT).to_owned()),
     );
@@ -376,6 +380,8 @@ pub struct Source<'a, S> {
     pub cache: &'a VectorCache<S>,
     /// How the service tells a question from a tool's text (`embeddings.roles`).
     pub roles: Option<&'a crate::config::EmbeddingRoles>,
+    /// `embeddings.query_sentences`: sentences embedded besides the whole question.
+    pub query_sentences: usize,
 }
 
 impl<S: SharedBytes> Source<'_, S> {
@@ -407,7 +413,7 @@ impl<S: SharedBytes> Source<'_, S> {
     /// and shared by every catalog that holds the tool), then the shared cache for the rest.
     pub fn gather(&self, catalog: &Catalog, query: &str) -> Gathered {
         let prefix = self.roles.map_or("", |r| &r.query_prefix);
-        let query_texts: Vec<String> = query_texts(query)
+        let query_texts: Vec<String> = query_texts(query, self.query_sentences)
             .into_iter()
             .map(|t| with_prefix(prefix, t))
             .collect();
@@ -874,6 +880,7 @@ mod tests {
             dimensions: None,
             cache: &cache,
             roles: None,
+            query_sentences: MAX_SENTENCES,
         };
         let catalog = catalog(10);
         let mut g = source.gather(&catalog, "thing");
@@ -909,6 +916,7 @@ mod tests {
             dimensions: None,
             cache: &cache,
             roles: None,
+            query_sentences: MAX_SENTENCES,
         };
         let catalog = catalog(5);
         catalog.set_fetching(true);
@@ -931,6 +939,7 @@ mod tests {
             dimensions: None,
             cache,
             roles: None,
+            query_sentences: MAX_SENTENCES,
         }
     }
 
@@ -1211,6 +1220,7 @@ mod tests {
             dimensions: None,
             cache: &cache,
             roles: Some(&prefixes),
+            query_sentences: MAX_SENTENCES,
         };
         let catalog = catalog(3);
         let g = source.gather(&catalog, "thing");
@@ -1259,8 +1269,14 @@ mod tests {
 
     #[test]
     fn queries_are_embedded_whole_and_by_sentence() {
-        assert_eq!(query_texts("weather in Paris"), ["weather in Paris"]);
-        let t = query_texts("Geocode the museum address. Then find parking nearby!");
+        assert_eq!(
+            query_texts("weather in Paris", MAX_SENTENCES),
+            ["weather in Paris"]
+        );
+        let t = query_texts(
+            "Geocode the museum address. Then find parking nearby!",
+            MAX_SENTENCES,
+        );
         assert_eq!(
             t,
             [
@@ -1269,5 +1285,15 @@ mod tests {
                 "Then find parking nearby"
             ]
         );
+        let three = "Geocode the museum address. Then find parking nearby. Book a table for two.";
+        assert_eq!(
+            query_texts(three, 2),
+            [
+                three,
+                "Geocode the museum address",
+                "Then find parking nearby"
+            ]
+        );
+        assert_eq!(query_texts(three, 0), [three]);
     }
 }

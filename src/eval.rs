@@ -876,6 +876,8 @@ pub struct Embedder<'a> {
     pub inputs: usize,
     /// `embeddings.roles` of the configuration.
     roles: Option<crate::config::EmbeddingRoles>,
+    /// `embeddings.query_sentences` of the configuration.
+    query_sentences: usize,
 }
 
 impl<'a> Embedder<'a> {
@@ -899,12 +901,15 @@ impl<'a> Embedder<'a> {
             calls: 0,
             inputs: 0,
             roles: None,
+            query_sentences: MAX_SENTENCES,
         }
     }
 
-    /// With `embeddings.roles`: how the service tells a question from a tool's text.
-    pub fn with_roles(mut self, roles: Option<crate::config::EmbeddingRoles>) -> Embedder<'a> {
-        self.roles = roles;
+    /// With the configuration's `embeddings` (if any): how the service tells a question from a
+    /// tool's text (`roles`), and how many of a question's sentences it embeds.
+    pub fn with_settings(mut self, embeddings: Option<&crate::config::Embeddings>) -> Embedder<'a> {
+        self.roles = embeddings.and_then(|e| e.roles.clone());
+        self.query_sentences = embeddings.map_or(MAX_SENTENCES, |e| e.query_sentences);
         self
     }
 
@@ -928,6 +933,7 @@ impl<'a> Embedder<'a> {
             dimensions: self.dimensions,
             cache: &self.cache,
             roles: self.roles.as_ref(),
+            query_sentences: self.query_sentences,
         };
         let mut gathered = source.gather(catalog, query);
         loop {

@@ -9,6 +9,7 @@ use common::EmbedServer;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use toolsift::embeddings::MAX_SENTENCES;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/chat-60-tools.json");
 
@@ -519,7 +520,7 @@ fn hybrid_dataset(dir: &Scratch) -> (String, String, usize, usize) {
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let q: Value = serde_json::from_str(l).unwrap();
-            toolsift::embeddings::query_texts(q["query"].as_str().unwrap()).len()
+            toolsift::embeddings::query_texts(q["query"].as_str().unwrap(), MAX_SENTENCES).len()
         })
         .sum();
     (
@@ -642,7 +643,7 @@ fn explain_hybrid_shows_the_channels_of_each_kept_tool() {
     assert_eq!(v["kept"], 5);
     // One call: the query's texts and the 60 tools.
     let query = v["query"].as_str().unwrap();
-    let inputs = 60 + toolsift::embeddings::query_texts(query).len() as u64;
+    let inputs = 60 + toolsift::embeddings::query_texts(query, MAX_SENTENCES).len() as u64;
     assert_eq!(v["embeddings"]["calls"], 1);
     assert_eq!(v["embeddings"]["inputs"].as_u64(), Some(inputs));
     let stats = server.stats();

@@ -70,6 +70,7 @@ pub fn source<'a, S>(
         dimensions: e.dimensions,
         cache,
         roles: e.roles.as_ref(),
+        query_sentences: e.query_sentences,
     };
     Some((source, e))
 }

@@ -952,6 +952,7 @@ fn vector_source<'a>(
         dimensions: e.dimensions,
         cache,
         roles: e.roles.as_ref(),
+        query_sentences: e.query_sentences,
     }
 }
 

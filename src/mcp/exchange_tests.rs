@@ -50,6 +50,7 @@ impl Host for Mock {
                 dimensions: embeddings.dimensions,
                 cache,
                 roles: embeddings.roles.as_ref(),
+                query_sentences: embeddings.query_sentences,
             },
             embeddings,
             config,

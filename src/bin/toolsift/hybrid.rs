@@ -106,7 +106,7 @@ impl EmbeddingArgs {
         };
         Ok(Some(
             Embedder::new(url_text, model, dimensions, BATCH, capacity, Box::new(post))
-                .with_roles(embeddings.and_then(|e| e.roles.clone())),
+                .with_settings(embeddings),
         ))
     }
 }
