@@ -1976,7 +1976,7 @@ mod tests {
 
     #[test]
     fn the_books_examples_of_custom_shapes_load() {
-        let section = include_str!("../docs/book/src/concepts/custom-shapes.md");
+        let section = include_str!("../../docs/book/src/concepts/custom-shapes.md");
         let examples: Vec<&str> = section
             .split("```json\n")
             .skip(1)
