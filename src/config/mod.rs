@@ -1,11 +1,20 @@
 //! Plugin configuration: the JSON in Envoy's `configuration` StringValue (or Istio's
 //! `pluginConfig`). Parsed strictly (unknown keys are errors, so a typo never silently turns a
 //! setting off), then checked; every error names the field.
+//!
+//! This module holds the top level and its parser. Each feature owns its section beside its
+//! code (`access`, `custom`, `loop_guard`, `suggestions`, `weak_query`, `gating.rules`, …),
+//! unless the feature sits above `config` in the layers (`src/lib.rs` lists them): `config`
+//! importing it would close an import circle, so its section is a submodule here.
 
 use crate::dialects::Dialect;
 use crate::json::{object, objects, optional_object, optional_whole_number, variant, whole_number};
 use serde::Deserialize;
 use std::fmt;
+
+pub mod shadow;
+
+use shadow::Shadow;
 
 /// What to do with a request toolsift cannot read (malformed, oversized, compressed, …).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -806,18 +815,6 @@ impl Default for Config {
     }
 }
 
-/// The `shadow` section.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Shadow {
-    /// The share of ranked LLM requests shadowed (0 to 1: 0 never, 1 every one): forwarded with
-    /// every tool their caller may see, their answers' calls measured against the cut they
-    /// would have had.
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0, max = 1)))]
-    pub sample: f64,
-}
-
 /// The configuration's JSON Schema (draft 2020-12), derived from the types above and the types
 /// of their sections, whose doc comments are its descriptions: what `toolsift schema` prints,
 /// `docs/config.schema.json` ships and `toolsift check` validates plugin configurations with.
@@ -1063,9 +1060,7 @@ impl Config {
             return Err(invalid("unknown_tools.max_rounds", "must be 1..=10"));
         }
         if let Some(shadow) = &self.shadow {
-            if !(shadow.sample.is_finite() && (0.0..=1.0).contains(&shadow.sample)) {
-                return Err(invalid("shadow.sample", "must be a number from 0 to 1"));
-            }
+            shadow.check()?;
         }
         self.weak_query
             .validate()
@@ -1738,25 +1733,6 @@ mod tests {
         );
         assert!(err(r#"{"unknown_tools":{"answer":"yes"}}"#).contains("`unknown_tools.answer`"));
         assert!(err(r#"{"unknown_tools":{"rounds":2}}"#).contains("unknown field `rounds`"));
-    }
-
-    #[test]
-    fn shadow_settings() {
-        assert_eq!(Config::default().shadow_sample(), None);
-        let c = Config::from_json(br#"{"shadow":{"sample":0.05}}"#).unwrap();
-        assert_eq!(c.shadow_sample(), Some(0.05));
-        let c = Config::from_json(br#"{"shadow":{"sample":1}}"#).unwrap();
-        assert_eq!(c.shadow_sample(), Some(1.0));
-        // Search mode cuts nothing by rank: nothing to shadow.
-        let c = Config::from_json(br#"{"mode":"search","shadow":{"sample":1}}"#).unwrap();
-        assert_eq!(c.shadow_sample(), None);
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        for bad in ["1.5", "-0.1", "\"all\""] {
-            let e = err(&format!(r#"{{"shadow":{{"sample":{bad}}}}}"#));
-            assert!(e.contains("`shadow.sample`"), "{bad}: {e}");
-        }
-        assert!(err(r#"{"shadow":{}}"#).contains("`shadow`"));
-        assert!(err(r#"{"shadow":{"rate":0.5}}"#).contains("unknown field `rate`"));
     }
 
     #[test]
