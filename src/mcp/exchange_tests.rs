@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
 
 use super::*;
-use crate::config::Mcp;
+use crate::config::mcp::Mcp;
 use std::cell::RefCell;
 
 /// A request the gateway sent: body, method, name, timeout.
