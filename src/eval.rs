@@ -875,7 +875,7 @@ pub struct Embedder<'a> {
     pub calls: usize,
     pub inputs: usize,
     /// `embeddings.roles` of the configuration.
-    roles: Option<crate::config::EmbeddingRoles>,
+    roles: Option<crate::config::embeddings::EmbeddingRoles>,
 }
 
 impl<'a> Embedder<'a> {
@@ -903,7 +903,10 @@ impl<'a> Embedder<'a> {
     }
 
     /// With `embeddings.roles`: how the service tells a question from a tool's text.
-    pub fn with_roles(mut self, roles: Option<crate::config::EmbeddingRoles>) -> Embedder<'a> {
+    pub fn with_roles(
+        mut self,
+        roles: Option<crate::config::embeddings::EmbeddingRoles>,
+    ) -> Embedder<'a> {
         self.roles = roles;
         self
     }

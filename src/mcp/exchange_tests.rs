@@ -10,7 +10,7 @@ type Sent = (String, String, Option<String>, u64);
 /// Hybrid ranking's pieces: the vector cache, the embeddings settings, the configuration.
 type Vectors = (
     crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
-    crate::config::Embeddings,
+    crate::config::embeddings::Embeddings,
     Config,
 );
 
