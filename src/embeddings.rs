@@ -379,7 +379,7 @@ pub struct Source<'a, S> {
     pub dimensions: Option<usize>,
     pub cache: &'a VectorCache<S>,
     /// How the service tells a question from a tool's text (`embeddings.roles`).
-    pub roles: Option<&'a crate::config::EmbeddingRoles>,
+    pub roles: Option<&'a crate::config::embeddings::EmbeddingRoles>,
     /// `embeddings.query_sentences`: sentences embedded besides the whole question.
     pub query_sentences: usize,
 }
@@ -1209,7 +1209,7 @@ mod tests {
     fn roles_mark_the_texts_and_split_the_calls() {
         let memory = MemoryBytes::default();
         let cache = VectorCache::new(&memory, 64, "v.");
-        let prefixes = crate::config::EmbeddingRoles {
+        let prefixes = crate::config::embeddings::EmbeddingRoles {
             query_prefix: "query: ".into(),
             document_prefix: "passage: ".into(),
             input_type: None,
@@ -1231,8 +1231,8 @@ mod tests {
             inputs[1..].iter().all(|t| t.starts_with("passage: ")),
             "{inputs:?}"
         );
-        let field = crate::config::EmbeddingRoles {
-            input_type: Some(crate::config::InputTypes {
+        let field = crate::config::embeddings::EmbeddingRoles {
+            input_type: Some(crate::config::embeddings::InputTypes {
                 query: "query".into(),
                 document: "passage".into(),
             }),

@@ -875,7 +875,7 @@ pub struct Embedder<'a> {
     pub calls: usize,
     pub inputs: usize,
     /// `embeddings.roles` of the configuration.
-    roles: Option<crate::config::EmbeddingRoles>,
+    roles: Option<crate::config::embeddings::EmbeddingRoles>,
     /// `embeddings.query_sentences` of the configuration.
     query_sentences: usize,
 }
@@ -907,7 +907,7 @@ impl<'a> Embedder<'a> {
 
     /// With the configuration's `embeddings` (if any): how the service tells a question from a
     /// tool's text (`roles`), and how many of a question's sentences it embeds.
-    pub fn with_settings(mut self, embeddings: Option<&crate::config::Embeddings>) -> Embedder<'a> {
+    pub fn with_settings(mut self, embeddings: Option<&crate::config::embeddings::Embeddings>) -> Embedder<'a> {
         self.roles = embeddings.and_then(|e| e.roles.clone());
         self.query_sentences = embeddings.map_or(MAX_SENTENCES, |e| e.query_sentences);
         self

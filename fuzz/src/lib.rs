@@ -864,7 +864,7 @@ pub fn memory_set(data: &[u8]) {
         toolsift::search::memory::decode_round_trips(data),
         "decoded sessions that encode otherwise"
     );
-    let config = toolsift::config::Memory {
+    let config = toolsift::config::search::Memory {
         max_bytes: 1024,
         max_tools: 4,
         ..Default::default()

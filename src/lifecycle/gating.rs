@@ -6,7 +6,8 @@
 //! hands its answer back.
 
 use super::{Action, Counter, Outcome, Request};
-use crate::config::{ClaimMode, Config, Mode};
+use crate::config::gating::ClaimMode;
+use crate::config::{Config, Mode};
 use crate::dialects::Reader;
 use crate::gating::{Verdict, merge};
 use crate::mcp::exchange::CallAnswer;

@@ -4,7 +4,8 @@
 //! the answer ([`Call::answered`]), or by keyword with the reason.
 
 use super::Ranked;
-use crate::config::{Config, Embeddings};
+use crate::config::Config;
+use crate::config::embeddings::Embeddings;
 use crate::embeddings::{
     Fallback, Gathered, SharedBytes, Slot, Source, VectorCache, answer_vectors,
 };

@@ -9,7 +9,7 @@
 
 use super::gating::{Gate, GatingCall};
 use super::{Action, Ranked, Request, Searched, hybrid};
-use crate::config::Embeddings;
+use crate::config::embeddings::Embeddings;
 use crate::dialects::Reader;
 use crate::embeddings::{Fallback, SharedBytes, VectorCache};
 use crate::mcp::exchange::CallAnswer;

@@ -18,7 +18,7 @@ use super::response::{FollowUps, Response};
 use super::worker::Shared;
 use super::{Action, BodyHost, Chunk, Flow, Head, Request, Route, SearchLoop, Step, Worker};
 use crate::access::{Caller, Grant};
-use crate::config::Embeddings;
+use crate::config::embeddings::Embeddings;
 use crate::dialects::Reader;
 use crate::lifecycle::gating::GatingCall;
 use crate::mcp::request::{Context, McpRequest, Outgoing};

@@ -927,7 +927,7 @@ fn hybrid_engine(
     extra: &str,
 ) -> (
     Engine,
-    crate::config::Embeddings,
+    crate::config::embeddings::Embeddings,
     crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
 ) {
     let mut embeddings: serde_json::Value = serde_json::from_str(extra).unwrap();
@@ -943,7 +943,7 @@ fn hybrid_engine(
 
 /// Where hybrid ranking's vectors come from, in `cache` under `e`.
 fn vector_source<'a>(
-    e: &'a crate::config::Embeddings,
+    e: &'a crate::config::embeddings::Embeddings,
     cache: &'a crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
 ) -> crate::embeddings::Source<'a, crate::embeddings::MemoryBytes> {
     crate::embeddings::Source {
@@ -1249,7 +1249,11 @@ impl BodyHost for BodyEnvoy {
         false
     }
 
-    fn embed(&mut self, _e: &crate::config::Embeddings, inputs: &[&str]) -> Option<u32> {
+    fn embed(
+        &mut self,
+        _e: &crate::config::embeddings::Embeddings,
+        inputs: &[&str],
+    ) -> Option<u32> {
         self.embedded
             .push(inputs.iter().map(|s| (*s).to_owned()).collect());
         self.sends.then_some(10 + self.embedded.len() as u32)

@@ -311,7 +311,7 @@ enum State {
 /// The settings an exchange reads.
 pub struct Settings<'a> {
     pub config: &'a Config,
-    pub mcp: &'a crate::config::Mcp,
+    pub mcp: &'a crate::config::mcp::Mcp,
     /// `gating.rules`, which `find_tools` heeds as it heeds a server's `_tool_gating`.
     pub gating: Option<&'a crate::gating::Rules>,
 }

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
 
 use super::*;
-use crate::config::Mcp;
+use crate::config::mcp::Mcp;
 use std::cell::RefCell;
 
 /// A request the gateway sent: body, method, name, timeout.
@@ -10,7 +10,7 @@ type Sent = (String, String, Option<String>, u64);
 /// Hybrid ranking's pieces: the vector cache, the embeddings settings, the configuration.
 type Vectors = (
     crate::embeddings::VectorCache<crate::embeddings::MemoryBytes>,
-    crate::config::Embeddings,
+    crate::config::embeddings::Embeddings,
     Config,
 );
 

@@ -5,7 +5,8 @@
 //! dialect's response format, and the model is never called (`gating.claim: "answer"`).
 
 use super::gating::{Claim, Verdict};
-use crate::config::{Config, GatingMcp};
+use crate::config::Config;
+use crate::config::gating::GatingMcp;
 use crate::dialects::Dialect;
 use crate::json::find_path;
 use crate::pipeline::Analysis;

@@ -19,7 +19,8 @@ use super::exchange::{CallAnswer, Event, Exchange, Head, Host, Settings, Step, a
 use super::govern;
 use super::message::{RoutingHeaders, StreamWatch, header_value};
 use crate::access::{Caller, Grant, Surface};
-use crate::config::{Config, Memory};
+use crate::config::Config;
+use crate::config::search::Memory;
 use crate::pairs::{HeaderMap, PER_CONNECTION};
 use crate::search::memory::SessionKey;
 

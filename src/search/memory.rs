@@ -24,7 +24,7 @@
 //! never a panic; and a session is never recalled with more than `max_tools` tools or
 //! [`MAX_QUERIES`] queries, whatever the set holds.
 
-use crate::config::Memory as MemoryConfig;
+use crate::config::search::Memory as MemoryConfig;
 use crate::embeddings::SharedBytes;
 
 /// The bytes of one set, when `max_bytes` allows more than one: a few dozen sessions each.
@@ -622,7 +622,7 @@ mod tests {
             by_header
         );
         let off = MemoryConfig {
-            session: crate::config::SessionSource {
+            session: crate::config::search::SessionSource {
                 header: Some("x-session".to_owned()),
                 provider_fields: false,
             },

@@ -4,7 +4,8 @@
 //! later turn's tools array starts with an earlier turn's, and the provider's prompt cache
 //! survives the agent loop.
 
-use crate::config::{Config, USE_TOOL_NAME, glob_match};
+use crate::config::search::USE_TOOL_NAME;
+use crate::config::{Config, glob_match};
 use crate::dialects::{CatalogDraft, Dialect, Entry, Layout, ProviderSearch};
 use crate::json::{find_path, without_member};
 use crate::pipeline::Analysis;
@@ -595,7 +596,10 @@ mod tests {
         let Planned::Provider(p) = planned(RULES, Dialect::Anthropic, &body) else {
             panic!("a native_search rule matches");
         };
-        assert_eq!(p.beta.as_deref(), Some(crate::config::TOOL_SEARCH_BETA));
+        assert_eq!(
+            p.beta.as_deref(),
+            Some(crate::config::search::TOOL_SEARCH_BETA)
+        );
         assert_eq!(
             p.shown, 2,
             "keep_me, and send_email the client keeps loaded"
@@ -682,7 +686,7 @@ mod tests {
         // The client sent the beta: the provider searches, and there is nothing to add.
         let beta = format!(
             "prompt-caching-2024-07-31, {}",
-            crate::config::TOOL_SEARCH_BETA
+            crate::config::search::TOOL_SEARCH_BETA
         );
         let Planned::Provider(p) = plan_with(false, &beta) else {
             panic!("the client's beta serves");
@@ -692,7 +696,10 @@ mod tests {
         let Planned::Provider(p) = plan_with(true, "") else {
             panic!("held headers take the beta");
         };
-        assert_eq!(p.beta.as_deref(), Some(crate::config::TOOL_SEARCH_BETA));
+        assert_eq!(
+            p.beta.as_deref(),
+            Some(crate::config::search::TOOL_SEARCH_BETA)
+        );
     }
 
     #[test]

@@ -25,7 +25,8 @@
 use super::round::{Next, Session};
 use super::sse::{self, Framing};
 use super::{Edits, Frame, Opening, Reply};
-use crate::config::{Config, Embeddings};
+use crate::config::Config;
+use crate::config::embeddings::Embeddings;
 use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, parse_response};
 use crate::pipeline::rank_fused_among;
 use std::rc::Rc;

