@@ -907,7 +907,10 @@ impl<'a> Embedder<'a> {
 
     /// With the configuration's `embeddings` (if any): how the service tells a question from a
     /// tool's text (`roles`), and how many of a question's sentences it embeds.
-    pub fn with_settings(mut self, embeddings: Option<&crate::config::embeddings::Embeddings>) -> Embedder<'a> {
+    pub fn with_settings(
+        mut self,
+        embeddings: Option<&crate::config::embeddings::Embeddings>,
+    ) -> Embedder<'a> {
         self.roles = embeddings.and_then(|e| e.roles.clone());
         self.query_sentences = embeddings.map_or(MAX_SENTENCES, |e| e.query_sentences);
         self
