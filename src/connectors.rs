@@ -10,7 +10,9 @@
 //! ([`crate::dialects::RequestCodec::holders`]); the decisions are [`crate::access`]'s. Every
 //! byte outside the entries changed stays as the client wrote it.
 
-use crate::access::{ConnectorVerdict, Denied, Grant, Surface, Why};
+use crate::access::config::Denied;
+use crate::access::connector::ConnectorVerdict;
+use crate::access::{Grant, Surface, Why};
 use crate::dialects::{Held, Holder, RequestCodec};
 use crate::pipeline::Denial;
 use std::borrow::Cow;
@@ -242,7 +244,7 @@ fn item_text<'a>(holder: &Holder, item: usize, body: &'a str) -> &'a str {
 fn narrowed(
     codec: &dyn RequestCodec,
     holders: &[Holder],
-    connector: &crate::access::Connector,
+    connector: &crate::access::connector::Connector,
     text: &str,
     tools: &[String],
 ) -> Option<String> {
@@ -453,7 +455,8 @@ mod tests {
 
     #[test]
     fn the_shadow_decides_nothing_left_as_the_enforced_policy_does() {
-        use crate::access::{Surface, Verdict};
+        use crate::access::Surface;
+        use crate::access::judge::Verdict;
         let body = r#"{"input":"hi","tools":[{"type":"mcp","server_label":"x","server_url":"https://x.example"}]}"#;
         let config: AccessConfig = serde_json::from_str(RULES).unwrap();
         let request_verdicts = |shadow: &str| -> Vec<Verdict> {

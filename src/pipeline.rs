@@ -635,7 +635,7 @@ fn refusal(grant: &Grant, catalog: &Catalog, choice: &Choice, allowed: &[bool]) 
             Why::NoIdentity
         };
         Some(Denial { tool: None, why })
-    } else if grant.denied_mode() == crate::access::Denied::Refused {
+    } else if grant.denied_mode() == crate::access::config::Denied::Refused {
         // A tool_choice naming a denied tool is a denial, not a pin. (Hidden: the tool is
         // gone, and the provider answers as for any tool the request does not have.)
         choice

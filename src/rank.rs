@@ -3,7 +3,8 @@
 //! bytes: the agent that sends the same catalog every turn pays for it once, and the one whose
 //! catalog changes by a tool pays for that tool. The index itself is [`crate::index`]'s.
 
-use crate::access::{Annotations, Grant, RuleMatches};
+use crate::access::mask::RuleMatches;
+use crate::access::{Annotations, Grant};
 use crate::dialects::{CatalogDraft, Dialect, Entry, Item, Layout, Problem, Reader};
 use crate::fusion::{Fused, Lexicon};
 use crate::index::{ALLOCATION, RC_COUNTERS};

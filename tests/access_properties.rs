@@ -1,5 +1,5 @@
 //! Property tests of access rules across the surfaces a tool can pass, against an oracle
-//! written here from the README's rules (not from `src/access.rs`): for random catalogs,
+//! written here from the README's rules (not from `src/access/`): for random catalogs,
 //! identities and rules, no denied tool is ever forwarded upstream, and a request left with no
 //! tool it may see is refused, never forwarded empty.
 //!
@@ -548,7 +548,7 @@ fn no_denied_tool_is_found_listed_or_delivered() {
 /// The records of `verdict` on `surface` a grant's ledger holds, as (rule, tool) pairs.
 fn recorded(
     grant: &toolsift::access::Grant,
-    verdict: toolsift::access::Verdict,
+    verdict: toolsift::access::judge::Verdict,
     surface: toolsift::access::Surface,
 ) -> std::collections::BTreeSet<(String, String)> {
     grant
@@ -598,7 +598,8 @@ fn every_call(case: &Case) -> toolsift::dialects::Reply {
 /// with no access rules at all; the answer check drops nothing, MCP hides and refuses nothing.
 #[test]
 fn audit_would_deny_exactly_what_enforce_denies() {
-    use toolsift::access::{Annotations, Grant, Surface, Verdict};
+    use toolsift::access::judge::Verdict;
+    use toolsift::access::{Annotations, Grant, Surface};
     use toolsift::mcp::govern::check_call;
     use toolsift::search::round::{Next, Session};
 
@@ -738,7 +739,8 @@ fn audit_would_deny_exactly_what_enforce_denies() {
 /// and B allows, on the tools and the model's calls; and enforcement is A's alone.
 #[test]
 fn the_shadow_reports_exactly_the_difference() {
-    use toolsift::access::{Surface, Verdict};
+    use toolsift::access::Surface;
+    use toolsift::access::judge::Verdict;
     use toolsift::search::round::{Next, Session};
 
     let mut runner = TestRunner::new(Runner {

@@ -285,7 +285,7 @@ pub struct Holder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Held {
     /// A remote MCP connector.
-    Connector(crate::access::Connector),
+    Connector(crate::access::connector::Connector),
     /// An entry that belongs to the connector labelled so, and leaves with it (Anthropic's
     /// `mcp_toolset` tool naming an `mcp_servers` entry).
     OfConnector(String),

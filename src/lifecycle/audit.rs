@@ -5,7 +5,8 @@
 
 use super::proxy::{Proxy, Status};
 use super::record::Record as LogRecord;
-use crate::access::{Grant, Policy, Record, Surface, Verdict};
+use crate::access::judge::{Record, Verdict};
+use crate::access::{Grant, Policy, Surface};
 use crate::pipeline::header_safe;
 
 /// The access counters besides `toolsift.access.denied.<surface>`, defined when the worker

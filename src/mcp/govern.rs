@@ -9,7 +9,8 @@
 //!   `denied: "refused"`, `-32003` "access denied" with the reason (HTTP 403 on 2026-07-28, 200
 //!   before, as the transport maps errors to statuses).
 
-use crate::access::{Annotations, Decision, Denied, Grant, Surface, Why};
+use crate::access::config::Denied;
+use crate::access::{Annotations, Decision, Grant, Surface, Why};
 use crate::pipeline::Denial;
 
 /// The JSON-RPC error code of an access denial (as ContextForge answers it).

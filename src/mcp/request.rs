@@ -362,3 +362,237 @@ fn session(
     name.extend_from_slice(value);
     SessionKey::new(owner, source, &name)
 }
+
+/// One request on an MCP route, driven event by event as the adapter drives it: headers, body,
+/// the gateway's calls answered, the answer's headers and chunks.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::exchange::testing::*;
+    use serde_json::Value;
+
+    fn headers(pairs: &[(&str, &str)]) -> crate::pairs::HeaderMap {
+        crate::pairs::HeaderMap::new(crate::pairs::encode(pairs))
+    }
+
+    const CLIENT: [(&str, &str); 9] = [
+        (":method", "POST"),
+        (":authority", "tools.internal"),
+        (":path", "/mcp"),
+        ("content-type", "application/json"),
+        ("content-length", "45"),
+        ("authorization", "Bearer secret"),
+        ("mcp-session-id", "s-1"),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("accept-encoding", "gzip"),
+    ];
+
+    fn context<'a, 'b>(
+        host: &'a Mock,
+        cache: &'a mut CatalogCache,
+        settings: &'a Settings<'b>,
+    ) -> Option<Context<'a, 'b, Mock>> {
+        Some(Context {
+            host,
+            cache,
+            settings,
+        })
+    }
+
+    /// `tools/list` from its headers to its answer: the body is buffered until it is whole,
+    /// the catalog is fetched from the route's cluster with the client's session and
+    /// credentials (less the headers of one connection or one body), the gateway answers, and
+    /// what it did is recorded once and said in `x-toolsift`.
+    #[test]
+    fn a_tools_list_from_its_headers_to_its_answer() {
+        let mut setup = Setup::new(r#"{"mcp":{},"response_header":true}"#);
+        let host = Mock {
+            request_body: LIST.as_bytes().to_vec(),
+            cluster: Some("mcp".into()),
+            ..Mock::default()
+        };
+        let (mut request, outgoing) = McpRequest::new(&headers(&CLIENT), false, None, None);
+        assert_eq!(request.on_headers(Some(&host)), Flow::Continue);
+        let settings = setup.settings();
+        let mut cache = CatalogCache::new(1 << 20);
+        let half = LIST.len() / 2;
+        assert_eq!(
+            request.on_body(half, false, context(&host, &mut cache, &settings)),
+            Flow::Pause,
+            "buffered until the body is whole"
+        );
+        assert_eq!(
+            request.on_body(LIST.len(), true, context(&host, &mut cache, &settings)),
+            Flow::Pause,
+            "waits for the catalog"
+        );
+        assert_eq!(host.last_sent()["method"], "tools/list");
+        let id = host.last_sent()["id"].to_string();
+        let token = request.token().unwrap();
+        let answer = list_answer(&id, &catalog_tools(), None, "");
+        assert_eq!(
+            request.on_call(token, answer, context(&host, &mut cache, &settings)),
+            Flow::Pause,
+            "answered by the gateway"
+        );
+        let (status, listed) = host.answer();
+        assert_eq!(status, 200);
+        assert!(listed["result"]["tools"].to_string().contains("find_tools"));
+        let sent = outgoing.headers("tools/list", None, &[]);
+        let names: Vec<&str> = sent.iter().map(|(n, _)| n.as_str()).collect();
+        for kept in [
+            "authorization",
+            "mcp-session-id",
+            "mcp-protocol-version",
+            ":path",
+        ] {
+            assert!(names.contains(&kept), "{kept} in {names:?}");
+        }
+        for dropped in ["content-length", "accept-encoding", "mcp-method"] {
+            assert!(!names.contains(&dropped), "{dropped} in {names:?}");
+        }
+        assert!(sent.contains(&(":method".into(), "POST".into())));
+        assert!(sent.contains(&(
+            "accept".into(),
+            "application/json, text/event-stream".into()
+        )));
+        let report = request.on_response_headers(Some(&setup.config), Some(b"application/json"));
+        let said = report.header.clone().unwrap();
+        assert!(said.starts_with("mcp="), "{said}");
+        assert_eq!(report.filter_state.as_deref(), Some(said.as_str()));
+        let again = request.on_response_headers(Some(&setup.config), None);
+        assert_eq!(again.filter_state, None, "recorded once");
+        setup.config.response_header = false;
+        assert_eq!(
+            request
+                .on_response_headers(Some(&setup.config), None)
+                .header,
+            None
+        );
+    }
+
+    /// A client that names methods in headers gets them on the gateway's requests too, with
+    /// the `Mcp-Param-*` headers of the gateway's own call in place of its own.
+    #[test]
+    fn method_headers_name_the_gateways_own_call() {
+        let mut client = CLIENT.to_vec();
+        client.extend([
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "call_tool"),
+            ("mcp-param-city", "Paris"),
+        ]);
+        let (_, outgoing) = McpRequest::new(&headers(&client), false, None, None);
+        let params = [("mcp-param-q".to_owned(), "x".to_owned())];
+        let sent = outgoing.headers("tools/call", Some("get_weather"), &params);
+        assert!(sent.contains(&("mcp-method".into(), "tools/call".into())));
+        assert!(sent.contains(&("mcp-name".into(), "get_weather".into())));
+        assert!(sent.contains(&("mcp-param-q".into(), "x".into())));
+        assert!(!sent.iter().any(|(n, _)| n == "mcp-param-city"), "{sent:?}");
+        assert_eq!(sent.iter().filter(|(n, _)| n == "mcp-method").count(), 1);
+    }
+
+    /// A body over `max_body_bytes` goes on unread; under access rules it is refused. A GET
+    /// (nothing to read) goes on at once.
+    #[test]
+    fn a_body_too_large_passes_unread_unless_access_rules_govern_it() {
+        let setup = Setup::new(r#"{"mcp":{},"max_body_bytes":16}"#);
+        let host = Mock::default();
+        let settings = setup.settings();
+        let mut cache = CatalogCache::new(1 << 20);
+        let (mut request, _) = McpRequest::new(&headers(&CLIENT), false, None, None);
+        assert_eq!(
+            request.on_body(17, false, context(&host, &mut cache, &settings)),
+            Flow::Continue
+        );
+        assert_eq!(
+            request.on_body(40, true, context(&host, &mut cache, &settings)),
+            Flow::Continue,
+            "no longer read"
+        );
+        assert!(host.sent.borrow().is_empty() && host.answered.borrow().is_empty());
+
+        let mut get = CLIENT.to_vec();
+        get[0] = (":method", "GET");
+        let (mut request, _) = McpRequest::new(&headers(&get), false, None, None);
+        assert_eq!(
+            request.on_body(5, true, context(&host, &mut cache, &settings)),
+            Flow::Continue
+        );
+
+        let mut governed = crate::mcp::exchange::testing::setup("refused");
+        let head_grant = governed.head("2025-11-25", &["platform"]).grant;
+        let caller = Caller::new(["platform".to_owned()]);
+        let identity = head_grant.map(|g| (g, caller));
+        governed.config.max_body_bytes = 16;
+        let settings = governed.settings();
+        let (mut request, _) = McpRequest::new(&headers(&get), false, identity, None);
+        assert_eq!(
+            request.on_body(17, false, context(&host, &mut cache, &settings)),
+            Flow::Pause
+        );
+        let (status, refused) = host.answer();
+        assert_eq!(status, 413, "{refused}");
+    }
+
+    /// Without its host (the engine could not be had), a request passes; under access rules
+    /// it is refused instead, with a JSON-RPC error counted as a denial.
+    #[test]
+    fn a_request_that_cannot_be_checked_is_refused_only_under_access_rules() {
+        let (mut request, _) = McpRequest::new(&headers(&CLIENT), false, None, None);
+        assert_eq!(request.on_headers::<Mock>(None), Flow::Continue);
+        assert_eq!(request.on_body::<Mock>(10, true, None), Flow::Continue);
+
+        let governed = crate::mcp::exchange::testing::setup("refused");
+        let grant = governed.head("2025-11-25", &["platform"]).grant.unwrap();
+        let identity = Some((grant, Caller::new(["platform".to_owned()])));
+        let (mut request, _) = McpRequest::new(&headers(&CLIENT), false, identity, None);
+        let Flow::Refuse(Refusal {
+            status,
+            body,
+            surface,
+        }) = request.on_headers::<Mock>(None)
+        else {
+            panic!("refused")
+        };
+        assert_eq!((status, surface), (500, Surface::McpRequest));
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert!(error["error"]["code"].is_i64(), "{body}");
+        assert_eq!(
+            request.on_body::<Mock>(10, true, None),
+            Flow::Continue,
+            "refused once: the body is no longer read"
+        );
+    }
+
+    /// A `tools/list_changed` in the server's event stream, split over two chunks, raises the
+    /// generation of the server the request went to (cluster and authority), once.
+    #[test]
+    fn a_list_changed_in_the_stream_raises_the_servers_generation() {
+        let mut get = CLIENT.to_vec();
+        get[0] = (":method", "GET");
+        let host = Mock {
+            cluster: Some("mcp".into()),
+            ..Mock::default()
+        };
+        let (mut request, _) = McpRequest::new(&headers(&get), true, None, None);
+        request.on_response_headers(None, Some(b"Text/Event-Stream; charset=utf-8"));
+        let event = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
+        let (first, second) = event.split_at(30);
+        for chunk in [first, second] {
+            *host.response_body.borrow_mut() = chunk.as_bytes().to_vec();
+            request.on_response_body(&host, chunk.len());
+        }
+        assert_eq!(*host.changed.borrow(), ["mcp|tools.internal"]);
+        assert_eq!(*host.events.borrow(), [Event::ListChanged]);
+
+        let (mut json, _) = McpRequest::new(&headers(&get), true, None, None);
+        json.on_response_headers(None, Some(b"application/json"));
+        *host.response_body.borrow_mut() = event.as_bytes().to_vec();
+        json.on_response_body(&host, event.len());
+        assert_eq!(
+            host.changed.borrow().len(),
+            1,
+            "only event streams are watched"
+        );
+    }
+}

@@ -10,7 +10,8 @@
 
 use super::plan::{MetaNames, Plan, entry_texts, without_defer};
 use super::{Call, Edits, Reply, ToolResult, Usage};
-use crate::access::{Annotations, Decision, Denied, Grant, Surface, Why};
+use crate::access::config::Denied;
+use crate::access::{Annotations, Decision, Grant, Surface, Why};
 use crate::config::Config;
 use crate::dialects::{Codec, Dialect};
 use crate::dialects::{Layout, MAX_QUERY_BYTES};

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 MODES = ["legacy", "2026-07-28"]
 CONFIG = {"mcp": {"paths": ["/mcp"]}, "always_include": ["fetch_webpage"]}
-# The JSON-RPC ids of the gateway's own catalog pages (src/mcp/exchange.rs, LIST_ID).
+# The JSON-RPC ids of the gateway's own catalog pages (src/mcp/exchange/mod.rs, LIST_ID).
 GATEWAY_IDS = range(7_400_000_000, 7_400_001_000)
 # How long the server is given to notice a reset Envoy sent before the client got its answer.
 SETTLE_S = 0.3

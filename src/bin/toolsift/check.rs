@@ -585,8 +585,8 @@ fn parse_filter<'a>(typed_config: &'a Node, findings: &mut Vec<Finding>) -> Filt
                 });
             }
             let passes_unknown = config.access.as_ref().is_some_and(|a| {
-                a.mode == toolsift::access::Mode::Enforce
-                    && a.unknown_paths == toolsift::access::UnknownPaths::Pass
+                a.mode == toolsift::access::config::Mode::Enforce
+                    && a.unknown_paths == toolsift::access::config::UnknownPaths::Pass
             });
             if passes_unknown {
                 findings.push(Finding {

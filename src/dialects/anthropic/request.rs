@@ -2,7 +2,7 @@
 //! `{type:"tool",name}`.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::access::Connector;
+use crate::access::connector::Connector;
 use crate::dialects::{Choice, Entry, Held, Holder, Problem, Request};
 use crate::dialects::shared::{History, asked, first_text, role_text, user_text};
 use crate::dialects::shared::{

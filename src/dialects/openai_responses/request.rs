@@ -2,7 +2,7 @@
 //! of items, `tool_choice`.
 
 use crate::dialects::schema::{Schema, Text, tool_text};
-use crate::access::Connector;
+use crate::access::connector::Connector;
 use crate::dialects::shared::splice::set_path_member;
 use crate::dialects::shared::{
     array_at, entry_type, may_mention, names, object, set_nested_member, url_host,

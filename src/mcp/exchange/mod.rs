@@ -24,8 +24,22 @@
 //! holding a tools request) is refused; without the catalog, `tools/list` is refused and a
 //! direct call is decided by its name (refused when a rule needs annotations). What is
 //! answered is in [`super::govern`].
+//!
+//! The files: `fetch.rs` gets the server's catalog, page by page; `list.rs` answers
+//! `tools/list` and names the meta-tools; `find.rs` answers `find_tools`; `resources.rs` adds
+//! the gateway's own resource; this one holds the machine, its host and the calls;
+//! `testing.rs` the recording host the tests of each share.
 
-use super::catalog::{self, CatalogCache, Key, Page, ServerCatalog, page};
+mod fetch;
+mod find;
+mod list;
+mod resources;
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
+
+use super::catalog::{self, CatalogCache, Page, ServerCatalog};
 use super::gating::{self, Verdict};
 use super::govern::{self, Refusal, Unfit};
 use super::message::{
@@ -34,14 +48,12 @@ use super::message::{
 use super::param_headers::{may_declare, param_headers};
 use crate::access::{Caller, Grant, Surface, Why};
 use crate::config::Config;
-use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, parse_response};
-use crate::fusion::{Channel, Fused};
-use crate::pipeline::{header_safe, rank_fused_among};
+use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot};
+use crate::pipeline::header_safe;
 use crate::search::memory::{Memory, SessionKey};
 pub use crate::search::respond::Hybrid;
-use crate::search::round::{
-    DEFAULT_LIMIT, LISTED_ALREADY, MAX_LIMIT, SEARCHED_ALREADY, already_available,
-};
+use crate::search::round::{DEFAULT_LIMIT, MAX_LIMIT};
+use list::Names;
 use serde_json::{Map, Value, json};
 use std::rc::Rc;
 
@@ -51,20 +63,6 @@ pub const CALL_TOOL: &str = "call_tool";
 
 /// The resource in which the gateway says what its search can do.
 pub const CAPABILITIES_URI: &str = "toolsift://capabilities";
-
-/// The gateway's resource, as `resources/list` shows it.
-fn capabilities_resource(config: &Config) -> Value {
-    json!({
-        "uri": CAPABILITIES_URI,
-        "name": "toolsift-capabilities",
-        "title": "toolsift: tool search in the gateway",
-        "description": format!(
-            "What this gateway's {} can do: its search backends (keyword), limits and meta-tools.",
-            config.search.tool_name
-        ),
-        "mimeType": "application/json"
-    })
-}
 
 /// The JSON-RPC ids of the gateway's own requests: numbers (Envoy's mcp_router answers a
 /// string id as if it were 0), far from the small ones clients count up from.
@@ -505,46 +503,6 @@ impl Exchange {
         }
     }
 
-    fn key(&self) -> Key {
-        Key {
-            server: self.head.server.clone(),
-            revision: self.head.revision.clone(),
-        }
-    }
-
-    /// Asks the server for one page of its tools.
-    fn fetch_page<H: Host>(
-        &mut self,
-        host: &H,
-        settings: &Settings,
-        pages: Vec<Page>,
-        cursor: Option<&str>,
-    ) -> Step {
-        let page_id = (LIST_ID + pages.len() as u64 + 1).to_string();
-        let mut params = Map::new();
-        if let Some(cursor) = cursor {
-            params.insert("cursor".into(), Value::String(cursor.to_owned()));
-        }
-        let body = request_body(&page_id, "tools/list", params, self.meta.as_deref());
-        match host.send(
-            &body,
-            "tools/list",
-            None,
-            &[],
-            settings.mcp.timeout_ms as u64,
-        ) {
-            Some(token) => {
-                self.state = State::Fetching {
-                    token,
-                    page_id,
-                    pages,
-                };
-                Step::Wait
-            }
-            None => self.no_catalog(host, settings, None),
-        }
-    }
-
     /// A call the gateway sent was answered.
     pub fn on_call<H: Host>(
         &mut self,
@@ -588,111 +546,6 @@ impl Exchange {
             State::Resources { .. } => self.deliver_resources(host, settings, &answer),
             State::Idle | State::Done => Step::Pass,
         }
-    }
-
-    fn on_page<H: Host>(
-        &mut self,
-        host: &H,
-        cache: &mut CatalogCache,
-        settings: &Settings,
-        page_id: &str,
-        mut pages: Vec<Page>,
-        answer: &CallAnswer,
-    ) -> Step {
-        let reply = message::server_reply(&answer.content_type, &answer.body, page_id);
-        self.note_notifications(host, &reply.notifications);
-        let read = match (answer.status, reply.outcome) {
-            (Some(200), Some(Outcome::Result(result))) => page(&result),
-            _ => None,
-        };
-        let Some(read) = read else {
-            return self.no_catalog(host, settings, answer.status);
-        };
-        let cursor = read.next_cursor.clone();
-        pages.push(read);
-        if let Some(cursor) = cursor {
-            if pages.len() < settings.mcp.max_pages {
-                return self.fetch_page(host, settings, pages, Some(&cursor));
-            }
-            log::warn!(
-                "mcp: {} has more than mcp.max_pages ({}) pages of tools; the rest are left out",
-                self.head.server,
-                settings.mcp.max_pages
-            );
-        }
-        host.count(Event::CatalogFetched(pages.len()));
-        let catalog = Rc::new(ServerCatalog::build(pages));
-        let ttl = catalog.ttl_ms.unwrap_or(settings.mcp.catalog_ttl_ms as u64);
-        if ttl > 0 {
-            let now = host.now_millis();
-            let generation = host.generation(&self.head.server);
-            cache.put(
-                self.key(),
-                self.head.auth,
-                Rc::clone(&catalog),
-                now.saturating_add(ttl),
-                generation,
-            );
-        }
-        self.with_catalog(host, settings, &catalog)
-    }
-
-    /// The catalog could not be had (`status`: the server's answer, if any).
-    fn no_catalog<H: Host>(&mut self, host: &H, settings: &Settings, status: Option<u16>) -> Step {
-        host.count(Event::CatalogFailed);
-        self.outcome = Some("mcp=pass reason=no_catalog".to_owned());
-        let want = self.want.clone();
-        match (want, self.head.grant.clone()) {
-            // Under access rules the server's list never reaches the client unfiltered.
-            (Some(Want::List), Some(_)) if self.refusal_enforced() => {
-                host.count(Event::Denied(Surface::McpRequest, 1));
-                self.outcome = Some("mcp=refused reason=no_catalog".to_owned());
-                self.catalog_error(host, status)
-            }
-            // A direct call is decided by its name and arguments.
-            (Some(Want::Direct { name }), Some(grant)) => {
-                let arguments = self.called_arguments();
-                match govern::check_call(&grant, None, &name, &arguments) {
-                    None => {
-                        self.outcome = Some(format!(
-                            "mcp=call tool={} reason=no_catalog",
-                            header_safe(&name)
-                        ));
-                        Step::Pass
-                    }
-                    Some(Refusal::Denied(why)) => {
-                        let names = Names::plain(settings.config);
-                        self.deny_call(host, &names, &name, &why)
-                    }
-                    Some(Refusal::Unverified) => {
-                        host.count(Event::Denied(Surface::McpCall, 1));
-                        self.outcome = Some(format!(
-                            "mcp=refused tool={} reason=no_catalog",
-                            header_safe(&name)
-                        ));
-                        self.catalog_error(host, status)
-                    }
-                }
-            }
-            (Some(Want::List | Want::Direct { .. }), _) | (None, _) => Step::Pass,
-            (Some(Want::Find { .. } | Want::CallTool { .. }), _) => {
-                self.catalog_error(host, status)
-            }
-        }
-    }
-
-    /// The error a request that needs the catalog gets when it cannot be had. The server's
-    /// refusal (401, 404: a session gone) stays visible to the client.
-    fn catalog_error<H: Host>(&mut self, host: &H, status: Option<u16>) -> Step {
-        let status = status.filter(|s| !(200..300).contains(s)).unwrap_or(200);
-        let message = format!(
-            "toolsift: cannot read the server's tools ({})",
-            match status {
-                200 => "no answer".to_owned(),
-                s => format!("HTTP {s}"),
-            }
-        );
-        self.error(host, status, govern::INTERNAL_ERROR, &message)
     }
 
     fn with_catalog<H: Host>(
@@ -879,422 +732,6 @@ impl Exchange {
         self.request.as_ref()?.params()?.name
     }
 
-    fn list<H: Host>(
-        &mut self,
-        host: &H,
-        settings: &Settings,
-        catalog: &ServerCatalog,
-        names: &Names,
-    ) -> Step {
-        let allowed = self.allowed(catalog);
-        let may_see = |at: usize| visible(allowed.as_deref(), at);
-        let denied = allowed.as_deref().map(|a| catalog.denied(a));
-        let findable = catalog.findable().saturating_sub(denied.unwrap_or(0));
-        let mut tools = vec![
-            find_tool_definition(&names.find, &names.call, findable, settings.config),
-            call_tool_definition(&names.call, &names.find),
-        ];
-        let listable =
-            |at: usize, tool: &catalog::Tool| tool.name != catalog::GATING_TOOL && may_see(at);
-        let mut shown = 0;
-        for (at, tool) in catalog.tools.iter().enumerate() {
-            if listable(at, tool) && settings.config.always_includes(&tool.name) {
-                if let Ok(raw) = serde_json::from_str::<Value>(&tool.raw) {
-                    tools.push(raw);
-                    shown += 1;
-                }
-            }
-        }
-        // Then the tools the session found, first-found first (a stable prefix for prompt
-        // caches), never one the caller may not see now.
-        let mut remembered = 0;
-        if let Some((memory, key)) = self.memory {
-            let now = host.now_millis() / 1000;
-            for name in memory.recall(host.store(), &key, now) {
-                let Some((at, tool)) = catalog
-                    .position(&name)
-                    .and_then(|at| Some((at, catalog.tools.get(at)?)))
-                else {
-                    continue;
-                };
-                if listable(at, tool) && !settings.config.always_includes(&tool.name) {
-                    if let Ok(raw) = serde_json::from_str::<Value>(&tool.raw) {
-                        tools.push(raw);
-                        remembered += 1;
-                    }
-                }
-            }
-        }
-        let mut result = Map::new();
-        result.insert("tools".into(), Value::Array(tools));
-        if self.head.modern() {
-            // Required of list results from 2026-07-28 on: the server's hints, echoed. Under
-            // access rules the answer is this caller's, and with a session's memory this
-            // session's, growing with its searches: never to be shared or kept.
-            let ttl = if self.memory.is_some() {
-                0
-            } else {
-                catalog.ttl_ms.unwrap_or(0)
-            };
-            result.insert("ttlMs".into(), ttl.into());
-            let scope =
-                if catalog.public == Some(true) && allowed.is_none() && self.memory.is_none() {
-                    "public"
-                } else {
-                    "private"
-                };
-            result.insert("cacheScope".into(), scope.into());
-        }
-        let result = Value::Object(result);
-        let full: usize = catalog.tools.iter().map(|t| t.raw.len()).sum();
-        let ours = result.to_string().len();
-        host.count(Event::Listed {
-            tokens_saved: crate::rank::estimate_tokens(full)
-                .saturating_sub(crate::rank::estimate_tokens(ours)),
-        });
-        let remembered_note = if remembered > 0 {
-            format!(" remembered={remembered}")
-        } else {
-            String::new()
-        };
-        self.outcome = Some(format!(
-            "mcp=tools/list kept={shown}{remembered_note} total={}{}",
-            catalog.findable(),
-            self.denied_note(host, denied)
-        ));
-        self.result(host, result)
-    }
-
-    /// Under access rules, ` denied=N` for `x-toolsift` (the server's findable tools the caller
-    /// may not see), counted.
-    fn denied_note<H: Host>(&self, host: &H, denied: Option<usize>) -> String {
-        match denied {
-            Some(n) => {
-                host.count(Event::Denied(Surface::McpTools, n));
-                format!(" denied={n}")
-            }
-            None => String::new(),
-        }
-    }
-
-    /// Answers `find_tools` with the catalog ranked for the query, after the gating verdict.
-    fn find<H: Host>(
-        &mut self,
-        host: &H,
-        settings: &Settings,
-        catalog: &Rc<ServerCatalog>,
-        verdict: Option<Verdict>,
-    ) -> Step {
-        let verdict = gating::merge(self.rules_verdict.take(), verdict);
-        let (Some(hybrid), Some(index), Some(query)) =
-            (host.hybrid(), catalog.index(), self.query())
-        else {
-            return self.answer_find(host, settings, catalog, verdict.as_ref(), None);
-        };
-        let gathered = hybrid.source.gather(index, &query);
-        if let Some((q, t)) = gathered.complete() {
-            // Under access rules, by the statistics of the caller's tools alone.
-            let allowed = self.allowed(catalog).map(|a| catalog.entries_allowed(&a));
-            let fused = rank_fused_among(index, hybrid.config, &query, &q, &t, allowed.as_deref());
-            host.count(Event::RankedHybrid);
-            return self.answer_find(host, settings, catalog, verdict.as_ref(), Some(&fused));
-        }
-        // The query's vectors, and as many of the catalog's missing tools as one call takes: a
-        // big catalog is embedded over several searches, ranked by keyword until it is whole.
-        let (slots, inputs) = gathered.plan(index, hybrid.embeddings.max_batch);
-        let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let token = (!slots.is_empty())
-            .then(|| host.send_embeddings(&refs))
-            .flatten();
-        match token {
-            Some(token) => {
-                host.count(Event::EmbeddingsCall(refs.len()));
-                self.state = State::Embedding {
-                    token,
-                    catalog: Rc::clone(catalog),
-                    verdict,
-                    gathered,
-                    slots,
-                };
-                Step::Wait
-            }
-            None => {
-                host.count(Event::RankedKeyword);
-                // Nothing to ask with tools still coming (a background call of this worker
-                // embeds them) is no fault; nothing to ask otherwise is vectors that disagree.
-                if !slots.is_empty() || gathered.tools_known() {
-                    host.count(Event::Fallback(if slots.is_empty() {
-                        Fallback::Dimensions
-                    } else {
-                        Fallback::Dispatch
-                    }));
-                }
-                self.answer_find(host, settings, catalog, verdict.as_ref(), None)
-            }
-        }
-    }
-
-    /// `find_tools`'s query.
-    fn query(&self) -> Option<String> {
-        match &self.want {
-            Some(Want::Find { query, .. }) => query.clone(),
-            _ => None,
-        }
-    }
-
-    /// The embeddings call answered: the fused ranking, when every vector is in.
-    fn with_vectors<H: Host>(
-        &self,
-        host: &H,
-        catalog: &ServerCatalog,
-        gathered: &mut Gathered,
-        slots: &[Slot],
-        answer: &CallAnswer,
-    ) -> Option<Fused> {
-        let (hybrid, index, query) = (host.hybrid()?, catalog.index()?, self.query()?);
-        let vectors = match Fallback::of_status(answer.status) {
-            Some(reason) => Err(reason),
-            None => parse_response(
-                &answer.body,
-                slots.len(),
-                hybrid
-                    .embeddings
-                    .dimensions
-                    .or_else(|| gathered.known_dimensions()),
-            ),
-        };
-        let fused = match vectors {
-            Ok(vectors) => {
-                hybrid.source.fill(index, gathered, slots, vectors);
-                let allowed = self.allowed(catalog).map(|a| catalog.entries_allowed(&a));
-                gathered.complete().map(|(q, t)| {
-                    rank_fused_among(index, hybrid.config, &query, &q, &t, allowed.as_deref())
-                })
-            }
-            Err(reason) => {
-                host.count(Event::Fallback(reason));
-                None
-            }
-        };
-        host.count(if fused.is_some() {
-            Event::RankedHybrid
-        } else {
-            Event::RankedKeyword
-        });
-        fused
-    }
-
-    /// Answers `find_tools` with the catalog ranked for the query (`fused`: with hybrid
-    /// ranking's channels), after the gating verdict.
-    fn answer_find<H: Host>(
-        &mut self,
-        host: &H,
-        settings: &Settings,
-        catalog: &ServerCatalog,
-        verdict: Option<&Verdict>,
-        fused: Option<&Fused>,
-    ) -> Step {
-        host.count(Event::FindTools);
-        let (query, limit) = match &self.want {
-            Some(Want::Find {
-                query: Some(q),
-                limit,
-            }) => (q.clone(), *limit),
-            _ => return Step::Pass,
-        };
-        // Under access rules the search finds only what the caller may see, ranked by the
-        // statistics of those tools alone: filtered before gating's claim and the limit.
-        let allowed = self.allowed(catalog);
-        let may_see = |at: usize| visible(allowed.as_deref(), at);
-        let mut found = match (fused, allowed.as_deref()) {
-            (Some(fused), _) => catalog.found_in(&fused.order),
-            (None, Some(allowed)) => catalog.rank_among(&query, allowed),
-            (None, None) => catalog.rank(&query),
-        };
-        found.retain(|f| may_see(f.tool));
-        // Suggestions are judged by keyword (BM25), whatever ranked the search, so that one
-        // `suggestions.min_score` means the same on every surface.
-        let keyword_best = match fused {
-            None => found.first().map(|f| f.score),
-            Some(_) => catalog
-                .rank(&query)
-                .iter()
-                .find(|f| may_see(f.tool))
-                .map(|f| f.score),
-        };
-        let denied = allowed.as_deref().map(|a| catalog.denied(a));
-        let mut gating_note = String::new();
-        if let Some(verdict) = verdict {
-            let before = found.len();
-            found.retain(|f| {
-                catalog
-                    .tools
-                    .get(f.tool)
-                    .is_none_or(|t| !verdict.exclude.contains(&t.name))
-            });
-            host.count(Event::Excluded(before - found.len()));
-            gating_note = format!(" gating=excluded:{}", verdict.exclude.len());
-            if let Some(claim) = &verdict.claim {
-                if catalog.callable(&claim.name) {
-                    let claimed = catalog.position(&claim.name).filter(|&at| may_see(at));
-                    if let Some(claimed) = claimed {
-                        let score = found
-                            .iter()
-                            .find(|f| f.tool == claimed)
-                            .map_or(0.0, |f| f.score);
-                        let entry = found
-                            .iter()
-                            .find(|f| f.tool == claimed)
-                            .and_then(|f| f.entry);
-                        found.retain(|f| f.tool != claimed);
-                        found.insert(
-                            0,
-                            super::catalog::Found {
-                                tool: claimed,
-                                entry,
-                                score,
-                            },
-                        );
-                        host.count(Event::Claimed);
-                        gating_note.push_str(&format!(",claimed:{}", header_safe(&claim.name)));
-                    }
-                }
-            }
-        }
-        found.truncate(limit);
-        let matched = |f: &super::catalog::Found| -> Vec<&'static str> {
-            match (fused, f.entry) {
-                (Some(fused), Some(entry)) => fused
-                    .votes_for(entry)
-                    .map(|votes| {
-                        Channel::ALL
-                            .iter()
-                            .zip(votes)
-                            .filter(|(_, v)| v.is_some())
-                            .map(|(c, _)| c.name())
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                _ => vec!["bm25"],
-            }
-        };
-        let tools: Vec<Value> = found
-            .iter()
-            .filter_map(|f| Some(describe(catalog.tools.get(f.tool)?, f.score, &matched(f))))
-            .collect();
-        let found_names: Vec<&str> = found
-            .iter()
-            .filter_map(|f| catalog.tools.get(f.tool))
-            .map(|t| t.name.as_str())
-            .collect();
-        let names: Vec<String> = found_names
-            .iter()
-            .map(|n| header_safe(n).into_owned())
-            .collect();
-        // Every tool found is listed to the client already (`always_include`, or found before
-        // in the session): a redundant search.
-        let listed = |name: &&str| {
-            settings.config.always_includes(name) || self.session_tools.iter().any(|t| t == name)
-        };
-        let redundant = !found_names.is_empty() && found_names.iter().all(listed);
-        if let Some((memory, key)) = self.memory {
-            let found: Vec<String> = found_names.iter().map(|n| (*n).to_owned()).collect();
-            let now = host.now_millis() / 1000;
-            memory.searched(host.store(), &key, words(&query), &found, now);
-        }
-        let mut structured = if redundant {
-            answered_already(&query, &found_names, LISTED_ALREADY)
-        } else if tools.is_empty() {
-            json!({"query": query, "tools": [], "note": "No tool matched; try other words."})
-        } else {
-            json!({"query": query, "tools": tools})
-        };
-        let redundant_note = if redundant {
-            " note=listed_already"
-        } else {
-            ""
-        };
-        let mut suggested_note = String::new();
-        let wanted = |s: &crate::suggestions::Suggestions| !redundant && s.wanted(keyword_best);
-        if let Some(suggestions) = host.suggestions().filter(|s| wanted(s)) {
-            let has = |name: &str| catalog.position(name).is_some();
-            let suggested = suggestions.suggest(&query, has, self.head.grant.as_ref());
-            if !suggested.is_empty() {
-                host.count(Event::Suggested(suggested.len()));
-                let names: Vec<_> = crate::suggestions::names(&suggested)
-                    .into_iter()
-                    .map(header_safe)
-                    .collect();
-                suggested_note = format!(" suggested={}", names.join(","));
-                crate::suggestions::add_to(&mut structured, suggested);
-            }
-        }
-        let result = tool_result(structured);
-        self.outcome = Some(format!(
-            "mcp=find_tools found={} total={}{}{gating_note}{suggested_note}{redundant_note}",
-            names.join(","),
-            catalog.findable(),
-            self.denied_note(host, denied)
-        ));
-        self.result(host, result)
-    }
-
-    /// A search the session's loop answers without searching (`search.memory`): past
-    /// `search.max_searches` since the session last called a real tool, an error saying the
-    /// search stopped; the same words again, the first answer's tools. Notes the tools the
-    /// session found before, for [`Exchange::answer_find`].
-    fn loop_answer<H: Host>(
-        &mut self,
-        host: &H,
-        settings: &Settings,
-        catalog: &ServerCatalog,
-        query: &str,
-    ) -> Option<Step> {
-        let (memory, key) = self.memory?;
-        let now = host.now_millis() / 1000;
-        let session = memory.recall_session(host.store(), &key, now);
-        self.session_tools = session.names;
-        let searches = session.searches;
-        if usize::from(searches.count) >= settings.config.search.max_searches {
-            host.count(Event::FindTools);
-            host.count(Event::SearchStorm);
-            let text = format!(
-                "The tool search stopped after {} searches: call one of the tools it found, or answer.",
-                searches.count
-            );
-            return Some(self.tool_error(host, &text, "mcp=find_tools stopped=max_searches"));
-        }
-        let words = words(query);
-        let allowed = self.allowed(catalog);
-        let first: Vec<&str> = searches
-            .answered(words)?
-            .iter()
-            .filter(|n| {
-                catalog
-                    .position(n)
-                    .is_some_and(|at| visible(allowed.as_deref(), at))
-            })
-            .map(String::as_str)
-            .collect();
-        host.count(Event::FindTools);
-        memory.searched(host.store(), &key, words, &[], now);
-        let structured = answered_already(query, &first, SEARCHED_ALREADY);
-        let names: Vec<_> = first.iter().map(|n| header_safe(n)).collect();
-        self.outcome = Some(format!(
-            "mcp=find_tools found={} total={} note=searched_already",
-            names.join(","),
-            catalog.findable()
-        ));
-        Some(self.result(host, tool_result(structured)))
-    }
-
-    /// The session called a real tool: its search loop ends (`search.memory`).
-    fn end_searches<H: Host>(&self, host: &H) {
-        if let Some((memory, key)) = self.memory {
-            memory.end_searches(host.store(), &key, host.now_millis() / 1000);
-        }
-    }
-
     /// Sends the real `tools/call` of `name` for `call_tool`, or (`relayed`) for a direct call
     /// that lacks its `Mcp-Param-*` headers, with the client's id (`arguments`: JSON object
     /// text) and `headers`, the ones the tool's schema declares.
@@ -1339,83 +776,6 @@ impl Exchange {
                 "toolsift: cannot send the call to the server",
             ),
         }
-    }
-
-    /// Sends the client's `resources/list` on to the server, to add the gateway's own resource
-    /// to its answer.
-    fn list_resources<H: Host>(&mut self, host: &H, settings: &Settings, body: &[u8]) -> Step {
-        let Ok(body) = std::str::from_utf8(body) else {
-            return Step::Pass;
-        };
-        match host.send(
-            body,
-            "resources/list",
-            None,
-            &[],
-            settings.mcp.timeout_ms as u64,
-        ) {
-            Some(token) => {
-                self.state = State::Resources { token };
-                Step::Wait
-            }
-            None => Step::Pass,
-        }
-    }
-
-    /// The server's resources (none when it has no resources, or did not answer), then the
-    /// gateway's `toolsift://capabilities`.
-    fn deliver_resources<H: Host>(
-        &mut self,
-        host: &H,
-        settings: &Settings,
-        answer: &CallAnswer,
-    ) -> Step {
-        let reply = self.server_reply(host, answer);
-        let mut result = match reply.outcome {
-            Some(Outcome::Result(result)) => {
-                serde_json::from_str::<Map<String, Value>>(&result).unwrap_or_default()
-            }
-            _ => Map::new(),
-        };
-        result.remove("resultType");
-        let resources = result
-            .entry("resources")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if let Some(list) = resources.as_array_mut() {
-            list.push(capabilities_resource(settings.config));
-        }
-        if self.head.modern() {
-            // Required of list results from 2026-07-28 on; without the server's, never cached.
-            result.entry("ttlMs").or_insert_with(|| 0.into());
-            result
-                .entry("cacheScope")
-                .or_insert_with(|| "private".into());
-        }
-        self.outcome = Some("mcp=resources/list".to_owned());
-        self.result(host, Value::Object(result))
-    }
-
-    /// `resources/read toolsift://capabilities`: what this gateway's search can do.
-    fn capabilities<H: Host>(&mut self, host: &H, settings: &Settings) -> Step {
-        let text = json!({
-            "gateway": "toolsift",
-            "version": env!("CARGO_PKG_VERSION"),
-            "meta_tools": {"find": settings.config.search.tool_name, "call": CALL_TOOL},
-            "search": {
-                "backends": backends(settings.config).1,
-                "limit": {"default": DEFAULT_LIMIT, "max": MAX_LIMIT},
-                "empty_query": "error"
-            },
-            "tool_gating": "_tool_gating",
-            "schema_version": "_meta.toolsift/schemaVersion"
-        });
-        let result = json!({"contents": [{
-            "uri": CAPABILITIES_URI,
-            "mimeType": "application/json",
-            "text": text.to_string()
-        }]});
-        self.outcome = Some("mcp=capabilities".to_owned());
-        self.result(host, result)
     }
 
     /// The server answered `call_tool`'s call: that is the client's answer.
@@ -1534,47 +894,6 @@ impl Exchange {
     }
 }
 
-/// The meta-tools' names for one catalog: `search.tool_name` and `call_tool`, unless a server
-/// tool already has the name; then `{name}_2`, `{name}_3`, … (a server tool is never shadowed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names {
-    pub find: String,
-    pub call: String,
-}
-
-impl Names {
-    /// The names for a caller that may see the tools `allowed` says (every tool: `None`): a
-    /// server tool the caller may not see takes no name from it.
-    pub fn for_catalog(
-        config: &Config,
-        catalog: &ServerCatalog,
-        allowed: Option<&[bool]>,
-    ) -> Names {
-        let taken = |name: &str| {
-            catalog
-                .position(name)
-                .is_some_and(|at| visible(allowed, at))
-        };
-        let free = |base: &str, also_taken: Option<&str>| {
-            std::iter::once(base.to_owned())
-                .chain((2..).map(|n| format!("{base}_{n}")))
-                .find(|n| !taken(n) && Some(n.as_str()) != also_taken)
-                .unwrap_or_else(|| base.to_owned())
-        };
-        let find = free(&config.search.tool_name, None);
-        let call = free(CALL_TOOL, Some(&find));
-        Names { find, call }
-    }
-
-    /// The names when the catalog is unknown.
-    pub fn plain(config: &Config) -> Names {
-        Names {
-            find: config.search.tool_name.clone(),
-            call: CALL_TOOL.to_owned(),
-        }
-    }
-}
-
 /// Whether tool `at` of a catalog is one the caller may see (`allowed`: per tool, under access
 /// rules; `None`: every tool).
 fn visible(allowed: Option<&[bool]>, at: usize) -> bool {
@@ -1640,29 +959,6 @@ fn request_body(
     )
 }
 
-/// A `find_tools` result: `structured`, and the same as text for clients that read only text.
-fn tool_result(structured: Value) -> Value {
-    json!({
-        "content": [{"type": "text", "text": structured.to_string()}],
-        "structuredContent": structured,
-        "isError": false,
-    })
-}
-
-/// `find_tools`' answer naming tools the client has already (`why`: how), for `query`.
-fn answered_already(query: &str, names: &[&str], why: &str) -> Value {
-    let mut content = already_available(names, why);
-    if let Some(object) = content.as_object_mut() {
-        object.insert("query".into(), Value::String(query.to_owned()));
-    }
-    content
-}
-
-/// A query's words as a session's loop keeps them: the same words, the same search.
-fn words(query: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(crate::text::terms(query).join(" ").as_bytes())
-}
-
 /// `_meta` without `progressToken`, which belongs to the client's own request.
 fn without_progress_token(meta: &str) -> String {
     match serde_json::from_str::<Map<String, Value>>(meta) {
@@ -1672,58 +968,6 @@ fn without_progress_token(meta: &str) -> String {
         }
         Err(_) => "{}".to_owned(),
     }
-}
-
-/// A found tool as `find_tools` returns it: the server's definition, its score, and a schema
-/// version (a hash of the definition) in `_meta`, so a client can tell a stale cached schema.
-fn describe(tool: &super::catalog::Tool, score: f32, matched: &[&str]) -> Value {
-    let mut object = serde_json::from_str::<Map<String, Value>>(&tool.raw).unwrap_or_default();
-    let version = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(tool.raw.as_bytes()));
-    let meta = object
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Some(meta) = meta.as_object_mut() {
-        meta.insert("toolsift/schemaVersion".into(), Value::String(version));
-    }
-    // Rounded to what tells tools apart: BM25 scores are ~1-50, fused ones ~0.01-3.
-    let score = (f64::from(score) * 10_000.0).round() / 10_000.0;
-    object.insert("score".into(), json!(score));
-    object.insert("matched".into(), json!(matched));
-    Value::Object(object)
-}
-
-/// The search backends `find_tools` ranks with.
-fn backends(config: &Config) -> (&'static str, Value) {
-    match config.ranking {
-        crate::config::Ranking::Keyword => ("keyword (BM25)", json!(["keyword"])),
-        crate::config::Ranking::Hybrid => (
-            "keyword (BM25) and embeddings, fused (hybrid)",
-            json!(["keyword", "embeddings"]),
-        ),
-    }
-}
-
-fn find_tool_definition(find: &str, call: &str, total: usize, config: &Config) -> Value {
-    let backends = backends(config).0;
-    json!({
-        "name": find,
-        "title": "Find tools",
-        "description": format!(
-            "Search this server's {total} tools by what they should do, and get the best matches \
-             with their input schemas. Then call one by its name, or with {call}. Search backends: \
-             {backends}."
-        ),
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What the tool should do, in a few words."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
-                          "description": "How many tools to return."}
-            },
-            "required": ["query"]
-        },
-        "annotations": {"readOnlyHint": true}
-    })
 }
 
 /// The `Mcp-Param-*` headers a `tools/call` of the catalog's tool `name` with `arguments` (JSON
@@ -1738,23 +982,3 @@ fn declared_headers(catalog: &ServerCatalog, name: &str, arguments: &str) -> Vec
         _ => Vec::new(),
     }
 }
-
-fn call_tool_definition(call: &str, find: &str) -> Value {
-    json!({
-        "name": call,
-        "title": "Call a tool",
-        "description": format!("Call a tool that {find} returned, by its name, with its arguments."),
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": format!("The tool's name, as {find} returned it.")},
-                "arguments": {"type": "object", "description": "The tool's arguments, as its input schema says."}
-            },
-            "required": ["name"]
-        }
-    })
-}
-
-#[cfg(test)]
-#[path = "exchange_tests.rs"]
-mod tests;
