@@ -416,7 +416,7 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
             for (family, total) in replies.iter().zip(reply_totals.iter_mut()) {
                 let seed = (i * 8 + *family as usize) as u64;
                 let (latest, said) =
-                    sample(*family, &q.query, &index, Assistant::Fifth, seed).unwrap();
+                    sample(*family, &q.query, &index, Assistant::held_out(), seed).unwrap();
                 let kept = ask(&[("user", &q.query), ("assistant", &said), ("user", &latest)]);
                 *total += needed(&kept);
             }
@@ -426,7 +426,8 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
                 .unwrap();
             for family in topics {
                 let seed = (i * 8 + family as usize) as u64;
-                let Some((latest, said)) = sample(family, &q.query, &index, Assistant::Fifth, seed)
+                let Some((latest, said)) =
+                    sample(family, &q.query, &index, Assistant::held_out(), seed)
                 else {
                     continue;
                 };

@@ -124,11 +124,11 @@ fn generated_replies_keep_their_questions_tools_and_topics_their_own() {
     for (name, dataset) in strided() {
         for assistant in [
             Assistant::Lists,
-            Assistant::First,
-            Assistant::Second,
-            Assistant::Third,
-            Assistant::Fourth,
-            Assistant::Fifth,
+            Assistant::PlainClosings,
+            Assistant::HeadedBullets,
+            Assistant::Registers,
+            Assistant::PromptsAndPlans,
+            Assistant::AgentProducts,
         ] {
             let setting = Setting {
                 k: 5,

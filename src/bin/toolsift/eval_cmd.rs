@@ -76,7 +76,7 @@ pub struct Args {
     /// blind once the reading of the assistant's turn was final: held out), `first` to
     /// `fourth` (grammars written blind, which the reading was revised on), `lists` (the
     /// fourteen turns it was first written beside) or `other_languages`.
-    #[arg(long, requires = "generated", default_value = "fifth", value_parser = assistant_source)]
+    #[arg(long, requires = "generated", default_value = toolsift::eval::generated::Assistant::held_out().name(), value_parser = assistant_source)]
     assistant: toolsift::eval::generated::Assistant,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
