@@ -889,7 +889,7 @@ mod tests {
 
     #[test]
     fn every_family_is_scored_in_catalogs_of_the_size_asked() {
-        let d = crate::eval::tests::followup_dataset();
+        let d = crate::offline::eval::tests::followup_dataset();
         let config = Config::from_json(br#"{"top_k":1,"min_tools":0}"#).unwrap();
         let setting = |half| Setting {
             k: 1,

@@ -1,6 +1,6 @@
 //! Grammars of the assistant's last turn before the user's next one: test data for the reading
 //! of that turn ([`crate::followup`]), drawn by [`super::generated`]. They are no part of the
-//! filter, nor of `toolsift::eval`'s API.
+//! filter, nor of `toolsift::offline::eval`'s API.
 //!
 //! Each was written blind, without reading the decision it tests nor the grammars before it,
 //! from what assistants write in real traffic. The reading was revised on each of them after
