@@ -23,7 +23,7 @@
 //! `min_calls`). A held-out query is a filtered request: a call is kept when its slot is within
 //! the k, and the request sends min(k, catalog) tools. Beside it, the `top_k` that
 //! `toolsift report` names for the same share (the point estimate over the calibration half's
-//! calls, as `src/report.rs` computes `smallest_k`), held out the same way.
+//! calls, as `src/offline/report.rs` computes `smallest_k`), held out the same way.
 //!
 //! The per-request sets calibrate a threshold on the same calibration calls, per catalog where
 //! `auto_k` calibrates per catalog and pooled where it pools, on a nonconformity score:
@@ -68,7 +68,7 @@ use toolsift::auto_k::{
 };
 use toolsift::config::Config;
 use toolsift::dialects::{Dialect, MAX_QUERY_BYTES};
-use toolsift::eval::{Dataset, evaluate};
+use toolsift::offline::eval::{Dataset, evaluate};
 use toolsift::pipeline::Engine;
 use toolsift::rank::Catalog;
 use toolsift::text::head_and_tail;

@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use toolsift::config::Config;
 use toolsift::dialects::{Dialect, Entry};
 use toolsift::embeddings::{query_texts, tool_text};
-use toolsift::eval::Dataset;
 use toolsift::fusion::{self, FusionParams};
+use toolsift::offline::eval::Dataset;
 use toolsift::pipeline::Engine;
 use toolsift::rank::Catalog;
 

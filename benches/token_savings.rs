@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 use toolsift::config::Config;
-use toolsift::eval::{Dataset, Tool, evaluate};
+use toolsift::offline::eval::{Dataset, Tool, evaluate};
 use toolsift::pipeline::Engine;
 
 const SIZES: [usize; 6] = [10, 25, 50, 100, 200, 1000];

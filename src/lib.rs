@@ -28,22 +28,18 @@
 //! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
 //!   [`gen_ai`] (a request's OpenTelemetry GenAI attributes),
-//!   [`search`], [`eval`], [`mcp`], [`lifecycle`] (one stream's callbacks in, through the `Proxy` out), and
+//!   [`search`], [`mcp`], [`lifecycle`] (one stream's callbacks in, through the `Proxy` out), and
 //!   the proxy-wasm filter on top;
-//! - [`report`] (the access log summed up, for the CLI) stands alone, but for the pipeline's
-//!   encoding of names ([`pipeline::percent_decode`]).
+//! - [`offline`] (native only, never in the `.wasm`: the access log read, summed up and
+//!   calibrated from, and the retrieval evaluation, for the CLI and the tests) on everything.
 
 pub mod access;
 pub mod auto_k;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod calibrate;
 pub mod config;
 pub mod connectors;
 pub mod custom;
 pub mod dialects;
 pub mod embeddings;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod eval;
 pub mod followup;
 pub mod fusion;
 pub mod gating;
@@ -55,11 +51,11 @@ pub mod lifecycle;
 pub mod loop_guard;
 pub mod mcp;
 pub mod metadata;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod offline;
 pub mod pairs;
 pub mod pipeline;
 pub mod rank;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod report;
 pub mod rewrite;
 pub mod search;
 pub mod select;

@@ -915,8 +915,8 @@ fn eval_followups_compares_each_follow_up_with_its_question() {
     close(&v, "question", (1.0 + 0.5 + 0.5 + 0.5) / 4.0);
     let rows = v["rows"].as_array().unwrap();
     let kinds: Vec<&str> = rows.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    let follow_ups = toolsift::eval::FOLLOW_UPS.map(|(kind, _)| kind);
-    let shifts = toolsift::eval::SHIFTS.map(|(kind, _)| kind);
+    let follow_ups = toolsift::offline::eval::FOLLOW_UPS.map(|(kind, _)| kind);
+    let shifts = toolsift::offline::eval::SHIFTS.map(|(kind, _)| kind);
     assert_eq!(kinds, [&follow_ups[..], &shifts[..]].concat());
     let (follow_ups, shifts) = rows.split_at(follow_ups.len());
     for row in &follow_ups[..3] {

@@ -12,7 +12,7 @@ use crate::common;
 use common::llm::{QUESTION, dataset_catalog, request, tool_names, with_calls};
 use common::{DIALECTS, Gateway, tools_in};
 use serde_json::{Value, json};
-use toolsift::eval::{ANSWERED, FOLLOW_UP_ASK, FOLLOW_UPS, MISSED, restated};
+use toolsift::offline::eval::{ANSWERED, FOLLOW_UP_ASK, FOLLOW_UPS, MISSED, restated};
 use toolsift::rank::{Catalog, FieldWeights};
 
 /// A question whose tool the fixture catalog has, and a task one can do again elsewhere.
@@ -374,7 +374,7 @@ fn a_conversation_ending_in_tool_results_keeps_its_selection_in_every_dialect() 
 /// as an ask joins its topic to the question before).
 #[test]
 fn generated_replies_and_topics_hold_in_every_dialect() {
-    use toolsift::eval::generated::{Assistant, Family, sample};
+    use toolsift::offline::eval::generated::{Assistant, Family, sample};
     let (catalog, questions) = dataset_catalog("toolbench", 12, 200, true);
     let array = serde_json::to_string(&catalog).unwrap();
     let index = Catalog::build(
@@ -416,7 +416,7 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
             for (family, total) in replies.iter().zip(reply_totals.iter_mut()) {
                 let seed = (i * 8 + *family as usize) as u64;
                 let (latest, said) =
-                    sample(*family, &q.query, &index, Assistant::Fifth, seed).unwrap();
+                    sample(*family, &q.query, &index, Assistant::held_out(), seed).unwrap();
                 let kept = ask(&[("user", &q.query), ("assistant", &said), ("user", &latest)]);
                 *total += needed(&kept);
             }
@@ -426,7 +426,8 @@ fn generated_replies_and_topics_hold_in_every_dialect() {
                 .unwrap();
             for family in topics {
                 let seed = (i * 8 + family as usize) as u64;
-                let Some((latest, said)) = sample(family, &q.query, &index, Assistant::Fifth, seed)
+                let Some((latest, said)) =
+                    sample(family, &q.query, &index, Assistant::held_out(), seed)
                 else {
                     continue;
                 };

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use toolsift::config::Config;
-use toolsift::eval::{Dataset, evaluate};
+use toolsift::offline::eval::{Dataset, evaluate};
 use toolsift::pipeline::Engine;
 
 fn datasets() -> PathBuf {
@@ -71,7 +71,7 @@ fn recall_at_5_stays_above_the_recorded_floor() {
 /// question within .02. `docs/BENCHMARKS.md` ("Follow-up turns") has every question's figures.
 #[test]
 fn follow_ups_keep_their_questions_tools_and_new_topics_their_own() {
-    use toolsift::eval::{FOLLOW_UPS, MISSED, evaluate_followups};
+    use toolsift::offline::eval::{FOLLOW_UPS, MISSED, evaluate_followups};
     let config = Config::default();
     let mut failures = Vec::new();
     for (name, dataset) in strided() {
@@ -118,17 +118,17 @@ fn follow_ups_keep_their_questions_tools_and_new_topics_their_own() {
 /// alone: issue 54's margins (`docs/BENCHMARKS.md`, "Follow-ups, second round").
 #[test]
 fn generated_replies_keep_their_questions_tools_and_topics_their_own() {
-    use toolsift::eval::generated::{Assistant, Setting, evaluate_generated};
+    use toolsift::offline::eval::generated::{Assistant, Setting, evaluate_generated};
     let config = Config::default();
     let mut failures = Vec::new();
     for (name, dataset) in strided() {
         for assistant in [
             Assistant::Lists,
-            Assistant::First,
-            Assistant::Second,
-            Assistant::Third,
-            Assistant::Fourth,
-            Assistant::Fifth,
+            Assistant::PlainClosings,
+            Assistant::HeadedBullets,
+            Assistant::Registers,
+            Assistant::PromptsAndPlans,
+            Assistant::AgentProducts,
         ] {
             let setting = Setting {
                 k: 5,

@@ -5,7 +5,7 @@
 use proptest::prelude::Rng;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 use std::collections::HashSet;
-use toolsift::eval::Dataset;
+use toolsift::offline::eval::Dataset;
 
 /// The tools of one catalog in the first layout, as `benches/shadow_replay.py` replays them.
 pub const CATALOG_TOOLS: usize = 200;
@@ -14,13 +14,13 @@ pub const CATALOG_TOOLS: usize = 200;
 /// relevant tools within [`CATALOG_TOOLS`]; each catalog is those tools in the dataset's order,
 /// then the dataset's first others.
 pub fn catalogs_of_200(dataset: &Dataset) -> Vec<Dataset> {
-    let relevant_of = |group: &[&toolsift::eval::Query]| -> HashSet<String> {
+    let relevant_of = |group: &[&toolsift::offline::eval::Query]| -> HashSet<String> {
         group
             .iter()
             .flat_map(|q| q.relevant.iter().cloned())
             .collect()
     };
-    let deal = |catalogs: usize| -> Vec<Vec<&toolsift::eval::Query>> {
+    let deal = |catalogs: usize| -> Vec<Vec<&toolsift::offline::eval::Query>> {
         (0..catalogs)
             .map(|c| dataset.queries.iter().skip(c).step_by(catalogs).collect())
             .collect()

@@ -1802,7 +1802,7 @@ pub fn mcp_route(data: &[u8]) {
 pub fn fleet_calibration(data: &[u8]) {
     use toolsift::auto_k::fleet::FleetCalibration;
     use toolsift::auto_k::{AutoK, AutoKConfig, Source};
-    use toolsift::calibrate::Collector;
+    use toolsift::offline::calibrate::Collector;
     let max_k = 1 + usize::from(data.first().copied().unwrap_or(0)) % 64;
     let mut collector = Collector::new(max_k);
     for line in data.get(1..).unwrap_or_default().split(|b| *b == b'\n') {

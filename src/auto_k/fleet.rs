@@ -1,5 +1,5 @@
 //! The fleet's calibration: `auto_k`'s histograms counted over every replica's records
-//! (`toolsift calibrate`, which reads them with `crate::calibrate`) and given to every replica
+//! (`toolsift calibrate`, which reads them with `crate::offline::calibrate`) and given to every replica
 //! in its configuration (`auto_k.calibration`).
 //!
 //! One Envoy's `auto_k` learns in its VM's shared data: replicas learn apart, disagree on k,

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 use super::*;
-use crate::calibrate::{Collector, rfc3339};
+use crate::offline::calibrate::{Collector, rfc3339};
 
 fn config(max_k: usize, min_calls: usize) -> AutoKConfig {
     AutoKConfig {

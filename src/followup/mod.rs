@@ -82,8 +82,15 @@ pub fn query(latest: &str, earlier: &[String], assistant: Option<&str>, index: &
 }
 
 /// [`query`] with what the assistant's turn says decided by the caller: `answers`, whether
-/// `latest` answers a question to go on (the evaluation measures other ways to decide it).
-pub fn query_answering(latest: &str, earlier: &[String], answers: bool, index: &Index) -> String {
+/// `latest` answers a question to go on (the evaluation measures other ways to decide it;
+/// nothing else calls it, so the `.wasm` leaves it out).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn query_answering(
+    latest: &str,
+    earlier: &[String],
+    answers: bool,
+    index: &Index,
+) -> String {
     let ask = if answers { Ask::Named } else { Ask::No };
     answering(latest, earlier, ask, index)
 }

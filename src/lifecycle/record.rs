@@ -4,7 +4,7 @@
 //! tokens, and the access verdicts decided so far. What only the answer shows (the access
 //! guard's verdicts on its calls, shadow's ranks of them) rewrites the whole value later:
 //! Envoy's `set_property` replaces the value of a key already set. The grammar is in
-//! docs/report.md ("The record"); `toolsift report` reads it ([`crate::report`]).
+//! docs/report.md ("The record"); `toolsift report` reads it ([`crate::offline::report`]).
 
 use super::proxy::Proxy;
 

@@ -548,7 +548,7 @@ pub fn access_log_lines(path: &Path, n: usize) -> Vec<Value> {
 /// the line has no record.
 pub fn record(line: &Value) -> (String, std::collections::BTreeMap<String, String>) {
     let value = line["toolsift"].as_str().unwrap_or_default();
-    let (header, own) = toolsift::report::split_record(value);
+    let (header, own) = toolsift::offline::access_log::split_record(value);
     let own = own
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))

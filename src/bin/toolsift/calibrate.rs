@@ -5,8 +5,9 @@ use crate::Failure;
 use crate::output::print;
 use std::io::BufReader;
 use std::path::PathBuf;
-use toolsift::calibrate::Collector;
-use toolsift::report::{MAX_LINE_BYTES, for_each_line, thousands};
+use toolsift::offline::access_log::{MAX_LINE_BYTES, for_each_line};
+use toolsift::offline::calibrate::Collector;
+use toolsift::offline::report::thousands;
 
 #[derive(clap::Args)]
 pub struct Args {

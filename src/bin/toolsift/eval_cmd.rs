@@ -1,5 +1,5 @@
 //! `toolsift eval`: retrieval quality, kept tokens and ranking time on a dataset, with the
-//! filter's ranking (`toolsift::eval`): keyword, or hybrid with `--embeddings-url`.
+//! filter's ranking (`toolsift::offline::eval`): keyword, or hybrid with `--embeddings-url`.
 
 use crate::Failure;
 use crate::hybrid::EmbeddingArgs;
@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use toolsift::config::Config;
-use toolsift::eval::{
+use toolsift::offline::eval::{
     ANSWERED, Dataset, Embedder, FOLLOW_UP_ASK, Ranker, Report, evaluate_followups, evaluate_with,
 };
 use toolsift::pipeline::Engine;
@@ -67,7 +67,7 @@ pub struct Args {
     #[arg(long, requires = "followups")]
     generated: bool,
     /// With --generated: tools in each question's catalog.
-    #[arg(long, requires = "generated", default_value_t = toolsift::eval::generated::CATALOG)]
+    #[arg(long, requires = "generated", default_value_t = toolsift::offline::eval::generated::CATALOG)]
     catalog_size: usize,
     /// With --generated: only the questions at even (0) or odd (1) places.
     #[arg(long, requires = "generated", value_parser = clap::value_parser!(u8).range(0..=1))]
@@ -76,8 +76,8 @@ pub struct Args {
     /// blind once the reading of the assistant's turn was final: held out), `first` to
     /// `fourth` (grammars written blind, which the reading was revised on), `lists` (the
     /// fourteen turns it was first written beside) or `other_languages`.
-    #[arg(long, requires = "generated", default_value = "fifth", value_parser = assistant_source)]
-    assistant: toolsift::eval::generated::Assistant,
+    #[arg(long, requires = "generated", default_value = toolsift::offline::eval::generated::Assistant::held_out().name(), value_parser = assistant_source)]
+    assistant: toolsift::offline::eval::generated::Assistant,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
 }
@@ -175,8 +175,8 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     print(&text)
 }
 
-fn assistant_source(name: &str) -> Result<toolsift::eval::generated::Assistant, String> {
-    use toolsift::eval::generated::Assistant;
+fn assistant_source(name: &str) -> Result<toolsift::offline::eval::generated::Assistant, String> {
+    use toolsift::offline::eval::generated::Assistant;
     Assistant::from_name(name).ok_or_else(|| {
         let names: Vec<&str> = Assistant::ALL.iter().map(|a| a.name()).collect();
         format!("one of {}", names.join(", "))
@@ -192,16 +192,18 @@ fn generated(args: &Args, config: &Config, dataset: &Dataset) -> Result<(), Fail
         ));
     }
     let bar = progress_bar(dataset.queries.len());
-    let setting = toolsift::eval::generated::Setting {
+    let setting = toolsift::offline::eval::generated::Setting {
         k: config.top_k,
         size: args.catalog_size,
         half: args.half.map(usize::from),
         assistant: args.assistant,
     };
-    let report =
-        toolsift::eval::generated::evaluate_generated(dataset, config, setting, &mut |done| {
-            bar.set_position(done as u64)
-        });
+    let report = toolsift::offline::eval::generated::evaluate_generated(
+        dataset,
+        config,
+        setting,
+        &mut |done| bar.set_position(done as u64),
+    );
     bar.finish_and_clear();
     let r = report?;
     if args.json {

@@ -1,6 +1,6 @@
 //! `--embeddings-url` and `--embeddings-model`, shared by `explain` and `eval`: hybrid ranking
 //! with vectors from an OpenAI-compatible embeddings service (http:// or https://), got through
-//! the filter's own code (`toolsift::eval::Embedder`). A service that fails is an error (exit 2),
+//! the filter's own code (`toolsift::offline::eval::Embedder`). A service that fails is an error (exit 2),
 //! never a silent fall back to keyword ranking. Credentials go in headers
 //! (`--embeddings-header`, or the API key in `TOOLSIFT_EMBEDDINGS_API_KEY`) and are never
 //! printed.
@@ -8,7 +8,7 @@
 use crate::Failure;
 use crate::http::{Client, normalize_url, parse_header};
 use toolsift::config::{Config, Ranking};
-use toolsift::eval::Embedder;
+use toolsift::offline::eval::Embedder;
 
 /// Tool texts per embeddings call while a catalog is embedded.
 pub const BATCH: usize = 64;

@@ -7,10 +7,10 @@
 //!
 //! `check` reads Envoy configurations and reports toolsift settings that would misbehave.
 //!
-//! `report` sums up the access logs the shipped configurations write (`toolsift::report`).
+//! `report` sums up the access logs the shipped configurations write (`toolsift::offline::report`).
 //!
 //! `calibrate` counts `auto_k`'s calls over every replica's logs into the fleet's calibration
-//! (`toolsift::calibrate`, `toolsift::auto_k::fleet`): the JSON object `auto_k.calibration`
+//! (`toolsift::offline::calibrate`, `toolsift::auto_k::fleet`): the JSON object `auto_k.calibration`
 //! takes.
 //!
 //! `schema` prints the plugin configuration's JSON Schema, derived from the configuration types.

@@ -49,7 +49,7 @@ pub fn print(text: &str) -> Result<(), Failure> {
 
 /// `1234567` → `1,234,567` (as `toolsift report` writes counts).
 pub fn thousands(n: usize) -> String {
-    toolsift::report::thousands(n as u64)
+    toolsift::offline::report::thousands(n as u64)
 }
 
 /// The change from `before` to `after` in percent, e.g. `-91.5%`.

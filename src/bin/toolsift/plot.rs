@@ -6,7 +6,7 @@
 
 use crate::output::thousands;
 use std::fmt::Write;
-use toolsift::eval::Report;
+use toolsift::offline::eval::Report;
 
 const W: f64 = 900.0;
 const H: f64 = 580.0;
@@ -320,8 +320,8 @@ const CATALOG_COLORS: [&str; 3] = ["#2e8b57", "#e07b00", "#8e44ad"];
 /// The share of called tools ranked within k, k = 1..50, from `toolsift report`: all sampled
 /// requests' calls, and with several catalogs the three with the most calls, the current top_k
 /// marked. Drawn with the same pieces as [`svg`].
-pub fn within_k_svg(report: &toolsift::report::Report) -> String {
-    use toolsift::report::{Curve, MAX_K, TABLE_KS, percent, thousands as sep};
+pub fn within_k_svg(report: &toolsift::offline::report::Report) -> String {
+    use toolsift::offline::report::{Curve, MAX_K, TABLE_KS, percent, thousands as sep};
     let shadow = &report.shadow;
     let x = |k: f64| LEFT + 14.0 + (k - 1.0) / (MAX_K as f64 - 1.0) * (RIGHT - LEFT - 28.0);
     let y = |v: f64| BOTTOM - v.clamp(0.0, 1.0) * (BOTTOM - TOP);

@@ -1,4 +1,4 @@
-//! `toolsift report LOG…`: the access log summed up (`toolsift::report`), as text, as one JSON
+//! `toolsift report LOG…`: the access log summed up (`toolsift::offline::report`), as text, as one JSON
 //! object (`--json`), and the within-k curve drawn (`--plot OUT.svg|OUT.png`).
 
 use crate::Failure;
@@ -7,7 +7,9 @@ use crate::plot;
 use std::fmt::Write;
 use std::io::BufReader;
 use std::path::PathBuf;
-use toolsift::report::{MAX_K, Report, TABLE_KS, TARGETS, Tally, percent, tally, thousands};
+use toolsift::offline::report::{
+    MAX_K, Report, TABLE_KS, TARGETS, Tally, percent, tally, thousands,
+};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -14,8 +14,8 @@
 //!   of [`TOPIC_FORMS`]; or the whole question. Each needs its own tools.
 //!
 //! What the assistant says before each comes from an [`Assistant`] source: five grammars
-//! written blind (the reading of the assistant's turn was revised on the first four; the
-//! fifth is held out), the fourteen turns it was first written beside, or turns in other
+//! written blind (`grammars`: the reading of the assistant's turn was revised on four of them;
+//! one is held out), the fourteen turns it was first written beside, or turns in other
 //! languages.
 //!
 //! Every draw comes from a generator seeded by the question's place and the family, so a run
@@ -27,6 +27,7 @@
 //! [`super::forms`] measured for issue 54 and not shipped.
 
 use super::forms::{self, FORMS, Form};
+use super::grammars::{self, Grammar, Situation};
 use super::{Dataset, EvalError, distinct_relevant, score};
 use crate::config::Config;
 use crate::dialects::Dialect;
@@ -342,23 +343,24 @@ fn phrase_of(question: &str, draw: &mut Draw) -> Option<String> {
 
 /// Where the assistant's turns come from: a decision that reads them must be measured on
 /// turns it was not written from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Assistant {
     /// [`ASKS`] and [`ANSWERS`]: the fourteen turns the reading of the assistant's turn was
     /// first written beside.
     Lists,
-    /// [`super::assistant_first`]: written blind, then used to revise the reading.
-    First,
-    /// [`super::assistant_second`]: written blind, then used to revise the reading again.
-    Second,
-    /// [`super::assistant_third`]: written blind, then used to revise the reading a third time.
-    Third,
-    /// [`super::assistant_fourth`]: written blind, measured once as held out, then used to
-    /// revise the reading a fourth time.
-    Fourth,
-    /// [`super::assistant_fifth`]: written blind once the reading was final; held out.
-    Fifth,
+    /// Plain closings, a sentence or two: written blind, then used to revise the reading.
+    PlainClosings,
+    /// Headed turns with bullet details: written blind, then used to revise the reading again.
+    HeadedBullets,
+    /// A form of the situation in a varied register: written blind, then used to revise the
+    /// reading a third time.
+    Registers,
+    /// Plans, options, command-line prompts and support bots: written blind, measured once as
+    /// held out, then used to revise the reading a fourth time.
+    PromptsAndPlans,
+    /// What each kind of agent product writes: written blind once the reading was final; held
+    /// out.
+    AgentProducts,
     /// The five grammars' turns in other languages.
     OtherLanguages,
 }
@@ -366,22 +368,24 @@ pub enum Assistant {
 impl Assistant {
     pub const ALL: [Assistant; 7] = [
         Assistant::Lists,
-        Assistant::First,
-        Assistant::Second,
-        Assistant::Third,
-        Assistant::Fourth,
-        Assistant::Fifth,
+        Assistant::PlainClosings,
+        Assistant::HeadedBullets,
+        Assistant::Registers,
+        Assistant::PromptsAndPlans,
+        Assistant::AgentProducts,
         Assistant::OtherLanguages,
     ];
 
+    /// The name the CLI reads and the report prints: a grammar's by the order it was written
+    /// in, as `docs/BENCHMARKS.md`'s commands and figures name them.
     pub fn name(self) -> &'static str {
         match self {
             Assistant::Lists => "lists",
-            Assistant::First => "first",
-            Assistant::Second => "second",
-            Assistant::Third => "third",
-            Assistant::Fourth => "fourth",
-            Assistant::Fifth => "fifth",
+            Assistant::PlainClosings => "first",
+            Assistant::HeadedBullets => "second",
+            Assistant::Registers => "third",
+            Assistant::PromptsAndPlans => "fourth",
+            Assistant::AgentProducts => "fifth",
             Assistant::OtherLanguages => "other_languages",
         }
     }
@@ -390,41 +394,63 @@ impl Assistant {
         Assistant::ALL.into_iter().find(|a| a.name() == name)
     }
 
+    /// The source of the held-out grammar (`grammars::HELD_OUT`): what the CLI draws from by
+    /// default.
+    pub fn held_out() -> Assistant {
+        Assistant::ALL
+            .into_iter()
+            .find(|a| {
+                a.grammar()
+                    .is_some_and(|g| g.name == grammars::HELD_OUT.name)
+            })
+            .unwrap_or(Assistant::AgentProducts)
+    }
+
+    /// The grammar this source draws English turns from.
+    fn grammar(self) -> Option<Grammar> {
+        match self {
+            Assistant::Lists | Assistant::OtherLanguages => None,
+            Assistant::PlainClosings => Some(grammars::PLAIN_CLOSINGS),
+            Assistant::HeadedBullets => Some(grammars::HEADED_BULLETS),
+            Assistant::Registers => Some(grammars::REGISTERS),
+            Assistant::PromptsAndPlans => Some(grammars::PROMPTS_AND_PLANS),
+            Assistant::AgentProducts => Some(grammars::AGENT_PRODUCTS),
+        }
+    }
+
     /// What the assistant says before a conversation of `family`: it asks to go on before a
     /// reply, hands back before a topic shift.
     fn turn(self, family: Family, draw: &mut Draw) -> String {
-        use super::{
-            assistant_fifth as e, assistant_first as a, assistant_fourth as d,
-            assistant_second as b, assistant_third as c,
+        let situation = if family.is_reply() {
+            Situation::Ask
+        } else {
+            Situation::Handback
         };
-        let asks = family.is_reply();
-        let mut choose = |n: usize| draw.below(n);
-        // Each grammar has its own `Situation`; the same choice for each.
-        macro_rules! from {
-            ($grammar:ident, $how:ident) => {{
-                let situation = if asks {
-                    $grammar::Situation::Ask
-                } else {
-                    $grammar::Situation::Handback
-                };
-                $grammar::$how(situation, &mut choose)
-            }};
+        if let Some(grammar) = self.grammar() {
+            return (grammar.english)(situation, &mut |n| draw.below(n));
         }
         match self {
-            Assistant::Lists => draw.pick(if asks { ASKS } else { ANSWERS }).to_owned(),
-            Assistant::First => from!(a, english),
-            Assistant::Second => from!(b, english),
-            Assistant::Third => from!(c, english),
-            Assistant::Fourth => from!(d, english),
-            Assistant::Fifth => from!(e, english),
-            Assistant::OtherLanguages => match choose(5) {
-                0 => from!(a, other_language),
-                1 => from!(b, other_language),
-                2 => from!(c, other_language),
-                3 => from!(d, other_language),
-                _ => from!(e, other_language),
-            },
+            Assistant::OtherLanguages => {
+                let written = draw.below(grammars::WRITTEN.len());
+                let grammar = grammars::WRITTEN
+                    .get(written)
+                    .unwrap_or(&grammars::HELD_OUT);
+                (grammar.other_language)(situation, &mut |n| draw.below(n))
+            }
+            _ => draw
+                .pick(match situation {
+                    Situation::Ask => ASKS,
+                    Situation::Handback => ANSWERS,
+                })
+                .to_owned(),
         }
+    }
+}
+
+/// As its [`Assistant::name`].
+impl serde::Serialize for Assistant {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }
 
@@ -792,61 +818,23 @@ mod tests {
     /// slot left unfilled; whole turns in other languages.
     #[test]
     fn every_grammar_of_assistant_turns_is_varied_and_filled() {
-        use crate::eval::{
-            assistant_fifth, assistant_first, assistant_fourth, assistant_second, assistant_third,
-        };
-        type Grammar = fn(bool, &mut dyn FnMut(usize) -> usize) -> String;
-        macro_rules! grammar {
-            ($g:ident, $how:ident) => {
-                |ask: bool, choose: &mut dyn FnMut(usize) -> usize| {
-                    let situation = if ask {
-                        $g::Situation::Ask
-                    } else {
-                        $g::Situation::Handback
-                    };
-                    $g::$how(situation, choose)
-                }
-            };
-        }
-        let grammars: [(&str, Grammar, Grammar); 5] = [
-            (
-                "first",
-                grammar!(assistant_first, english),
-                grammar!(assistant_first, other_language),
-            ),
-            (
-                "second",
-                grammar!(assistant_second, english),
-                grammar!(assistant_second, other_language),
-            ),
-            (
-                "third",
-                grammar!(assistant_third, english),
-                grammar!(assistant_third, other_language),
-            ),
-            (
-                "fourth",
-                grammar!(assistant_fourth, english),
-                grammar!(assistant_fourth, other_language),
-            ),
-            (
-                "fifth",
-                grammar!(assistant_fifth, english),
-                grammar!(assistant_fifth, other_language),
-            ),
-        ];
-        for (name, english, other) in grammars {
-            for ask in [true, false] {
+        for grammar in grammars::WRITTEN {
+            let (name, english, other) = (grammar.name, grammar.english, grammar.other_language);
+            for situation in [Situation::Ask, Situation::Handback] {
                 let draws = |seed: u64| {
                     let mut d = Draw::new(seed);
                     (0..2000)
-                        .map(|_| english(ask, &mut |n| d.below(n)))
+                        .map(|_| english(situation, &mut |n| d.below(n)))
                         .collect::<Vec<_>>()
                 };
                 let turns = draws(11);
                 assert_eq!(turns, draws(11), "{name}");
                 let distinct: HashSet<&String> = turns.iter().collect();
-                assert!(distinct.len() >= 200, "{name} {ask}: {}", distinct.len());
+                assert!(
+                    distinct.len() >= 200,
+                    "{name} {situation:?}: {}",
+                    distinct.len()
+                );
                 let questions = turns
                     .iter()
                     .filter(|t| {
@@ -856,7 +844,7 @@ mod tests {
                     .count();
                 assert!(
                     questions * 3 <= turns.len() * 2,
-                    "{name} {ask}: {questions}"
+                    "{name} {situation:?}: {questions}"
                 );
                 for t in &turns {
                     assert!(
@@ -866,10 +854,23 @@ mod tests {
                 }
                 let mut d = Draw::new(5);
                 for _ in 0..100 {
-                    assert!(!other(ask, &mut |n| d.below(n)).trim().is_empty(), "{name}");
+                    assert!(
+                        !other(situation, &mut |n| d.below(n)).trim().is_empty(),
+                        "{name}"
+                    );
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_held_out_source_draws_from_the_held_out_grammar() {
+        let held_out = Assistant::held_out();
+        assert_eq!(
+            held_out.grammar().map(|g| g.name),
+            Some(grammars::HELD_OUT.name)
+        );
+        assert_eq!(held_out.name(), "fifth");
     }
 
     #[test]
@@ -888,13 +889,13 @@ mod tests {
 
     #[test]
     fn every_family_is_scored_in_catalogs_of_the_size_asked() {
-        let d = crate::eval::tests::followup_dataset();
+        let d = crate::offline::eval::tests::followup_dataset();
         let config = Config::from_json(br#"{"top_k":1,"min_tools":0}"#).unwrap();
         let setting = |half| Setting {
             k: 1,
             size: 3,
             half,
-            assistant: Assistant::Fifth,
+            assistant: Assistant::held_out(),
         };
         let r = evaluate_generated(&d, &config, setting(None), &mut |_| {}).unwrap();
         assert_eq!((r.questions, r.catalog), (2, 3));

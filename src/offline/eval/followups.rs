@@ -263,7 +263,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
     use super::*;
-    use crate::eval::tests::{close, tiny_tools};
+    use crate::offline::eval::tests::{close, tiny_tools};
 
     #[test]
     fn follow_ups_are_ranked_with_their_question_through_the_pipeline() {

@@ -39,14 +39,10 @@ use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 
-pub mod assistant_fifth;
-pub mod assistant_first;
-pub mod assistant_fourth;
-pub mod assistant_second;
-pub mod assistant_third;
 pub mod followups;
 pub mod forms;
 pub mod generated;
+mod grammars;
 pub use followups::{
     ANSWERED, FOLLOW_UP_ASK, FOLLOW_UPS, FollowupReport, FollowupRow, MISSED, SHIFTS,
     evaluate_followups, restated,

@@ -1,5 +1,5 @@
-//! The second set of assistant turns: what an LLM assistant in an agent product writes as its
-//! last message before the user's next turn, in two situations ([`Situation`]):
+//! Headed turns with bullet details (written second): what an LLM assistant in an agent product
+//! writes as its last message before the user's next turn, in two situations ([`Situation`]):
 //! - **ask**: before doing what the user asked it asks leave to go on; or it reports a failure
 //!   and offers to retry; or it proposes the next step of the same task and waits for the
 //!   user's word. As questions ("OK to run it now?") and as statements, imperatives and offers
@@ -11,7 +11,7 @@
 //! the other grammar of assistant turns, so its phrasings are not tuned to either. Only the
 //! code style of the generated follow-ups was looked at. After its first measurement the
 //! reading of the assistant's turn was revised on it (`docs/BENCHMARKS.md` has both figures),
-//! so it is held out no more: [`super::assistant_final`] is.
+//! so it is held out no more: [`super::HELD_OUT`] is.
 //!
 //! Each English turn is composed from slot lists: an optional heading or opener, an optional
 //! first sentence saying what is about to happen or what happened, optional details (a
@@ -22,14 +22,7 @@
 //! [`other_language`] picks one of twenty whole turns per situation, written as a model writes
 //! them, in thirteen languages and six scripts.
 
-/// Which last assistant turn to write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Situation {
-    /// The assistant asks to go on, offers a retry, or proposes the next step and waits.
-    Ask,
-    /// The assistant has finished or answered and hands the conversation back.
-    Handback,
-}
+use super::Situation;
 
 /// What the task is called in a sentence about it.
 pub const TASKS: &[&str] = &[

@@ -1,6 +1,7 @@
-//! The assistant's last message before the user's next turn, generated from a grammar: the
-//! third set of turns for the reading of that turn (does the assistant wait for the user's word
-//! to go on, or has it handed the conversation back?).
+//! Registers (written third): the assistant's last message before the user's next turn, a form
+//! of its situation said in a varied register, generated from a grammar for the reading of that
+//! turn (does the assistant wait for the user's word to go on, or has it handed the
+//! conversation back?).
 //!
 //! Two situations:
 //! - [`Situation::Ask`]: the assistant has not yet done what was asked, or only part of it, and
@@ -18,7 +19,7 @@
 //! other sets of assistant turns, or anything of the project but the code style of
 //! `generated.rs`. Nothing here is tuned to what the decision looks for. After its first
 //! measurement the reading was revised on it (`docs/BENCHMARKS.md` has both figures), so it is
-//! held out no more: [`super::assistant_fourth`] is.
+//! held out no more: [`super::HELD_OUT`] is.
 //!
 //! How it composes: each message draws its slots once (`Slots`: a neutral task phrase such
 //! as "the import" or "the refund batch", a file, a command, an error, numbers, a time), picks
@@ -32,11 +33,7 @@
 //!
 //! All draws go through the caller's `choose(n)`, so a seeded caller repeats itself.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Situation {
-    Ask,
-    Handback,
-}
+use super::Situation;
 
 /// One assistant turn in English for `situation`.
 ///

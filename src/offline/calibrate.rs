@@ -1,5 +1,5 @@
 //! The replicas' records, read for the fleet's calibration (`toolsift calibrate`,
-//! [`crate::auto_k::fleet`]). Native only, like [`crate::report`], whose record parsers it uses.
+//! [`crate::auto_k::fleet`]). Native only, like [`super::report`]; both read the records with [`super::access_log`].
 //!
 //! Two kinds of line, mixed freely:
 //! - the shipped access logs' JSON lines, whose `toolsift` key holds the request's record
@@ -15,8 +15,8 @@
 //! one millisecond with the same record count once, an undercount of no consequence to a
 //! share. Whatever a line holds, it is counted and skipped, never a panic.
 
+use super::access_log::{parse_record_parts, split_record};
 use crate::auto_k::fleet::{Counts, FleetCalibration, Provenance, catalog_id};
-use crate::report::{parse_record_parts, split_record};
 use serde_json::Value;
 use std::collections::HashSet;
 

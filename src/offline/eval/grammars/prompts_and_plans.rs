@@ -1,4 +1,4 @@
-//! A fourth grammar of assistant turns: what an LLM assistant writes as its last message before
+//! Prompts and plans (written fourth): what an LLM assistant writes as its last message before
 //! the user's next turn, in one of two [`Situation`]s.
 //!
 //! - **Ask**: the assistant waits for the user's word before it does (more of) what was asked:
@@ -23,14 +23,7 @@
 //! goes through the caller's `choose`, so a seeded caller gets the same turns on every run.
 //! [`other_language`] picks one of twenty whole turns per situation in other languages.
 
-/// Which of the two turns to write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Situation {
-    /// The assistant waits for the user's word before doing (more of) the task.
-    Ask,
-    /// The assistant has finished or answered and hands the conversation back.
-    Handback,
-}
+use super::Situation;
 
 type Choose<'a> = &'a mut dyn FnMut(usize) -> usize;
 

@@ -1,4 +1,5 @@
-//! Held-out grammar: the last message an assistant writes before the user's next turn.
+//! Held-out grammar (written fifth, [`super::HELD_OUT`]): the last message an assistant writes
+//! before the user's next turn, as each kind of agent product writes it.
 //!
 //! It writes two kinds of turn. In an *ask* the assistant waits for the
 //! user's word before it does (more of) the task: permission, a plan to
@@ -23,14 +24,7 @@
 //! also get an opener, an emoji or a signature line. Every random choice goes
 //! through the caller's `choose`, so a seeded caller gets the same turns.
 
-/// Which of the two turns to write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Situation {
-    /// The assistant waits for the user's word before doing (more of) the task.
-    Ask,
-    /// The assistant has finished or answered and hands the conversation back.
-    Handback,
-}
+use super::Situation;
 
 mod handbacks;
 

@@ -1,4 +1,4 @@
-//! The fifth grammar's hand-backs and its turns in other languages (split from
+//! The agent-products grammar's hand-backs and its turns in other languages (split from
 //! [`super`] to keep each file short; written with it, blind).
 
 use super::*;

@@ -1,5 +1,6 @@
-//! What an assistant writes as its last message before the user's next turn, generated from a
-//! grammar: the assistant turns a decision about the user's reply can be tested behind.
+//! Plain closings (written first): what an assistant writes as its last message before the
+//! user's next turn, a sentence or two that close on a question or a statement, generated from
+//! a grammar: the assistant turns a decision about the user's reply can be tested behind.
 //!
 //! Written blind: the phrasings come from how assistants (GPT, Claude, Gemini, Llama, in agent
 //! products) actually talk, not from the decision this set will test nor from any list of its
@@ -20,14 +21,7 @@
 //! [`other_language`] picks a complete turn written in another language. The caller's `choose`
 //! makes every pick, so a seeded caller draws the same turns on every run.
 
-/// What the assistant's last turn does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Situation {
-    /// Asks leave to go on, to retry, or to take the next step.
-    Ask,
-    /// Reports the request done or answered and invites a new one.
-    Handback,
-}
+use super::Situation;
 
 /// A neutral thing a request is about, and whether it takes "are" and "have".
 struct Task {
