@@ -562,7 +562,7 @@ fn run_case(layout: &Layout, min_calls: usize, keep: f64, seeds: u64, top_k: usi
         let calibration = learned(layout, &split.arrivals, &config);
         let (table, _) = calibration.decide(&config, top_k, None, 0, 0);
         let chosen: Vec<_> = (0..layout.catalogs.len())
-            .map(|c| table.chosen(c as u32))
+            .map(|c| table.chosen(c as u32, &config, top_k))
             .collect();
         decided.push(Decided {
             calibration_calls: split
@@ -1277,7 +1277,9 @@ fn ks_by_chooser(
     Chooser::all()
         .into_iter()
         .map(|chooser| match chooser {
-            Chooser::AutoK => (0..own.len()).map(|c| table.chosen(c as u32).k).collect(),
+            Chooser::AutoK => (0..own.len())
+                .map(|c| table.chosen(c as u32, config, top_k).k)
+                .collect(),
             // Too few calls in all: `top_k`, as `decide` answers.
             Chooser::Shrunk { .. } if fallback.source == Source::Default => vec![top_k; own.len()],
             Chooser::Shrunk { counted, m } => own

@@ -91,9 +91,11 @@ pub fn request_body(
 pub enum Fallback {
     /// The call could not be made (for example an unknown cluster).
     Dispatch,
-    /// No answer within `timeout_ms` (Envoy answers 504).
+    /// No answer within `timeout_ms` (Envoy answers 504), or no connection within the
+    /// cluster's `connect_timeout` (Envoy's own 503 saying so), as from a paused service.
     Timeout,
-    /// The service is down (Envoy answers 503) or answered another non-2xx status.
+    /// The service is down (Envoy answers 503: refused, reset, no host) or answered another
+    /// non-2xx status.
     Status,
     /// The answer is not an embeddings response for the inputs sent.
     Garbage,
@@ -129,6 +131,31 @@ impl Fallback {
             None => Some(Fallback::Garbage),
         }
     }
+
+    /// The fallback an embeddings call's answer (`status` and `body`) means, if it is not a
+    /// success: as [`Fallback::of_status`], but Envoy's own 503 for a connection that did not
+    /// open within the cluster's `connect_timeout` is a timeout too. A service that takes
+    /// connections and never answers (paused, overloaded) ends a call either way: with Envoy's
+    /// 504 at `timeout_ms`, or, once its listen queue is full and new connections wait, with
+    /// that 503 (a background call's timeout is longer than `connect_timeout`). Both mean
+    /// "no answer in time", which is what an operator reading `fallback.timeout` looks for;
+    /// a refused or reset connection stays `status` (the service is down).
+    pub fn of_answer(status: Option<u16>, body: &[u8]) -> Option<Fallback> {
+        match status {
+            Some(503) if is_connect_timeout(body) => Some(Fallback::Timeout),
+            _ => Fallback::of_status(status),
+        }
+    }
+}
+
+/// Whether `body` is Envoy's local reply for an upstream connection that timed out:
+/// `upstream connect error or disconnect/reset before headers. reset reason: connection
+/// timeout` (the router's text; `retried and the latest reset reason: …` after retries).
+/// Envoy writes it, not the service: a service's own 503 never says so.
+fn is_connect_timeout(body: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"upstream connect error or disconnect/reset before headers.";
+    const REASON: &[u8] = b"reset reason: connection timeout";
+    body.starts_with(PREFIX) && body.windows(REASON.len()).any(|w| w == REASON)
 }
 
 /// The vectors of an embeddings call's answer for `inputs` inputs (`status` `None`: no response
@@ -142,7 +169,7 @@ pub fn answer_vectors(
     let Some(status) = status else {
         return Err(Fallback::Status);
     };
-    if let Some(reason) = Fallback::of_status(Some(status)) {
+    if let Some(reason) = Fallback::of_answer(Some(status), body) {
         return Err(reason);
     }
     parse_response(body, inputs, dimensions)
@@ -1185,6 +1212,51 @@ mod tests {
         assert_eq!(Fallback::of_status(Some(503)), Some(Fallback::Status));
         assert_eq!(Fallback::of_status(Some(401)), Some(Fallback::Status));
         assert_eq!(Fallback::of_status(None), Some(Fallback::Garbage));
+    }
+
+    /// Envoy's own replies to an embeddings call, as its router writes them: a connect that
+    /// timed out is a timeout like the request timeout's 504; a refused connection, a reset,
+    /// no host, or a service's own 503 stay `status`.
+    #[test]
+    fn envoy_s_connect_timeout_is_a_timeout() {
+        let timeout = |status, body: &str| Fallback::of_answer(Some(status), body.as_bytes());
+        for body in [
+            "upstream connect error or disconnect/reset before headers. reset reason: connection \
+             timeout",
+            "upstream connect error or disconnect/reset before headers. retried and the latest \
+             reset reason: connection timeout",
+        ] {
+            assert_eq!(timeout(503, body), Some(Fallback::Timeout), "{body}");
+            assert_eq!(
+                answer_vectors(Some(503), body.as_bytes(), 1, None),
+                Err(Fallback::Timeout)
+            );
+        }
+        assert_eq!(
+            timeout(504, "upstream request timeout"),
+            Some(Fallback::Timeout)
+        );
+        for body in [
+            "upstream connect error or disconnect/reset before headers. reset reason: connection \
+             failure, transport failure reason: delayed connect error: 111",
+            "upstream connect error or disconnect/reset before headers. reset reason: connection \
+             termination",
+            "upstream connect error or disconnect/reset before headers. reset reason: overflow",
+            "no healthy upstream",
+            r#"{"error": "reset reason: connection timeout"}"#,
+            "",
+        ] {
+            assert_eq!(timeout(503, body), Some(Fallback::Status), "{body}");
+        }
+        // The text on another status is the service's, not Envoy's.
+        let text = "upstream connect error or disconnect/reset before headers. reset reason: \
+                    connection timeout";
+        assert_eq!(timeout(502, text), Some(Fallback::Status));
+        assert_eq!(timeout(200, text), None);
+        assert_eq!(
+            Fallback::of_answer(None, text.as_bytes()),
+            Some(Fallback::Garbage)
+        );
     }
 
     #[test]

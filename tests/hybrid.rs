@@ -362,6 +362,22 @@ fn tool_texts_a_background_call_is_embedding_are_not_sent_again() {
     assert_eq!(received(&g), (3, 81 + 80 + 2));
 }
 
+/// Waits until the embeddings server's `/stats` say `reached` (at most 60 s).
+fn until_stats(embed: &EmbedServer, what: &str, reached: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stats = embed.stats();
+        if reached(&stats) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {stats}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The order of events is held by signals, not by timing: the busy request is on the inference
+/// thread and the gateway's call queued behind it (the server's `/stats` say so), then the
+/// server is held (SIGSTOP) until the filter has given up on the call (its answer is back).
 #[test]
 fn a_call_the_filter_gave_up_on_is_never_run_by_the_embeddings_server() {
     let embed = EmbedServer::start();
@@ -382,31 +398,34 @@ fn a_call_the_filter_gave_up_on_is_never_run_by_the_embeddings_server() {
             busy_body.to_string().as_bytes(),
         )
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counts(&embed).0 == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the busy request never reached the server"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Its body read and its job queued take microseconds after it is counted.
-    std::thread::sleep(Duration::from_millis(100));
+    until_stats(&embed, "the busy request on the inference thread", |s| {
+        s["taken"] == 1 && s["queued"] == 0
+    });
 
-    // Queued behind it, the gateway's call (the question and the first 32 tools) outlives
-    // timeout_ms: the request goes on by keyword and Envoy closes the call's connection.
-    let r = chat(&g, "what is the weather in Paris");
-    assert_eq!(
-        r.header("x-toolsift"),
-        Some("kept=5 total=80 ranking=keyword fallback=timeout"),
-        "{}",
-        g.log_text()
-    );
+    std::thread::scope(|scope| {
+        // Queued behind it, the gateway's call (the question and the first 32 tools).
+        let request = scope.spawn(|| chat(&g, "what is the weather in Paris"));
+        until_stats(&embed, "the gateway's call queued behind it", |s| {
+            s["requests"] == 2 && s["queued"] == 1
+        });
+        // Held, the server can neither run the call nor answer it: the call outlives
+        // timeout_ms, the request goes on by keyword, and Envoy closes the call's connection.
+        embed.hold();
+        let r = request.join().unwrap();
+        embed.resume();
+        assert_eq!(
+            r.header("x-toolsift"),
+            Some("kept=5 total=80 ranking=keyword fallback=timeout"),
+            "{}",
+            g.log_text()
+        );
+    });
     assert_eq!(busy.join().unwrap().status, 200);
 
-    // The server skips the abandoned call when its turn comes, then answers the background
-    // fetch of the catalog's tools: what it embedded is the busy texts and the 80 tools, not
-    // the abandoned call's 33 inputs.
+    // The server skips the abandoned call when its turn comes (it saw the connection close on
+    // resuming, with the busy request's seconds of work still ahead), then answers the
+    // background fetch of the catalog's tools: what it embedded is the busy texts and the 80
+    // tools, not the abandoned call's 33 inputs.
     let deadline = Instant::now() + Duration::from_secs(60);
     while g.stat("toolsift.embeddings.backfilled") < 80 {
         assert!(

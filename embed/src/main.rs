@@ -399,6 +399,8 @@ async fn handle(
                 "inputs": server.inference.counts.embedded.load(Ordering::Relaxed),
                 "abandoned": server.inference.counts.abandoned.load(Ordering::Relaxed),
                 "background": server.inference.counts.background.load(Ordering::Relaxed),
+                "queued": server.inference.queued(),
+                "taken": server.inference.counts.taken.load(Ordering::Relaxed),
             })
             .to_string(),
         ),

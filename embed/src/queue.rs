@@ -131,6 +131,9 @@ pub struct InferenceCounts {
     pub abandoned: AtomicU64,
     /// Requests received as background work.
     pub background: AtomicU64,
+    /// Requests the inference thread has taken from the queues (a background request at its
+    /// first run), whether it ran them or found their client gone.
+    pub taken: AtomicU64,
 }
 
 struct Job {
@@ -237,6 +240,12 @@ impl InferenceQueue {
         self.queues.queued.notify_one();
         answer.await.map_err(|_| stopped())?
     }
+
+    /// Requests waiting for the inference thread now, in both queues (not the one it runs).
+    pub fn queued(&self) -> usize {
+        let waiting = self.queues.lock();
+        waiting.queries.len() + waiting.background.len()
+    }
 }
 
 /// A background job under way: its work is started on its first run.
@@ -255,13 +264,16 @@ fn serve<M: Model>(mut model: M, queues: &Queues, counts: &InferenceCounts) {
             loop {
                 let background = current.is_some() || !waiting.background.is_empty();
                 match choose(!waiting.queries.is_empty(), background, in_a_row) {
-                    Choice::Query => break waiting.queries.pop_front(),
+                    Choice::Query => {
+                        counts.taken.fetch_add(1, Ordering::Relaxed);
+                        break waiting.queries.pop_front();
+                    }
                     Choice::Background => {
                         if current.is_none() {
-                            current = waiting
-                                .background
-                                .pop_front()
-                                .map(|job| Current { job, work: None });
+                            current = waiting.background.pop_front().map(|job| {
+                                counts.taken.fetch_add(1, Ordering::Relaxed);
+                                Current { job, work: None }
+                            });
                         }
                         break None;
                     }
@@ -561,6 +573,74 @@ mod tests {
         let runs = log.lock().unwrap().iter().filter(|n| *n == "b").count();
         assert!(runs < 8, "{runs} runs");
         assert_eq!(queue.counts.abandoned.load(Ordering::Relaxed), 1);
+    }
+
+    /// A model each of whose runs waits for the test to open its gate (one run per `()` sent):
+    /// what is under way and what waits is the test's doing, not the clock's.
+    struct Gated {
+        opened: std::sync::mpsc::Receiver<()>,
+    }
+
+    impl Model for Gated {
+        type Work = usize;
+        const QUERY_TOKENS_PER_RUN: usize = MAX_TOKENS_PER_RUN;
+        const BACKGROUND_TOKENS_PER_RUN: usize = BACKGROUND_TOKENS_PER_RUN;
+
+        fn start(
+            &mut self,
+            inputs: &[String],
+            _: InputType,
+            _: usize,
+        ) -> Result<usize, ModelError> {
+            Ok(inputs.len())
+        }
+
+        fn step(&mut self, _: &mut usize) -> Result<bool, ModelError> {
+            self.opened
+                .recv()
+                .map_err(|_| ModelError::new("the gate was dropped"))?;
+            Ok(true)
+        }
+
+        fn finish(texts: usize) -> Embeddings {
+            Embeddings {
+                vectors: vec![vec![1.0]; texts],
+                prompt_tokens: texts * 32,
+            }
+        }
+    }
+
+    /// Waits until `reached` holds (the inference thread moves on its own), at most 10 s.
+    async fn until(reached: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !reached() {
+            assert!(std::time::Instant::now() < deadline, "never reached");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The counts say what waits and what the thread has taken: a client can tell that a
+    /// request is under way and others queued behind it without timing anything.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_counts_say_what_is_queued_and_what_was_taken() {
+        let (open, opened) = std::sync::mpsc::channel();
+        let queue = InferenceQueue::start(Gated { opened }).unwrap();
+        let taken = |q: &InferenceQueue| q.counts.taken.load(Ordering::Relaxed);
+        assert_eq!((queue.queued(), taken(&queue)), (0, 0));
+        let busy = spawn(&queue, "busy", 4, Priority::Query);
+        until(|| taken(&queue) == 1).await;
+        assert_eq!(queue.queued(), 0);
+        let behind = spawn(&queue, "q", 1, Priority::Query);
+        let background = spawn(&queue, "b", 8, Priority::Background);
+        until(|| queue.queued() == 2).await;
+        assert_eq!(taken(&queue), 1, "taken while the busy request runs");
+        for _ in 0..3 {
+            open.send(()).unwrap();
+        }
+        busy.await.unwrap().unwrap();
+        behind.await.unwrap().unwrap();
+        background.await.unwrap().unwrap();
+        assert_eq!((queue.queued(), taken(&queue)), (0, 3));
     }
 
     /// Each request runs in its own role, whole or a run at a time: a background request of

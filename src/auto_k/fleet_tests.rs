@@ -132,8 +132,11 @@ fn the_same_calibration_gives_the_same_table_whatever_its_order() {
     let other = shuffled.table(&cfg, 5);
     assert_eq!(shuffled.identity(), c.identity());
     for id in 0..12 {
-        assert_eq!(table.chosen(id), other.chosen(id));
-        assert_eq!(table.chosen(id), c.table(&cfg, 5).chosen(id));
+        assert_eq!(table.chosen(id, &cfg, 5), other.chosen(id, &cfg, 5));
+        assert_eq!(
+            table.chosen(id, &cfg, 5),
+            c.table(&cfg, 5).chosen(id, &cfg, 5)
+        );
     }
     // Another count is another identity.
     let mut more = c.clone();
@@ -149,15 +152,15 @@ fn the_table_takes_each_catalog_its_own_k_the_others_the_pooled_one() {
     let c = calibrate(&lines, 64);
     let cfg = config(64, 200);
     let table = c.table(&cfg, 7);
-    let own = table.chosen(1);
+    let own = table.chosen(1, &cfg, 7);
     assert_eq!((own.k, own.source), (2, Source::Fleet));
     // Too few calls of its own, and a catalog never seen: the pooled k.
     for id in [2, 99] {
-        assert_eq!(table.chosen(id).source, Source::FleetPooled);
+        assert_eq!(table.chosen(id, &cfg, 7).source, Source::FleetPooled);
     }
     // Too few calls in all: top_k.
     let few = calibrate(&lines[..50], 64);
-    let chosen = few.table(&cfg, 7).chosen(1);
+    let chosen = few.table(&cfg, 7).chosen(1, &cfg, 7);
     assert_eq!((chosen.k, chosen.source), (7, Source::Default));
 }
 

@@ -24,7 +24,8 @@
 //! decides its meaning (`keep`, `min_k`, `max_k`, ...). A value of another version or
 //! fingerprint, or one that does not decode whole, is *foreign*: never decoded into a k,
 //! counted (`toolsift.auto_k.foreign`) and replaced on the next write. Whatever a table says,
-//! the k a request gets is bounded where it is used ([`AutoK::chosen`]).
+//! the k read from it is bounded by the settings it is read with ([`Table::chosen`], which
+//! [`AutoK::chosen`] goes through).
 //!
 //! Everything here is sans-I/O: it reads and writes a [`SharedBytes`] and takes the clock as
 //! an argument; the lifecycle feeds it.
@@ -328,11 +329,7 @@ impl Histogram {
         let enough = self.total() >= config.min_calls as f64;
         match enough.then(|| self.choose(config, z)).flatten() {
             Some((k, capped)) => Chosen { k, source, capped },
-            None => Chosen {
-                k: top_k,
-                source: Source::Default,
-                capped: None,
-            },
+            None => Chosen::default_k(top_k),
         }
     }
 }
@@ -398,6 +395,15 @@ pub struct Chosen {
 }
 
 impl Chosen {
+    /// `top_k`, where no calibrated or pooled k applies.
+    pub fn default_k(top_k: usize) -> Chosen {
+        Chosen {
+            k: top_k,
+            source: Source::Default,
+            capped: None,
+        }
+    }
+
     /// `x-toolsift`'s part: ` k=auto:12`, ` k=auto:64 capped=0.962`.
     pub fn header_suffix(&self) -> String {
         let capped = self
@@ -426,12 +432,29 @@ pub struct Table {
 }
 
 impl Table {
-    /// The k of catalog `id`.
-    pub fn chosen(&self, id: u32) -> Chosen {
-        self.catalogs
+    /// The k of catalog `id` under `config` and `top_k`: a calibrated or pooled k clamped to
+    /// [`min_k`, `max_k`] (capped only at `max_k`, with a share from 0 to 1), and `top_k`
+    /// where the table says default, whatever the table holds (it comes from shared data or a
+    /// fleet file, and may have been written under other settings).
+    pub fn chosen(&self, id: u32, config: &AutoKConfig, top_k: usize) -> Chosen {
+        let chosen = self
+            .catalogs
             .iter()
             .find(|(c, _)| *c == id)
-            .map_or(self.fallback.chosen, |(_, d)| d.chosen)
+            .map_or(self.fallback.chosen, |(_, d)| d.chosen);
+        match chosen.source {
+            Source::Default => Chosen::default_k(top_k),
+            Source::Calibrated | Source::Pooled | Source::Fleet | Source::FleetPooled => {
+                let k = chosen.k.clamp(config.min_k, config.max_k);
+                Chosen {
+                    k,
+                    source: chosen.source,
+                    capped: chosen
+                        .capped
+                        .filter(|s| k == config.max_k && (0.0..=1.0).contains(s)),
+                }
+            }
+        }
     }
 
     fn decision(&self, id: u32) -> Decision {
@@ -838,28 +861,10 @@ impl AutoK {
     /// in [`min_k`, `max_k`], or `top_k` where no calibrated or pooled k applies, whatever the
     /// table holds.
     pub fn chosen(&self, id: u32) -> Chosen {
-        let default = Chosen {
-            k: self.top_k,
-            source: Source::Default,
-            capped: None,
-        };
         let table = self.fleet.as_ref().or(self.table.as_ref());
-        let Some(chosen) = table.map(|t| t.chosen(id)) else {
-            return default;
-        };
-        match chosen.source {
-            Source::Default => default,
-            Source::Calibrated | Source::Pooled | Source::Fleet | Source::FleetPooled => {
-                let k = chosen.k.clamp(self.config.min_k, self.config.max_k);
-                Chosen {
-                    k,
-                    source: chosen.source,
-                    capped: chosen
-                        .capped
-                        .filter(|s| k == self.config.max_k && (0.0..=1.0).contains(s)),
-                }
-            }
-        }
+        table.map_or(Chosen::default_k(self.top_k), |t| {
+            t.chosen(id, &self.config, self.top_k)
+        })
     }
 
     /// The period `now` falls in.

@@ -203,6 +203,40 @@ fn with_no_data_the_k_is_top_k() {
     assert_eq!(a.chosen(1).k, 7);
 }
 
+/// A table read under settings other than the ones that wrote it (shared data outlives a
+/// configuration; a fleet file is written elsewhere) still gives a k within those settings:
+/// a k past `max_k` is `max_k`, one under `min_k` is `min_k`, a share only beside `max_k`,
+/// and a default k is this `top_k`, not the table's.
+#[test]
+fn a_table_gives_ks_within_the_settings_it_is_read_with() {
+    let cfg = AutoKConfig {
+        min_k: 4,
+        max_k: 16,
+        ..config(0.9)
+    };
+    let decided = |k, source, capped| Decision {
+        chosen: Chosen { k, source, capped },
+        since: 0,
+    };
+    let table = Table {
+        epoch: 0,
+        fallback: decided(2, Source::Pooled, Some(0.5)),
+        catalogs: vec![
+            (1, decided(5_000, Source::Calibrated, Some(0.9))),
+            (2, decided(40, Source::Default, None)),
+            (3, decided(usize::MAX, Source::Fleet, Some(f32::NAN))),
+        ],
+    };
+    let of = |id| {
+        let c = table.chosen(id, &cfg, 7);
+        (c.k, c.source, c.capped)
+    };
+    assert_eq!(of(1), (16, Source::Calibrated, Some(0.9)));
+    assert_eq!(of(2), (7, Source::Default, None));
+    assert_eq!(of(3), (16, Source::Fleet, None));
+    assert_eq!(of(9), (4, Source::Pooled, None));
+}
+
 /// A catalog with enough calls gets its own k; one with too few, the pooled k; and two
 /// workers of one VM read the same table.
 #[test]
@@ -321,7 +355,7 @@ fn a_capped_k_says_what_max_k_keeps() {
     let slots: Vec<usize> = (1..=100).map(|i| if i <= 90 { 1 } else { 50 }).collect();
     c.learn(&cfg, 4, &slots, 0);
     let (table, _) = c.decide(&cfg, 5, None, 0, 0);
-    let chosen = table.chosen(4);
+    let chosen = table.chosen(4, &cfg, 5);
     assert_eq!(chosen.k, 10);
     assert!((chosen.capped.unwrap() - 0.9).abs() < 1e-6);
     assert_eq!(chosen.header_suffix(), " k=auto:10 capped=0.900");
@@ -601,8 +635,10 @@ proptest::proptest! {
             ..config(0.9)
         };
         let mut worker = AutoK::new(cfg.clone(), top_k, &[]);
-        worker.table = Some(Table { epoch: 0, fallback, catalogs });
+        worker.table = Some(Table { epoch: 0, fallback, catalogs: catalogs.clone() });
         let chosen = worker.chosen(id);
+        let read = Table { epoch: 0, fallback, catalogs }.chosen(id, &cfg, top_k);
+        proptest::prop_assert_eq!(read, chosen);
         match chosen.source {
             Source::Default => proptest::prop_assert_eq!(chosen.k, top_k),
             _ => proptest::prop_assert!(

@@ -771,7 +771,7 @@ impl Responder {
                 .iter()
                 .find_map(|(_, g, _)| g.known_dimensions());
             let dimensions = hybrid.embeddings.dimensions.or(known);
-            let vectors = match Fallback::of_status(answer.status) {
+            let vectors = match Fallback::of_answer(answer.status, &answer.body) {
                 Some(reason) => Err(reason),
                 None => parse_response(&answer.body, inputs, dimensions),
             };

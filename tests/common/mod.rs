@@ -229,7 +229,7 @@ impl Upstream {
 /// The embeddings server (`toolsift-embed`, all-MiniLM-L6-v2, built by `make embed`) on a free
 /// port. A missing binary or model fails the test, never skips it.
 pub struct EmbedServer {
-    _child: Owned,
+    child: Owned,
     pub port: u16,
 }
 
@@ -268,10 +268,25 @@ impl EmbedServer {
             .and_then(|addr| addr.rsplit(':').next())
             .and_then(|port| port.parse().ok())
             .unwrap_or_else(|| panic!("toolsift-embed did not start: {line}"));
-        EmbedServer {
-            _child: child,
-            port,
-        }
+        EmbedServer { child, port }
+    }
+
+    /// Holds the server's process (SIGSTOP), as `docker pause` holds a container: the kernel
+    /// still takes connections and their bytes, but nothing is read, run or answered until
+    /// [`EmbedServer::resume`].
+    pub fn hold(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a held server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.0.id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}: {status}");
     }
 
     /// The OpenAI-compatible endpoint.
@@ -279,8 +294,9 @@ impl EmbedServer {
         format!("http://127.0.0.1:{}/v1/embeddings", self.port)
     }
 
-    /// `{"requests": N, "inputs": M, "abandoned": A}`: embeddings calls, texts embedded, and
-    /// calls skipped because their client had gone (see embed/README.md).
+    /// `{"requests": N, "inputs": M, "abandoned": A, "queued": Q, "taken": T, …}`: embeddings
+    /// calls, texts embedded, calls skipped because their client had gone, calls waiting for
+    /// the inference thread and calls it has taken (see embed/README.md).
     pub fn stats(&self) -> Value {
         http(self.port, "GET", "/stats", &[], b"").json()
     }

@@ -155,6 +155,7 @@ pub fn run_with_faults(project: &Project) -> String {
         ("disconnect", "connect", "off its network"),
     ] {
         let before = fallbacks(project);
+        let cluster_before = embeddings_cluster(project);
         let from = started.elapsed();
         match fault {
             "disconnect" => project.disconnect("embeddings", "embed"),
@@ -171,7 +172,15 @@ pub fn run_with_faults(project: &Project) -> String {
             "embeddings {fault}: no fallback counted in toolsift.embeddings.fallback.*"
         );
         if fault == "pause" {
-            assert!(counted.contains("timeout="), "embeddings paused: {counted}");
+            // Envoy's own view of the calls says why, should a fallback other than timeout
+            // ever be counted here: connect timeouts, request timeouts, refused or reset
+            // connections, overflows.
+            assert!(
+                counted.contains("timeout="),
+                "embeddings paused: {counted}; Envoy's embeddings cluster before the pause:\n\
+                 {cluster_before}\nand after:\n{}",
+                embeddings_cluster(project)
+            );
         }
         writeln!(
             report,
@@ -310,6 +319,40 @@ pub fn run_with_faults(project: &Project) -> String {
         "a request ranked by keyword waited {slowest_fallback:?}\n{report}"
     );
     report
+}
+
+/// The gateway's stats of its `embeddings` cluster that tell how calls ended (Envoy's own,
+/// from `/stats`), a line each.
+fn embeddings_cluster(project: &Project) -> String {
+    const TOLD: [&str; 10] = [
+        "upstream_cx_total",
+        "upstream_cx_connect_timeout",
+        "upstream_cx_connect_fail",
+        "upstream_cx_destroy_remote",
+        "upstream_cx_overflow",
+        "upstream_rq_total",
+        "upstream_rq_timeout",
+        "upstream_rq_pending_overflow",
+        "upstream_rq_503",
+        "upstream_rq_504",
+    ];
+    let response = match http::get(
+        project.ports.admin,
+        "/stats?filter=^cluster\\.embeddings\\.",
+    ) {
+        Ok(response) => response,
+        Err(e) => return e,
+    };
+    response
+        .text()
+        .lines()
+        .filter(|line| {
+            line.strip_prefix("cluster.embeddings.")
+                .and_then(|l| l.split(':').next())
+                .is_some_and(|name| TOLD.contains(&name))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `reason: count, …` over the outcomes that have a reason, reasons in order.
