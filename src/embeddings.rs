@@ -15,7 +15,7 @@ use std::rc::Rc;
 const MAX_TOOL_TEXT: usize = 2048;
 /// At most this many sentences of a request are embedded besides the whole request (the
 /// default and the bound of `embeddings.query_sentences`).
-pub const MAX_SENTENCES: usize = 8;
+pub const MAX_SENTENCES: usize = crate::config::embeddings::MAX_QUERY_SENTENCES;
 
 /// The text embedded for a tool: name, description, then the parameters' names and
 /// descriptions (with the parameters it ranked better on all three shared datasets).

@@ -152,8 +152,11 @@ fn default_max_batch() -> usize {
 fn default_max_background_calls() -> usize {
     2
 }
+/// The most sentences of a question `query_sentences` may ask to embed, and its default.
+pub const MAX_QUERY_SENTENCES: usize = 8;
+
 fn default_query_sentences() -> usize {
-    crate::embeddings::MAX_SENTENCES
+    MAX_QUERY_SENTENCES
 }
 
 impl Embeddings {
@@ -195,7 +198,7 @@ impl Embeddings {
         if !(1..=64).contains(&self.max_background_calls) {
             return Err(invalid("embeddings.max_background_calls", "must be 1..=64"));
         }
-        if self.query_sentences > crate::embeddings::MAX_SENTENCES {
+        if self.query_sentences > MAX_QUERY_SENTENCES {
             return Err(invalid("embeddings.query_sentences", "must be 0..=8"));
         }
         Ok(())
