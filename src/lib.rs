@@ -16,8 +16,11 @@
 //! (a stream's, a worker's): it decides and acts through a `Proxy` trait, Envoy's ABI as bytes
 //! in and out, which the adapter implements once.
 //!
-//! Every module imports only modules below it (`tests/layers.rs` keeps it so):
-//! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`];
+//! Every module imports only modules below it (`tests/layers.rs` keeps it so, and keeps a folder
+//! module's files from importing each other both ways beyond the known circles it lists):
+//! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`], [`shared_data`] (the
+//!   bytes the workers share);
+//! - [`auto_k`] (on json and shared_data: how many tools to keep, learned per catalog);
 //! - [`access`], [`gating`] (verdicts, `gating.rules`), [`loop_guard`] (on glob), [`dialects`]
 //!   (on json, sse, text, and loop_guard's calls);
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
@@ -25,9 +28,11 @@
 //! - [`weak_query`] (on index and text: what the ranking can read of a question, and what a
 //!   question it cannot read gets);
 //! - [`followup`] (on index: what a follow-up turn is ranked with);
-//! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`];
+//! - [`rank`] (on index and fusion), then [`select`] (on config and rank), [`embeddings`],
+//!   [`suggestions`] (on rank: tools to offer beside the kept ones);
 //! - [`pipeline`], then [`shadow`] (what a cut would cost, read from the model's answers),
-//!   [`gen_ai`] (a request's OpenTelemetry GenAI attributes),
+//!   [`gen_ai`] (a request's OpenTelemetry GenAI attributes), [`connectors`] (on access and
+//!   pipeline), [`stats`] (on pipeline and shadow: the counters),
 //!   [`search`], [`mcp`], [`lifecycle`] (one stream's callbacks in, through the `Proxy` out), and
 //!   the proxy-wasm filter on top;
 //! - [`offline`] (native only, never in the `.wasm`: the access log read, summed up and

@@ -1,0 +1,3 @@
+use super::Shared;
+
+pub struct Inner(pub Shared);

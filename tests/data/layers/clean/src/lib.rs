@@ -1,0 +1,3 @@
+//! A crate whose folder module imports one way, for `tests/layers.rs`.
+
+pub mod a;

@@ -1,0 +1,3 @@
+use super::c::C;
+
+pub struct D(pub C);
