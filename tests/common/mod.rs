@@ -738,8 +738,20 @@ pub fn try_http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> std::io::Result<Response> {
+    try_http_within(Duration::from_secs(30), port, method, path, headers, body)
+}
+
+/// The same, waiting up to `read_timeout` for each read of the answer.
+pub fn try_http_within(
+    read_timeout: Duration,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.set_read_timeout(Some(read_timeout))?;
     stream.set_nodelay(true)?;
     let chunked = headers
         .iter()
