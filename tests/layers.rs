@@ -661,7 +661,9 @@ fn references(module: &ModuleFile) -> Vec<Reference> {
 /// `module` is the folder, else its child's that holds it (`a::b` for `a::b` and `a::b::c`).
 fn node(folder: &[String], module: &[String], children: &BTreeSet<String>) -> String {
     match module.get(folder.len()) {
-        Some(child) if children.contains(child) => [folder, &[child.clone()]].concat().join("::"),
+        Some(child) if children.contains(child) => {
+            [folder, std::slice::from_ref(child)].concat().join("::")
+        }
         _ => folder.join("::"),
     }
 }
