@@ -89,7 +89,7 @@ impl Exchange {
         answer: &CallAnswer,
     ) -> Option<Fused> {
         let (hybrid, index, query) = (host.hybrid()?, catalog.index()?, self.query()?);
-        let vectors = match Fallback::of_status(answer.status) {
+        let vectors = match Fallback::of_answer(answer.status, &answer.body) {
             Some(reason) => Err(reason),
             None => parse_response(
                 &answer.body,
