@@ -69,9 +69,10 @@ class Proxy(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
-def proxy(server, recorded):
-    """A caching proxy to `server`; calls of question texts only go to `recorded[0]`."""
-    cache, lock = {}, threading.Lock()
+def proxy(server, recorded, cache=None):
+    """A caching proxy to `server`; calls of question texts only go to `recorded[0]`. `cache`
+    (model, input_type, text) → vector, if given, is filled for the caller to read."""
+    cache, lock = ({} if cache is None else cache), threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *_):
