@@ -122,13 +122,13 @@ impl Fallback {
         }
     }
 
-    /// The fallback an HTTP status of the embeddings call means, if it is not a success.
+    /// The fallback an HTTP status of the embeddings call means, if it is not a success
+    /// (`None`: no response at all, a reset before or while answering: the service is down).
     pub fn of_status(status: Option<u16>) -> Option<Fallback> {
         match status {
             Some(200..=299) => None,
             Some(504) => Some(Fallback::Timeout),
-            Some(_) => Some(Fallback::Status),
-            None => Some(Fallback::Garbage),
+            Some(_) | None => Some(Fallback::Status),
         }
     }
 
@@ -166,10 +166,7 @@ pub fn answer_vectors(
     inputs: usize,
     dimensions: Option<usize>,
 ) -> Result<Vec<Vec<f32>>, Fallback> {
-    let Some(status) = status else {
-        return Err(Fallback::Status);
-    };
-    if let Some(reason) = Fallback::of_answer(Some(status), body) {
+    if let Some(reason) = Fallback::of_answer(status, body) {
         return Err(reason);
     }
     parse_response(body, inputs, dimensions)
@@ -1211,7 +1208,7 @@ mod tests {
         assert_eq!(Fallback::of_status(Some(504)), Some(Fallback::Timeout));
         assert_eq!(Fallback::of_status(Some(503)), Some(Fallback::Status));
         assert_eq!(Fallback::of_status(Some(401)), Some(Fallback::Status));
-        assert_eq!(Fallback::of_status(None), Some(Fallback::Garbage));
+        assert_eq!(Fallback::of_status(None), Some(Fallback::Status));
     }
 
     /// Envoy's own replies to an embeddings call, as its router writes them: a connect that
@@ -1253,9 +1250,10 @@ mod tests {
                     connection timeout";
         assert_eq!(timeout(502, text), Some(Fallback::Status));
         assert_eq!(timeout(200, text), None);
+        // No response at all (a reset) is the service down, whatever the body says.
         assert_eq!(
             Fallback::of_answer(None, text.as_bytes()),
-            Some(Fallback::Garbage)
+            Some(Fallback::Status)
         );
     }
 

@@ -27,7 +27,7 @@ use super::sse::{self, Framing};
 use super::{Edits, Frame, Opening, Reply};
 use crate::config::Config;
 use crate::config::embeddings::Embeddings;
-use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, parse_response};
+use crate::embeddings::{Fallback, Gathered, SharedBytes, Slot, Source, answer_vectors};
 use crate::pipeline::rank_fused_among;
 use std::rc::Rc;
 
@@ -771,10 +771,7 @@ impl Responder {
                 .iter()
                 .find_map(|(_, g, _)| g.known_dimensions());
             let dimensions = hybrid.embeddings.dimensions.or(known);
-            let vectors = match Fallback::of_answer(answer.status, &answer.body) {
-                Some(reason) => Err(reason),
-                None => parse_response(&answer.body, inputs, dimensions),
-            };
+            let vectors = answer_vectors(answer.status, &answer.body, inputs, dimensions);
             match vectors {
                 Ok(vectors) => {
                     let mut vectors = vectors.into_iter();

@@ -4,7 +4,7 @@
 
 use super::{CallAnswer, Event, Exchange, Host, Settings, State, Step, Want, visible};
 use crate::config::Config;
-use crate::embeddings::{Fallback, Gathered, Slot, parse_response};
+use crate::embeddings::{Fallback, Gathered, Slot, answer_vectors};
 use crate::fusion::{Channel, Fused};
 use crate::mcp::catalog::{Found, ServerCatalog, Tool};
 use crate::mcp::gating::{self, Verdict};
@@ -89,17 +89,11 @@ impl Exchange {
         answer: &CallAnswer,
     ) -> Option<Fused> {
         let (hybrid, index, query) = (host.hybrid()?, catalog.index()?, self.query()?);
-        let vectors = match Fallback::of_answer(answer.status, &answer.body) {
-            Some(reason) => Err(reason),
-            None => parse_response(
-                &answer.body,
-                slots.len(),
-                hybrid
-                    .embeddings
-                    .dimensions
-                    .or_else(|| gathered.known_dimensions()),
-            ),
-        };
+        let dimensions = hybrid
+            .embeddings
+            .dimensions
+            .or_else(|| gathered.known_dimensions());
+        let vectors = answer_vectors(answer.status, &answer.body, slots.len(), dimensions);
         let fused = match vectors {
             Ok(vectors) => {
                 hybrid.source.fill(index, gathered, slots, vectors);
