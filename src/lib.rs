@@ -20,7 +20,9 @@
 //! module's files from importing each other both ways beyond the known circles it lists):
 //! - leaves: [`text`], [`glob`], [`json`], [`sse`], [`pairs`], [`metadata`], [`shared_data`] (the
 //!   bytes the workers share);
-//! - [`auto_k`] (on json and shared_data: how many tools to keep, learned per catalog);
+//! - [`transitions`] (on json: what the fleet calls after what, learned from its records);
+//! - [`auto_k`] (on json, shared_data and transitions: how many tools to keep, learned per
+//!   catalog, and the fleet's calibration that carries the transitions);
 //! - [`access`], [`gating`] (verdicts, `gating.rules`), [`loop_guard`] (on glob), [`dialects`]
 //!   (on json, sse, text, and loop_guard's calls);
 //! - [`custom`], [`index`], [`rewrite`] (on the dialects);
@@ -70,6 +72,7 @@ pub mod sse;
 pub mod stats;
 pub mod suggestions;
 pub mod text;
+pub mod transitions;
 pub mod weak_query;
 
 #[cfg(target_arch = "wasm32")]

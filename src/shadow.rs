@@ -90,6 +90,10 @@ pub struct Record {
     /// The answer could not be read (an error status, a compressed or cut-off body, an
     /// unknown shape): no calls were seen.
     pub unreadable: bool,
+    /// The tools the request's history had called, in the order of their first call (the
+    /// latest [`crate::transitions::MAX_HISTORY`]): what `toolsift calibrate` learns the
+    /// fleet's transitions from, beside `calls`.
+    pub history: Vec<String>,
 }
 
 impl Record {
@@ -148,6 +152,17 @@ impl Record {
         if self.unreadable {
             out.push_str(" unreadable=1");
         }
+        // Only a shadowed request's: what its model called next, from every tool, is what
+        // the transitions learn (a filtered one's model saw only what was kept).
+        if self.sampled && !self.history.is_empty() {
+            let history: Vec<String> = self
+                .history
+                .iter()
+                .map(|n| header_safe(n).into_owned())
+                .collect();
+            out.push_str(" history=");
+            out.push_str(&history.join(","));
+        }
         out
     }
 }
@@ -169,6 +184,8 @@ pub struct Scorecard {
     sampled: bool,
     top_k: usize,
     auto_k: Option<crate::auto_k::Chosen>,
+    /// The tools the request's history had called (the latest [`crate::transitions::MAX_HISTORY`]).
+    history: Vec<String>,
 }
 
 impl Scorecard {
@@ -181,6 +198,13 @@ impl Scorecard {
             sampled,
             top_k: analysis.selected_k_or_top_k(),
             auto_k: analysis.auto_k_used(),
+            history: {
+                let skip = analysis
+                    .called
+                    .len()
+                    .saturating_sub(crate::transitions::MAX_HISTORY);
+                analysis.called.iter().skip(skip).cloned().collect()
+            },
         }
     }
 
@@ -242,6 +266,7 @@ impl Scorecard {
             tools: self.decisions.len(),
             catalog: self.catalog.id(),
             unreadable,
+            history: self.history.clone(),
         }
     }
 }
@@ -489,6 +514,7 @@ mod tests {
             tools: 200,
             catalog: 0x3fa2_b1c0,
             unreadable: false,
+            history: Vec::new(),
         };
         assert_eq!(record.missed(), 1);
         assert_eq!(
@@ -514,6 +540,7 @@ mod tests {
             tools: 9,
             catalog: 1,
             unreadable: false,
+            history: Vec::new(),
         };
         assert!(!record.fields().contains("slots="));
         // A pinned tool takes slot 1 whatever its rank; a denied one no slot.
@@ -525,6 +552,35 @@ mod tests {
         );
         record.sampled = false;
         assert!(!record.fields().contains("slots="));
+    }
+
+    #[test]
+    fn a_shadowed_record_names_its_history_s_calls() {
+        let mut record = Record {
+            sampled: true,
+            calls: vec![CallRank {
+                name: "cat".into(),
+                rank: Some(7),
+                kept: true,
+                slot: Some(7),
+            }],
+            top_k: 5,
+            auto_k: None,
+            tools: 9,
+            catalog: 1,
+            unreadable: false,
+            history: vec!["ls".into(), "cd dir".into()],
+        };
+        assert!(
+            record
+                .fields()
+                .ends_with(" catalog=00000001 history=ls,cd%20dir"),
+            "{}",
+            record.fields()
+        );
+        // A filtered request's model saw only the kept tools: nothing to learn from.
+        record.sampled = false;
+        assert!(!record.fields().contains("history="));
     }
 
     fn head<'a>(status: &'a str, content_type: &'a str) -> Head<'a> {

@@ -354,3 +354,82 @@ fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() 
     assert!(!gw.log_text().contains("panicked"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 66, the loop's first half through real Envoys: two replicas shadow conversations whose
+/// history called one tool and whose model then calls another; each record names the history
+/// (`history=`), `toolsift calibrate` over both logs prints the pairs as `transitions` in the
+/// calibration, and a plugin takes that calibration (its transitions checked with the rest).
+#[test]
+fn shadowed_conversations_teach_calibrate_what_is_called_after_what() {
+    let (catalog, _) = dataset_catalog("seal_tools", 1, 40, false);
+    let name = |i: usize| catalog[i]["function"]["name"].as_str().unwrap().to_owned();
+    let (earlier, next, other) = (name(0), name(1), name(2));
+    // The task in the words of the tool it first called: a question the catalog reads (one it
+    // cannot read is not shadowed, [`toolsift::weak_query`]).
+    let task = catalog[0]["function"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = scratch("fleet-transitions");
+    let logs = [dir.join("a.log"), dir.join("b.log")];
+    for (r, log) in logs.iter().enumerate() {
+        let gw = replica(&plugin(1.0, None), log);
+        for turn in 0..6 {
+            // The conversation called `earlier`; now its model calls `next` (on the first
+            // replica's even turns, `other`).
+            let body = serde_json::json!({"model": "gpt-4.1", "tools": catalog, "messages": [
+                {"role": "user", "content": format!("{task} (step {turn})")},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": earlier, "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "{\"ok\": true}"},
+                {"role": "user", "content": "and now the part after that"}]});
+            let want = if r == 0 && turn % 2 == 0 {
+                &other
+            } else {
+                &next
+            };
+            let resp = gw.post(
+                "/v1/chat/completions",
+                &[("x-demo-model", "scripted"), ("x-demo-want", want)],
+                body.to_string().as_bytes(),
+            );
+            assert_eq!(resp.status, 200, "{}", resp.text());
+        }
+        let lines = common::access_log_lines(log, 6);
+        let history = format!("history={}", earlier.replace(' ', "%20"));
+        assert!(
+            lines.iter().all(|l| l["toolsift"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&history)),
+            "a shadowed record names its history: {lines:#?}"
+        );
+    }
+    let paths: Vec<&str> = logs.iter().map(|p| p.to_str().unwrap()).collect();
+    let mut args = vec!["calibrate", "--max-k", "64"];
+    args.extend(&paths);
+    let (code, out) = common::toolsift(&args);
+    assert_eq!(code, 0, "{out}");
+    let calibration = out.lines().next().unwrap().to_owned();
+    let printed: Value = serde_json::from_str(&calibration).unwrap();
+    let pooled = &printed["transitions"]["pooled"];
+    assert_eq!(
+        pooled,
+        &serde_json::json!([[earlier, next, 9], [earlier, other, 3]]),
+        "{calibration}"
+    );
+    // The configuration takes what calibrate printed, transitions and all.
+    let gw = replica(&plugin(0.001, Some(&calibration)), &dir.join("c.log"));
+    let body = serde_json::json!({"model": "gpt-4.1", "tools": catalog,
+        "messages": [{"role": "user", "content": task}]});
+    let resp = gw.post("/v1/chat/completions", &[], body.to_string().as_bytes());
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    // 12 calls, under `min_calls`: the calibration is read, and its k is still `top_k`'s.
+    assert!(
+        resp.header("x-toolsift")
+            .unwrap_or_default()
+            .contains(" k=default:3"),
+        "{:?}",
+        resp.header("x-toolsift")
+    );
+}

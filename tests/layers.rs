@@ -39,6 +39,7 @@ const LAYERED: &[&str] = &[
     "shadow",
     "sse",
     "text",
+    "transitions",
     "weak_query",
 ];
 

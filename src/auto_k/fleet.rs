@@ -19,6 +19,7 @@ use super::{
     AutoKConfig, Chosen, Decision, Fingerprint, Histogram, MAX_CATALOGS, Source, Table,
     normal_quantile,
 };
+use crate::transitions::{Counter, Transitions};
 use serde::{Deserialize, Serialize};
 
 /// The format of a calibration; another is refused.
@@ -51,6 +52,14 @@ pub struct FleetCalibration {
     #[serde(default, deserialize_with = "crate::json::objects")]
     #[cfg_attr(not(target_arch = "wasm32"), schemars(length(max = 128)))]
     pub catalogs: Vec<CatalogCounts>,
+    /// What the fleet called after what ([`crate::transitions`]), counted from the same
+    /// records: read by the ranking, not by `auto_k`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::json::optional_object"
+    )]
+    pub transitions: Option<Transitions>,
     /// Where the calls came from; not read by the plugin.
     #[serde(
         default,
@@ -207,15 +216,8 @@ fn histogram(slots: &[(usize, u64)], max_k: usize) -> Histogram {
     h
 }
 
-/// A catalog's 8 hex digits as its id; `None` for anything else.
-pub fn catalog_id(name: &str) -> Option<u32> {
-    let lower = name
-        .bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (name.len() == 8 && lower)
-        .then(|| u32::from_str_radix(name, 16).ok())
-        .flatten()
-}
+/// A catalog's 8 hex digits as its id (`catalog=` in the record): the transitions' own reading.
+pub use crate::transitions::catalog_id;
 
 impl FleetCalibration {
     /// Whether it can be used by a plugin of `config`: the first field that cannot, and why.
@@ -269,6 +271,10 @@ impl FleetCalibration {
             ids.push(id);
             check_slots(&field, c.calls, &c.slots, self.max_k)?;
             in_catalogs = in_catalogs.saturating_add(c.calls);
+        }
+        if let Some(t) = &self.transitions {
+            t.check()
+                .map_err(|(field, why)| refused(format!("transitions.{field}"), why))?;
         }
         if in_catalogs > self.pooled.calls {
             return Err(refused(
@@ -341,7 +347,11 @@ impl FleetCalibration {
         }
         let mut counts = Counts::new(first.max_k);
         let mut from = Provenance::default();
+        let mut transitions = Counter::default();
         for part in parts {
+            if let Some(t) = &part.transitions {
+                transitions.add_transitions(t);
+            }
             counts.add_counts(None, &part.pooled.slots);
             for c in &part.catalogs {
                 counts.add_counts(catalog_id(&c.catalog), &c.slots);
@@ -350,7 +360,9 @@ impl FleetCalibration {
                 from.absorb(p);
             }
         }
-        Some(counts.calibration(Some(from)))
+        let mut merged = counts.calibration(Some(from));
+        merged.transitions = (!transitions.is_empty()).then(|| transitions.transitions());
+        Some(merged)
     }
 }
 
@@ -490,6 +502,7 @@ impl Counts {
                 slots: pairs(&this.pooled),
             },
             catalogs,
+            transitions: None,
             from,
         }
     }

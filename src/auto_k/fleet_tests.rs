@@ -425,3 +425,68 @@ fn a_worker_given_the_fleets_calibration_selects_with_it_from_its_first_request(
         worker.fingerprint()
     );
 }
+
+/// A shadowed request whose history had called `history`, and whose model then called `calls`.
+fn line_with_history(millis: u64, catalog: u32, history: &[&str], calls: &[&str]) -> String {
+    let calls: Vec<String> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c}@{}", i + 1))
+        .collect();
+    let record = format!(
+        "kept=80 total=80 shadow=would_keep:5 calls={} missed=0 top_k=5 tools=80 \
+         catalog={catalog:08x} history={}",
+        calls.join(","),
+        history.join(",")
+    );
+    serde_json::json!({"start_time": rfc3339(millis * 1_000_000), "toolsift": record}).to_string()
+}
+
+#[test]
+fn calibrate_learns_transitions_and_replicas_merge_into_the_same() {
+    let mut rng = Rng(66);
+    let tools = ["ls", "cat", "diff", "mean", "quote", "order", "cd"];
+    let lines: Vec<String> = (0..300)
+        .map(|i| {
+            let pick = |rng: &mut Rng| tools[below(rng, tools.len() as u64) as usize];
+            let history: Vec<&str> = (0..below(&mut rng, 3)).map(|_| pick(&mut rng)).collect();
+            let calls: Vec<&str> = (0..1 + below(&mut rng, 2))
+                .map(|_| pick(&mut rng))
+                .collect();
+            line_with_history(
+                1_764_410_400_000 + i,
+                below(&mut rng, 3) as u32,
+                &history,
+                &calls,
+            )
+        })
+        .collect();
+    let whole = calibrate(&lines, 64);
+    let transitions = whole.transitions.clone().unwrap();
+    assert!(!transitions.pooled.is_empty());
+    assert!(whole.check(&config(64, 20)).is_ok());
+    let parts: Vec<FleetCalibration> = lines.chunks(70).map(|c| calibrate(c, 64)).collect();
+    let merged = FleetCalibration::merge(&parts).unwrap();
+    assert_eq!(merged.transitions, whole.transitions);
+    // The calibration object reads back with its transitions.
+    let text = serde_json::to_string(&whole).unwrap();
+    let back: FleetCalibration = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.transitions, whole.transitions);
+    // Without histories there are none, and the object is as before.
+    let plain = calibrate(&traffic(&mut rng, 50, 2, 9), 64);
+    assert!(plain.transitions.is_none());
+    assert!(
+        !serde_json::to_string(&plain)
+            .unwrap()
+            .contains("transitions")
+    );
+}
+
+#[test]
+fn a_calibration_with_bad_transitions_is_refused_with_the_field_named() {
+    let lines = vec![line_with_history(1_764_410_400_000, 1, &["ls"], &["cat"])];
+    let mut c = calibrate(&lines, 64);
+    c.transitions.as_mut().unwrap().pooled[0].2 = 0;
+    let (field, _) = c.check(&config(64, 20)).unwrap_err();
+    assert_eq!(field, "transitions.pooled[0][2]");
+}

@@ -113,6 +113,9 @@ pub struct Shadow {
     pub capped: Option<f64>,
     /// `slots=`: each call's slot, where one differs from its rank (empty: each is its rank).
     pub slots: Vec<Option<usize>>,
+    /// `history=`: the tools the request's history had called, in order (a shadowed
+    /// request's; empty without one).
+    pub history: Vec<String>,
 }
 
 impl Shadow {
@@ -177,6 +180,7 @@ fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Sh
         auto_k: None,
         capped: None,
         slots: Vec::new(),
+        history: Vec::new(),
     };
     for (key, v) in fields.iter().copied() {
         match key {
@@ -199,6 +203,13 @@ fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Sh
                     return None;
                 }
             }
+            "history" => {
+                shadow.history = v
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(percent_decode)
+                    .collect();
+            }
             _ => {}
         }
     }
@@ -207,7 +218,7 @@ fn shadow_from(sampled: bool, calls: &str, fields: &[(&str, &str)]) -> Option<Sh
 
 /// The keys of the record's own fields, after what `x-toolsift` says (docs/report.md, "The
 /// record"): `x-toolsift` (and an MCP route's value) never uses them.
-pub const RECORD_KEYS: [&str; 9] = [
+pub const RECORD_KEYS: [&str; 10] = [
     "tokens",
     "verdicts",
     "calls",
@@ -217,6 +228,7 @@ pub const RECORD_KEYS: [&str; 9] = [
     "catalog",
     "slots",
     "unreadable",
+    "history",
 ];
 
 /// A `toolsift` record split: what `x-toolsift` says (its fields in their order), and the

@@ -27,6 +27,8 @@ pub const MAX_SEEN: usize = 1 << 21;
 /// Lines read into one calibration.
 pub struct Collector {
     counts: Counts,
+    /// What the shadowed requests called after what their histories had called.
+    transitions: crate::transitions::Counter,
     from: Provenance,
     seen: HashSet<u128>,
 }
@@ -36,6 +38,7 @@ impl Collector {
     pub fn new(max_k: usize) -> Collector {
         Collector {
             counts: Counts::new(max_k),
+            transitions: crate::transitions::Counter::default(),
             from: Provenance::default(),
             seen: HashSet::new(),
         }
@@ -131,6 +134,8 @@ impl Collector {
         for slot in shadow.learned_slots() {
             self.counts.add(id, slot);
         }
+        let calls: Vec<String> = shadow.calls.iter().map(|c| c.name.clone()).collect();
+        self.transitions.add(id, &shadow.history, &calls);
         if let Some(time) = time {
             if self.from.first.as_ref().is_none_or(|f| time < *f) {
                 self.from.first = Some(time.clone());
@@ -175,7 +180,11 @@ impl Collector {
         }
         let mut from = self.from;
         from.files = files;
-        Ok(self.counts.calibration(Some(from)))
+        let mut calibration = self.counts.calibration(Some(from));
+        if !self.transitions.is_empty() {
+            calibration.transitions = Some(self.transitions.transitions());
+        }
+        Ok(calibration)
     }
 }
 
