@@ -27,7 +27,7 @@ pub const MAX_SUCCESSORS: usize = 8;
 pub const MAX_PAIRS: usize = 2048;
 /// At most this many catalogs keep pairs of their own.
 pub const MAX_CATALOGS: usize = 128;
-/// The longest tool name a pair may hold (bytes): longer ones are no tool of any provider.
+/// The longest tool name a pair may hold (characters): longer ones are no tool of any provider.
 pub const MAX_NAME: usize = 256;
 
 /// `[earlier, next, count]`: `count` calls of `next` in requests whose history had called
@@ -35,9 +35,14 @@ pub const MAX_NAME: usize = 256;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(schemars::JsonSchema))]
 pub struct Pair(
-    pub String,
-    pub String,
-    #[serde(deserialize_with = "crate::json::whole_number")] pub u64,
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(length(min = 1, max = 256)))] pub String,
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(length(min = 1, max = 256)))] pub String,
+    #[serde(deserialize_with = "crate::json::whole_number")]
+    #[cfg_attr(
+        not(target_arch = "wasm32"),
+        schemars(range(min = 1, max = 4_294_967_295u64))
+    )]
+    pub u64,
 );
 
 /// One catalog's pairs.
@@ -166,13 +171,11 @@ fn check_pairs(field: &str, pairs: &[Pair]) -> Result<(), Refused> {
     }
     for (i, Pair(earlier, next, count)) in pairs.iter().enumerate() {
         for (at, name) in [(0, earlier), (1, next)] {
-            if name.is_empty() || name.len() > MAX_NAME {
+            let chars = name.chars().count();
+            if chars == 0 || chars > MAX_NAME {
                 return Err((
                     format!("{field}[{i}][{at}]"),
-                    format!(
-                        "a tool name of 1 to {MAX_NAME} bytes, not {} bytes",
-                        name.len()
-                    ),
+                    format!("a tool name of 1 to {MAX_NAME} characters, not {chars}"),
                 ));
             }
         }
@@ -204,7 +207,7 @@ impl Counter {
         let mut next: Vec<&String> = calls.iter().filter(|c| !history.contains(c)).collect();
         next.sort();
         next.dedup();
-        let bounded = |n: &&&String| !n.is_empty() && n.len() <= MAX_NAME;
+        let bounded = |n: &&&String| !n.is_empty() && n.chars().count() <= MAX_NAME;
         for e in earlier.iter().filter(bounded) {
             for n in next.iter().filter(bounded) {
                 let key = ((*e).clone(), (*n).clone());

@@ -52,6 +52,10 @@ const PARSER_ONLY: &[(&str, &str)] = &[
         "fewer than its catalogs'",
     ),
     ("auto_k.calibration.catalogs[*].catalog", "is listed twice"),
+    (
+        "auto_k.calibration.transitions.catalogs[*].catalog",
+        "is listed twice",
+    ),
 ];
 
 /// Strings of the shapes the configuration's fields take, valid for some field and not for
@@ -402,6 +406,11 @@ impl Gen<'_> {
     }
 
     fn array(&mut self, schema: &Value, depth: usize) -> Value {
+        // A tuple (`prefixItems`: a transition's `[earlier, next, count]`): each place its own.
+        if let Some(Value::Array(places)) = schema.get("prefixItems") {
+            let places = places.clone();
+            return Value::Array(places.iter().map(|p| self.value(p, depth + 1)).collect());
+        }
         // An array on the focus's path holds at least one item.
         let on_focus = self.focus.get(depth).is_some_and(String::is_empty);
         let min = Self::bound(schema, "minItems", if on_focus { 1.0 } else { 0.0 }) as usize;
