@@ -198,12 +198,15 @@ impl Scorecard {
             sampled,
             top_k: analysis.selected_k_or_top_k(),
             auto_k: analysis.auto_k_used(),
-            history: {
+            // Only a shadowed record names it: a filtered request copies nothing.
+            history: if sampled {
                 let skip = analysis
                     .called
                     .len()
                     .saturating_sub(crate::transitions::MAX_HISTORY);
                 analysis.called.iter().skip(skip).cloned().collect()
+            } else {
+                Vec::new()
             },
         }
     }
