@@ -37,7 +37,6 @@ distinct text is embedded once per run.
 """
 import argparse
 import concurrent.futures
-import hashlib
 import http.server
 import json
 import os
@@ -65,14 +64,9 @@ SHARE_SLOTS = [1, 2, 3]
 GATE_COUNTS = [2, 3, 5]
 
 
-def read_jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def stable_hash(*parts):
-    digest = hashlib.sha256("\x00".join(str(p) for p in parts).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big")
+# The conversations' own reading and hash, so that the halves split the same way.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conversations import read_jsonl, stable_hash  # noqa: E402
 
 
 # ---- ranking every turn with `toolsift explain` ------------------------------------------------
