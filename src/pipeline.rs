@@ -6,12 +6,17 @@ use crate::config::Config;
 use crate::dialects::{Choice, Dialect, Entry, Problem, Reader, Request};
 use crate::fusion::{self, Channel, Fused, FusionParams};
 use crate::json::splice_bytes;
-use crate::rank::{Catalog, CatalogCache, FieldWeights, Found};
+use crate::rank::{Catalog, CatalogCache, FieldWeights, Found, Scored};
 use crate::rewrite::{rebuild_container_text, write_container};
 use crate::select::{Selection, Verdict, all_allowed, select};
 use crate::weak_query::Reading;
+use std::borrow::Cow;
 use std::ops::Range;
 use std::rc::Rc;
+
+/// A list of next tools up to this long is matched against a catalog's names one by one;
+/// a longer one through a hash map.
+const SHORT_LIST: usize = 16;
 
 /// Why a request went upstream unchanged. The names are part of the stats (`toolsift.skipped.*`)
 /// and of the `x-toolsift` header, so they never change.
@@ -163,6 +168,10 @@ pub struct Analysis {
     pub stream: bool,
     pub choice: Choice,
     pub called: Vec<String>,
+    /// The tools the fleet called next after the history's calls (`auto_k.calibration
+    /// .transitions`): catalog entries the caller may see, best first, with their summed
+    /// counts. Empty for a first turn or a history with no known transition.
+    pub next: Vec<(usize, u64)>,
     /// The channels' votes when the ranking is hybrid.
     pub fused: Option<Rc<Fused>>,
     /// A custom request whose tools are text tags: how its strings are rewritten (`container`
@@ -295,8 +304,70 @@ impl Analysis {
         if self.weak && crate::weak_query::dense_confident(&best_cosines(query, tools)) {
             self.weak = false;
         }
-        self.selection = self.select(config, &fused.order);
+        self.selection = self.select(config, &self.with_next(config, &fused.order));
         self.fused = Some(fused);
+    }
+
+    /// `ranking` with the transitions' next tools fused in ([`crate::transitions::fuse`]);
+    /// `ranking` itself when the history named none.
+    pub fn with_next<'a>(&self, config: &Config, ranking: &'a [Scored]) -> Cow<'a, [Scored]> {
+        if self.next.is_empty() {
+            return Cow::Borrowed(ranking);
+        }
+        let next: Vec<usize> = self.next.iter().map(|(entry, _)| *entry).collect();
+        Cow::Owned(crate::transitions::fuse(
+            ranking,
+            &next,
+            config.channel_weights.transitions,
+            crate::transitions::RRF_K,
+        ))
+    }
+
+    /// The kept tools the transitions brought in: those the ranking alone would not have
+    /// kept (`next=` of `x-toolsift`), in rank order. Empty when the history named none.
+    pub fn brought_in(&self, config: &Config) -> Vec<String> {
+        // Kept by rank and listed: a pinned tool is kept either way.
+        let listed = |entry: usize| self.next.iter().any(|(e, _)| *e == entry);
+        let candidates: Vec<usize> = (self.selection.decisions.iter())
+            .filter(|d| d.verdict == Verdict::Ranked && listed(d.entry))
+            .map(|d| d.entry)
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        let remembered;
+        let alone: &[Scored] = match &self.fused {
+            Some(fused) => &fused.order,
+            None => {
+                remembered = self.catalog.rank(&self.query);
+                &remembered
+            }
+        };
+        let kept_alone: Vec<usize> = if config.min_score.is_none()
+            && config.max_tool_tokens.is_none()
+            && self.evicted.is_empty()
+        {
+            // Without `min_score` and a budget, the selection keeps a tool by rank when fewer
+            // than k tools the caller may see rank before it: one pass, no second selection.
+            let k = self.selected_k(config);
+            let allowed = self.access.as_ref().map(|g| &*g.allowed);
+            let visible = |e: usize| allowed.is_none_or(|a| a.get(e).copied().unwrap_or(false));
+            alone
+                .iter()
+                .filter(|s| visible(s.entry))
+                .take(k)
+                .map(|s| s.entry)
+                .collect()
+        } else {
+            let alone = self.select(config, alone);
+            let kept = alone.decisions.iter().filter(|d| d.verdict.kept());
+            kept.map(|d| d.entry).collect()
+        };
+        candidates
+            .into_iter()
+            .filter(|e| !kept_alone.contains(e))
+            .filter_map(|e| self.catalog.name(e).map(str::to_owned))
+            .collect()
     }
 
     /// The k the selection keeps: `top_k` (or `auto_k`'s), or what `weak_query` gives a weak
@@ -410,12 +481,24 @@ impl Analysis {
             .filter(|d| d.verdict.kept())
             .filter_map(|d| {
                 let name = header_safe(self.catalog.name(d.entry)?);
-                Some(
-                    match self.fused.as_ref().and_then(|f| f.votes_for(d.entry)) {
-                        Some(votes) => format!("{name}({})", fusion::describe(votes)),
-                        None => name.into_owned(),
-                    },
-                )
+                let channels = self.fused.as_ref().and_then(|f| f.votes_for(d.entry));
+                let channels = channels.map(fusion::describe);
+                // The transitions' vote: the tool's place in their list, and its count.
+                let next = self
+                    .next
+                    .iter()
+                    .enumerate()
+                    .find(|(_, (e, _))| *e == d.entry);
+                let next = next.map(|(place, (_, count))| format!("next={}:{count}", place + 1));
+                Some(match (channels, next) {
+                    (None, None) => name.into_owned(),
+                    (Some(channels), None) => format!("{name}({channels})"),
+                    (channels, Some(next)) => {
+                        let votes: Vec<String> =
+                            channels.into_iter().filter(|c| !c.is_empty()).collect();
+                        format!("{name}({})", [votes, vec![next]].concat().join(" "))
+                    }
+                })
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -960,6 +1043,9 @@ pub struct Engine {
     suggestions: Option<Rc<crate::suggestions::Suggestions>>,
     /// `auto_k`: this worker's side of the VM's calibration, and the period's table it read.
     pub auto_k: Option<crate::auto_k::AutoK>,
+    /// The calibration's transitions, indexed (`None` without any, or with
+    /// `channel_weights.transitions` 0).
+    next_tools: Option<crate::transitions::NextTools>,
 }
 
 impl Engine {
@@ -987,9 +1073,17 @@ impl Engine {
             ];
             crate::auto_k::AutoK::new(a.clone(), config.top_k, &ranking)
         });
+        let next_tools = config
+            .auto_k
+            .as_ref()
+            .and_then(|a| a.calibration.as_ref()?.transitions.as_ref())
+            .filter(|_| config.channel_weights.transitions > 0.0)
+            .map(crate::transitions::NextTools::new)
+            .filter(|n| !n.is_empty());
         Engine {
             config,
             weights: FieldWeights::default(),
+            next_tools,
             cache,
             custom,
             policy,
@@ -998,6 +1092,63 @@ impl Engine {
             suggestions,
             auto_k,
         }
+    }
+
+    /// The tools the calibration's transitions name after `called` (the history's calls) in
+    /// `catalog`, as entries the caller may see (`allowed`), best first with their counts: a
+    /// name the catalog lacks, or a tool the caller may not see, takes no place.
+    fn next_entries(
+        &self,
+        catalog: &Catalog,
+        called: &[String],
+        allowed: Option<&[bool]>,
+    ) -> Vec<(usize, u64)> {
+        let Some(index) = &self.next_tools else {
+            return Vec::new();
+        };
+        let list = index.next(catalog.id(), called);
+        if list.is_empty() {
+            return Vec::new();
+        }
+        // Every catalog name is looked up: a short list (most are a few tools) is compared
+        // name by name, lengths first, which costs less than hashing every name.
+        let place: std::collections::HashMap<&str, usize> = if list.len() > SHORT_LIST {
+            list.iter()
+                .enumerate()
+                .map(|(i, (name, _))| (*name, i))
+                .collect()
+        } else {
+            std::collections::HashMap::new()
+        };
+        // Most catalog names differ in length from every listed one: a mask of the listed
+        // lengths (modulo 64) passes over them without a comparison.
+        let lengths = list
+            .iter()
+            .fold(0u64, |mask, (name, _)| mask | 1 << (name.len() % 64));
+        let place_of = |name: &str| -> Option<usize> {
+            if lengths & 1 << (name.len() % 64) == 0 {
+                None
+            } else if list.len() > SHORT_LIST {
+                place.get(name).copied()
+            } else {
+                list.iter().position(|(n, _)| *n == name)
+            }
+        };
+        let mut found: Vec<Option<usize>> = vec![None; list.len()];
+        for entry in 0..catalog.draft.entries.len() {
+            let visible = allowed.is_none_or(|a| a.get(entry).copied().unwrap_or(false));
+            let Some(i) = catalog.name(entry).and_then(place_of) else {
+                continue;
+            };
+            if let Some(slot) = found.get_mut(i).filter(|s| s.is_none() && visible) {
+                *slot = Some(entry);
+            }
+        }
+        found
+            .into_iter()
+            .zip(&list)
+            .filter_map(|(entry, (_, count))| Some((entry?, *count)))
+            .collect()
     }
 
     /// The `suggestions` catalog, `None` without the section.
@@ -1269,6 +1420,14 @@ impl Engine {
             && self.config.mode == crate::config::Mode::Filter
             && self.config.weak_query.is_weak(reading);
         let unknown = unknown_calls(&request.latest_calls, &catalog);
+        // Filter mode's selection only: search mode's eager tools and `find_tools` rank by the
+        // question alone.
+        let next = if every_tool || self.config.mode != crate::config::Mode::Filter {
+            Vec::new()
+        } else {
+            let allowed = access.as_ref().map(|g| &*g.allowed);
+            self.next_entries(&catalog, &request.called, allowed)
+        };
         let mut analysis = Analysis {
             reader,
             query,
@@ -1283,6 +1442,7 @@ impl Engine {
             stream: request.stream,
             choice: request.choice,
             called: request.called,
+            next,
             fused: None,
             text_edit: None,
             access,
@@ -1298,7 +1458,7 @@ impl Engine {
             let allowed = analysis.access.as_ref().map(|g| &*g.allowed);
             all_allowed(&analysis.catalog, &ranking, allowed, &analysis.evicted)
         } else {
-            analysis.select(&self.config, &ranking)
+            analysis.select(&self.config, &analysis.with_next(&self.config, &ranking))
         };
         Ok(analysis)
     }
@@ -1342,6 +1502,9 @@ impl Engine {
         self.cache.usage()
     }
 }
+
+#[cfg(test)]
+mod transitions_tests;
 
 #[cfg(test)]
 mod tests {

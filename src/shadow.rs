@@ -94,6 +94,9 @@ pub struct Record {
     /// latest [`crate::transitions::MAX_HISTORY`]): what `toolsift calibrate` learns the
     /// fleet's transitions from, beside `calls`.
     pub history: Vec<String>,
+    /// A question the ranking could not read (`weak=`): shadowed for its history's
+    /// transitions alone, its calls teach `auto_k` nothing.
+    pub weak: bool,
 }
 
 impl Record {
@@ -186,6 +189,8 @@ pub struct Scorecard {
     auto_k: Option<crate::auto_k::Chosen>,
     /// The tools the request's history had called (the latest [`crate::transitions::MAX_HISTORY`]).
     history: Vec<String>,
+    /// The question was weak ([`crate::weak_query`]).
+    weak: bool,
 }
 
 impl Scorecard {
@@ -208,6 +213,7 @@ impl Scorecard {
             } else {
                 Vec::new()
             },
+            weak: analysis.weak,
         }
     }
 
@@ -270,6 +276,7 @@ impl Scorecard {
             catalog: self.catalog.id(),
             unreadable,
             history: self.history.clone(),
+            weak: self.weak,
         }
     }
 }
@@ -518,6 +525,7 @@ mod tests {
             catalog: 0x3fa2_b1c0,
             unreadable: false,
             history: Vec::new(),
+            weak: false,
         };
         assert_eq!(record.missed(), 1);
         assert_eq!(
@@ -544,6 +552,7 @@ mod tests {
             catalog: 1,
             unreadable: false,
             history: Vec::new(),
+            weak: false,
         };
         assert!(!record.fields().contains("slots="));
         // A pinned tool takes slot 1 whatever its rank; a denied one no slot.
@@ -573,6 +582,7 @@ mod tests {
             catalog: 1,
             unreadable: false,
             history: vec!["ls".into(), "cd dir".into()],
+            weak: false,
         };
         assert!(
             record

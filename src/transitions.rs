@@ -13,11 +13,15 @@
 //!
 //! They travel in the calibration object `toolsift calibrate` prints (`transitions`), so one run
 //! over the fleet's logs yields `auto_k`'s histograms and these, and the same control-plane loop
-//! (ECDS, `WasmPlugin`, `EnvoyExtensionPolicy`) delivers both. [`Transitions::next`] is what a
-//! request with a history looks up. Everything here is pure: no clock, no host.
+//! (ECDS, `WasmPlugin`, `EnvoyExtensionPolicy`) delivers both. A request with a history looks up
+//! its next tools in them ([`NextTools`], indexed when the configuration is read) and ranks them
+//! beside its question ([`fuse`]). Everything here is pure: no clock, no host.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+
+mod channel;
+pub use channel::{NextTools, RRF_K, fuse};
 
 /// At most this many tools of a request's history are recorded (the latest first called).
 pub const MAX_HISTORY: usize = 16;
@@ -115,33 +119,6 @@ impl Transitions {
             check_pairs(&format!("{field}.pairs"), &c.pairs)?;
         }
         Ok(())
-    }
-
-    /// The tools most likely called next in catalog `catalog` after a history that called
-    /// `history`: each tool's summed count over the history's tools, best first, equal counts
-    /// by name. The catalog's own pairs when it has any, else the pooled ones. Tools of the
-    /// history itself are left out (the selection keeps a called tool anyway). The same
-    /// transitions and history give the same list on every replica.
-    pub fn next(&self, catalog: u32, history: &[String]) -> Vec<(&str, u64)> {
-        if history.is_empty() {
-            return Vec::new();
-        }
-        let own = self
-            .catalogs
-            .iter()
-            .find(|c| catalog_id(&c.catalog) == Some(catalog));
-        let pairs = own.map_or(&self.pooled, |c| &c.pairs);
-        let mut scores: BTreeMap<&str, u64> = BTreeMap::new();
-        for Pair(earlier, next, count) in pairs {
-            if history.contains(earlier) && !history.contains(next) {
-                let score = scores.entry(next.as_str()).or_default();
-                *score = score.saturating_add(*count);
-            }
-        }
-        let mut out: Vec<(&str, u64)> = scores.into_iter().collect();
-        // Stable over the names' order: equal counts stay by name.
-        out.sort_by_key(|p| std::cmp::Reverse(p.1));
-        out
     }
 
     pub fn is_empty(&self) -> bool {

@@ -355,15 +355,18 @@ fn ecds_brings_a_calibration_to_a_running_envoy_and_a_bad_one_changes_nothing() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 66, the loop's first half through real Envoys: two replicas shadow conversations whose
+/// Issue 66 through real Envoys, the whole loop: two replicas shadow conversations whose
 /// history called one tool and whose model then calls another; each record names the history
 /// (`history=`), `toolsift calibrate` over both logs prints the pairs as `transitions` in the
-/// calibration, and a plugin takes that calibration (its transitions checked with the rest).
+/// calibration, and a plugin given that calibration keeps, in a later turn whose own words
+/// name no tool, the tool the fleet called next, though the question's ranking puts it last
+/// (`next=` says so). A first turn gets what it got without the transitions, and a caller who
+/// may not see that tool never gets it.
 #[test]
 fn shadowed_conversations_teach_calibrate_what_is_called_after_what() {
     let (catalog, _) = dataset_catalog("seal_tools", 1, 40, false);
     let name = |i: usize| catalog[i]["function"]["name"].as_str().unwrap().to_owned();
-    let (earlier, next, other) = (name(0), name(1), name(2));
+    let earlier = name(0);
     // The task in the words of the tool it first called: a question the catalog reads (one it
     // cannot read is not shadowed, [`toolsift::weak_query`]).
     let task = catalog[0]["function"]["description"]
@@ -371,18 +374,45 @@ fn shadowed_conversations_teach_calibrate_what_is_called_after_what() {
         .unwrap()
         .to_owned();
     let dir = scratch("fleet-transitions");
+    let turn = |question: &str, then: &str| {
+        serde_json::json!({"model": "gpt-4.1", "tools": catalog, "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": earlier, "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"ok\": true}"},
+            {"role": "user", "content": then}]})
+    };
+    let later = |question: &str| turn(question, "and now the part after that");
+    let first = serde_json::json!({"model": "gpt-4.1", "tools": catalog,
+        "messages": [{"role": "user", "content": task}]});
+    // What the filter keeps of each without transitions, as `toolsift explain` ranks them: the
+    // tools the fleet will call next are the later turn's last two by the question.
+    let explained = |body: &Value, config: &str| -> Value {
+        let (request, plugin_json) = (dir.join("request.json"), dir.join("plugin.json"));
+        std::fs::write(&request, body.to_string()).unwrap();
+        std::fs::write(&plugin_json, config).unwrap();
+        let args = [
+            "explain",
+            "--json",
+            "--config",
+            plugin_json.to_str().unwrap(),
+        ];
+        let (code, out) = common::toolsift(&[&args[..], &[request.to_str().unwrap()]].concat());
+        assert_eq!(code, 0, "{out}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let ranked = explained(&later(&task), &plugin(0.001, None));
+    let tools = ranked["tools"].as_array().unwrap();
+    let place = |i: usize| tools[tools.len() - i]["name"].as_str().unwrap().to_owned();
+    let (next, other) = (place(1), place(2));
+    assert!(next != earlier && other != earlier, "{ranked:#}");
     let logs = [dir.join("a.log"), dir.join("b.log")];
     for (r, log) in logs.iter().enumerate() {
         let gw = replica(&plugin(1.0, None), log);
         for turn in 0..6 {
             // The conversation called `earlier`; now its model calls `next` (on the first
             // replica's even turns, `other`).
-            let body = serde_json::json!({"model": "gpt-4.1", "tools": catalog, "messages": [
-                {"role": "user", "content": format!("{task} (step {turn})")},
-                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
-                    "function": {"name": earlier, "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "{\"ok\": true}"},
-                {"role": "user", "content": "and now the part after that"}]});
+            let body = later(&format!("{task} (step {turn})"));
             let want = if r == 0 && turn % 2 == 0 {
                 &other
             } else {
@@ -395,7 +425,21 @@ fn shadowed_conversations_teach_calibrate_what_is_called_after_what() {
             );
             assert_eq!(resp.status, 200, "{}", resp.text());
         }
-        let lines = common::access_log_lines(log, 6);
+        // A later turn in words the catalog lacks is weak: shadowed all the same, for the
+        // transitions its history teaches (its calls teach `auto_k` nothing).
+        let weak = turn("プロジェクトの準備をお願いします", "次もお願いします");
+        let resp = gw.post(
+            "/v1/chat/completions",
+            &[("x-demo-model", "scripted"), ("x-demo-want", &next)],
+            weak.to_string().as_bytes(),
+        );
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let lines = common::access_log_lines(log, 7);
+        let record = lines[6]["toolsift"].as_str().unwrap_or_default();
+        assert!(
+            record.contains(" weak=") && record.contains(" shadow="),
+            "{record}"
+        );
         let history = format!("history={}", earlier.replace(' ', "%20"));
         assert!(
             lines.iter().all(|l| l["toolsift"]
@@ -415,21 +459,62 @@ fn shadowed_conversations_teach_calibrate_what_is_called_after_what() {
     let pooled = &printed["transitions"]["pooled"];
     assert_eq!(
         pooled,
-        &serde_json::json!([[earlier, next, 9], [earlier, other, 3]]),
+        &serde_json::json!([[earlier, next, 11], [earlier, other, 3]]),
         "{calibration}"
     );
+    assert_eq!(printed["pooled"]["calls"], 12, "{calibration}");
     // The configuration takes what calibrate printed, transitions and all.
-    let gw = replica(&plugin(0.001, Some(&calibration)), &dir.join("c.log"));
-    let body = serde_json::json!({"model": "gpt-4.1", "tools": catalog,
-        "messages": [{"role": "user", "content": task}]});
-    let resp = gw.post("/v1/chat/completions", &[], body.to_string().as_bytes());
-    assert_eq!(resp.status, 200, "{}", resp.text());
-    // 12 calls, under `min_calls`: the calibration is read, and its k is still `top_k`'s.
-    assert!(
-        resp.header("x-toolsift")
+    let calibrated = plugin(0.001, Some(&calibration));
+    let gw = replica(&calibrated, &dir.join("c.log"));
+    let send = |gw: &Gateway, body: &Value, headers: &[(&str, &str)]| -> (String, Vec<String>) {
+        let resp = gw.post("/v1/chat/completions", headers, body.to_string().as_bytes());
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let header = resp.header("x-toolsift").unwrap_or_default().to_owned();
+        let mut sent: Vec<String> = resp
+            .header("x-demo-tools")
             .unwrap_or_default()
-            .contains(" k=default:3"),
-        "{:?}",
-        resp.header("x-toolsift")
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        sent.sort();
+        (header, sent)
+    };
+    let encoded = |n: &str| n.replace(' ', "%20");
+    let (header, sent) = send(&gw, &later(&task), &[]);
+    // 12 calls, under `min_calls`: the calibration is read, and its k is still `top_k`'s.
+    assert!(header.contains(" k=default:3"), "{header}");
+    assert!(sent.contains(&encoded(&next)), "{sent:?}");
+    assert!(
+        header.contains(&format!(" next={}", encoded(&next))),
+        "{header}"
+    );
+    // A first turn: what the filter keeps without the transitions, and no `next=`.
+    let (header, sent) = send(&gw, &first, &[]);
+    let alone = explained(&first, &plugin(0.001, None));
+    let mut kept: Vec<String> = alone["kept_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| encoded(n.as_str().unwrap()))
+        .collect();
+    kept.sort();
+    assert_eq!(sent, kept, "{header}");
+    assert!(!header.contains("next="), "{header}");
+    // A caller who may not see the tool the transitions name never gets it.
+    let governed = calibrated.replacen(
+        '{',
+        &format!(
+            r#"{{"access":{{"identity":[{{"header":"x-group"}}],"default":"allow",
+                "rules":[{{"when":["*"],"deny":[{next:?}]}}]}},"#
+        ),
+        1,
+    );
+    let gw = replica(&governed, &dir.join("d.log"));
+    let (header, sent) = send(&gw, &later(&task), &[("x-group", "dev")]);
+    assert!(!sent.contains(&encoded(&next)), "{sent:?}");
+    // The tool the fleet called next after it, of those the caller may see, takes its place.
+    assert!(
+        header.contains(&format!(" next={} denied=1", encoded(&other))),
+        "{header}"
     );
 }

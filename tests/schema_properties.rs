@@ -439,7 +439,11 @@ impl Gen<'_> {
                 .keys()
                 .filter(|key| {
                     let p = if depth == 0 { 15 } else { 45 };
-                    (wanted.contains(key) && self.rng.chance(95))
+                    // The focus's key is always there: a configuration without it, easier to
+                    // draw valid, would otherwise be found first, and a deep field (a
+                    // calibration's transitions) never reached.
+                    self.focus.get(depth) == Some(*key)
+                        || (wanted.contains(key) && self.rng.chance(95))
                         || (!unwanted.contains(key) && self.rng.chance(p))
                 })
                 .collect();

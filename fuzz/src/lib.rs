@@ -84,9 +84,10 @@ pub fn request_bedrock(data: &[u8]) {
     request(Dialect::Bedrock, data);
 }
 
-/// Filter mode keeping one tool, and search mode with every meta-tool and a native-search
-/// rule (models named `*native*`), so that most requests with tools are rewritten.
-const REQUEST_CONFIGS: [&str; 2] = [
+/// Filter mode keeping one tool, search mode with every meta-tool and a native-search rule
+/// (models named `*native*`), so that most requests with tools are rewritten, and filter mode
+/// with the fleet's transitions after tools the corpus's histories call (issue 66).
+const REQUEST_CONFIGS: [&str; 3] = [
     // The loop guard with its smallest settings: every fuzzed history's calls are read, and
     // the looping tool's latest result gets the note.
     r#"{"top_k": 1, "min_tools": 0, "loop_guard": {"repeats": 2, "window": 2,
@@ -94,6 +95,10 @@ const REQUEST_CONFIGS: [&str; 2] = [
     r#"{"mode": "search", "min_tools": 0, "search": {"eager_k": 1, "use_tool": true,
         "native_search": [{"model": "*native*", "tool": {"type": "x_search"}}]},
         "loop_guard": {"note": {"text": "stop {tool}"}}}"#,
+    r#"{"top_k": 1, "min_tools": 0, "shadow": {"sample": 0.5}, "auto_k": {"keep": 0.95,
+        "calibration": {"version": 1, "max_k": 64, "pooled": {"calls": 2, "slots": [[1, 2]]},
+        "transitions": {"pooled": [["get_weather", "send_email", 3],
+            ["get_weather", "list_files", 2], ["search", "get_weather", 1]]}}}}"#,
 ];
 
 fn is_json(text: &str) -> bool {
@@ -137,6 +142,11 @@ fn request(dialect: Dialect, data: &[u8]) {
         );
         match config.mode {
             toolsift::config::Mode::Filter => {
+                // What `next=` names was kept, and was listed by the transitions.
+                let kept = analysis.kept_names();
+                for name in analysis.brought_in(&config) {
+                    assert!(kept.contains(&name.as_str()), "{name} brought in, not kept");
+                }
                 if let Some(out) = analysis.rewrite(body) {
                     check_rewrite(dialect, &analysis, body, container, &out, valid);
                 }

@@ -490,3 +490,23 @@ fn a_calibration_with_bad_transitions_is_refused_with_the_field_named() {
     let (field, _) = c.check(&config(64, 20)).unwrap_err();
     assert_eq!(field, "transitions.pooled[0][2]");
 }
+
+#[test]
+fn a_weak_question_teaches_the_transitions_and_not_the_k() {
+    let ls_then_cat = line_with_history(1_764_410_400_000, 1, &["ls"], &["cat"]);
+    // The same record, its question weak: shadowed for its history's transitions alone.
+    let weak = line_with_history(1_764_410_400_001, 1, &["ls"], &["cat"])
+        .replace("kept=80 total=80", "kept=80 total=80 weak=0/3");
+    let plain = calibrate(std::slice::from_ref(&ls_then_cat), 64);
+    let both = calibrate(&[ls_then_cat, weak], 64);
+    assert_eq!(
+        both.pooled, plain.pooled,
+        "a weak question's calls are no slots"
+    );
+    assert_eq!(both.from.as_ref().map(|f| f.shadowed), Some(2));
+    let pairs = both.transitions.unwrap().pooled;
+    assert_eq!(
+        pairs,
+        vec![crate::transitions::Pair("ls".into(), "cat".into(), 2)]
+    );
+}

@@ -117,7 +117,7 @@ pub enum Ranking {
     Hybrid,
 }
 
-/// Channel weights of hybrid ranking's fusion.
+/// Channel weights of hybrid ranking's fusion, and of the transitions' channel (either ranking).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[cfg_attr(
     not(target_arch = "wasm32"),
@@ -138,17 +138,24 @@ pub struct ChannelWeights {
     /// The weight of the embeddings: the cosine of the tool's vector with the request's.
     #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
     pub vector: f32,
+    /// The weight of the tools the fleet called next after the request's history's calls
+    /// (`auto_k.calibration.transitions`), fused with the ranking's places (keyword or
+    /// hybrid; RRF k 60, the form chosen on held-out conversations). 0 turns the channel off.
+    #[cfg_attr(not(target_arch = "wasm32"), schemars(range(min = 0)))]
+    pub transitions: f32,
 }
 
 impl Default for ChannelWeights {
     /// BM25 and vectors 1, exact matches 0.5, parameter keys 0.25 (with `rrf_k` 1): the best
-    /// of the grid over the shared datasets in `docs/tuning-notes.md`.
+    /// of the grid over the shared datasets in `docs/tuning-notes.md`; transitions 1, chosen on
+    /// half of issue 66's conversations (docs/BENCHMARKS.md).
     fn default() -> Self {
         ChannelWeights {
             bm25: 1.0,
             exact: 0.5,
             param_keys: 0.25,
             vector: 1.0,
+            transitions: 1.0,
         }
     }
 }
@@ -560,6 +567,7 @@ impl Config {
             ("exact", w.exact),
             ("param_keys", w.param_keys),
             ("vector", w.vector),
+            ("transitions", w.transitions),
         ] {
             if !(weight.is_finite() && weight >= 0.0) {
                 return Err(invalid(

@@ -264,6 +264,8 @@ impl Request {
         // Debug names the tools a shadowed request's selection would have kept.
         let would_keep_names =
             (config.debug && self.shadow_drawn == Some(true)).then(|| analysis.explain_kept());
+        // Before shadow forwards every tool: what the selection (applied or measured) kept.
+        let next = analysis.brought_in(config);
         let shadow = self.start_shadow(analysis, &mut actions);
         let (kept, total) = (analysis.kept(), analysis.total());
         match rewritten(analysis, body)? {
@@ -278,6 +280,7 @@ impl Request {
             shadow,
             kept,
             total,
+            next,
         };
         Ok((actions, written))
     }
@@ -296,6 +299,7 @@ impl Request {
             shadow,
             kept,
             total,
+            next,
         } = written;
         let debug = config.debug;
         let mut actions = Vec::new();
@@ -356,6 +360,7 @@ impl Request {
             shadow,
             auto_k: analysis.auto_k_used(),
             weak: analysis.weak_suffix(),
+            next,
         });
         if analysis.weak {
             actions.push(Action::Count(Counter::WeakQuery, 1));
@@ -379,9 +384,11 @@ impl Request {
         analysis: &mut Analysis,
         actions: &mut Vec<Action>,
     ) -> Option<usize> {
-        // A weak question is not shadowed: its answer's calls say nothing of its catalog's
-        // ranking, and `auto_k` must not learn from them.
-        let drawn = self.shadow_drawn.take()? && !analysis.weak;
+        // A weak question's answer says nothing of its catalog's ranking (`auto_k` never
+        // learns from it), so it is shadowed only when its history called tools: what its
+        // model calls next is what `toolsift calibrate` learns the fleet's transitions from,
+        // and referring-back later turns ("and the other one?") are the weak ones most.
+        let drawn = self.shadow_drawn.take()? && (!analysis.weak || !analysis.called.is_empty());
         let dialect = analysis.dialect()?;
         // The provider's own search gets every allowed tool anyway: no cut to measure.
         if analysis.native_search {
@@ -408,6 +415,8 @@ pub struct Written {
     shadow: Option<usize>,
     kept: usize,
     total: usize,
+    /// The kept tools the transitions brought in ([`crate::pipeline::Analysis::brought_in`]).
+    next: Vec<String>,
 }
 
 /// The body with the dropped tools spliced out, and how many bytes of the body it replaces;

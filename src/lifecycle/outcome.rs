@@ -42,6 +42,9 @@ pub enum Outcome {
         /// A question the ranking could not read ([`crate::weak_query`]): of its content
         /// terms, how many the catalog has (`weak=0/9`).
         weak: Option<String>,
+        /// Kept tools the ranking alone would not have kept, brought in by the fleet's
+        /// transitions after the history's calls (`next=cat,diff`).
+        next: Vec<String>,
     },
     Skipped(Skipped),
     /// Refused whole by access rules (HTTP 403).
@@ -97,6 +100,7 @@ impl Outcome {
             shadow: None,
             auto_k: None,
             weak: None,
+            next: Vec::new(),
         }
     }
 
@@ -118,6 +122,7 @@ impl Outcome {
                 shadow,
                 auto_k,
                 weak,
+                next,
                 ..
             } => {
                 let mode = search.map(|s| format!(" search={s}")).unwrap_or_default();
@@ -155,6 +160,10 @@ impl Outcome {
                     .map(|n| format!(" shadow=would_keep:{n}"))
                     .unwrap_or_default();
                 let auto_k = auto_k.map(|c| c.header_suffix()).unwrap_or_default();
+                let next = match next.as_slice() {
+                    [] => String::new(),
+                    names => format!(" next={}", list(names)),
+                };
                 let weak = weak
                     .as_ref()
                     .map(|w| format!(" weak={w}"))
@@ -162,6 +171,7 @@ impl Outcome {
                 header_value(*kept, *total, None)
                     + &weak
                     + &auto_k
+                    + &next
                     + &denied
                     + &evicted
                     + &unknown
@@ -228,6 +238,7 @@ mod tests {
             shadow: Some(5),
             auto_k: None,
             weak: None,
+            next: vec!["cat".to_owned(), "a b".to_owned()],
         };
         let gated = Gated {
             excluded: 2,
@@ -235,7 +246,7 @@ mod tests {
         };
         assert_eq!(
             outcome.header_value(Some(&gated)),
-            "kept=1 total=3 denied=1 loop=evicted:loop%20y noted=n unknown=x ranking=keyword \
+            "kept=1 total=3 next=cat,a%20b denied=1 loop=evicted:loop%20y noted=n unknown=x ranking=keyword \
              fallback=timeout search=search remembered=r gating=excluded:2 shadow=would_keep:5"
         );
         assert_eq!(outcome.kept_names(), Some("a"));

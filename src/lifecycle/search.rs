@@ -167,6 +167,7 @@ impl Request {
             shadow: None,
             auto_k: analysis.auto_k_used(),
             weak: None,
+            next: Vec::new(),
         });
         actions.extend(loop_counts(analysis));
         actions.push(Action::Count(

@@ -450,6 +450,11 @@ fn learn_auto_k<P: Proxy>(proxy: &P, shared: &Shared<P::Store>, record: &crate::
     let Some(auto_k) = engine.auto_k.as_ref().filter(|a| a.learns()) else {
         return;
     };
+    // A weak question, shadowed for its history's transitions: its ranking read nothing, so
+    // where its calls stood in it says nothing of the catalog's k.
+    if record.weak {
+        return;
+    }
     let slots: Vec<usize> = record.calls.iter().filter_map(|c| c.slot).collect();
     if slots.is_empty() {
         return;

@@ -40,6 +40,9 @@ pub struct Decision {
     pub unknown: Vec<String>,
     /// A question the ranking could not read (`weak=0/9`), sent as `weak_query` says.
     pub weak: bool,
+    /// Kept tools the fleet's transitions brought in after the history's calls
+    /// (`next=cat,diff`).
+    pub next: Vec<String>,
 }
 
 /// Reads an `x-toolsift` value; `None` when it is none of the shapes the filter writes.
@@ -65,6 +68,7 @@ pub fn parse_decision(value: &str) -> Option<Decision> {
             "noted" => d.noted = names(v),
             "unknown" => d.unknown = names(v),
             "weak" => d.weak = true,
+            "next" => d.next = names(v),
             "mcp" if mcp.is_none() => mcp = Some(v),
             // Keys this version does not sum up (ranking, fallback, gating, remembered…).
             _ => {}

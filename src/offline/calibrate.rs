@@ -15,7 +15,7 @@
 //! one millisecond with the same record count once, an undercount of no consequence to a
 //! share. Whatever a line holds, it is counted and skipped, never a panic.
 
-use super::access_log::{parse_record_parts, split_record};
+use super::access_log::{parse_decision, parse_record_parts, split_record};
 use crate::auto_k::fleet::{Counts, FleetCalibration, Provenance, catalog_id};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -131,8 +131,13 @@ impl Collector {
             return;
         }
         self.from.shadowed += 1;
-        for slot in shadow.learned_slots() {
-            self.counts.add(id, slot);
+        // A weak question (`weak=`) is shadowed for its history's transitions alone: the
+        // filter's `auto_k` learns nothing from its calls, and neither does the calibration.
+        let weak = parse_decision(&header).is_some_and(|d| d.weak);
+        if !weak {
+            for slot in shadow.learned_slots() {
+                self.counts.add(id, slot);
+            }
         }
         let calls: Vec<String> = shadow.calls.iter().map(|c| c.name.clone()).collect();
         self.transitions.add(id, &shadow.history, &calls);

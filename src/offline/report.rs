@@ -291,6 +291,18 @@ pub struct WeakQueries {
     pub tools_out: u64,
 }
 
+/// Requests with kept tools the fleet's transitions brought in (`next=` of `x-toolsift`), the
+/// tools, and the calls of them in the answers shadow watched: what the channel kept that the
+/// question's ranking would not have.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Transitions {
+    pub requests: u64,
+    pub tools: Counts,
+    /// Calls, in the answers of those requests that shadow watched, of a tool the transitions
+    /// brought in.
+    pub calls: u64,
+}
+
 /// Lines read, and what they were.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Lines {
@@ -326,6 +338,8 @@ pub struct Report {
     pub unknown_tools: Unknown,
     /// Questions the ranking could not read (`weak=`): not cut to `top_k`.
     pub weak_queries: WeakQueries,
+    /// Tools the fleet's transitions brought in (`next=`).
+    pub transitions: Transitions,
     /// The sentence to act on.
     pub summary: String,
 }
@@ -354,6 +368,7 @@ pub struct Tally {
     unknown: Counts,
     shadow_unranked: Counts,
     weak: WeakQueries,
+    transitions: Transitions,
 }
 
 /// A string value of `key`; `Ok(None)` when unset (`null`, `"-"`, absent), `Err` when not a
@@ -416,6 +431,7 @@ impl Tally {
             Ok(Some(v)) => split_record(v),
             _ => (String::new(), Vec::new()),
         };
+        let (mut brought_in, mut weak) = (Vec::new(), false);
         match record {
             Err(()) => {
                 unreadable(self, "toolsift");
@@ -425,7 +441,11 @@ impl Tally {
             Ok(None) => self.count_outcome("none"),
             Ok(Some(_)) if header.is_empty() => self.count_outcome("none"),
             Ok(Some(_)) => match parse_decision(&header) {
-                Some(d) => self.add_decision(&d),
+                Some(d) => {
+                    self.add_decision(&d);
+                    weak = d.weak;
+                    brought_in = d.next;
+                }
                 None => {
                     unreadable(self, "toolsift");
                     self.count_outcome("unreadable");
@@ -439,7 +459,15 @@ impl Tally {
         });
         match shadow {
             None => {}
-            Some((Some(s), _)) => self.add_shadow(&s),
+            Some((Some(s), _)) => {
+                // A weak question shadowed for its history's transitions: where its calls
+                // stood in a ranking that read nothing says nothing of the catalog's k.
+                if !(weak && s.sampled) {
+                    self.add_shadow(&s);
+                }
+                let of_next = s.calls.iter().filter(|c| brought_in.contains(&c.name));
+                self.transitions.calls += of_next.count() as u64;
+            }
             Some((None, key)) => unreadable(self, key),
         }
         let tokens = parts.tokens.map(|t| (t, "toolsift.tokens")).or_else(|| {
@@ -490,6 +518,12 @@ impl Tally {
         self.tools_in += d.total.unwrap_or(0);
         self.tools_out += d.kept.unwrap_or(0);
         self.denied_tools += d.denied;
+        if !d.next.is_empty() {
+            self.transitions.requests += 1;
+            for name in &d.next {
+                self.transitions.tools.add(name, 1);
+            }
+        }
         if d.weak {
             self.weak.requests += 1;
             self.weak.tools_in += d.total.unwrap_or(0);
@@ -683,6 +717,7 @@ impl Tally {
                 shadow_calls: self.shadow_unranked.clone(),
             },
             weak_queries: self.weak.clone(),
+            transitions: self.transitions.clone(),
             summary: String::new(),
         };
         report.summary = summary(&report.shadow);
@@ -821,6 +856,32 @@ mod tests {
         assert_eq!(r.lines.unreadable.get("toolsift_shadow"), None);
         let bad = parse_shadow("shadow=a@1 top_k=5 k=auto capped=nan");
         assert_eq!(bad, None);
+    }
+
+    #[test]
+    fn tools_the_transitions_brought_in_are_counted_with_their_calls() {
+        let mut t = Tally::new();
+        let rec = |v: &str| serde_json::json!({"toolsift": v}).to_string();
+        for v in [
+            // Shadowed: the model called one of the two tools the transitions brought in.
+            "kept=200 total=200 k=fleet:5 next=cat,diff%20two shadow=would_keep:5 \
+             calls=cat@2,ls@1 missed=0 top_k=5 tools=200 catalog=c1 history=ls",
+            "kept=5 total=200 k=fleet:5 next=cat",
+            "kept=5 total=200 k=fleet:5",
+            // Weak, shadowed for its history's transitions: not on the curve.
+            "kept=128 total=200 weak=0/3 shadow=would_keep:128 calls=cat@40 missed=0 \
+             top_k=128 tools=200 catalog=c1 history=ls",
+        ] {
+            t.add_line(Some(rec(v).as_bytes()));
+        }
+        let r = t.report();
+        assert_eq!((r.transitions.requests, r.transitions.calls), (2, 1));
+        assert_eq!(
+            r.transitions.tools.ranked(),
+            vec![("cat", 2), ("diff two", 1)]
+        );
+        assert_eq!(r.shadow.sampled.requests, 1);
+        assert_eq!(r.weak_queries.requests, 1);
     }
 
     #[test]

@@ -1,8 +1,60 @@
 use super::*;
+use crate::index::Scored;
 use proptest::prelude::*;
 
 fn names(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The request path's next tools, owned.
+fn next_of(t: &Transitions, catalog: u32, history: &[String]) -> Vec<(String, u64)> {
+    NextTools::new(t)
+        .next(catalog, history)
+        .into_iter()
+        .map(|(n, c)| (n.to_owned(), c))
+        .collect()
+}
+
+/// What [`NextTools::next`] must give, by scanning every pair: each tool's summed count over
+/// the pairs whose earlier tool the history called, best first, equal counts by name.
+fn scan_next(t: &Transitions, catalog: u32, history: &[String]) -> Vec<(String, u64)> {
+    let history = &history[history.len().saturating_sub(MAX_HISTORY)..];
+    if history.is_empty() {
+        return Vec::new();
+    }
+    let own = t
+        .catalogs
+        .iter()
+        .find(|c| catalog_id(&c.catalog) == Some(catalog));
+    let pairs = own.map_or(&t.pooled, |c| &c.pairs);
+    let mut scores: std::collections::BTreeMap<&str, u64> = Default::default();
+    for Pair(earlier, next, count) in pairs {
+        if history.contains(earlier) && !history.contains(next) {
+            let score = scores.entry(next.as_str()).or_default();
+            *score = score.saturating_add(*count);
+        }
+    }
+    let mut out: Vec<(String, u64)> = scores.into_iter().map(|(n, c)| (n.to_owned(), c)).collect();
+    out.sort_by_key(|p| std::cmp::Reverse(p.1));
+    out
+}
+
+/// [`fuse`] as its definition says it, by sorting every tool.
+fn fuse_by_sorting(ranking: &[Scored], next: &[usize], weight: f32, k: f32) -> Vec<Scored> {
+    let (weight, k) = (f64::from(weight), f64::from(k));
+    let mut scored: Vec<(f64, usize, Scored)> = ranking
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let lift = next
+                .iter()
+                .position(|&e| e == s.entry)
+                .map_or(0.0, |q| weight / (k + q as f64 + 1.0));
+            (1.0 / (k + i as f64 + 1.0) + lift, i, *s)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().map(|(_, _, s)| s).collect()
 }
 
 /// A record: its catalog (one of four), its history and its calls, over a small set of tool
@@ -52,18 +104,46 @@ proptest! {
         prop_assert!(back.check().is_ok());
     }
 
+    /// The merge gives what sorting every tool by its fused score gives, and only reorders.
+    #[test]
+    fn fusing_the_next_tools_is_reciprocal_rank_fusion(
+        scores in proptest::collection::vec(0u8..4, 0..40),
+        next in proptest::collection::vec(0usize..50, 0..10),
+        weight in prop_oneof![Just(0.0f32), Just(0.5), Just(1.0), Just(4.0)],
+        k in prop_oneof![Just(1.0f32), Just(60.0)],
+    ) {
+        // A ranking of entries 0.., listed out of entry order (built-ins leave gaps).
+        let mut ranking: Vec<Scored> = scores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Scored { entry: i * 2 % 41 + i / 41, score: f32::from(*s) })
+            .collect();
+        ranking.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut next = next;
+        let mut seen = std::collections::HashSet::new();
+        next.retain(|e| seen.insert(*e));
+        let fused = fuse(&ranking, &next, weight, k);
+        prop_assert_eq!(&fused, &fuse_by_sorting(&ranking, &next, weight, k));
+        if next.is_empty() || weight == 0.0 {
+            prop_assert_eq!(&fused, &ranking);
+        }
+    }
+
     /// The same transitions and history give the same next tools, and none of the history's.
     #[test]
     fn the_same_history_gives_the_same_next_tools(
         records in proptest::collection::vec(any_record(), 0..40),
-        history in proptest::collection::vec((0u8..12).prop_map(|i| format!("tool_{i}")), 0..4),
+        history in proptest::collection::vec((0u8..12).prop_map(|i| format!("tool_{i}")), 0..20),
         catalog in 0u32..6,
     ) {
         let t = counted(&records).transitions();
-        let a = t.next(catalog, &history);
+        let a = next_of(&t, catalog, &history);
         let again = t.clone();
-        prop_assert_eq!(&a, &again.next(catalog, &history));
-        prop_assert!(a.iter().all(|(n, _)| !history.iter().any(|h| h == n)));
+        prop_assert_eq!(&a, &next_of(&again, catalog, &history));
+        // The index gives what a scan of every pair gives.
+        prop_assert_eq!(&a, &scan_next(&t, catalog, &history));
+        let latest = &history[history.len().saturating_sub(MAX_HISTORY)..];
+        prop_assert!(a.iter().all(|(n, _)| !latest.iter().any(|h| h == n)));
         prop_assert!(a.windows(2).all(|w| w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0)));
     }
 }
@@ -107,20 +187,24 @@ fn the_most_frequent_next_tools_lead_and_the_catalog_s_own_pairs_win() {
     c.add(7, &names(&["ls"]), &names(&["rm"]));
     let t = c.transitions();
     assert_eq!(
-        t.next(catalog, &names(&["ls"])),
-        vec![("cat", 3), ("diff", 1)]
+        next_of(&t, catalog, &names(&["ls"])),
+        vec![("cat".to_owned(), 3), ("diff".to_owned(), 1)]
     );
     assert_eq!(
-        t.next(catalog, &names(&["ls", "cd"])),
-        vec![("cat", 3), ("diff", 2)]
+        next_of(&t, catalog, &names(&["ls", "cd"])),
+        vec![("cat".to_owned(), 3), ("diff".to_owned(), 2)]
     );
     // A catalog without pairs of its own takes the pool's.
     assert_eq!(
-        t.next(9, &names(&["ls"])),
-        vec![("cat", 3), ("diff", 1), ("rm", 1)]
+        next_of(&t, 9, &names(&["ls"])),
+        vec![
+            ("cat".to_owned(), 3),
+            ("diff".to_owned(), 1),
+            ("rm".to_owned(), 1)
+        ]
     );
     // A first turn has no history: nothing.
-    assert!(t.next(catalog, &[]).is_empty());
+    assert!(next_of(&t, catalog, &[]).is_empty());
     // A tool called again is no transition.
     assert!(!t.pooled.iter().any(|p| p.0 == "ls" && p.1 == "ls"));
 }

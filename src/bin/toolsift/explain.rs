@@ -28,7 +28,9 @@ use toolsift::config::{Config, DialectChoice};
 use toolsift::dialects::{Dialect, Entry};
 use toolsift::fusion::{Fused, FusionParams, describe};
 use toolsift::offline::eval::Embedder;
-use toolsift::pipeline::{Engine, Skip, Skipped, fusion_params, header_value, rank_fused};
+use toolsift::pipeline::{
+    Engine, Skip, Skipped, fusion_params, header_safe, header_value, rank_fused,
+};
 use toolsift::rank::Catalog;
 use toolsift::select::Verdict;
 
@@ -95,6 +97,9 @@ struct Row {
     /// With hybrid ranking: the channels that voted for the tool (`bm25=1:7.31 vector=2:0.61`),
     /// empty when none did.
     channels: Option<String>,
+    /// The tool's place among the tools the fleet's transitions name after the history's
+    /// calls, and its count (`1:41`), when they name it.
+    next: Option<String>,
 }
 
 /// Hybrid ranking's settings and calls for one request.
@@ -131,6 +136,8 @@ struct Explanation {
     hybrid: Option<HybridInfo>,
     /// A question the ranking could not read: `known/terms` of its content terms.
     weak: Option<String>,
+    /// The kept tools the transitions brought in (`next=` of the header).
+    next: Vec<String>,
 }
 
 impl Explanation {
@@ -160,7 +167,11 @@ impl Explanation {
             Outcome::Skipped(s) => header_value(0, 0, Some(s)),
             _ => {
                 let weak = self.weak.as_ref().map(|w| format!(" weak={w}"));
-                header_value(self.kept(), self.total(), None) + &weak.unwrap_or_default()
+                let safe: Vec<_> = self.next.iter().map(|n| header_safe(n)).collect();
+                let next = (!safe.is_empty()).then(|| format!(" next={}", safe.join(",")));
+                header_value(self.kept(), self.total(), None)
+                    + &weak.unwrap_or_default()
+                    + &next.unwrap_or_default()
             }
         }
     }
@@ -188,6 +199,7 @@ fn rows(
     container: &str,
     tokenizer: &Tokenizer,
     fused: Option<&Fused>,
+    next: &[(usize, u64)],
     decisions: impl Iterator<Item = (usize, f32, Option<Verdict>)>,
 ) -> Vec<Row> {
     let texts = catalog.draft.entry_texts(container);
@@ -202,6 +214,10 @@ fn rows(
             tokens_estimate: catalog.tokens.get(entry).copied().unwrap_or(0),
             tokens: texts.get(entry).map_or(0, |t| tokenizer.count(t)),
             channels: fused.map(|f| f.votes_for(entry).map(describe).unwrap_or_default()),
+            next: next
+                .iter()
+                .position(|(e, _)| *e == entry)
+                .and_then(|q| Some(format!("{}:{}", q + 1, next.get(q)?.1))),
         })
         .collect()
 }
@@ -299,6 +315,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
         tokenizer: args.tokenizer,
         hybrid,
         weak: None,
+        next: Vec::new(),
     };
     match engine.analyse(dialect, &body) {
         Ok(mut analysis) => {
@@ -322,6 +339,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 container,
                 &tokenizer,
                 analysis.fused.as_deref(),
+                &analysis.next,
                 decisions,
             );
             let outcome = match analysis.rewrite(&body) {
@@ -338,6 +356,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                 hybrid,
             );
             explained.weak = analysis.weak_suffix();
+            explained.next = analysis.brought_in(config);
             Ok(explained)
         }
         Err(skipped) if matches!(skipped.reason, Skip::MalformedJson | Skip::BadShape) => {
@@ -380,7 +399,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                         let fused = hybrid_ranking(embedder, config, &catalog, &query)?;
                         let decisions = fused.order.iter().map(|s| (s.entry, s.score, None));
                         (
-                            rows(&catalog, raw, &tokenizer, Some(&fused), decisions),
+                            rows(&catalog, raw, &tokenizer, Some(&fused), &[], decisions),
                             builtins(&catalog),
                             Some(hybrid_info(embedder, config, String::new())),
                         )
@@ -389,7 +408,7 @@ fn explain(args: &Args, config: &Config) -> Result<Explanation, Failure> {
                         let ranking = catalog.index.rank(&query);
                         let decisions = ranking.iter().map(|s| (s.entry, s.score, None));
                         (
-                            rows(&catalog, raw, &tokenizer, None, decisions),
+                            rows(&catalog, raw, &tokenizer, None, &[], decisions),
                             builtins(&catalog),
                             None,
                         )
@@ -443,6 +462,10 @@ struct JsonOut<'a> {
     /// terms; absent when it read.
     #[serde(skip_serializing_if = "Option::is_none")]
     weak: Option<&'a str>,
+    /// The kept tools the fleet's transitions brought in after the history's calls (the
+    /// ranking alone would not have kept them); absent when none.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    next: &'a [String],
     total: usize,
     kept: usize,
     builtins: usize,
@@ -504,6 +527,10 @@ struct JsonTool<'a> {
     /// = rank in that channel : its score there); empty when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     channels: Option<&'a str>,
+    /// Its place among the tools the transitions name after the history's calls and its
+    /// count, `1:41`; absent when they name it not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<&'a str>,
 }
 
 fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
@@ -527,6 +554,7 @@ fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
             tokens: r.tokens,
             tokens_estimate: r.tokens_estimate,
             channels: r.channels.as_deref(),
+            next: r.next.as_deref(),
         })
         .collect();
     JsonOut {
@@ -566,6 +594,7 @@ fn to_json<'a>(e: &'a Explanation, config: &'a Config) -> JsonOut<'a> {
         skip_reason,
         x_toolsift: e.header(),
         weak: e.weak.as_deref(),
+        next: &e.next,
         total: e.total(),
         kept: e.kept(),
         builtins: e.builtins,
@@ -702,6 +731,18 @@ fn to_text(e: &Explanation, config: &Config) -> String {
             ),
         );
     }
+    if !e.next.is_empty() {
+        field(
+            &mut s,
+            "next",
+            &format!(
+                "{} brought in by the fleet's transitions after the history's calls \
+                 (auto_k.calibration.transitions): the question's ranking alone would not keep \
+                 them",
+                e.next.join(", ")
+            ),
+        );
+    }
     if e.builtins > 0 {
         field(
             &mut s,
@@ -729,10 +770,13 @@ fn to_text(e: &Explanation, config: &Config) -> String {
             "rank", "score", "kept", "reason", "tool", "tokens", "estimate"
         );
         for r in &e.rows {
-            let channels = match &r.channels {
+            let mut channels = match &r.channels {
                 Some(c) if r.kept => format!("  {}", if c.is_empty() { "(none)" } else { c }),
                 _ => String::new(),
             };
+            if let Some(next) = &r.next {
+                channels.push_str(&format!("  next={next}"));
+            }
             let line = format!(
                 "{:>5}  {:>8.3}  {:<4}  {:<22}  {:<width$}  {:>6}  {:>8}{channels}",
                 r.rank,

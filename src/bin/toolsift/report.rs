@@ -353,6 +353,18 @@ pub fn text(r: &Report, files: usize) -> String {
             String::new()
         },
     );
+    let t = &r.transitions;
+    if t.requests > 0 {
+        let _ = writeln!(
+            s,
+            "brought in by the fleet's transitions: {} ({} tools: {}); {} of them called in \
+             shadowed answers",
+            requests(t.requests),
+            thousands(t.tools.total()),
+            top(&t.tools.ranked(), 5),
+            thousands(t.calls),
+        );
+    }
     let w = &r.weak_queries;
     if w.requests > 0 {
         let _ = writeln!(
