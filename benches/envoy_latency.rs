@@ -110,7 +110,8 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--auto-k") {
-        auto_k::run(&pool, args.iter().any(|a| a == "--turns"));
+        let flag = |name: &str| args.iter().any(|a| a == name);
+        auto_k::run(&pool, flag("--turns"), flag("--history"));
         return;
     }
     if args.iter().any(|a| a == "--rotating") {
@@ -1827,12 +1828,36 @@ mod auto_k {
     const FLEET: &str = r#"{"shadow":{"sample":0.000001},"auto_k":{"keep":0.95,
         "calibration":{"version":1,"max_k":64,"pooled":{"calls":300,"slots":[[5,300]]}}}}"#;
 
+    /// The fleet's calibration with transitions: after `called`, the eight tools `next`
+    /// names (counts 80 down to 10), so that every request with a history gets a list of
+    /// eight to fuse with its ranking.
+    fn fleet_with_transitions(called: &str, next: &[String]) -> String {
+        let pairs: Vec<String> = next
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!(r#"[{called:?},{n:?},{}]"#, 80 - 10 * i))
+            .collect();
+        FLEET.replacen(
+            "}}}}",
+            &format!(
+                r#"}},"transitions":{{"pooled":[{}]}}}}}}}}"#,
+                pairs.join(",")
+            ),
+            1,
+        )
+    }
+
     /// Request `i`: its question, or with `turns` the question, the assistant asking to go on
     /// and "Yes, please." (ranked with the question before and since the assistant's turn is
-    /// read: what reading it adds).
-    fn body(tools: &str, i: usize, turns: bool) -> String {
+    /// read: what reading it adds), or with `history` (`Some(name)`) the question, the
+    /// assistant's call of `name` and its result: a turn of an agent loop with a history.
+    fn body(tools: &str, i: usize, turns: bool, history: Option<&str>) -> String {
         let question = super::bodies::question(i);
-        let messages = if turns {
+        let messages = if let Some(called) = history {
+            format!(
+                r#"{{"role":"user","content":"{question}"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":{called:?},"arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":"{{\"ok\": true}}"}}"#
+            )
+        } else if turns {
             format!(
                 r#"{{"role":"user","content":"{question}"}},{{"role":"assistant","content":"I can do that now. Shall I go ahead?"}},{{"role":"user","content":"Yes, please."}}"#
             )
@@ -1849,6 +1874,7 @@ mod auto_k {
         tools: &str,
         want: &str,
         turns: bool,
+        history: Option<&str>,
     ) -> (String, String, f64) {
         let gw = Gateway::start_with(config, &["--concurrency", "2"], |y| match wasm {
             Some(wasm) => {
@@ -1859,18 +1885,24 @@ mod auto_k {
         });
         let extra =
             format!("x-demo-model: scripted\r\nx-demo-want: {want}\r\nx-demo-call: {want}\r\n");
-        let bodies: Vec<String> = (0..64).map(|i| body(tools, i, turns)).collect();
+        let bodies: Vec<String> = (0..64).map(|i| body(tools, i, turns, history)).collect();
         let mut client = Client::connect(gw.port);
         let path = "/v1/chat/completions";
         let (_, head) = client.send(path, &extra, &bodies[0]);
         let shown = super::header(&head, "x-toolsift")
             .unwrap_or_default()
             .to_owned();
-        assert!(shown.starts_with("kept=5 total=200"), "{head}");
+        // A history's called tool is pinned: 5 kept, or 6.
+        let kept = if history.is_some() {
+            "kept="
+        } else {
+            "kept=5 total=200"
+        };
+        assert!(shown.starts_with(kept), "{head}");
         assert_eq!(shown.contains(" k=default:5"), config == AUTO_K, "{shown}");
         assert_eq!(
             shown.contains(" k=fleet_pooled:5"),
-            config == FLEET,
+            config.starts_with(&FLEET[..FLEET.len() - 4]),
             "{shown}"
         );
         // A warm-up for V8's optimising tier; in the histogram too (200 of 1,700 requests).
@@ -1884,35 +1916,72 @@ mod auto_k {
         (p50, p99, percentile(&mut times, 0.5))
     }
 
-    pub fn run(pool: &[String], turns: bool) {
+    pub fn run(pool: &[String], turns: bool, history: bool) {
         let n = 200;
         if turns {
             println!("each request: its question, the assistant's ask, \"Yes, please.\"");
         }
         println!("load before: {}", load());
         let tools = pool[..n].join(",\n");
-        let first: serde_json::Value = serde_json::from_str(&pool[0]).unwrap();
-        let want = first["function"]["name"].as_str().unwrap().to_owned();
+        let name = |i: usize| -> String {
+            let tool: serde_json::Value = serde_json::from_str(&pool[i]).unwrap();
+            tool["function"]["name"].as_str().unwrap().to_owned()
+        };
+        let want = name(0);
         let baseline = std::env::var("TOOLSIFT_BASELINE_WASM").ok();
-        let mut variants: Vec<(&str, &str, Option<&str>)> = Vec::new();
-        if let Some(wasm) = baseline.as_deref() {
-            variants.push(("baseline .wasm, shadow", SHADOW, Some(wasm)));
-            variants.push(("baseline .wasm, shadow + auto_k", AUTO_K, Some(wasm)));
+        let mut variants: Vec<(&str, String, Option<&str>)> = Vec::new();
+        if history {
+            // `--history`: every request called tool 1 before; the fleet's transitions name
+            // eight tools after it, spread over the catalog. The baseline takes the same
+            // configuration (it reads and checks transitions, and ranks without them).
+            println!("each request: its question, the assistant's call of a tool, its result");
+            let next: Vec<String> = (0..8).map(|i| name(7 + 23 * i)).collect();
+            let with = fleet_with_transitions(&name(1), &next);
+            if let Some(wasm) = baseline.as_deref() {
+                variants.push((
+                    "baseline .wasm, the fleet's transitions",
+                    with.clone(),
+                    Some(wasm),
+                ));
+            }
+            variants.push((
+                "this .wasm, the fleet's calibration alone",
+                FLEET.to_owned(),
+                None,
+            ));
+            variants.push(("this .wasm, the fleet's transitions", with, None));
+        } else {
+            if let Some(wasm) = baseline.as_deref() {
+                variants.push(("baseline .wasm, shadow", SHADOW.to_owned(), Some(wasm)));
+                variants.push((
+                    "baseline .wasm, shadow + auto_k",
+                    AUTO_K.to_owned(),
+                    Some(wasm),
+                ));
+            }
+            variants.push(("this .wasm, shadow", SHADOW.to_owned(), None));
+            variants.push(("this .wasm, shadow + auto_k", AUTO_K.to_owned(), None));
+            variants.push((
+                "this .wasm, shadow + auto_k, the fleet's calibration",
+                FLEET.to_owned(),
+                None,
+            ));
         }
-        variants.push(("this .wasm, shadow", SHADOW, None));
-        variants.push(("this .wasm, shadow + auto_k", AUTO_K, None));
-        variants.push((
-            "this .wasm, shadow + auto_k, the fleet's calibration",
-            FLEET,
-            None,
-        ));
+        let called = history.then(|| name(1));
         let order: Vec<usize> = (0..variants.len())
             .chain((0..variants.len()).rev())
             .collect();
         let mut rows: Vec<Vec<(String, String, f64)>> = vec![Vec::new(); variants.len()];
         for &v in &order {
-            let (_, config, wasm) = variants[v];
-            rows[v].push(measure(config, wasm, &tools, &want, turns));
+            let (_, config, wasm) = &variants[v];
+            rows[v].push(measure(
+                config,
+                *wasm,
+                &tools,
+                &want,
+                turns,
+                called.as_deref(),
+            ));
         }
         println!(
             "| {n} tools, same catalog, {REQUESTS} requests a run | filter time P50 (µs), runs A B C C B A | P99 (µs) | median through Envoy (ms) |"

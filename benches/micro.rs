@@ -278,6 +278,51 @@ fn benches(c: &mut Criterion) {
             })
         });
     }
+    // A turn with a history (issue 66): the fleet's calibration alone, and with transitions
+    // naming eight tools after the history's call, fused with the ranking. Filter mode's whole
+    // request: analysis, the tools the transitions brought in (`next=`), the rewrite.
+    let name = |i: usize| -> String {
+        let tool: serde_json::Value = serde_json::from_str(&pool[i]).expect("tool");
+        tool["function"]["name"].as_str().expect("name").to_owned()
+    };
+    let tools = format!("[{}]", pool[..n].join(","));
+    let turn = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{QUESTION}"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":{:?},"arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":"ok"}}],"tools":{tools}}}"#,
+        name(1)
+    );
+    let pairs: Vec<String> = (0..8)
+        .map(|i| format!(r#"[{:?},{:?},{}]"#, name(1), name(7 + 23 * i), 80 - 10 * i))
+        .collect();
+    let calibration = |transitions: &str| {
+        format!(
+            r#"{{"shadow":{{"sample":0.000001}},"auto_k":{{"keep":0.95,"calibration":{{"version":1,
+                "max_k":64,"pooled":{{"calls":300,"slots":[[5,300]]}}{transitions}}}}}}}"#
+        )
+    };
+    let with = calibration(&format!(
+        r#","transitions":{{"pooled":[{}]}}"#,
+        pairs.join(",")
+    ));
+    let mut engines = [
+        ("a history, the fleet's calibration alone", calibration("")),
+        ("a history, the fleet's transitions", with),
+    ]
+    .map(|(label, json)| {
+        (
+            label,
+            Engine::new(Config::from_json(json.as_bytes()).expect("valid")),
+        )
+    });
+    for (label, engine) in &mut engines {
+        let config = engine.config.clone();
+        group.bench_with_input(BenchmarkId::new(*label, n), &turn, |b, body| {
+            b.iter(|| {
+                let analysis = engine.analyse(Dialect::OpenaiChat, black_box(body));
+                let analysis = analysis.expect("analyse");
+                (analysis.brought_in(&config), analysis.rewrite(body))
+            })
+        });
+    }
     group.finish();
 }
 

@@ -99,12 +99,9 @@ def explain_ranking(binary, config_path, extra_args, request, workdir, key):
             "query": answer["query"]}
 
 
-def rank_all(args, conversations_by_dataset, tool_lines_by_dataset, cache_path):
-    cache = {}
-    if os.path.exists(cache_path):
-        with open(cache_path, encoding="utf-8") as f:
-            cache = json.load(f)
-    config = {"top_k": 5, "debug": True}
+def ranking_config(args, embeddings_url):
+    """The filter's configuration for `args.mode` (top_k 5), and `explain`'s arguments for it."""
+    config = {"top_k": 5}
     extra = []
     if args.mode == "hybrid":
         # As the shipped hybrid configuration (envoy-hybrid.yaml) has it: e5 is sent the whole
@@ -113,7 +110,17 @@ def rank_all(args, conversations_by_dataset, tool_lines_by_dataset, cache_path):
         config["embeddings"] = {"cluster": "embeddings", "model": args.embeddings_model}
         if "e5" in args.embeddings_model:
             config["embeddings"]["query_sentences"] = 0
-        extra = ["--embeddings-url", args.embeddings_url, "--embeddings-model", args.embeddings_model]
+        extra = ["--embeddings-url", embeddings_url, "--embeddings-model", args.embeddings_model]
+    return config, extra
+
+
+def rank_all(args, conversations_by_dataset, tool_lines_by_dataset, cache_path):
+    cache = {}
+    if os.path.exists(cache_path):
+        with open(cache_path, encoding="utf-8") as f:
+            cache = json.load(f)
+    config, extra = ranking_config(args, args.embeddings_url)
+    config["debug"] = True
     jobs = []
     for dataset, conversations in conversations_by_dataset.items():
         lines = tool_lines_by_dataset[dataset]
@@ -432,8 +439,9 @@ def report(args, conversations, rankings):
     print("\n(Δ: the difference, and its 95% bootstrap interval over half 1's tasks.)\n")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_arguments(description):
+    """The options of this script and of transitions_loop.py: the ranking and its binary."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--mode", choices=["keyword", "hybrid"], default="keyword")
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "toolsift"))
     parser.add_argument("--embeddings-url")
@@ -444,12 +452,23 @@ def main():
     args = parser.parse_args()
     if args.mode == "hybrid" and not (args.embeddings_url and args.embeddings_model):
         parser.error("--mode hybrid needs --embeddings-url and --embeddings-model")
+    return args
+
+
+def read_inputs(folder):
+    """Each dataset's conversations (from `folder`) and its tools' JSON lines by name."""
     conversations_by_dataset, tool_lines_by_dataset = {}, {}
     for dataset in NAMES:
-        conversations_by_dataset[dataset] = read_jsonl(os.path.join(args.conversations, dataset + ".jsonl"))
+        conversations_by_dataset[dataset] = read_jsonl(os.path.join(folder, dataset + ".jsonl"))
         with open(os.path.join(DATASETS, dataset, "tools.jsonl"), encoding="utf-8") as f:
             tool_lines_by_dataset[dataset] = {json.loads(line)["function"]["name"]: line.strip()
                                               for line in f if line.strip()}
+    return conversations_by_dataset, tool_lines_by_dataset
+
+
+def main():
+    args = parse_arguments(__doc__.split("\n")[0])
+    conversations_by_dataset, tool_lines_by_dataset = read_inputs(args.conversations)
     label = args.mode if args.mode == "keyword" else "hybrid-" + args.embeddings_model
     if os.path.abspath(args.conversations) != CONVERSATIONS:
         label += "-" + os.path.basename(os.path.abspath(args.conversations))
