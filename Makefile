@@ -425,9 +425,11 @@ bench-latency-access: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --access
 
 # What auto_k adds to a filtered request of the same catalog through Envoy: against the same
-# filter without it, no filter, and the .wasm of TOOLSIFT_BASELINE_WASM if set.
+# filter without it, no filter, and the .wasm of TOOLSIFT_BASELINE_WASM if set; then a turn
+# with a history, with and without the fleet's transitions (issue 66).
 bench-latency-auto-k: build $(ENVOY)
 	$(CARGO) run --release --example envoy_latency -- --auto-k
+	$(CARGO) run --release --example envoy_latency -- --auto-k --history
 
 # What the OpenTelemetry path costs (docs/examples/envoy-otel.yaml): envoy.yaml, the same with
 # `gen_ai: true`, and envoy-otel.yaml's OTLP logger, each in a fresh Envoy, mirrored order.

@@ -439,9 +439,12 @@ def report(args, conversations, rankings):
     print("\n(Δ: the difference, and its 95% bootstrap interval over half 1's tasks.)\n")
 
 
-def parse_arguments(description):
-    """The options of this script and of transitions_loop.py: the ranking and its binary."""
+def parse_arguments(description, more=None):
+    """The options of this script and of transitions_loop.py: the ranking and its binary
+    (`more`: a function adding a script's own to the parser)."""
     parser = argparse.ArgumentParser(description=description)
+    if more:
+        more(parser)
     parser.add_argument("--mode", choices=["keyword", "hybrid"], default="keyword")
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "toolsift"))
     parser.add_argument("--embeddings-url")

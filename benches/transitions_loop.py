@@ -3,7 +3,8 @@
 
     python3 benches/conversations.py          # once: tests/data/conversations/*.jsonl
     cargo build --release --bin toolsift
-    python3 benches/transitions_loop.py [--mode hybrid --embeddings-url URL --embeddings-model M]
+    python3 benches/transitions_loop.py [--replicas N] [--mode hybrid --embeddings-url URL \
+        --embeddings-model M]
 
 benches/transitions.py measured the forms offline, on the rankings `toolsift explain` printed.
 This script checks what shipped, with no step of its own in between:
@@ -102,10 +103,15 @@ def rows_of(half1, rankings):
 
 
 def main():
-    args = parse_arguments(__doc__.split("\n")[0])
+    args = parse_arguments(__doc__.split("\n")[0], lambda parser: parser.add_argument(
+        "--replicas", type=int, default=1,
+        help="learn from the records of one replica of this many (half 0's tasks dealt by hash)"))
     conversations_by_dataset, tool_lines_by_dataset = read_inputs(args.conversations)
     conversations = [c for d in NAMES for c in conversations_by_dataset[d]]
-    half0 = [c for c in conversations if c["half"] == 0]
+    # One replica of several sees its share of the conversations: what a replica learning from
+    # its own records alone (issue 66 item 4) would have, against the fleet's calibration.
+    half0 = [c for c in conversations if c["half"] == 0
+             and stable_hash("66", "replica", c["task_id"]) % args.replicas == 0]
     half1 = [c for c in conversations if c["half"] == 1]
     cached = start_embeddings_cache(args.embeddings_url) if args.mode == "hybrid" else None
     base, extra = ranking_config(args, cached)
@@ -120,8 +126,9 @@ def main():
         off = rank(args, half1, tool_lines_by_dataset, without, extra, workdir, "off")
     rows_on, rows_off = rows_of(half1, on), rows_of(half1, off)
     print("## %s: half 1 through the filter, the calibration learned by `toolsift calibrate` from "
-          "half 0's records (%d pooled pairs)\n" % (
-              args.mode + (" (%s)" % args.embeddings_model if args.mode == "hybrid" else ""), pairs))
+          "%s half 0's records (%d pooled pairs)\n" % (
+              args.mode + (" (%s)" % args.embeddings_model if args.mode == "hybrid" else ""),
+              "one replica's in %d of" % args.replicas if args.replicas > 1 else "all", pairs))
     print("| dataset | turns (first/later) | first R@5 off → on | later R@5 off → on | Δ later R@5 | "
           "later R@10 off → on | Δ later R@10 |")
     print("|---|---|---|---|---|---|---|")
