@@ -326,6 +326,10 @@ impl Analysis {
     /// The kept tools the transitions brought in: those the ranking alone would not have
     /// kept (`next=` of `x-toolsift`), in rank order. Empty when the history named none.
     pub fn brought_in(&self, config: &Config) -> Vec<String> {
+        // Every filtered request asks: most have no list, and nothing to look at.
+        if self.next.is_empty() {
+            return Vec::new();
+        }
         // Kept by rank and listed: a pinned tool is kept either way.
         let listed = |entry: usize| self.next.iter().any(|(e, _)| *e == entry);
         let candidates: Vec<usize> = (self.selection.decisions.iter())
